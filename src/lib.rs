@@ -1,0 +1,1 @@
+//! rankvisor: PID 1 and replica supervisor for distributed PyTorch training jobs.
