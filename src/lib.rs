@@ -1,1 +1,4 @@
 //! rankvisor: PID 1 and replica supervisor for distributed PyTorch training jobs.
+
+pub mod duration;
+pub mod report;

@@ -1,0 +1,91 @@
+//! Durations as users write them in flags and env: `500ms`, `10s`, `5m`, `1h`, `0`.
+
+use std::time::Duration;
+
+/// A duration string that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {value:?}: expected a number followed by ms, s, m or h (e.g. 500ms, 10s, 5m)")]
+pub struct DurationError {
+    /// The text that was seen.
+    pub value: String,
+}
+
+/// Parse `500ms`, `10s`, `1.5s`, `5m`, `2h` or a bare `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let err = || DurationError {
+        value: text.to_string(),
+    };
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(err)?;
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
+        return Err(err());
+    }
+    let value: f64 = num.parse().map_err(|_| err())?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(err()),
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs > 1.0e9 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Render a duration in the shortest of the forms `parse_duration` reads.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        "0s".to_string()
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_every_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration(" 3s "), Ok(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn refuses_and_names_the_value() {
+        for bad in ["", "s", "10", "10x", "-1s", "1..2s", ".5s", "5.s", "ten s", "1e3s", "99999999999h"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert_eq!(e.value, bad);
+            assert!(e.to_string().contains("expected a number"), "{e}");
+        }
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for s in ["0s", "500ms", "10s", "5m", "2h", "1500ms"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+    }
+}
