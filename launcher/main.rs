@@ -1,1 +1,194 @@
-fn main(){}
+//! The rankvisor binary: parse the command line, then hand over to the library.
+
+use clap::{Parser, Subcommand};
+use rankvisor::duration::parse_duration;
+use rankvisor::logging::{self, LogFormat};
+use rankvisor::process::{self, ChildCommand, Signals};
+use rankvisor::supervise::{BackoffConfig, HangConfig, RestartPolicy, RestartScope, SupervisorConfig};
+use rankvisor::{driver, exit, rank, termination};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::{error, Level};
+
+/// PID 1 and replica supervisor for distributed PyTorch training jobs.
+///
+/// Every option can also be set by an environment variable RANKVISOR_<OPTION_NAME>.
+#[derive(Parser, Debug)]
+#[command(name = "rankvisor", version, args_conflicts_with_subcommands = true)]
+#[command(override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor env [--json]")]
+struct Cli {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    #[command(flatten)]
+    sup: SuperviseArgs,
+    /// Log format for rankvisor's own lines on stderr: text or json.
+    #[arg(long, env = "RANKVISOR_LOG_FORMAT", default_value = "text", global = true)]
+    log_format: LogFormat,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, env = "RANKVISOR_LOG_LEVEL", default_value = "info", value_parser = logging::parse_level, global = true)]
+    log_level: Level,
+    /// The training command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Print the resolved rank contract.
+    Env {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct SuperviseArgs {
+    /// When to restart the training process: Never, OnFailure, Always or ExitCode.
+    #[arg(long, env = "RANKVISOR_RESTART_POLICY", default_value = "OnFailure")]
+    restart_policy: RestartPolicy,
+    /// The most restarts, under every policy.
+    #[arg(long, env = "RANKVISOR_BACKOFF_LIMIT", default_value_t = 6)]
+    backoff_limit: u32,
+    /// Delay before the first restart; it doubles up to --backoff-max.
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_duration)]
+    backoff_initial: Duration,
+    /// The longest delay between restarts.
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "300s", value_parser = parse_duration)]
+    backoff_max: Duration,
+    /// Healthy running this long resets the delay to --backoff-initial.
+    #[arg(long, env = "RANKVISOR_BACKOFF_RESET", default_value = "10m", value_parser = parse_duration)]
+    backoff_reset: Duration,
+    /// Time between TERM and KILL when stopping the training process.
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "30s", value_parser = parse_duration)]
+    grace_period: Duration,
+    /// What a failure restarts: replica (this child) or job (every replica's child).
+    #[arg(long, env = "RANKVISOR_RESTART_SCOPE", default_value = "replica")]
+    restart_scope: RestartScope,
+    /// A file the training process touches (or writes JSON progress to) as its heartbeat.
+    #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
+    heartbeat_file: Option<PathBuf>,
+    /// A running child that does not beat for this long is hung (needs --heartbeat-file).
+    #[arg(long, env = "RANKVISOR_HANG_TIMEOUT", value_parser = parse_duration)]
+    hang_timeout: Option<Duration>,
+    /// The allowance for the first beat after each start (default: 10m, or --hang-timeout if longer).
+    #[arg(long, env = "RANKVISOR_HANG_STARTUP", value_parser = parse_duration)]
+    hang_startup: Option<Duration>,
+    /// Where to write why rankvisor gave up (default /dev/termination-log when it exists).
+    #[arg(long, env = "RANKVISOR_TERMINATION_LOG")]
+    termination_log: Option<PathBuf>,
+}
+
+fn main() {
+    // Before anything can start a thread: every thread must inherit the blocked mask.
+    let signals = match process::block_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("[rankvisor] ERROR cannot block signals: {e}");
+            std::process::exit(exit::CONFIG_ERROR);
+        }
+    };
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+            let code = if matches!(e.kind(), DisplayHelp | DisplayVersion) { 0 } else { exit::CONFIG_ERROR };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    logging::init(cli.log_format, cli.log_level);
+    let code = match cli.sub {
+        Some(Sub::Env { json }) => cmd_env(json),
+        None => cmd_supervise(cli.sup, cli.command, signals),
+    };
+    std::process::exit(code);
+}
+
+fn cmd_env(json: bool) -> i32 {
+    match rank::parse_rank_env(|k| std::env::var(k).ok()) {
+        Ok(env) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&env).unwrap_or_default());
+            } else {
+                println!("{env}");
+            }
+            0
+        }
+        Err(e) => config_error(&e.to_string()),
+    }
+}
+
+fn config_error(msg: &str) -> i32 {
+    error!("configuration error: {msg}");
+    exit::CONFIG_ERROR
+}
+
+fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, String> {
+    let hang = match (a.hang_timeout, &a.heartbeat_file) {
+        (Some(_), None) => return Err("--hang-timeout (RANKVISOR_HANG_TIMEOUT) needs --heartbeat-file".into()),
+        (Some(t), Some(_)) if t.is_zero() => return Err("--hang-timeout is 0s: expected a positive duration".into()),
+        (Some(timeout), Some(_)) => {
+            Some(HangConfig { timeout, startup: a.hang_startup.unwrap_or(Duration::from_secs(600).max(timeout)) })
+        }
+        (None, _) => None,
+    };
+    if a.backoff_max < a.backoff_initial {
+        return Err(format!(
+            "--backoff-max ({:?}) is shorter than --backoff-initial ({:?}): expected max >= initial",
+            a.backoff_max, a.backoff_initial
+        ));
+    }
+    Ok(SupervisorConfig {
+        policy: a.restart_policy,
+        backoff_limit: a.backoff_limit,
+        backoff: BackoffConfig { initial: a.backoff_initial, max: a.backoff_max, reset: a.backoff_reset },
+        grace: a.grace_period,
+        hang,
+    })
+}
+
+fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        return config_error("no command to supervise: expected `rankvisor [OPTIONS] -- COMMAND [ARGS]...`");
+    };
+    let rank = match rank::parse_rank_env(|k| std::env::var(k).ok()) {
+        Ok(r) => r,
+        Err(e) => return config_error(&e.to_string()),
+    };
+    let supervisor = match supervisor_config(&a) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let _ = (rank, a.restart_scope);
+    if std::process::id() != 1 {
+        // Orphans of the child are reparented to us, not to the host's init, and reaped the same way.
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+        }
+    }
+    let cfg = driver::DriverConfig {
+        supervisor,
+        command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
+        heartbeat_file: a.heartbeat_file,
+        termination_log: a.termination_log.or_else(termination::default_path),
+        generation: 0,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
+        Ok(r) => r,
+        Err(e) => {
+            error!("cannot start the event loop: {e}");
+            return exit::EXTERNAL_FAILURE;
+        }
+    };
+    let (status, _keep) = tokio::sync::watch::channel(Default::default());
+    match runtime.block_on(driver::supervise(cfg, signals, status)) {
+        Ok(code) => code,
+        Err(e) => {
+            error!("supervision failed: {e}");
+            exit::EXTERNAL_FAILURE
+        }
+    }
+}

@@ -12,16 +12,12 @@ pub struct DurationError {
 
 /// Parse `500ms`, `10s`, `1.5s`, `5m`, `2h` or a bare `0`.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError {
-        value: text.to_string(),
-    };
+    let err = || DurationError { value: text.to_string() };
     let t = text.trim();
     if t == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(err)?;
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
     let (num, unit) = t.split_at(split);
     if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
         return Err(err());

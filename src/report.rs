@@ -29,3 +29,39 @@ impl ReplicaState {
         matches!(self, Self::Succeeded | Self::Failed | Self::NodeUnhealthy)
     }
 }
+
+/// This replica's supervision status, published by the driver on every change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalStatus {
+    /// Where the replica is.
+    pub state: ReplicaState,
+    /// Restarts made by rankvisor.
+    pub restart_count: u32,
+    /// Rendezvous generation of the running child.
+    pub generation: u64,
+    /// How the last child ended.
+    pub last_exit: Option<crate::exit::ExitHow>,
+    /// Why the last child is counted as failed beyond its exit (`Hung`), when it is.
+    pub last_exit_reason: Option<String>,
+    /// The running child's pid.
+    pub child_pid: Option<i32>,
+    /// Hangs detected so far.
+    pub hang_detections: u32,
+    /// The latest training progress from the heartbeat file.
+    pub progress: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Default for LocalStatus {
+    fn default() -> Self {
+        Self {
+            state: ReplicaState::Pending,
+            restart_count: 0,
+            generation: 0,
+            last_exit: None,
+            last_exit_reason: None,
+            child_pid: None,
+            hang_detections: 0,
+            progress: None,
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The supervisor's event loop: signals (CHLD included), timers and heartbeat checks become
+//! `supervise::Event`s; the machine's `Action`s become syscalls. All I/O of supervision is here.
+
+use crate::exit;
+use crate::heartbeat::HeartbeatFile;
+use crate::process::{self, ChildCommand, SignalStream, Signals};
+use crate::report::LocalStatus;
+use crate::supervise::{Action, Event, Phase, StopCause, Supervisor, SupervisorConfig};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+use tracing::{error, info, warn};
+
+/// Everything the loop needs besides the signal masks.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Restart policy, backoff, grace, hang detection.
+    pub supervisor: SupervisorConfig,
+    /// The training command.
+    pub command: ChildCommand,
+    /// The heartbeat file, when configured.
+    pub heartbeat_file: Option<PathBuf>,
+    /// Where to write why rankvisor gave up.
+    pub termination_log: Option<PathBuf>,
+    /// The rendezvous generation exported to the child.
+    pub generation: u64,
+}
+
+struct Driver {
+    sup: Supervisor,
+    cfg: DriverConfig,
+    signals: Signals,
+    heartbeat: Option<HeartbeatFile>,
+    status: watch::Sender<LocalStatus>,
+    exit_code: Option<i32>,
+    shutdown_deadline: Option<Instant>,
+}
+
+/// Supervise the child until the machine decides to exit; return rankvisor's exit status.
+pub async fn supervise(
+    cfg: DriverConfig,
+    signals: Signals,
+    status: watch::Sender<LocalStatus>,
+) -> std::io::Result<i32> {
+    let mut stream = SignalStream::new(&signals)?;
+    let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
+    let poll = heartbeat_poll(&cfg.supervisor);
+    let mut d = Driver {
+        sup: Supervisor::new(cfg.supervisor),
+        cfg,
+        signals,
+        heartbeat,
+        status,
+        exit_code: None,
+        shutdown_deadline: None,
+    };
+    d.apply(Event::Start);
+    let mut beat_timer = tokio::time::interval(poll);
+    beat_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while d.exit_code.is_none() {
+        let deadline = d.sup.next_deadline();
+        tokio::select! {
+            biased;
+            sigs = stream.next() => {
+                for sig in sigs? {
+                    d.on_signal(sig);
+                }
+            }
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                d.check_beat();
+                d.apply(Event::Tick);
+            }
+            _ = beat_timer.tick(), if d.heartbeat.is_some() => d.check_beat(),
+        }
+    }
+    d.sweep(&mut stream).await;
+    Ok(d.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
+}
+
+/// How often to look at the heartbeat file: often enough for progress and a timely hang verdict.
+fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
+    let base = cfg.hang.map_or(Duration::from_secs(1), |h| h.timeout / 4);
+    base.clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+impl Driver {
+    fn on_signal(&mut self, sig: i32) {
+        match sig {
+            libc::SIGCHLD => {
+                for (pid, how) in process::reap_all() {
+                    if Some(pid) == self.sup.child_pid() {
+                        info!(pid, "child {how}");
+                    }
+                    self.apply(Event::Exited { pid, how });
+                }
+            }
+            s if process::is_shutdown(s) => {
+                info!(signal = %exit::signal_name(s), "received; stopping the child");
+                let grace = self.cfg.supervisor.grace;
+                self.shutdown_deadline.get_or_insert_with(|| Instant::now() + grace);
+                self.apply(Event::Shutdown { signal: s });
+            }
+            // rankvisor's own broken pipe is not the child's business.
+            libc::SIGPIPE => {}
+            s => {
+                if let Some(pid) = self.sup.child_pid() {
+                    if let Err(e) = process::signal_group(pid, s) {
+                        warn!(pid, signal = %exit::signal_name(s), "cannot forward: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_beat(&mut self) {
+        let Some(hb) = self.heartbeat.as_mut() else { return };
+        let now = Instant::now();
+        if let Some(beat) = hb.check(now) {
+            if let Some(p) = beat.progress {
+                if self.status.borrow().progress.as_ref() != Some(&p) {
+                    info!(progress = %serde_json::Value::Object(p.clone()), "training progress");
+                    self.status.send_modify(|s| s.progress = Some(p));
+                }
+            }
+            self.apply_at(Event::Beat, beat.at.max(self.started_at().unwrap_or(beat.at)));
+        }
+    }
+
+    fn started_at(&self) -> Option<Instant> {
+        match self.sup.phase() {
+            Phase::Running { started, .. } | Phase::Stopping { started, .. } => Some(*started),
+            _ => None,
+        }
+    }
+
+    fn apply(&mut self, event: Event) {
+        self.apply_at(event, Instant::now());
+    }
+
+    fn apply_at(&mut self, event: Event, now: Instant) {
+        let actions = self.sup.on_event(event, now);
+        for action in actions {
+            self.act(action);
+        }
+        self.publish();
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Spawn { restart_count } => self.spawn(restart_count),
+            Action::SignalGroup { pid, signal } => {
+                info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
+                if let Err(e) = process::signal_group(pid, signal) {
+                    warn!(pid, "cannot signal the child's group: {e}");
+                }
+            }
+            Action::KillLeftovers { pid } => {
+                let _ = process::signal_group(pid, libc::SIGKILL);
+            }
+            Action::TerminationMessage(msg) => {
+                error!("{msg}");
+                if let Some(path) = &self.cfg.termination_log {
+                    if let Err(e) = crate::termination::write_message(path, &msg) {
+                        warn!(path = %path.display(), "cannot write the termination message: {e}");
+                    }
+                }
+            }
+            Action::Exit { code } => self.exit_code = Some(code),
+        }
+    }
+
+    fn spawn(&mut self, restart_count: u32) {
+        if let Some(hb) = self.heartbeat.as_mut() {
+            hb.arm();
+        }
+        let cmd = self.child_command(restart_count);
+        match process::spawn_child(&cmd, &self.signals) {
+            Ok(pid) => {
+                info!(pid, restart_count, "child started");
+                self.apply(Event::Spawned { pid });
+            }
+            Err(e) => {
+                let code = e.code;
+                self.apply(Event::SpawnFailed { code, message: e.to_string() });
+            }
+        }
+    }
+
+    fn child_command(&self, restart_count: u32) -> ChildCommand {
+        let mut cmd = self.cfg.command.clone();
+        let n = OsString::from(restart_count.to_string());
+        let mut set = |k: &str, v: OsString| cmd.env.push((k.into(), v));
+        set("RANKVISOR_RESTART_COUNT", n.clone());
+        set("TORCHELASTIC_RESTART_COUNT", n);
+        set("RANKVISOR_GENERATION", self.cfg.generation.to_string().into());
+        for (k, v) in [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")] {
+            if std::env::var_os(k).is_none() && !cmd.env.iter().any(|(ek, _)| ek == k) {
+                cmd.env.push((k.into(), v.into()));
+            }
+        }
+        if let Some(hb) = &self.cfg.heartbeat_file {
+            cmd.env.push(("RANKVISOR_HEARTBEAT_FILE".into(), hb.clone().into_os_string()));
+        }
+        cmd
+    }
+
+    fn publish(&mut self) {
+        let state = self.sup.state();
+        let hung = matches!(self.sup.phase(), Phase::Stopping { cause: StopCause::Hung, .. });
+        let before = self.status.borrow().state;
+        if state != before {
+            info!(from = ?before, to = ?state, restarts = self.sup.restarts(), "state");
+        }
+        let (restarts, last_exit, pid, hangs) =
+            (self.sup.restarts(), self.sup.last_exit(), self.sup.child_pid(), self.sup.hang_detections());
+        self.status.send_if_modified(|s| {
+            let reason = if hung { Some("Hung".to_string()) } else { s.last_exit_reason.clone() };
+            let next = LocalStatus {
+                state,
+                restart_count: restarts,
+                generation: s.generation,
+                last_exit,
+                last_exit_reason: reason,
+                child_pid: pid,
+                hang_detections: hangs,
+                progress: s.progress.clone(),
+            };
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+    }
+
+    /// TERM every process still below us (group leftovers, setsid escapees), then KILL at the deadline.
+    async fn sweep(&mut self, stream: &mut SignalStream) {
+        let me = std::process::id() as i32;
+        let now = Instant::now();
+        let grace = self.cfg.supervisor.grace;
+        let deadline = self.shutdown_deadline.unwrap_or(now + grace).max(now + grace.min(Duration::from_secs(1)));
+        process::reap_all();
+        let left = process::alive_descendants(me);
+        if left.is_empty() {
+            return;
+        }
+        info!(count = left.len(), "sending SIGTERM to leftover processes before exit");
+        for pid in &left {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(*pid, libc::SIGTERM) };
+        }
+        if self.wait_descendants(stream, me, deadline).await {
+            return;
+        }
+        let left = process::alive_descendants(me);
+        warn!(count = left.len(), "leftover processes ignored SIGTERM; sending SIGKILL");
+        for pid in &left {
+            // SAFETY: as above.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        self.wait_descendants(stream, me, Instant::now() + Duration::from_secs(1)).await;
+    }
+
+    /// Reap until no descendant is alive (true) or the deadline passes (false).
+    async fn wait_descendants(&mut self, stream: &mut SignalStream, me: i32, deadline: Instant) -> bool {
+        loop {
+            process::reap_all();
+            if process::alive_descendants(me).is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // Escapees are not our children, so no SIGCHLD tells us they are gone: poll too.
+            tokio::select! {
+                _ = stream.next() => {}
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                () = sleep_until(deadline) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Finding our descendants in /proc, for the final sweep: processes that left the child's process
+//! group (setsid) would otherwise be SIGKILLed by the kernel when PID 1 exits, with no chance to clean up.
+
+use std::collections::HashMap;
+
+/// One process as /proc/PID/stat describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcEntry {
+    /// Its pid.
+    pub pid: i32,
+    /// Its parent.
+    pub ppid: i32,
+    /// Its state letter (R, S, Z, ...).
+    pub state: char,
+}
+
+/// Parse the fields we need from a /proc/PID/stat line; `comm` may hold spaces and parentheses.
+pub fn parse_stat(line: &str) -> Option<ProcEntry> {
+    let (head, rest) = line.rsplit_once(')')?;
+    let pid = head.split_once(' ')?.0.trim().parse().ok()?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(ProcEntry { pid, ppid, state })
+}
+
+fn list() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let name = e.file_name();
+        let name = name.to_str()?;
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?)
+    })
+    .collect()
+}
+
+/// Every living (non-zombie) descendant of `root`.
+pub fn alive_descendants(root: i32) -> Vec<i32> {
+    descendants_of(root, &list())
+}
+
+fn descendants_of(root: i32, procs: &[ProcEntry]) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<&ProcEntry>> = HashMap::new();
+    for p in procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(pid) = stack.pop() {
+        for c in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+            if c.pid == root {
+                continue;
+            }
+            if c.state != 'Z' && c.state != 'X' {
+                out.push(c.pid);
+            }
+            stack.push(c.pid);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_odd_command_names() {
+        let e = parse_stat("42 (a b) c)) S 7 42 42 0 -1").unwrap();
+        assert_eq!(e, ProcEntry { pid: 42, ppid: 7, state: 'S' });
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S notanumber").is_none());
+    }
+
+    #[test]
+    fn walks_the_tree_and_skips_zombies() {
+        let p = |pid, ppid, state| ProcEntry { pid, ppid, state };
+        let procs = [p(1, 0, 'S'), p(2, 1, 'S'), p(3, 2, 'Z'), p(4, 3, 'S'), p(5, 9, 'S'), p(6, 1, 'R')];
+        let mut d = descendants_of(1, &procs);
+        d.sort();
+        assert_eq!(d, [2, 4, 6]);
+        assert!(descendants_of(5, &procs).is_empty());
+    }
+
+    #[test]
+    fn sees_our_own_child() {
+        let mut c = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let me = std::process::id() as i32;
+        assert!(alive_descendants(me).contains(&(c.id() as i32)));
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+}

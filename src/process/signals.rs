@@ -1,0 +1,91 @@
+//! Signals: blocked in every thread before the runtime starts, then read from a signalfd.
+//!
+//! A PID 1 only receives signals it handles or blocks (the kernel drops default-disposition signals
+//! sent to init). Blocking everything and reading a signalfd gives one ordered stream of TERM, INT,
+//! CHLD and the rest, with no handler running at an arbitrary point.
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::io;
+use tokio::io::unix::AsyncFd;
+
+/// Synchronous signals stay unblocked: blocking them makes a fault in rankvisor hang instead of dump.
+const SYNCHRONOUS: [Signal; 7] =
+    [Signal::SIGSEGV, Signal::SIGBUS, Signal::SIGFPE, Signal::SIGILL, Signal::SIGTRAP, Signal::SIGABRT, Signal::SIGSYS];
+
+/// The masks around the block: what to read from the signalfd, and what to give the child back.
+#[derive(Clone)]
+pub struct Signals {
+    /// Every signal now blocked (and read from the signalfd).
+    pub blocked: SigSet,
+    /// The mask rankvisor inherited, restored in the child before exec.
+    pub original: SigSet,
+}
+
+/// Block every asynchronous signal in the calling thread. Call before any thread exists so every
+/// thread (the tokio runtime's included) inherits the mask.
+pub fn block_signals() -> io::Result<Signals> {
+    let mut blocked = SigSet::all();
+    for s in SYNCHRONOUS {
+        blocked.remove(s);
+    }
+    let mut original = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut original))?;
+    Ok(Signals { blocked, original })
+}
+
+/// TERM and INT stop the child (forward, grace, KILL); the rest are only forwarded.
+pub fn is_shutdown(sig: i32) -> bool {
+    sig == libc::SIGTERM || sig == libc::SIGINT
+}
+
+/// Send `sig` to the process group led by `pid`. A group that is already gone is not an error.
+pub fn signal_group(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    let r = unsafe { libc::kill(-pid, sig) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// The stream of signals delivered to rankvisor.
+pub struct SignalStream {
+    fd: AsyncFd<SignalFd>,
+}
+
+impl SignalStream {
+    /// A signalfd over the blocked set, registered with the current tokio runtime.
+    pub fn new(signals: &Signals) -> io::Result<Self> {
+        let sfd = SignalFd::with_flags(&signals.blocked, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        // SAFETY: the SignalFd owns its descriptor and closes it only when dropped, which happens
+        // after the AsyncFd that holds it has deregistered it.
+        let fd = unsafe { AsyncFd::register_with_interest(sfd, tokio::io::Interest::READABLE) }?;
+        Ok(Self { fd })
+    }
+
+    /// Wait for at least one signal and return every one pending, in order.
+    pub async fn next(&mut self) -> io::Result<Vec<i32>> {
+        loop {
+            let mut guard = self.fd.readable_mut().await?;
+            let mut out = Vec::new();
+            loop {
+                match guard.get_inner_mut().read_signal() {
+                    Ok(Some(info)) => out.push(info.ssi_signo as i32),
+                    Ok(None) => break,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            guard.clear_ready();
+            if !out.is_empty() {
+                return Ok(out);
+            }
+        }
+    }
+}

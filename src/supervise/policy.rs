@@ -1,0 +1,113 @@
+//! Restart policies, as Kubernetes and Kubeflow's training-operator define them.
+
+use crate::exit::ExitHow;
+use std::fmt;
+use std::str::FromStr;
+
+/// When a finished child is started again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum RestartPolicy {
+    /// Never restart.
+    Never,
+    /// Restart after a failure (non-zero exit, signal, hang).
+    OnFailure,
+    /// Restart after every exit, success included.
+    Always,
+    /// Kubeflow's policy: restart only for the retryable codes 130, 137, 138, 143.
+    ExitCode,
+}
+
+/// Exit codes Kubeflow's ExitCode policy retries (`pkg/util/train/train_util.go`): SIGINT, SIGKILL,
+/// SIGUSR1 (reserved for user-defined retries) and SIGTERM, as 128+N.
+pub const RETRYABLE_EXIT_CODES: [i32; 4] = [130, 137, 138, 143];
+
+impl RestartPolicy {
+    /// Whether a child that ended this way (`hung`: stopped by hang detection) is started again.
+    pub fn should_restart(self, how: ExitHow, hung: bool) -> bool {
+        let failed = hung || !how.success();
+        match self {
+            Self::Never => false,
+            Self::Always => true,
+            Self::OnFailure => failed,
+            // A hang is outside the program, like a kubelet kill after a failed liveness probe (137).
+            Self::ExitCode => failed && (hung || RETRYABLE_EXIT_CODES.contains(&how.code())),
+        }
+    }
+}
+
+impl FromStr for RestartPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Never" => Ok(Self::Never),
+            "OnFailure" => Ok(Self::OnFailure),
+            "Always" => Ok(Self::Always),
+            "ExitCode" => Ok(Self::ExitCode),
+            _ => Err(format!("restart policy {s:?} is invalid: expected Never, OnFailure, Always or ExitCode")),
+        }
+    }
+}
+
+impl fmt::Display for RestartPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Which children a failure restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum RestartScope {
+    /// Only this replica's child (what seed 000 measured for PyTorchJobs).
+    Replica,
+    /// Every replica's child, in a new rendezvous generation (torchrun's worker-group behaviour).
+    Job,
+}
+
+impl FromStr for RestartScope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "replica" => Ok(Self::Replica),
+            "job" => Ok(Self::Job),
+            _ => Err(format!("restart scope {s:?} is invalid: expected replica or job")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RestartPolicy::*;
+
+    #[test]
+    fn exhaustive_decisions() {
+        let ok = ExitHow::Exited(0);
+        for code in 0..=255 {
+            let how = ExitHow::Exited(code);
+            assert!(!Never.should_restart(how, false));
+            assert!(Always.should_restart(how, false));
+            assert_eq!(OnFailure.should_restart(how, false), code != 0, "OnFailure {code}");
+            assert_eq!(ExitCode.should_restart(how, false), [130, 137, 138, 143].contains(&code), "ExitCode {code}");
+        }
+        for sig in 1..=64 {
+            let how = ExitHow::Signaled(sig);
+            assert!(OnFailure.should_restart(how, false));
+            assert_eq!(ExitCode.should_restart(how, false), [2, 9, 10, 15].contains(&sig), "signal {sig}");
+        }
+        // A hung child is a failure even when it exits 0 once stopped.
+        for p in [OnFailure, Always, ExitCode] {
+            assert!(p.should_restart(ok, true), "{p}");
+        }
+        assert!(!Never.should_restart(ok, true));
+        assert!(ExitCode.should_restart(ExitHow::Exited(1), true));
+    }
+
+    #[test]
+    fn parse_names_the_value() {
+        assert_eq!("ExitCode".parse::<RestartPolicy>(), Ok(ExitCode));
+        let e = "onfailure".parse::<RestartPolicy>().unwrap_err();
+        assert_eq!(e, "restart policy \"onfailure\" is invalid: expected Never, OnFailure, Always or ExitCode");
+        assert_eq!("job".parse::<RestartScope>(), Ok(RestartScope::Job));
+        assert!("pod".parse::<RestartScope>().unwrap_err().contains("\"pod\""));
+    }
+}
