@@ -21,6 +21,7 @@
 pub mod driver;
 pub mod duration;
 pub mod exit;
+pub mod health;
 pub mod heartbeat;
 pub mod logging;
 pub mod process;

@@ -1,0 +1,741 @@
+//! Where the node's labels come from (`--node-health`), and the file source with its watcher.
+//!
+//! Every source publishes [`Observation`]s on a `tokio::sync::watch` channel: the latest verdict,
+//! or the error that kept it from being computed (which callers treat as unhealthy: fail closed).
+//! The Kubernetes API source is meant to feed the same channel type.
+//!
+//! Writers of the file should replace it atomically (write a temporary file, then rename), as the
+//! kubelet does; an in-place rewrite is seen when the writer closes the file.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+use super::labels_file::{parse_labels_file, LabelsFileError};
+use super::verdict::{verdict, NodeSnapshot, NodeVerdict};
+
+/// Largest labels file read; a bigger one (or `/dev/zero`) is an error, not an unbounded read.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Shortest fallback poll period; shorter requests are raised to it.
+pub const MIN_POLL: Duration = Duration::from_millis(10);
+
+/// The latest word from a health source: a verdict, or why there is none (treat as unhealthy).
+pub type Observation = Result<NodeVerdict, HealthError>;
+
+/// Where the node's labels are read from (`--node-health`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeHealthSource {
+    /// No health gate.
+    Off,
+    /// Kubernetes when running in a cluster, else off.
+    Auto,
+    /// A downward-API labels file, re-read on change.
+    File(PathBuf),
+    /// The Node object, read and watched through the Kubernetes API.
+    Kubernetes,
+}
+
+/// A `--node-health` value that is none of the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid --node-health value {value:?}: expected off, auto, file:PATH or kubernetes")]
+pub struct NodeHealthSourceError {
+    /// The value seen.
+    pub value: String,
+}
+
+impl FromStr for NodeHealthSource {
+    type Err = NodeHealthSourceError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "auto" => Ok(Self::Auto),
+            "kubernetes" => Ok(Self::Kubernetes),
+            _ => match s.strip_prefix("file:") {
+                Some(path) if !path.is_empty() => Ok(Self::File(PathBuf::from(path))),
+                _ => Err(NodeHealthSourceError {
+                    value: s.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+impl fmt::Display for NodeHealthSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Off => f.write_str("off"),
+            Self::Auto => f.write_str("auto"),
+            Self::File(path) => write!(f, "file:{}", path.display()),
+            Self::Kubernetes => f.write_str("kubernetes"),
+        }
+    }
+}
+
+impl NodeHealthSource {
+    /// Replace `Auto` by what it means here: `Kubernetes` in a cluster, else `Off`.
+    pub fn resolve_auto(self, in_cluster: bool) -> Self {
+        match self {
+            Self::Auto if in_cluster => Self::Kubernetes,
+            Self::Auto => Self::Off,
+            other => other,
+        }
+    }
+}
+
+/// Why a health source has no verdict right now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HealthError {
+    /// The labels file is missing, unreadable, not a regular file, too large or not UTF-8.
+    #[error("node labels file {path}: {problem}: expected a readable downward-API labels file")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong (the OS error, or which limit was crossed).
+        problem: String,
+    },
+    /// The labels file does not follow the `key="value"` format.
+    #[error("node labels file {path}: {error}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault.
+        error: LabelsFileError,
+    },
+}
+
+/// Read the labels file once and judge the node (synchronous; the file is small).
+pub fn read_file_verdict(path: &Path, require: bool) -> Observation {
+    let text = read_bounded(path).map_err(|problem| HealthError::Unreadable {
+        path: path.to_path_buf(),
+        problem,
+    })?;
+    let labels = parse_labels_file(&text).map_err(|error| HealthError::Malformed {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    Ok(verdict(&NodeSnapshot::from_labels(labels), require))
+}
+
+/// Opened non-blocking so that a FIFO at `path` cannot hang the caller; only regular files are read.
+fn read_bounded(path: &Path) -> Result<String, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()))
+}
+
+/// Watch the labels file and publish a new observation each time the verdict (or error) changes.
+///
+/// Must be called inside a tokio runtime with IO and time enabled (`enable_all`). The inotify watch exists before this returns, so no
+/// change made after the call is missed. The task ends when every receiver is dropped.
+/// `poll` (at least [`MIN_POLL`]) re-reads the file as a fallback for changes inotify cannot
+/// see (a parent directory created later, a writer that never closes the file).
+pub fn spawn_file_watcher(
+    path: PathBuf,
+    require: bool,
+    poll: Duration,
+) -> watch::Receiver<Observation> {
+    spawn_watcher(path, require, poll, true).0
+}
+
+/// [`spawn_file_watcher`], optionally without inotify so tests can prove the poll alone works.
+fn spawn_watcher(
+    path: PathBuf,
+    require: bool,
+    poll: Duration,
+    use_inotify: bool,
+) -> (watch::Receiver<Observation>, tokio::task::JoinHandle<()>) {
+    let mut notifier = FileNotifier::new(&path, use_inotify);
+    notifier.refresh();
+    let (tx, rx) = watch::channel(read_file_verdict(&path, require));
+    let task = tokio::spawn(async move {
+        let poll = poll.max(MIN_POLL);
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = ticker.tick() => {}
+                relevant = notifier.next_batch() => if !relevant { continue },
+            }
+            // Re-arm before reading: a change after the read then raises a new event.
+            notifier.refresh();
+            let observation = read_file_verdict(&path, require);
+            tx.send_if_modified(|current| {
+                let changed = *current != observation;
+                if changed {
+                    *current = observation;
+                }
+                changed
+            });
+        }
+    });
+    (rx, task)
+}
+
+/// The inotify fd, with the `AsRawFd` that `AsyncFd` needs.
+struct InotifyFd(Inotify);
+
+impl AsRawFd for InotifyFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// Events in the parent directory cover every way the file changes: in-place writes (close),
+/// replacement by rename, deletion, and the kubelet's `..data` symlink swap. IN_MODIFY is left
+/// out so that a half-written file is not read; IN_OPEN/IN_ACCESS so that our reads are silent.
+const DIR_EVENTS: AddWatchFlags = AddWatchFlags::IN_CLOSE_WRITE
+    .union(AddWatchFlags::IN_ATTRIB)
+    .union(AddWatchFlags::IN_CREATE)
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_MOVED_TO)
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_MOVE_SELF)
+    .union(AddWatchFlags::IN_ONLYDIR);
+
+/// The watch on the file itself follows symlinks, so a target in another directory is covered.
+const FILE_EVENTS: AddWatchFlags = AddWatchFlags::IN_CLOSE_WRITE
+    .union(AddWatchFlags::IN_ATTRIB)
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_MOVE_SELF);
+
+/// inotify watches on the file's parent directory and on the file (its symlink target).
+struct FileNotifier {
+    inotify: Option<AsyncFd<InotifyFd>>,
+    path: PathBuf,
+    dir: PathBuf,
+    file_name: Option<std::ffi::OsString>,
+    dir_wd: Option<WatchDescriptor>,
+    file_wd: Option<WatchDescriptor>,
+}
+
+impl FileNotifier {
+    fn new(path: &Path, use_inotify: bool) -> Self {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let inotify = if use_inotify {
+            match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+                .map_err(io::Error::from)
+                .and_then(|i| {
+                    // SAFETY: InotifyFd owns its fd for its whole life and always returns that fd.
+                    unsafe { AsyncFd::register_with_interest(InotifyFd(i), Interest::READABLE) }
+                        .map_err(io::Error::from)
+                }) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "inotify unavailable: node labels file is polled only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            inotify,
+            path: path.to_path_buf(),
+            dir,
+            file_name: path.file_name().map(|n| n.to_os_string()),
+            dir_wd: None,
+            file_wd: None,
+        }
+    }
+
+    /// (Re)establish the watches; missing paths are retried at the next event or poll.
+    fn refresh(&mut self) {
+        let Some(fd) = &self.inotify else { return };
+        let inotify = &fd.get_ref().0;
+        if self.dir_wd.is_none() {
+            self.dir_wd = inotify.add_watch(&self.dir, DIR_EVENTS).ok();
+        }
+        // The file may be a new inode now (replaced by rename): watch the current one only.
+        let new_file_wd = inotify.add_watch(&self.path, FILE_EVENTS).ok();
+        if let Some(old) = self.file_wd {
+            if Some(old) != new_file_wd && Some(old) != self.dir_wd {
+                let _ = inotify.rm_watch(old);
+            }
+        }
+        self.file_wd = new_file_wd;
+    }
+
+    /// Wait for the next batch of inotify events; true if the file may have changed.
+    /// Without inotify this never returns, leaving the poll to do the work.
+    async fn next_batch(&mut self) -> bool {
+        let Some(fd) = &self.inotify else {
+            return std::future::pending().await;
+        };
+        let mut events = Vec::new();
+        let failure = match fd.readable().await {
+            Ok(mut guard) => loop {
+                match guard.try_io(|inner| inner.get_ref().0.read_events().map_err(io::Error::from))
+                {
+                    Ok(Ok(batch)) => events.extend(batch),
+                    Ok(Err(e)) => break Some(e),
+                    Err(_would_block) => break None,
+                }
+            },
+            Err(e) => Some(e),
+        };
+        if let Some(e) = failure {
+            tracing::warn!(path = %self.path.display(), error = %e, "inotify failed: node labels file is polled only");
+            self.inotify = None;
+            return true;
+        }
+        let mut relevant = false;
+        for event in events {
+            relevant |= self.note(&event);
+        }
+        relevant
+    }
+
+    /// Keep the watch bookkeeping up to date; true unless the event cannot change the file's content.
+    fn note(&mut self, event: &InotifyEvent) -> bool {
+        if event.mask.contains(AddWatchFlags::IN_IGNORED) {
+            if Some(event.wd) == self.dir_wd {
+                self.dir_wd = None;
+            }
+            if Some(event.wd) == self.file_wd {
+                self.file_wd = None;
+            }
+        }
+        // A regular file just created is still empty: its IN_CLOSE_WRITE will follow.
+        let created_here = Some(event.wd) == self.dir_wd
+            && event.mask.contains(AddWatchFlags::IN_CREATE)
+            && event.name.is_some()
+            && event.name == self.file_name;
+        !(created_here
+            && std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_file()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    use tokio::time::timeout;
+
+    use super::*;
+    use crate::health::verdict::NODE_HEALTH_STATUS;
+
+    const GUARD: Duration = Duration::from_secs(5);
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let dir = std::env::temp_dir().join(format!(
+                "rankvisor-health-{}-{}-{nanos}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::SeqCst)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn join(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn labels_text(status: &str) -> String {
+        format!("kubernetes.io/hostname=\"n1\"\n{NODE_HEALTH_STATUS}=\"{status}\"\n")
+    }
+
+    /// Atomic replacement, as careful writers and the tests' callers do.
+    fn replace(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    fn status(obs: &Observation) -> Option<String> {
+        obs.as_ref().ok().and_then(|v| v.node_health_status.clone())
+    }
+
+    async fn next(rx: &mut watch::Receiver<Observation>) -> Observation {
+        timeout(GUARD, rx.changed())
+            .await
+            .expect("no new observation within the hang guard")
+            .expect("watcher task ended");
+        rx.borrow_and_update().clone()
+    }
+
+    #[test]
+    fn source_parses_every_form() {
+        assert_eq!("off".parse(), Ok(NodeHealthSource::Off));
+        assert_eq!("auto".parse(), Ok(NodeHealthSource::Auto));
+        assert_eq!("kubernetes".parse(), Ok(NodeHealthSource::Kubernetes));
+        assert_eq!(
+            "file:/etc/podinfo/labels".parse(),
+            Ok(NodeHealthSource::File("/etc/podinfo/labels".into()))
+        );
+        assert_eq!(
+            "file:rel/labels".parse(),
+            Ok(NodeHealthSource::File("rel/labels".into()))
+        );
+        for s in ["off", "auto", "kubernetes", "file:/a/b"] {
+            assert_eq!(s.parse::<NodeHealthSource>().unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn source_refuses_and_lists_forms() {
+        for bad in [
+            "",
+            "Off",
+            "on",
+            "k8s",
+            "file:",
+            "file",
+            "/etc/podinfo/labels",
+            " off",
+        ] {
+            let err = bad.parse::<NodeHealthSource>().unwrap_err();
+            assert_eq!(err.value, bad);
+            assert_eq!(
+                err.to_string(),
+                format!("invalid --node-health value {bad:?}: expected off, auto, file:PATH or kubernetes")
+            );
+        }
+    }
+
+    #[test]
+    fn auto_resolves() {
+        use NodeHealthSource::*;
+        assert_eq!(Auto.resolve_auto(true), Kubernetes);
+        assert_eq!(Auto.resolve_auto(false), Off);
+        for other in [Off, Kubernetes, File("/x".into())] {
+            assert_eq!(other.clone().resolve_auto(true), other);
+            assert_eq!(other.clone().resolve_auto(false), other);
+        }
+    }
+
+    #[test]
+    fn read_errors_fail_closed_and_name_the_path() {
+        let dir = TempDir::new();
+        let missing = dir.join("missing");
+        let err = read_file_verdict(&missing, false).unwrap_err();
+        assert!(matches!(&err, HealthError::Unreadable { path, .. } if path == &missing));
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!("node labels file {}: ", missing.display())),
+            "{msg}"
+        );
+        assert!(msg.contains("No such file"), "{msg}");
+
+        let err = read_file_verdict(&dir.0, false).unwrap_err();
+        assert!(
+            err.to_string().contains("not a regular file") || err.to_string().contains("directory"),
+            "{err}"
+        );
+
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = read_file_verdict(&fifo, false).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b'\n'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let err = read_file_verdict(&big, false).unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
+
+        let latin1 = dir.join("latin1");
+        std::fs::write(&latin1, b"a=\"\xe9\"\n").unwrap();
+        let err = read_file_verdict(&latin1, false).unwrap_err();
+        assert!(err.to_string().contains("not UTF-8 (at byte 3)"), "{err}");
+
+        let bad = dir.join("bad");
+        std::fs::write(&bad, "a=\"1\"\nnonsense\n").unwrap();
+        let err = read_file_verdict(&bad, false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "node labels file {}: line 2 \"nonsense\": expected key=\"value\" with a Go-quoted value: missing '='",
+                bad.display()
+            )
+        );
+    }
+
+    #[test]
+    fn read_file_verdict_judges_labels() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("UnschedulablePendingReboot")).unwrap();
+        let v = read_file_verdict(&path, false).unwrap();
+        assert!(!v.healthy);
+        std::fs::write(&path, "kubernetes.io/hostname=\"n1\"\n").unwrap();
+        assert!(read_file_verdict(&path, false).unwrap().healthy);
+        assert!(!read_file_verdict(&path, true).unwrap().healthy);
+    }
+
+    #[tokio::test]
+    async fn file_written_later_then_seen() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        assert!(matches!(&*rx.borrow(), Err(HealthError::Unreadable { .. })));
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let obs = next(&mut rx).await;
+        assert!(obs.as_ref().unwrap().healthy, "{obs:?}");
+        assert_eq!(status(&obs).as_deref(), Some("Schedulable"));
+    }
+
+    #[tokio::test]
+    async fn rewrite_in_place_seen() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        assert_eq!(status(&rx.borrow()).as_deref(), Some("Schedulable"));
+        std::fs::write(&path, labels_text("UnschedulablePendingReboot")).unwrap();
+        let obs = next(&mut rx).await;
+        assert_eq!(status(&obs).as_deref(), Some("UnschedulablePendingReboot"));
+        assert!(!obs.unwrap().healthy);
+    }
+
+    #[tokio::test]
+    async fn replace_by_rename_seen() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        replace(&path, &labels_text("Schedulable"));
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        for s in [
+            "Unschedulable",
+            "Schedulable",
+            "UnschedulablePendingReplacement",
+        ] {
+            replace(&path, &labels_text(s));
+            assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
+        }
+    }
+
+    /// The kubelet's AtomicWriter: `labels -> ..data/labels`, `..data -> ..<timestamp>`; an update
+    /// writes a new timestamped dir, points `..data_tmp` at it, renames it over `..data`, and
+    /// removes the old dir.
+    #[tokio::test]
+    async fn kubelet_data_symlink_swap_seen() {
+        let dir = TempDir::new();
+        let write_generation = |name: &str, status: &str| {
+            std::fs::create_dir(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join("labels"), labels_text(status)).unwrap();
+        };
+        write_generation("..2024_01_01_00_00_00.1", "Schedulable");
+        std::os::unix::fs::symlink("..2024_01_01_00_00_00.1", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/labels", dir.join("labels")).unwrap();
+        let path = dir.join("labels");
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        assert_eq!(status(&rx.borrow()).as_deref(), Some("Schedulable"));
+
+        let mut old = "..2024_01_01_00_00_00.1".to_string();
+        for (i, s) in ["UnschedulablePendingReboot", "Schedulable"]
+            .into_iter()
+            .enumerate()
+        {
+            let new = format!("..2024_01_01_00_00_0{}.{}", i + 1, i + 2);
+            write_generation(&new, s);
+            std::os::unix::fs::symlink(&new, dir.join("..data_tmp")).unwrap();
+            std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+            std::fs::remove_dir_all(dir.join(&old)).unwrap();
+            assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
+            old = new;
+        }
+    }
+
+    #[tokio::test]
+    async fn symlink_target_elsewhere_rewritten_in_place_seen() {
+        let dir = TempDir::new();
+        let elsewhere = TempDir::new();
+        let target = elsewhere.join("real-labels");
+        std::fs::write(&target, labels_text("Schedulable")).unwrap();
+        let path = dir.join("labels");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        std::fs::write(&target, labels_text("Unschedulable")).unwrap();
+        assert_eq!(
+            status(&next(&mut rx).await).as_deref(),
+            Some("Unschedulable")
+        );
+    }
+
+    #[tokio::test]
+    async fn delete_gives_error_then_recovers() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        std::fs::remove_file(&path).unwrap();
+        let obs = next(&mut rx).await;
+        match obs {
+            Err(HealthError::Unreadable { path: p, problem }) => {
+                assert_eq!(p, path);
+                assert!(problem.contains("No such file"), "{problem}");
+            }
+            other => panic!("{other:?}"),
+        }
+        replace(&path, &labels_text("Schedulable"));
+        assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Schedulable"));
+    }
+
+    #[tokio::test]
+    async fn malformed_gives_error_naming_the_line() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        replace(&path, "a=\"1\"\nb=oops\n");
+        match next(&mut rx).await {
+            Err(HealthError::Malformed {
+                path: p,
+                error: LabelsFileError::Malformed { line_no, line, .. },
+            }) => {
+                assert_eq!(p, path);
+                assert_eq!((line_no, line.as_str()), (2, "b=oops"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn poll_alone_sees_changes() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let (mut rx, _task) = spawn_watcher(path.clone(), false, Duration::from_millis(20), false);
+        std::fs::write(&path, labels_text("Unschedulable")).unwrap();
+        assert_eq!(
+            status(&next(&mut rx).await).as_deref(),
+            Some("Unschedulable")
+        );
+    }
+
+    #[tokio::test]
+    async fn parent_directory_created_later_seen_by_poll() {
+        let dir = TempDir::new();
+        let sub = dir.join("podinfo");
+        let path = sub.join("labels");
+        let mut rx = spawn_file_watcher(path.clone(), false, Duration::from_millis(20));
+        assert!(rx.borrow().is_err());
+        std::fs::create_dir(&sub).unwrap();
+        replace(&path, &labels_text("Schedulable"));
+        assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Schedulable"));
+        // Once the directory exists it is watched: a later change needs no poll.
+        replace(&path, &labels_text("Unschedulable"));
+        assert_eq!(
+            status(&next(&mut rx).await).as_deref(),
+            Some("Unschedulable")
+        );
+    }
+
+    /// Same verdict, no new value: identical rewrites, touches and unrelated files in the
+    /// directory are read but not published. The clock is paused, so the 60 s wait runs 60 polls
+    /// instantly and deterministically.
+    #[tokio::test(start_paused = true)]
+    async fn unchanged_verdict_not_republished() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let mut rx = spawn_file_watcher(path.clone(), false, Duration::from_secs(1));
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        replace(&path, &labels_text("Schedulable"));
+        std::fs::write(dir.join("annotations"), "x=\"1\"\n").unwrap();
+        // A label outside sagemaker.amazonaws.com/ is neither judged nor reported.
+        std::fs::write(
+            &path,
+            format!("{}other=\"2\"\n", labels_text("Schedulable")),
+        )
+        .unwrap();
+        assert!(timeout(Duration::from_secs(60), rx.changed())
+            .await
+            .is_err());
+        assert!(!rx.has_changed().unwrap());
+    }
+
+    /// The product target is label change -> child TERM under 100 ms; the watcher's share must be
+    /// small. With a one-hour poll only inotify can deliver these.
+    #[tokio::test]
+    async fn change_latency_is_small() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        replace(&path, &labels_text("Schedulable"));
+        let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
+        let mut samples = Vec::new();
+        for i in 0..20 {
+            let s = if i % 2 == 0 {
+                "UnschedulablePendingReboot"
+            } else {
+                "Schedulable"
+            };
+            let start = Instant::now();
+            replace(&path, &labels_text(s));
+            assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
+            samples.push(start.elapsed());
+        }
+        samples.sort();
+        let median = samples[samples.len() / 2];
+        eprintln!(
+            "file change -> new observation: median {median:?}, max {:?}",
+            samples[samples.len() - 1]
+        );
+        assert!(
+            median < Duration::from_millis(20),
+            "median latency {median:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn task_ends_when_receivers_dropped() {
+        let dir = TempDir::new();
+        let path = dir.join("labels");
+        std::fs::write(&path, labels_text("Schedulable")).unwrap();
+        let (rx, task) = spawn_watcher(path.clone(), false, HOUR, true);
+        let clone = rx.clone();
+        drop(rx);
+        drop(clone);
+        timeout(GUARD, task)
+            .await
+            .expect("watcher task still running after every receiver was dropped")
+            .unwrap();
+    }
+}
