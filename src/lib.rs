@@ -19,6 +19,7 @@
 //! the reporters. On exit, processes left below rankvisor (setsid escapees) get TERM, then KILL.
 
 pub mod driver;
+pub mod dryrun;
 pub mod duration;
 pub mod exit;
 pub mod health;

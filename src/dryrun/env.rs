@@ -1,0 +1,256 @@
+//! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
+//! `elastic.go`), with every address pointed at this machine for the dry run.
+
+use super::job::{PyTorchJob, ReplicaId, RestartPolicy};
+
+/// Where every replica finds the master in a dry run.
+pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
+
+/// Everything the driver needs to start one replica's launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSpec {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// The pod's name, `<job>-worker-1`.
+    pub pod: String,
+    /// The container's environment: its own `env`, then the operator's (a later duplicate
+    /// replaces an earlier one in place, as the kubelet resolves duplicates).
+    pub env: Vec<(String, String)>,
+    /// The container's `command` followed by its `args`.
+    pub command: Vec<String>,
+    /// The replica spec's restart policy, for the launcher's `--restart-policy`.
+    pub restart_policy: RestartPolicy,
+    /// The job's `runPolicy.backoffLimit`, for the launcher's `--backoff-limit` (None: keep its default).
+    pub backoff_limit: Option<u32>,
+}
+
+/// The launch of `replica`, with MASTER_PORT (and the rendezvous port unless the manifest sets
+/// one) set to `master_port` (the manifest's `job.master_port()`, or a free port the driver chose).
+/// Returns `None` for a replica the job does not have.
+pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Option<LaunchSpec> {
+    if !job.contains(replica) {
+        return None;
+    }
+    let spec = job.spec(replica.rtype)?;
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (k, v) in spec
+        .container
+        .env
+        .iter()
+        .cloned()
+        .chain(operator_env(job, replica, master_port))
+    {
+        set(&mut env, k, v);
+    }
+    Some(LaunchSpec {
+        replica,
+        pod: job.pod_name(replica),
+        env,
+        command: spec.container.command.clone(),
+        restart_policy: spec.restart_policy,
+        backoff_limit: job.backoff_limit,
+    })
+}
+
+/// Set `key` in `env`, replacing an earlier value where it stands.
+fn set(env: &mut Vec<(String, String)>, key: String, value: String) {
+    match env.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => env.push((key, value)),
+    }
+}
+
+/// The variables the operator appends, in its order (seed 000's `kubectl describe pod` order).
+pub fn operator_env(
+    job: &PyTorchJob,
+    replica: ReplicaId,
+    master_port: u16,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut push = |k: &str, v: String| env.push((k.to_string(), v));
+    push("PYTHONUNBUFFERED", "1".to_string());
+    // A non-numeric nprocPerNode (auto, cpu, gpu) counts as 1, as the operator's Atoi fallback does.
+    let nproc = job
+        .nproc_per_node
+        .as_deref()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1);
+    let world_size = u64::from(job.total_replicas()) * u64::from(nproc);
+    if job.master.is_some() {
+        push("MASTER_PORT", master_port.to_string());
+        push("PET_MASTER_PORT", master_port.to_string());
+        push("MASTER_ADDR", DRY_RUN_MASTER_ADDR.to_string());
+        push("PET_MASTER_ADDR", DRY_RUN_MASTER_ADDR.to_string());
+        let rank = job.rank(replica).to_string();
+        push("WORLD_SIZE", world_size.to_string());
+        push("RANK", rank.clone());
+        push("PET_NODE_RANK", rank);
+    }
+    if let Some(n) = &job.nproc_per_node {
+        push("PET_NPROC_PER_NODE", n.clone());
+    }
+    match &job.elastic {
+        None => push("PET_NNODES", job.total_replicas().to_string()),
+        Some(e) => {
+            let port = e.rdzv_port.unwrap_or(master_port);
+            push("PET_RDZV_ENDPOINT", format!("{DRY_RUN_MASTER_ADDR}:{port}"));
+            push("PET_RDZV_BACKEND", e.rdzv_backend.clone());
+            push(
+                "PET_NNODES",
+                format!("{}:{}", e.min_replicas, e.max_replicas),
+            );
+            if let Some(r) = e.max_restarts {
+                push("PET_MAX_RESTARTS", r.to_string());
+            }
+            if let Some(n) = e.nproc_per_node {
+                push("PET_NPROC_PER_NODE", n.to_string());
+            }
+            if let Some(id) = &e.rdzv_id {
+                push("PET_RDZV_ID", id.clone());
+            }
+            if !e.rdzv_conf.is_empty() {
+                let conf: Vec<String> = e
+                    .rdzv_conf
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                push("PET_RDZV_CONF", conf.join(","));
+            }
+            if e.standalone {
+                push("PET_STANDALONE", String::new());
+            }
+        }
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::manifest::parse_job;
+    use super::*;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const JOB: &str = include_str!("../../examples/pytorchjob.yaml");
+
+    #[test]
+    fn master_env_equals_the_seeds_list() {
+        let job = parse_job(JOB, "pytorchjob.yaml").unwrap();
+        let launch = launch_spec(&job, ReplicaId::MASTER, job.master_port()).unwrap();
+        assert_eq!(launch.pod, "pytest-master-0");
+        assert_eq!(
+            launch.env,
+            pairs(&[
+                ("PYTHONUNBUFFERED", "1"),
+                ("MASTER_PORT", "23456"),
+                ("PET_MASTER_PORT", "23456"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("PET_MASTER_ADDR", "127.0.0.1"),
+                ("WORLD_SIZE", "4"),
+                ("RANK", "0"),
+                ("PET_NODE_RANK", "0"),
+                ("PET_NPROC_PER_NODE", "auto"),
+                ("PET_NNODES", "4"),
+            ])
+        );
+        assert_eq!(launch.command, vec!["sh", "-c", "sleep 3"]);
+        assert_eq!(launch.restart_policy, RestartPolicy::OnFailure);
+        assert_eq!(launch.backoff_limit, Some(3));
+    }
+
+    #[test]
+    fn worker_env_equals_the_seeds_list() {
+        let job = parse_job(JOB, "pytorchjob.yaml").unwrap();
+        for i in 0..3u32 {
+            let launch = launch_spec(&job, ReplicaId::worker(i), 23456).unwrap();
+            let rank = (i + 1).to_string();
+            assert_eq!(launch.pod, format!("pytest-worker-{i}"));
+            assert_eq!(
+                launch.env,
+                pairs(&[
+                    ("PYTHONUNBUFFERED", "1"),
+                    ("MASTER_PORT", "23456"),
+                    ("PET_MASTER_PORT", "23456"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("PET_MASTER_ADDR", "127.0.0.1"),
+                    ("WORLD_SIZE", "4"),
+                    ("RANK", &rank),
+                    ("PET_NODE_RANK", &rank),
+                    ("PET_NPROC_PER_NODE", "auto"),
+                    ("PET_NNODES", "4"),
+                ])
+            );
+        }
+        assert_eq!(launch_spec(&job, ReplicaId::worker(3), 23456), None);
+    }
+
+    #[test]
+    fn port_is_the_drivers_and_user_env_comes_first() {
+        // Only the master's container (the first command line) gets args, a port and env.
+        let text = JOB.replacen(
+            "              command: [\"sh\", \"-c\", \"sleep 3\"]\n",
+            "              command: [\"sh\", \"-c\", \"sleep 3\"]\n              args: [\"extra\"]\n              ports: [{name: pytorchjob-port, containerPort: 29500}]\n              env:\n                - {name: LR, value: \"0.1\"}\n                - {name: RANK, value: \"7\"}\n",
+            1,
+        );
+        let job = parse_job(&text, "j.yaml").unwrap();
+        assert_eq!(job.master_port(), 29500);
+        let launch = launch_spec(&job, ReplicaId::MASTER, 40000).unwrap();
+        assert_eq!(launch.command, vec!["sh", "-c", "sleep 3", "extra"]);
+        assert_eq!(launch.env[0], ("LR".to_string(), "0.1".to_string()));
+        assert_eq!(
+            launch.env[1],
+            ("RANK".to_string(), "0".to_string()),
+            "the operator's RANK wins"
+        );
+        assert!(launch
+            .env
+            .contains(&("MASTER_PORT".to_string(), "40000".to_string())));
+        assert_eq!(launch.env.iter().filter(|(k, _)| k == "RANK").count(), 1);
+    }
+
+    #[test]
+    fn nproc_per_node_multiplies_world_size() {
+        let text = JOB.replace(
+            "spec:\n  runPolicy:",
+            "spec:\n  nprocPerNode: \"2\"\n  runPolicy:",
+        );
+        let job = parse_job(&text, "j.yaml").unwrap();
+        let env = operator_env(&job, ReplicaId::worker(1), 23456);
+        assert!(env.contains(&("WORLD_SIZE".to_string(), "8".to_string())));
+        assert!(env.contains(&("PET_NPROC_PER_NODE".to_string(), "2".to_string())));
+        assert!(env.contains(&("PET_NNODES".to_string(), "4".to_string())));
+        assert!(env.contains(&("RANK".to_string(), "2".to_string())));
+    }
+
+    #[test]
+    fn elastic_policy_sets_nnodes_range_and_rendezvous() {
+        let text = JOB.replace(
+            "spec:\n  runPolicy:",
+            "spec:\n  elasticPolicy:\n    minReplicas: 2\n    maxReplicas: 4\n    rdzvId: job1\n    maxRestarts: 5\n    standalone: true\n  runPolicy:",
+        );
+        let job = parse_job(&text, "j.yaml").unwrap();
+        let env = operator_env(&job, ReplicaId::worker(0), 23456);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PET_NNODES"), Some("2:4"));
+        assert_eq!(get("PET_RDZV_ENDPOINT"), Some("127.0.0.1:23456"));
+        assert_eq!(get("PET_RDZV_BACKEND"), Some("c10d"));
+        assert_eq!(get("PET_RDZV_ID"), Some("job1"));
+        assert_eq!(get("PET_MAX_RESTARTS"), Some("5"));
+        assert_eq!(get("PET_STANDALONE"), Some(""));
+
+        let text = JOB.replace(
+            "spec:\n  runPolicy:",
+            "spec:\n  elasticPolicy: {}\n  runPolicy:",
+        );
+        let job = parse_job(&text, "j.yaml").unwrap();
+        let env = operator_env(&job, ReplicaId::worker(0), 23456);
+        assert!(
+            env.contains(&("PET_NNODES".to_string(), "3:3".to_string())),
+            "min and max default to the Worker replicas"
+        );
+    }
+}

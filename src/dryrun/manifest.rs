@@ -1,0 +1,568 @@
+//! Reading a PyTorchJob manifest (YAML or JSON) into its raw shape, before admission.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use super::admission::{admit, FieldErrors};
+use super::job::PyTorchJob;
+
+/// The `apiVersion` the dry run accepts.
+pub const API_VERSION: &str = "kubeflow.org/v1";
+
+/// The `kind` the dry run accepts.
+pub const KIND: &str = "PyTorchJob";
+
+/// Why a manifest cannot be run. Every variant means exit status 64.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not valid YAML/JSON, or a field has the wrong type.
+    #[error("error parsing {source_name}: line {line}, column {column}: {message}")]
+    Syntax {
+        /// The file name (as given on the command line).
+        source_name: String,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The document is not a `kubeflow.org/v1` `PyTorchJob`.
+    #[error("error parsing {source_name}: no matches for kind {kind:?} in version {api_version:?}: expected apiVersion {API_VERSION} and kind {KIND}")]
+    WrongKind {
+        /// The file name.
+        source_name: String,
+        /// The `apiVersion` seen.
+        api_version: String,
+        /// The `kind` seen.
+        kind: String,
+    },
+    /// The operator's admission webhook (or the apiserver) refuses the job.
+    #[error("error when creating {source_name:?}: admission webhook \"validator.pytorchjob.training-operator.kubeflow.org\" denied the request: {errors}")]
+    Denied {
+        /// The file name.
+        source_name: String,
+        /// Every refusal, in the apiserver's `field.ErrorList` form.
+        errors: FieldErrors,
+    },
+    /// A valid job that a local dry run cannot run (for instance `valueFrom` env).
+    #[error("{source_name}: the dry run cannot run this job: {reason}")]
+    Unsupported {
+        /// The file name.
+        source_name: String,
+        /// What the dry run cannot do, naming the field.
+        reason: String,
+    },
+}
+
+/// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
+pub fn load_job(path: &Path) -> Result<PyTorchJob, ManifestError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_job(&text, &path.display().to_string())
+}
+
+/// Parse and admit a manifest's text; `source_name` is used in messages.
+pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestError> {
+    let raw = parse_raw(text, source_name)?;
+    let api_version = raw.api_version.clone().unwrap_or_default();
+    let kind = raw.kind.clone().unwrap_or_default();
+    if api_version != API_VERSION || kind != KIND {
+        return Err(ManifestError::WrongKind {
+            source_name: source_name.to_string(),
+            api_version,
+            kind,
+        });
+    }
+    admit(&raw, source_name)
+}
+
+/// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
+fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
+    let syntax = |line: usize, column: usize, message: String| ManifestError::Syntax {
+        source_name: source_name.to_string(),
+        line,
+        column,
+        message,
+    };
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map_err(|e| {
+            let message = strip_position(
+                &e.to_string(),
+                &format!(" at line {} column {}", e.line(), e.column()),
+            );
+            syntax(e.line(), e.column(), message)
+        });
+    }
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((1, 1));
+        let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
+        syntax(line, column, message)
+    })
+}
+
+/// Drop the parser's own copy of the position, which the error already carries.
+fn strip_position(message: &str, position: &str) -> String {
+    message.replacen(position, "", 1)
+}
+
+/// A number or string where Kubernetes accepts either (quantities, env values, nprocPerNode).
+#[derive(Debug, Clone)]
+pub(crate) enum Scalar {
+    /// A string.
+    Str(String),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        impl serde::de::Visitor<'_> for ScalarVisitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                i64::try_from(v)
+                    .map(Scalar::Int)
+                    .or(Ok(Scalar::Str(v.to_string())))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+impl Scalar {
+    /// The value as the apiserver would store it, a string.
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Self::Str(s) => s.clone(),
+            Self::Int(i) => i.to_string(),
+            Self::Float(f) => f.to_string(),
+            Self::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// The whole manifest, as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawJob {
+    /// `apiVersion`.
+    pub api_version: Option<String>,
+    /// `kind`.
+    pub kind: Option<String>,
+    /// `metadata`.
+    #[serde(default)]
+    pub metadata: RawMetadata,
+    /// `spec`.
+    #[serde(default)]
+    pub spec: RawSpec,
+}
+
+/// `metadata`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawMetadata {
+    /// `name`.
+    pub name: Option<String>,
+    /// `namespace`.
+    pub namespace: Option<String>,
+}
+
+/// `spec`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawSpec {
+    /// `runPolicy`.
+    #[serde(default)]
+    pub run_policy: RawRunPolicy,
+    /// `elasticPolicy`.
+    pub elastic_policy: Option<RawElasticPolicy>,
+    /// `nprocPerNode`.
+    pub nproc_per_node: Option<Scalar>,
+    /// `pytorchReplicaSpecs`, keyed by replica type as written.
+    pub pytorch_replica_specs: Option<BTreeMap<String, Option<RawReplicaSpec>>>,
+}
+
+/// `spec.runPolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawRunPolicy {
+    /// `backoffLimit`.
+    pub backoff_limit: Option<i64>,
+}
+
+/// `spec.elasticPolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawElasticPolicy {
+    /// `minReplicas`.
+    pub min_replicas: Option<i64>,
+    /// `maxReplicas`.
+    pub max_replicas: Option<i64>,
+    /// `rdzvBackend`.
+    pub rdzv_backend: Option<String>,
+    /// `rdzvPort`.
+    pub rdzv_port: Option<i64>,
+    /// `rdzvId`.
+    pub rdzv_id: Option<String>,
+    /// `rdzvConf`.
+    #[serde(default)]
+    pub rdzv_conf: Vec<RawKeyValue>,
+    /// `standalone`.
+    pub standalone: Option<bool>,
+    /// `nProcPerNode` (deprecated).
+    #[serde(rename = "nProcPerNode")]
+    pub nproc_per_node: Option<i64>,
+    /// `maxRestarts`.
+    pub max_restarts: Option<i64>,
+}
+
+/// `{key, value}` of `rdzvConf`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawKeyValue {
+    /// `key`.
+    pub key: String,
+    /// `value`.
+    pub value: Option<Scalar>,
+}
+
+/// One entry of `pytorchReplicaSpecs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawReplicaSpec {
+    /// `replicas`.
+    pub replicas: Option<i64>,
+    /// `restartPolicy`.
+    pub restart_policy: Option<String>,
+    /// `template`.
+    #[serde(default)]
+    pub template: RawTemplate,
+}
+
+/// `template`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawTemplate {
+    /// `spec`.
+    #[serde(default)]
+    pub spec: RawPodSpec,
+}
+
+/// `template.spec`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawPodSpec {
+    /// `containers`.
+    #[serde(default)]
+    pub containers: Vec<RawContainer>,
+}
+
+/// One container.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawContainer {
+    /// `name`.
+    #[serde(default)]
+    pub name: String,
+    /// `image`.
+    #[serde(default)]
+    pub image: String,
+    /// `command`.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// `args`.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `env`.
+    #[serde(default)]
+    pub env: Vec<RawEnvVar>,
+    /// `ports`.
+    #[serde(default)]
+    pub ports: Vec<RawPort>,
+    /// `resources`.
+    #[serde(default)]
+    pub resources: RawResources,
+}
+
+/// One `env` entry.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawEnvVar {
+    /// `name`.
+    pub name: String,
+    /// `value`.
+    pub value: Option<Scalar>,
+    /// `valueFrom` (only its presence matters: the dry run cannot resolve it).
+    pub value_from: Option<IgnoredAny>,
+}
+
+/// One `ports` entry.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawPort {
+    /// `name`.
+    pub name: Option<String>,
+    /// `containerPort`.
+    pub container_port: i64,
+}
+
+/// `resources`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawResources {
+    /// `limits`.
+    #[serde(default)]
+    pub limits: BTreeMap<String, Scalar>,
+    /// `requests`.
+    #[serde(default)]
+    pub requests: BTreeMap<String, Scalar>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 000's manifest exactly as measured (indentation restored), with its trap and 30s sleeps.
+    const SEED_MANIFEST: &str = r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: pytest
+  namespace: default
+spec:
+  runPolicy:
+    backoffLimit: 3
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1 # must be 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - image: busybox:1.37.0-glibc
+              imagePullPolicy: IfNotPresent
+              name: pytorch # must be `pytorch`
+              command: ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
+              resources:
+                limits:
+                  cpu: "1"
+                  memory: "100Mi"
+    Worker:
+      replicas: 3
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - image: busybox:1.37.0-glibc
+              imagePullPolicy: IfNotPresent
+              name: pytorch # must be `pytorch`
+              command: ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
+              resources:
+                limits:
+                  cpu: "1"
+                  memory: "100Mi"
+"#;
+
+    #[test]
+    fn seed_manifest_parses() {
+        use crate::dryrun::job::{ReplicaId, RestartPolicy};
+        let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
+        assert_eq!(job.name, "pytest");
+        assert_eq!(job.namespace, "default");
+        assert_eq!(job.backoff_limit, Some(3));
+        assert_eq!(job.total_replicas(), 4);
+        let names: Vec<String> = job.replicas().iter().map(|r| job.pod_name(*r)).collect();
+        assert_eq!(
+            names,
+            [
+                "pytest-master-0",
+                "pytest-worker-0",
+                "pytest-worker-1",
+                "pytest-worker-2"
+            ]
+        );
+        let master = job.master.as_ref().unwrap();
+        assert_eq!(master.replicas, 1);
+        assert_eq!(master.restart_policy, RestartPolicy::OnFailure);
+        assert_eq!(
+            master.container.command,
+            ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
+        );
+        assert_eq!(master.resources.get("cpu"), 1000);
+        assert_eq!(master.resources.get("memory"), 100 * 1024 * 1024 * 1000);
+        assert_eq!(job.worker.as_ref().unwrap().replicas, 3);
+        assert_eq!(job.total_resources().get("cpu"), 4000);
+        assert_eq!(job.rank(ReplicaId::worker(2)), 3);
+        assert_eq!(job.master_port(), 23456);
+    }
+
+    #[test]
+    fn json_manifest_parses_like_yaml() {
+        let yaml = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
+        let value: serde_json::Value = serde_yaml_ng::from_str(SEED_MANIFEST).unwrap();
+        let json = parse_job(
+            &serde_json::to_string_pretty(&value).unwrap(),
+            "pytorchjob.json",
+        )
+        .unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn every_example_is_admitted() {
+        for (name, text) in [
+            (
+                "pytorchjob.yaml",
+                include_str!("../../examples/pytorchjob.yaml"),
+            ),
+            (
+                "pytorchjob-worker-fails.yaml",
+                include_str!("../../examples/pytorchjob-worker-fails.yaml"),
+            ),
+            (
+                "pytorchjob-all-workers-fail.yaml",
+                include_str!("../../examples/pytorchjob-all-workers-fail.yaml"),
+            ),
+            (
+                "pytorchjob-master-fails.yaml",
+                include_str!("../../examples/pytorchjob-master-fails.yaml"),
+            ),
+            (
+                "pytorchjob-gang.yaml",
+                include_str!("../../examples/pytorchjob-gang.yaml"),
+            ),
+        ] {
+            let job = parse_job(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(job.total_replicas(), 4, "{name}");
+            for spec in [&job.master, &job.worker] {
+                let command = &spec.as_ref().unwrap().container.command;
+                assert!(
+                    !command.join(" ").contains("trap"),
+                    "{name}: rankvisor makes the trap unnecessary"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn yaml_syntax_error_names_line_and_column() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n   namespace: default\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        let ManifestError::Syntax {
+            line,
+            column,
+            message,
+            ..
+        } = &e
+        else {
+            panic!("{e}");
+        };
+        assert_eq!((*line, *column), (5, 13), "{e}");
+        assert!(
+            !message.contains("at line 5 column 13"),
+            "position given once: {e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("error parsing job.yaml: line 5, column 13: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn yaml_type_error_names_field_line_and_column() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: [1]\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        let ManifestError::Syntax {
+            line,
+            column,
+            message,
+            ..
+        } = &e
+        else {
+            panic!("{e}");
+        };
+        assert_eq!(*line, 8, "{e}");
+        assert!(*column > 1, "{e}");
+        assert!(message.contains("replicas"), "{e}");
+    }
+
+    #[test]
+    fn quantity_of_the_wrong_type_names_the_field() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      template:\n        spec:\n          containers:\n          - name: pytorch\n            image: x\n            command: [a]\n            resources: {limits: {cpu: [1]}}\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error parsing job.yaml: line 14, column 39: spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.limits.cpu: invalid type: sequence, expected a string or a number"
+        );
+    }
+
+    #[test]
+    fn numbers_are_accepted_where_kubernetes_takes_strings() {
+        let text = include_str!("../../examples/pytorchjob.yaml")
+            .replace("cpu: \"1\"", "cpu: 1")
+            .replace("memory: \"100Mi\"", "memory: 104857600");
+        let job = parse_job(&text, "j.yaml").unwrap();
+        assert_eq!(job.total_resources().get("cpu"), 4000);
+        assert_eq!(job.total_resources().get("memory"), 4 * 104_857_600_000);
+    }
+
+    #[test]
+    fn json_syntax_error_names_line_and_column() {
+        let text = "{\n  \"apiVersion\": \"kubeflow.org/v1\",\n  \"kind\": \"PyTorchJob\"\n  \"metadata\": {}\n}\n";
+        let e = parse_job(text, "job.json").unwrap_err();
+        let ManifestError::Syntax { line, column, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!((*line, *column), (4, 3), "{e}");
+        assert!(!e.to_string().contains("at line 4"), "{e}");
+    }
+
+    #[test]
+    fn wrong_kind_is_refused() {
+        let e = parse_job("apiVersion: batch/v1\nkind: Job\n", "job.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error parsing job.yaml: no matches for kind \"Job\" in version \"batch/v1\": expected apiVersion kubeflow.org/v1 and kind PyTorchJob"
+        );
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let e = load_job(Path::new("/nonexistent/job.yaml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot read manifest /nonexistent/job.yaml: "),
+            "{e}"
+        );
+    }
+}

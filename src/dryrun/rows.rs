@@ -1,0 +1,209 @@
+//! What `kubectl get -w` shows: one row per job, PodGroup and pod, and the changes to them.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::job::ReplicaId;
+
+/// The PyTorchJob's STATE column (its latest condition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum JobState {
+    /// Accepted; pods created.
+    Created,
+    /// The master runs.
+    Running,
+    /// The master completed.
+    Succeeded,
+    /// Every worker failed, the master gave up, or the backoff limit was reached.
+    Failed,
+}
+
+impl JobState {
+    /// The column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "Created",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Volcano PodGroup's STATUS column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PodGroupPhase {
+    /// Admitted to the queue; waiting until the whole gang can be placed.
+    Inqueue,
+    /// The whole gang (minMember pods) is placed.
+    Running,
+}
+
+impl PodGroupPhase {
+    /// The column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inqueue => "Inqueue",
+            Self::Running => "Running",
+        }
+    }
+}
+
+/// A pod's STATUS column, as kubectl derives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PodStatus {
+    /// Not placed on a node, or placed and waiting for its launcher.
+    Pending,
+    /// The launcher runs; the training process has not started yet (rendezvous).
+    ContainerCreating,
+    /// The training process runs.
+    Running,
+    /// The training process exited non-zero.
+    Error,
+    /// The training process exited 0.
+    Completed,
+    /// The training process failed and waits for its restart backoff.
+    CrashLoopBackOff,
+    /// Being deleted; the launcher is stopping.
+    Terminating,
+}
+
+impl PodStatus {
+    /// The column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::ContainerCreating => "ContainerCreating",
+            Self::Running => "Running",
+            Self::Error => "Error",
+            Self::Completed => "Completed",
+            Self::CrashLoopBackOff => "CrashLoopBackOff",
+            Self::Terminating => "Terminating",
+        }
+    }
+}
+
+impl fmt::Display for PodStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `kubectl get pytorchjob`: NAME STATE AGE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRow {
+    /// The job's name.
+    pub name: String,
+    /// Blank until the operator has seen the job.
+    pub state: Option<JobState>,
+    /// Time since submission.
+    pub age: Duration,
+}
+
+/// `kubectl get podgroup`: NAME STATUS MINMEMBER RUNNINGS AGE QUEUE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodGroupRow {
+    /// Named like the job.
+    pub name: String,
+    /// Blank until Volcano has seen the PodGroup.
+    pub status: Option<PodGroupPhase>,
+    /// The sum of all replicas.
+    pub min_member: u32,
+    /// Pods in phase Running (shown blank when 0, as kubectl shows an omitted field).
+    pub runnings: u32,
+    /// Time since creation.
+    pub age: Duration,
+    /// The Volcano queue.
+    pub queue: String,
+}
+
+/// `kubectl get pod`: NAME READY STATUS RESTARTS AGE NODE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodRow {
+    /// `<job>-master-0`, `<job>-worker-<i>`.
+    pub name: String,
+    /// Which replica the pod is.
+    pub replica: ReplicaId,
+    /// READY 1/1 when the training process runs, else 0/1.
+    pub ready: bool,
+    /// STATUS.
+    pub status: PodStatus,
+    /// RESTARTS.
+    pub restarts: u32,
+    /// Time since the previous run ended, shown as `1 (2s ago)`.
+    pub last_restart_ago: Option<Duration>,
+    /// Time since this pod was created (a recreated pod starts again at 0s).
+    pub age: Duration,
+    /// The node, once scheduled.
+    pub node: Option<String>,
+}
+
+/// One object's row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Row {
+    /// The PyTorchJob.
+    Job(JobRow),
+    /// The Volcano PodGroup.
+    PodGroup(PodGroupRow),
+    /// A pod.
+    Pod(PodRow),
+}
+
+impl Row {
+    /// The row without its clock-driven columns, to tell a real change from the passing of time.
+    pub(crate) fn same_content(&self, other: &Row) -> bool {
+        match (self, other) {
+            (Row::Job(a), Row::Job(b)) => a.name == b.name && a.state == b.state,
+            (Row::PodGroup(a), Row::PodGroup(b)) => {
+                (&a.name, a.status, a.min_member, a.runnings)
+                    == (&b.name, b.status, b.min_member, b.runnings)
+            }
+            (Row::Pod(a), Row::Pod(b)) => {
+                (&a.name, a.ready, a.status, a.restarts, &a.node)
+                    == (&b.name, b.ready, b.status, b.restarts, &b.node)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What happened to the object, as `kubectl get -w --output-watch-events` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WatchEvent {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Deleted (the row is its last state).
+    Deleted,
+}
+
+impl WatchEvent {
+    /// kubectl's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One line of the watch: an object's row at the time of a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// When, on the driver's clock.
+    pub at: Duration,
+    /// Added, Modified or Deleted.
+    pub event: WatchEvent,
+    /// The object's row.
+    pub row: Row,
+}
