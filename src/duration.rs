@@ -4,9 +4,7 @@ use std::time::Duration;
 
 /// A duration string that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid duration {value:?}: expected a number followed by ms, s, m or h (e.g. 500ms, 10s, 5m)"
-)]
+#[error("invalid duration {value:?}: expected a number followed by ms, s, m or h (e.g. 500ms, 10s, 5m)")]
 pub struct DurationError {
     /// The text that was seen.
     pub value: String,
@@ -21,8 +19,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
     let (num, unit) = t.split_at(split);
-    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1
-    {
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
         return Err(err());
     }
     let value: f64 = num.parse().map_err(|_| err())?;
@@ -74,19 +71,7 @@ mod tests {
 
     #[test]
     fn refuses_and_names_the_value() {
-        for bad in [
-            "",
-            "s",
-            "10",
-            "10x",
-            "-1s",
-            "1..2s",
-            ".5s",
-            "5.s",
-            "ten s",
-            "1e3s",
-            "99999999999h",
-        ] {
+        for bad in ["", "s", "10", "10x", "-1s", "1..2s", ".5s", "5.s", "ten s", "1e3s", "99999999999h"] {
             let e = parse_duration(bad).unwrap_err();
             assert_eq!(e.value, bad);
             assert!(e.to_string().contains("expected a number"), "{e}");

@@ -5,8 +5,8 @@
 use std::fmt;
 
 use super::job::{
-    Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, RestartPolicy,
-    DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME,
+    Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, RestartPolicy, DEFAULT_CONTAINER_NAME,
+    DEFAULT_PORT_NAME,
 };
 use super::manifest::{ManifestError, RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec};
 use super::quantity::{parse_quantity, Resources};
@@ -50,18 +50,8 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(
-        field: impl Into<String>,
-        kind: FieldErrorType,
-        value: Option<BadValue>,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            field: field.into(),
-            kind,
-            value,
-            detail: detail.into(),
-        }
+    fn new(field: impl Into<String>, kind: FieldErrorType, value: Option<BadValue>, detail: impl Into<String>) -> Self {
+        Self { field: field.into(), kind, value, detail: detail.into() }
     }
 }
 
@@ -75,12 +65,8 @@ impl fmt::Display for FieldError {
         };
         write!(f, "{}: {type_name}", self.field)?;
         match (&self.kind, &self.value) {
-            (FieldErrorType::Invalid | FieldErrorType::NotSupported, Some(BadValue::Str(s))) => {
-                write!(f, ": {s:?}")?
-            }
-            (FieldErrorType::Invalid | FieldErrorType::NotSupported, Some(BadValue::Int(i))) => {
-                write!(f, ": {i}")?
-            }
+            (FieldErrorType::Invalid | FieldErrorType::NotSupported, Some(BadValue::Str(s))) => write!(f, ": {s:?}")?,
+            (FieldErrorType::Invalid | FieldErrorType::NotSupported, Some(BadValue::Int(i))) => write!(f, ": {i}")?,
             _ => {}
         }
         if !self.detail.is_empty() {
@@ -123,9 +109,7 @@ fn dns1035_problems(name: &str) -> Vec<String> {
     let bytes = name.as_bytes();
     let ok = matches!(bytes.first(), Some(b'a'..=b'z'))
         && matches!(bytes.last(), Some(b'a'..=b'z' | b'0'..=b'9'))
-        && bytes
-            .iter()
-            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'));
+        && bytes.iter().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'));
     if !ok {
         problems.push(DNS1035_MSG.to_string());
     }
@@ -134,9 +118,7 @@ fn dns1035_problems(name: &str) -> Vec<String> {
 
 /// Map a `pytorchReplicaSpecs` key to its type, case-insensitively as the operator's defaulting does.
 fn replica_type_of(key: &str) -> Option<ReplicaType> {
-    [ReplicaType::Master, ReplicaType::Worker]
-        .into_iter()
-        .find(|t| t.as_str().eq_ignore_ascii_case(key))
+    [ReplicaType::Master, ReplicaType::Worker].into_iter().find(|t| t.as_str().eq_ignore_ascii_case(key))
 }
 
 /// Default, validate and convert a raw manifest into the job the dry run runs.
@@ -147,33 +129,18 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
 
     let name = raw.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
-        errs.push(FieldError::new(
-            "metadata.name",
-            Required,
-            None,
-            "name or generateName is required",
-        ));
+        errs.push(FieldError::new("metadata.name", Required, None, "name or generateName is required"));
     } else {
         let problems = dns1035_problems(&name);
         if !problems.is_empty() {
             let detail = format!("should match: {}", problems.join(","));
-            errs.push(FieldError::new(
-                "metadata.name",
-                Invalid,
-                Some(BadValue::Str(name.clone())),
-                detail,
-            ));
+            errs.push(FieldError::new("metadata.name", Invalid, Some(BadValue::Str(name.clone())), detail));
         }
     }
 
     let backoff_limit = match raw.spec.run_policy.backoff_limit {
         Some(b) if b < 0 => {
-            errs.push(FieldError::new(
-                "spec.runPolicy.backoffLimit",
-                Invalid,
-                Some(BadValue::Int(b)),
-                NON_NEGATIVE,
-            ));
+            errs.push(FieldError::new("spec.runPolicy.backoffLimit", Invalid, Some(BadValue::Int(b)), NON_NEGATIVE));
             None
         }
         Some(b) => Some(u32::try_from(b).unwrap_or(u32::MAX)),
@@ -185,12 +152,7 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
     let mut worker_raw: Option<&RawReplicaSpec> = None;
     let mut typed: Vec<(String, Option<ReplicaType>, Option<&RawReplicaSpec>)> = Vec::new();
     match &raw.spec.pytorch_replica_specs {
-        None => errs.push(FieldError::new(
-            spec_path,
-            Required,
-            None,
-            "must be required",
-        )),
+        None => errs.push(FieldError::new(spec_path, Required, None, "must be required")),
         Some(map) => {
             for (key, spec) in map {
                 let rtype = replica_type_of(key);
@@ -244,15 +206,9 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
                 "supported values: \"Master\", \"Worker\"",
             ));
         }
-        let containers: &[RawContainer] =
-            spec.map_or(&[], |s| s.template.spec.containers.as_slice());
+        let containers: &[RawContainer] = spec.map_or(&[], |s| s.template.spec.containers.as_slice());
         if containers.is_empty() {
-            errs.push(FieldError::new(
-                containers_path.clone(),
-                Required,
-                None,
-                "must be specified",
-            ));
+            errs.push(FieldError::new(containers_path.clone(), Required, None, "must be specified"));
         }
         for (idx, c) in containers.iter().enumerate() {
             if c.image.is_empty() {
@@ -274,12 +230,7 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
         }
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         if *rtype == Some(ReplicaType::Master) && replicas != 1 {
-            errs.push(FieldError::new(
-                format!("{role_path}.replicas"),
-                Forbidden,
-                None,
-                "must be 1",
-            ));
+            errs.push(FieldError::new(format!("{role_path}.replicas"), Forbidden, None, "must be 1"));
         }
         if replicas < 0 {
             errs.push(FieldError::new(
@@ -291,10 +242,7 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
         }
         if let Some(policy) = spec.and_then(|s| s.restart_policy.as_deref()) {
             if RestartPolicy::parse(policy).is_none() {
-                let supported: Vec<String> = RestartPolicy::ALL
-                    .iter()
-                    .map(|p| format!("{:?}", p.as_str()))
-                    .collect();
+                let supported: Vec<String> = RestartPolicy::ALL.iter().map(|p| format!("{:?}", p.as_str())).collect();
                 errs.push(FieldError::new(
                     format!("{role_path}.restartPolicy"),
                     NotSupported,
@@ -304,10 +252,7 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
             }
         }
         for (idx, c) in containers.iter().enumerate() {
-            for (kind, map) in [
-                ("limits", &c.resources.limits),
-                ("requests", &c.resources.requests),
-            ] {
+            for (kind, map) in [("limits", &c.resources.limits), ("requests", &c.resources.requests)] {
                 for (res, value) in map {
                     let text = value.text();
                     if let Err(e) = parse_quantity(&text) {
@@ -333,49 +278,23 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
         }
     }
 
-    let elastic = raw
-        .spec
-        .elastic_policy
-        .as_ref()
-        .map(|e| elastic_policy(e, worker_raw, &mut errs));
+    let elastic = raw.spec.elastic_policy.as_ref().map(|e| elastic_policy(e, worker_raw, &mut errs));
 
     if !errs.is_empty() {
-        return Err(ManifestError::Denied {
-            source_name: source_name.to_string(),
-            errors: FieldErrors(errs),
-        });
+        return Err(ManifestError::Denied { source_name: source_name.to_string(), errors: FieldErrors(errs) });
     }
 
-    let unsupported = |reason: String| ManifestError::Unsupported {
-        source_name: source_name.to_string(),
-        reason,
-    };
-    let master = master_raw
-        .map(|s| replica_spec(ReplicaType::Master, s))
-        .transpose()
-        .map_err(unsupported)?;
-    let worker = worker_raw
-        .map(|s| replica_spec(ReplicaType::Worker, s))
-        .transpose()
-        .map_err(unsupported)?;
+    let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
+    let master = master_raw.map(|s| replica_spec(ReplicaType::Master, s)).transpose().map_err(unsupported)?;
+    let worker = worker_raw.map(|s| replica_spec(ReplicaType::Worker, s)).transpose().map_err(unsupported)?;
     let nproc_per_node = match (&raw.spec.nproc_per_node, &elastic) {
         (Some(n), _) => Some(n.text()),
-        (
-            None,
-            Some(ElasticPolicy {
-                nproc_per_node: Some(_),
-                ..
-            }),
-        ) => None,
+        (None, Some(ElasticPolicy { nproc_per_node: Some(_), .. })) => None,
         (None, _) => Some("auto".to_string()),
     };
     let job = PyTorchJob {
         name,
-        namespace: raw
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: raw.metadata.namespace.clone().unwrap_or_else(|| "default".to_string()),
         backoff_limit,
         nproc_per_node,
         elastic,
@@ -384,9 +303,7 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
     };
     let total = job.total_replicas();
     if total == 0 {
-        return Err(unsupported(
-            "the job has no replicas: nothing to run".to_string(),
-        ));
+        return Err(unsupported("the job has no replicas: nothing to run".to_string()));
     }
     if total > MAX_DRY_RUN_REPLICAS {
         return Err(unsupported(format!(
@@ -437,9 +354,7 @@ fn elastic_policy(
         },
         None => None,
     };
-    let workers = worker
-        .and_then(|w| w.replicas)
-        .map_or(1, |r| u32::try_from(r).unwrap_or(0));
+    let workers = worker.and_then(|w| w.replicas).map_or(1, |r| u32::try_from(r).unwrap_or(0));
     let (min_replicas, max_replicas) = match (min, max) {
         (Some(a), Some(b)) => (a, b),
         (Some(a), None) => (a, a),
@@ -457,21 +372,13 @@ fn elastic_policy(
     ElasticPolicy {
         min_replicas,
         max_replicas,
-        rdzv_backend: raw
-            .rdzv_backend
-            .clone()
-            .unwrap_or_else(|| "c10d".to_string()),
+        rdzv_backend: raw.rdzv_backend.clone().unwrap_or_else(|| "c10d".to_string()),
         rdzv_port,
         rdzv_id: raw.rdzv_id.clone(),
         rdzv_conf: raw
             .rdzv_conf
             .iter()
-            .map(|kv| {
-                (
-                    kv.key.clone(),
-                    kv.value.as_ref().map(|v| v.text()).unwrap_or_default(),
-                )
-            })
+            .map(|kv| (kv.key.clone(), kv.value.as_ref().map(|v| v.text()).unwrap_or_default()))
             .collect(),
         standalone: raw.standalone.unwrap_or(false),
         max_restarts,
@@ -482,11 +389,8 @@ fn elastic_policy(
 /// Convert one admitted replica spec; fails only on what a local run cannot do.
 fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec, String> {
     let replicas = u32::try_from(raw.replicas.unwrap_or(1)).unwrap_or(0);
-    let restart_policy = raw
-        .restart_policy
-        .as_deref()
-        .and_then(RestartPolicy::parse)
-        .unwrap_or(RestartPolicy::OnFailure);
+    let restart_policy =
+        raw.restart_policy.as_deref().and_then(RestartPolicy::parse).unwrap_or(RestartPolicy::OnFailure);
     let containers = &raw.template.spec.containers;
     let path = format!("spec.pytorchReplicaSpecs[{rtype}].template.spec.containers");
     let (idx, main) = containers
@@ -502,17 +406,9 @@ fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec,
                 var.name
             ));
         }
-        env.push((
-            var.name.clone(),
-            var.value.as_ref().map(|v| v.text()).unwrap_or_default(),
-        ));
+        env.push((var.name.clone(), var.value.as_ref().map(|v| v.text()).unwrap_or_default()));
     }
-    let command: Vec<String> = main
-        .command
-        .iter()
-        .chain(main.args.iter())
-        .cloned()
-        .collect();
+    let command: Vec<String> = main.command.iter().chain(main.args.iter()).cloned().collect();
     if main.command.is_empty() {
         return Err(format!(
             "{path}[{idx}].command is empty: the dry run does not pull image {:?}, so it cannot run its entrypoint; give the command",
@@ -535,13 +431,7 @@ fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec,
         }
         resources.add(&per);
     }
-    Ok(ReplicaSpec {
-        rtype,
-        replicas,
-        restart_policy,
-        container: Container { command, env, port },
-        resources,
-    })
+    Ok(ReplicaSpec { rtype, replicas, restart_policy, container: Container { command, env, port }, resources })
 }
 
 #[cfg(test)]
@@ -576,10 +466,7 @@ mod tests {
     #[test]
     fn master_replicas_must_be_one_with_the_seeds_message() {
         let msg = denied(&job("2", "", &container("pytorch", "busybox")));
-        assert_eq!(
-            msg,
-            format!("{PREFIX}spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1")
-        );
+        assert_eq!(msg, format!("{PREFIX}spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1"));
     }
 
     #[test]
@@ -613,10 +500,7 @@ mod tests {
     #[test]
     fn replica_specs_are_required() {
         let msg = denied(&format!("{HEAD}spec: {{}}\n"));
-        assert_eq!(
-            msg,
-            format!("{PREFIX}spec.pytorchReplicaSpecs: Required value: must be required")
-        );
+        assert_eq!(msg, format!("{PREFIX}spec.pytorchReplicaSpecs: Required value: must be required"));
     }
 
     #[test]
@@ -633,8 +517,7 @@ mod tests {
 
     #[test]
     fn replicas_must_not_be_negative() {
-        let text =
-            job("1", "", &container("pytorch", "busybox")).replace("replicas: 3", "replicas: -1");
+        let text = job("1", "", &container("pytorch", "busybox")).replace("replicas: 3", "replicas: -1");
         assert_eq!(
             denied(&text),
             format!("{PREFIX}spec.pytorchReplicaSpecs[Worker].replicas: Invalid value: -1: must be greater than or equal to 0")
@@ -643,11 +526,7 @@ mod tests {
 
     #[test]
     fn restart_policy_must_be_known() {
-        let msg = denied(&job(
-            "1",
-            "      restartPolicy: Sometimes\n",
-            &container("pytorch", "busybox"),
-        ));
+        let msg = denied(&job("1", "      restartPolicy: Sometimes\n", &container("pytorch", "busybox")));
         assert_eq!(
             msg,
             format!("{PREFIX}spec.pytorchReplicaSpecs[Worker].restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\", \"ExitCode\"")
@@ -656,10 +535,8 @@ mod tests {
 
     #[test]
     fn backoff_limit_must_not_be_negative() {
-        let text = job("1", "", &container("pytorch", "busybox")).replace(
-            "spec:\n  pytorch",
-            "spec:\n  runPolicy:\n    backoffLimit: -1\n  pytorch",
-        );
+        let text = job("1", "", &container("pytorch", "busybox"))
+            .replace("spec:\n  pytorch", "spec:\n  runPolicy:\n    backoffLimit: -1\n  pytorch");
         assert_eq!(
             denied(&text),
             format!("{PREFIX}spec.runPolicy.backoffLimit: Invalid value: -1: must be greater than or equal to 0")
@@ -668,24 +545,19 @@ mod tests {
 
     #[test]
     fn name_must_be_a_dns1035_label() {
-        let text =
-            job("1", "", &container("pytorch", "busybox")).replace("name: pytest", "name: 1pytest");
+        let text = job("1", "", &container("pytorch", "busybox")).replace("name: pytest", "name: 1pytest");
         assert_eq!(
             denied(&text),
-            format!(
-                "{PREFIX}metadata.name: Invalid value: \"1pytest\": should match: {DNS1035_MSG}"
-            )
+            format!("{PREFIX}metadata.name: Invalid value: \"1pytest\": should match: {DNS1035_MSG}")
         );
         let text = job("1", "", &container("pytorch", "busybox")).replace("  name: pytest\n", "");
-        assert_eq!(
-            denied(&text),
-            format!("{PREFIX}metadata.name: Required value: name or generateName is required")
-        );
+        assert_eq!(denied(&text), format!("{PREFIX}metadata.name: Required value: name or generateName is required"));
     }
 
     #[test]
     fn bad_quantity_is_invalid() {
-        let c = container("pytorch", "busybox") + "                resources:\n                  limits:\n                    cpu: lots\n";
+        let c = container("pytorch", "busybox")
+            + "                resources:\n                  limits:\n                    cpu: lots\n";
         assert_eq!(
             denied(&job("1", "", &c)),
             format!("{PREFIX}spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources.limits[cpu]: Invalid value: \"lots\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
@@ -694,11 +566,7 @@ mod tests {
 
     #[test]
     fn several_errors_are_joined_as_the_apiserver_does() {
-        let msg = denied(&job(
-            "2",
-            "      restartPolicy: Sometimes\n",
-            &container("pytorch", "busybox"),
-        ));
+        let msg = denied(&job("2", "      restartPolicy: Sometimes\n", &container("pytorch", "busybox")));
         assert_eq!(
             msg,
             format!("{PREFIX}[spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1, spec.pytorchReplicaSpecs[Worker].restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\", \"ExitCode\"]")
@@ -713,7 +581,9 @@ mod tests {
         );
         assert_eq!(
             denied(&text),
-            format!("{PREFIX}spec.pytorchReplicaSpecs.Worker: Required value: must be configured if elastic policy is used")
+            format!(
+                "{PREFIX}spec.pytorchReplicaSpecs.Worker: Required value: must be configured if elastic policy is used"
+            )
         );
         let text = format!(
             "{HEAD}spec:\n  nprocPerNode: \"2\"\n  elasticPolicy:\n    nProcPerNode: 2\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 0\n      template:\n        spec:\n{}",
@@ -733,10 +603,7 @@ mod tests {
         );
         let job = parse_job(&text, "j.yaml").unwrap();
         let m = job.master.as_ref().unwrap();
-        assert_eq!(
-            m.replicas, 1,
-            "replicas default to 1; lowercase key is camel-cased"
-        );
+        assert_eq!(m.replicas, 1, "replicas default to 1; lowercase key is camel-cased");
         assert_eq!(m.restart_policy, RestartPolicy::OnFailure);
         assert_eq!(job.namespace, "default");
         assert_eq!(job.backoff_limit, None);
@@ -750,10 +617,7 @@ mod tests {
             + "                env:\n                  - name: NODE\n                    valueFrom:\n                      fieldRef: {fieldPath: spec.nodeName}\n";
         let e = parse_job(&job("1", "", &c), "j.yaml").unwrap_err();
         assert!(matches!(e, ManifestError::Unsupported { .. }), "{e}");
-        assert!(
-            e.to_string().contains("env[0] (NODE) uses valueFrom"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("env[0] (NODE) uses valueFrom"), "{e}");
 
         let c = "            containers:\n              - name: pytorch\n                image: busybox\n";
         let e = parse_job(&job("1", "", c), "j.yaml").unwrap_err();
@@ -762,8 +626,7 @@ mod tests {
 
     #[test]
     fn too_many_replicas_are_unsupported() {
-        let text = job("1", "", &container("pytorch", "busybox"))
-            .replace("replicas: 3", "replicas: 100000");
+        let text = job("1", "", &container("pytorch", "busybox")).replace("replicas: 3", "replicas: 100000");
         let e = parse_job(&text, "j.yaml").unwrap_err();
         assert!(e.to_string().contains("at most 256"), "{e}");
     }
@@ -776,10 +639,6 @@ mod tests {
         let w = job.worker.as_ref().unwrap();
         assert_eq!(w.resources.get("cpu"), 1000);
         assert_eq!(w.resources.get("memory"), 1024 * 1024 * 1024 * 1000);
-        assert_eq!(
-            job.total_resources().get("cpu"),
-            3000,
-            "the master asks nothing"
-        );
+        assert_eq!(job.total_resources().get("cpu"), 3000, "the master asks nothing");
     }
 }

@@ -23,9 +23,7 @@ use std::time::Duration;
 
 use super::job::{ExitStatus, PyTorchJob, ReplicaId, ReplicaType, RestartPolicy};
 use super::quantity::{format_quantity, QueueCapability};
-use super::rows::{
-    Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent,
-};
+use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
 
 /// Exit codes the ExitCode policy treats as retryable (training operator `train_util.go`).
 const RETRYABLE_EXIT_CODES: [i32; 4] = [130, 137, 138, 143];
@@ -248,14 +246,10 @@ impl Pod {
         }
         match (self.container, self.launcher) {
             (Container::Running, _) => PodStatus::Running,
-            (Container::Terminated(e), _) | (Container::Waiting, Launcher::Exited(e))
-                if e.success() =>
-            {
+            (Container::Terminated(e), _) | (Container::Waiting, Launcher::Exited(e)) if e.success() => {
                 PodStatus::Completed
             }
-            (Container::Terminated(_), _) | (Container::Waiting, Launcher::Exited(_)) => {
-                PodStatus::Error
-            }
+            (Container::Terminated(_), _) | (Container::Waiting, Launcher::Exited(_)) => PodStatus::Error,
             (Container::BackOff(_), _) => PodStatus::CrashLoopBackOff,
             (Container::Waiting, Launcher::Alive) => PodStatus::ContainerCreating,
             (Container::Waiting, Launcher::NotStarted | Launcher::Requested) => PodStatus::Pending,
@@ -338,11 +332,7 @@ impl Controller {
 
     /// Pods whose launcher was asked to start and has not been reported exited.
     pub fn live_launchers(&self) -> Vec<ReplicaId> {
-        self.pods
-            .iter()
-            .filter(|p| p.launcher_live())
-            .map(|p| p.id)
-            .collect()
+        self.pods.iter().filter(|p| p.launcher_live()).map(|p| p.id).collect()
     }
 
     /// The outcome is decided and no launcher is left: the driver may exit.
@@ -369,12 +359,7 @@ impl Controller {
                 rows.push(self.podgroup_row(now));
             }
         }
-        rows.extend(
-            self.pods
-                .iter()
-                .filter(|p| !p.gone)
-                .map(|p| Row::Pod(p.row(now, &self.config.node))),
-        );
+        rows.extend(self.pods.iter().filter(|p| !p.gone).map(|p| Row::Pod(p.row(now, &self.config.node))));
         rows
     }
 
@@ -409,12 +394,7 @@ impl Controller {
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::ChildExited {
-                pod,
-                exit,
-                will_restart,
-                restart_count,
-            } => {
+            Event::ChildExited { pod, exit, will_restart, restart_count } => {
                 if let Some(i) = self.live_pod(pod) {
                     let p = &mut self.pods[i];
                     p.container = Container::Terminated(exit);
@@ -423,8 +403,8 @@ impl Controller {
                     p.latest_exit_failed = !exit.success();
                     // Under ExitCode a retryable end is decided by the launcher's exit (the
                     // operator recreates the pod), not by the child's.
-                    let retryable = p.restart_policy == RestartPolicy::ExitCode
-                        && RETRYABLE_EXIT_CODES.contains(&exit.code());
+                    let retryable =
+                        p.restart_policy == RestartPolicy::ExitCode && RETRYABLE_EXIT_CODES.contains(&exit.code());
                     if !p.deleting {
                         p.phase = match (will_restart, exit.success()) {
                             (true, _) => Phase::Running,
@@ -437,9 +417,7 @@ impl Controller {
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::LauncherExited { pod, status } => {
-                self.launcher_exited(pod, status, now, &mut step)
-            }
+            Event::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
             Event::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
             Event::Tick => self.tick(now, &mut step),
         }
@@ -462,24 +440,15 @@ impl Controller {
         self.sync_job(now, WatchEvent::Modified, step);
         self.sync_podgroup_as(now, WatchEvent::Added, step);
         for id in self.job.replicas() {
-            let policy = self
-                .job
-                .spec(id.rtype)
-                .map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
-            self.pods
-                .push(Pod::new(id, self.job.pod_name(id), policy, now));
+            let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
+            self.pods.push(Pod::new(id, self.job.pod_name(id), policy, now));
             let i = self.pods.len() - 1;
             self.sync_pod_as(i, now, WatchEvent::Added, step);
         }
         self.podgroup_status = Some(PodGroupPhase::Inqueue);
         self.sync_podgroup(now, step);
         let demand = self.job.total_resources();
-        if let Some((resource, cap, need)) = self
-            .config
-            .capability
-            .as_ref()
-            .and_then(|c| c.shortfall(&demand))
-        {
+        if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
             step.actions.push(Action::Unschedulable {
                 message: format!(
                     "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
@@ -511,13 +480,7 @@ impl Controller {
         step.actions.push(Action::StartLauncher { pod: id });
     }
 
-    fn launcher_exited(
-        &mut self,
-        pod: ReplicaId,
-        status: ExitStatus,
-        now: Duration,
-        step: &mut Step,
-    ) {
+    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitStatus, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
         let p = &mut self.pods[i];
@@ -540,14 +503,9 @@ impl Controller {
             return;
         }
         if !matches!(p.phase, Phase::Succeeded | Phase::Failed) {
-            p.phase = if status.success() {
-                Phase::Succeeded
-            } else {
-                Phase::Failed
-            };
+            p.phase = if status.success() { Phase::Succeeded } else { Phase::Failed };
         }
-        let retryable = p.restart_policy == RestartPolicy::ExitCode
-            && RETRYABLE_EXIT_CODES.contains(&status.code());
+        let retryable = p.restart_policy == RestartPolicy::ExitCode && RETRYABLE_EXIT_CODES.contains(&status.code());
         if p.phase == Phase::Failed && retryable && !finished {
             // The operator deletes and recreates a pod that failed with a retryable code.
             self.sync_pod(i, now, step);
@@ -586,11 +544,7 @@ impl Controller {
         p.gone = true;
         let row = Row::Pod(p.row(now, &self.config.node));
         p.shown = Some(row.clone());
-        step.changes.push(Change {
-            at: now,
-            event: WatchEvent::Deleted,
-            row,
-        });
+        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row });
     }
 
     /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
@@ -606,12 +560,8 @@ impl Controller {
     fn tick(&mut self, now: Duration, step: &mut Step) {
         for i in 0..self.pods.len() {
             let p = &mut self.pods[i];
-            let due = p
-                .restart_pending_since
-                .is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
-            if let (true, false, false, Container::Terminated(last)) =
-                (due, p.gone, p.deleting, p.container)
-            {
+            let due = p.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
+            if let (true, false, false, Container::Terminated(last)) = (due, p.gone, p.deleting, p.container) {
                 p.container = Container::BackOff(last);
                 p.shift_termination();
                 self.sync_pod(i, now, step);
@@ -638,16 +588,8 @@ impl Controller {
     fn decide(&self) -> (bool, Option<(Outcome, String)>) {
         let name = &self.job.name;
         let has_master = self.job.master.is_some();
-        let of_type = |t: ReplicaType| {
-            self.pods
-                .iter()
-                .filter(move |p| !p.gone && !p.deleting && p.id.rtype == t)
-        };
-        let leader = if has_master {
-            ReplicaType::Master
-        } else {
-            ReplicaType::Worker
-        };
+        let of_type = |t: ReplicaType| self.pods.iter().filter(move |p| !p.gone && !p.deleting && p.id.rtype == t);
+        let leader = if has_master { ReplicaType::Master } else { ReplicaType::Worker };
         let leader_runs = of_type(leader).any(|p| p.container == Container::Running);
 
         let succeeded = if has_master {
@@ -664,25 +606,19 @@ impl Controller {
         for rtype in [ReplicaType::Master, ReplicaType::Worker] {
             let failed = of_type(rtype).filter(|p| p.phase == Phase::Failed).count();
             if failed > 0 {
-                let reason = format!(
-                    "PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed."
-                );
+                let reason = format!("PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed.");
                 return (leader_runs, Some((Outcome::Failed, reason)));
             }
         }
 
-        let master_lives = of_type(ReplicaType::Master)
-            .any(|p| matches!(p.phase, Phase::Pending | Phase::Running));
+        let master_lives = of_type(ReplicaType::Master).any(|p| matches!(p.phase, Phase::Pending | Phase::Running));
         let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
         let worker_count = self.job.worker.as_ref().map_or(0, |w| w.replicas) as usize;
         let all_workers_failed = worker_count > 0
             && workers.len() == worker_count
             && workers.iter().all(|p| {
                 p.latest_exit_failed
-                    && matches!(
-                        p.container,
-                        Container::Terminated(_) | Container::BackOff(_)
-                    )
+                    && matches!(p.container, Container::Terminated(_) | Container::BackOff(_))
                     && p.phase != Phase::Succeeded
             });
         if has_master && master_lives && all_workers_failed {
@@ -696,11 +632,7 @@ impl Controller {
             let restarts: u64 = self
                 .pods
                 .iter()
-                .filter(|p| {
-                    !p.gone
-                        && p.phase == Phase::Running
-                        && p.restart_policy.counts_against_backoff_limit()
-                })
+                .filter(|p| !p.gone && p.phase == Phase::Running && p.restart_policy.counts_against_backoff_limit())
                 .map(|p| u64::from(p.restarts))
                 .sum();
             // The operator: a limit of 0 fails on the first restart, else restarts >= limit.
@@ -721,11 +653,7 @@ impl Controller {
         self.sync_job(now, WatchEvent::Modified, step);
         self.sync_podgroup(now, step);
         self.podgroup_deleted = true;
-        step.changes.push(Change {
-            at: now,
-            event: WatchEvent::Deleted,
-            row: self.podgroup_row(now),
-        });
+        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row: self.podgroup_row(now) });
         if outcome == Outcome::Failed {
             for i in 0..self.pods.len() {
                 let Some(p) = self.pods.get_mut(i) else {
@@ -760,11 +688,7 @@ impl Controller {
             name: self.job.name.clone(),
             status: self.podgroup_status,
             min_member: self.job.total_replicas(),
-            runnings: self
-                .pods
-                .iter()
-                .filter(|p| !p.gone && p.phase == Phase::Running)
-                .count() as u32,
+            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == Phase::Running).count() as u32,
             age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
             queue: self.config.queue.clone(),
         })
@@ -808,20 +732,10 @@ impl Controller {
 }
 
 /// Record `row` as shown and emit it, unless only its clock-driven columns changed.
-fn push_if_changed(
-    shown: &mut Option<Row>,
-    row: Row,
-    now: Duration,
-    event: WatchEvent,
-    step: &mut Step,
-) {
+fn push_if_changed(shown: &mut Option<Row>, row: Row, now: Duration, event: WatchEvent, step: &mut Step) {
     if shown.as_ref().is_some_and(|s| s.same_content(&row)) {
         return;
     }
     *shown = Some(row.clone());
-    step.changes.push(Change {
-        at: now,
-        event,
-        row,
-    });
+    step.changes.push(Change { at: now, event, row });
 }

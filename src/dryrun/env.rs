@@ -33,13 +33,7 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
     }
     let spec = job.spec(replica.rtype)?;
     let mut env: Vec<(String, String)> = Vec::new();
-    for (k, v) in spec
-        .container
-        .env
-        .iter()
-        .cloned()
-        .chain(operator_env(job, replica, master_port))
-    {
+    for (k, v) in spec.container.env.iter().cloned().chain(operator_env(job, replica, master_port)) {
         set(&mut env, k, v);
     }
     Some(LaunchSpec {
@@ -61,20 +55,12 @@ fn set(env: &mut Vec<(String, String)>, key: String, value: String) {
 }
 
 /// The variables the operator appends, in its order (seed 000's `kubectl describe pod` order).
-pub fn operator_env(
-    job: &PyTorchJob,
-    replica: ReplicaId,
-    master_port: u16,
-) -> Vec<(String, String)> {
+pub fn operator_env(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut push = |k: &str, v: String| env.push((k.to_string(), v));
     push("PYTHONUNBUFFERED", "1".to_string());
     // A non-numeric nprocPerNode (auto, cpu, gpu) counts as 1, as the operator's Atoi fallback does.
-    let nproc = job
-        .nproc_per_node
-        .as_deref()
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(1);
+    let nproc = job.nproc_per_node.as_deref().and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
     let world_size = u64::from(job.total_replicas()) * u64::from(nproc);
     if job.master.is_some() {
         push("MASTER_PORT", master_port.to_string());
@@ -95,10 +81,7 @@ pub fn operator_env(
             let port = e.rdzv_port.unwrap_or(master_port);
             push("PET_RDZV_ENDPOINT", format!("{DRY_RUN_MASTER_ADDR}:{port}"));
             push("PET_RDZV_BACKEND", e.rdzv_backend.clone());
-            push(
-                "PET_NNODES",
-                format!("{}:{}", e.min_replicas, e.max_replicas),
-            );
+            push("PET_NNODES", format!("{}:{}", e.min_replicas, e.max_replicas));
             if let Some(r) = e.max_restarts {
                 push("PET_MAX_RESTARTS", r.to_string());
             }
@@ -109,11 +92,7 @@ pub fn operator_env(
                 push("PET_RDZV_ID", id.clone());
             }
             if !e.rdzv_conf.is_empty() {
-                let conf: Vec<String> = e
-                    .rdzv_conf
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
+                let conf: Vec<String> = e.rdzv_conf.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 push("PET_RDZV_CONF", conf.join(","));
             }
             if e.standalone {
@@ -130,9 +109,7 @@ mod tests {
     use super::*;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     const JOB: &str = include_str!("../../examples/pytorchjob.yaml");
@@ -201,23 +178,14 @@ mod tests {
         let launch = launch_spec(&job, ReplicaId::MASTER, 40000).unwrap();
         assert_eq!(launch.command, vec!["sh", "-c", "sleep 3", "extra"]);
         assert_eq!(launch.env[0], ("LR".to_string(), "0.1".to_string()));
-        assert_eq!(
-            launch.env[1],
-            ("RANK".to_string(), "0".to_string()),
-            "the operator's RANK wins"
-        );
-        assert!(launch
-            .env
-            .contains(&("MASTER_PORT".to_string(), "40000".to_string())));
+        assert_eq!(launch.env[1], ("RANK".to_string(), "0".to_string()), "the operator's RANK wins");
+        assert!(launch.env.contains(&("MASTER_PORT".to_string(), "40000".to_string())));
         assert_eq!(launch.env.iter().filter(|(k, _)| k == "RANK").count(), 1);
     }
 
     #[test]
     fn nproc_per_node_multiplies_world_size() {
-        let text = JOB.replace(
-            "spec:\n  runPolicy:",
-            "spec:\n  nprocPerNode: \"2\"\n  runPolicy:",
-        );
+        let text = JOB.replace("spec:\n  runPolicy:", "spec:\n  nprocPerNode: \"2\"\n  runPolicy:");
         let job = parse_job(&text, "j.yaml").unwrap();
         let env = operator_env(&job, ReplicaId::worker(1), 23456);
         assert!(env.contains(&("WORLD_SIZE".to_string(), "8".to_string())));
@@ -242,10 +210,7 @@ mod tests {
         assert_eq!(get("PET_MAX_RESTARTS"), Some("5"));
         assert_eq!(get("PET_STANDALONE"), Some(""));
 
-        let text = JOB.replace(
-            "spec:\n  runPolicy:",
-            "spec:\n  elasticPolicy: {}\n  runPolicy:",
-        );
+        let text = JOB.replace("spec:\n  runPolicy:", "spec:\n  elasticPolicy: {}\n  runPolicy:");
         let job = parse_job(&text, "j.yaml").unwrap();
         let env = operator_env(&job, ReplicaId::worker(0), 23456);
         assert!(

@@ -52,16 +52,9 @@ pub struct InjectionError {
 
 /// Parse a spec and check its replica exists in `job`.
 pub fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, InjectionError> {
-    let err = |reason: String| InjectionError {
-        spec: spec.to_string(),
-        reason,
-    };
-    let (verb, rest) = spec
-        .split_once(':')
-        .ok_or_else(|| err(format!("no ':' after the fault kind: {EXPECTED}")))?;
-    let (target, when) = rest
-        .split_once('@')
-        .ok_or_else(|| err(format!("no '@TIME': {EXPECTED}")))?;
+    let err = |reason: String| InjectionError { spec: spec.to_string(), reason };
+    let (verb, rest) = spec.split_once(':').ok_or_else(|| err(format!("no ':' after the fault kind: {EXPECTED}")))?;
+    let (target, when) = rest.split_once('@').ok_or_else(|| err(format!("no '@TIME': {EXPECTED}")))?;
     let (time, label) = match when.split_once('=') {
         Some((t, l)) => (t, Some(l)),
         None => (when, None),
@@ -75,18 +68,14 @@ pub fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, Inject
             return Err(err(format!("{verb} takes no '=VALUE': {EXPECTED}")));
         }
         ("label", None) | ("label", Some("")) => {
-            return Err(err(format!("label needs '=VALUE' (e.g. label:worker-2@3s=UnschedulablePendingReboot): {EXPECTED}")));
+            return Err(err(format!(
+                "label needs '=VALUE' (e.g. label:worker-2@3s=UnschedulablePendingReboot): {EXPECTED}"
+            )));
         }
         ("label", Some(l)) => match l.split_once('=') {
-            Some((key, value)) if !key.is_empty() => Fault::Label {
-                key: key.to_string(),
-                value: value.to_string(),
-            },
+            Some((key, value)) if !key.is_empty() => Fault::Label { key: key.to_string(), value: value.to_string() },
             Some(_) => return Err(err(format!("empty label key: {EXPECTED}"))),
-            None => Fault::Label {
-                key: DEFAULT_LABEL_KEY.to_string(),
-                value: l.to_string(),
-            },
+            None => Fault::Label { key: DEFAULT_LABEL_KEY.to_string(), value: l.to_string() },
         },
         (other, _) => return Err(err(format!("unknown fault kind {other:?}: {EXPECTED}"))),
     };
@@ -95,10 +84,7 @@ pub fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, Inject
 
 /// Read `master-0`, `worker-1` (or the full pod name `<job>-worker-1`) and check the job has it.
 fn parse_replica(target: &str, job: &PyTorchJob) -> Result<ReplicaId, String> {
-    let short = target
-        .strip_prefix(job.name.as_str())
-        .and_then(|s| s.strip_prefix('-'))
-        .unwrap_or(target);
+    let short = target.strip_prefix(job.name.as_str()).and_then(|s| s.strip_prefix('-')).unwrap_or(target);
     let parsed = short.rsplit_once('-').and_then(|(kind, index)| {
         let rtype = match kind {
             "master" => ReplicaType::Master,
@@ -108,15 +94,10 @@ fn parse_replica(target: &str, job: &PyTorchJob) -> Result<ReplicaId, String> {
         let index = index.parse::<u32>().ok()?;
         Some(ReplicaId { rtype, index })
     });
-    let id = parsed.ok_or_else(|| {
-        format!("replica {target:?} is not of the form master-0 or worker-N: {EXPECTED}")
-    })?;
+    let id = parsed.ok_or_else(|| format!("replica {target:?} is not of the form master-0 or worker-N: {EXPECTED}"))?;
     if !job.contains(id) {
         let known: Vec<String> = job.replicas().iter().map(|r| r.to_string()).collect();
-        return Err(format!(
-            "the job has no replica {id}: its replicas are {}",
-            known.join(", ")
-        ));
+        return Err(format!("the job has no replica {id}: its replicas are {}", known.join(", ")));
     }
     Ok(id)
 }
@@ -127,11 +108,7 @@ mod tests {
     use super::*;
 
     fn job() -> PyTorchJob {
-        parse_job(
-            include_str!("../../examples/pytorchjob.yaml"),
-            "pytorchjob.yaml",
-        )
-        .unwrap()
+        parse_job(include_str!("../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
     }
 
     #[test]
@@ -139,49 +116,27 @@ mod tests {
         let j = job();
         assert_eq!(
             parse_injection("fail:worker-1@5s", &j),
-            Ok(Injection {
-                at: Duration::from_secs(5),
-                replica: ReplicaId::worker(1),
-                fault: Fault::Fail
-            })
+            Ok(Injection { at: Duration::from_secs(5), replica: ReplicaId::worker(1), fault: Fault::Fail })
         );
         assert_eq!(
             parse_injection("delete:master-0@10s", &j),
-            Ok(Injection {
-                at: Duration::from_secs(10),
-                replica: ReplicaId::MASTER,
-                fault: Fault::Delete
-            })
+            Ok(Injection { at: Duration::from_secs(10), replica: ReplicaId::MASTER, fault: Fault::Delete })
         );
         assert_eq!(
             parse_injection("label:worker-2@3s=UnschedulablePendingReboot", &j),
             Ok(Injection {
                 at: Duration::from_secs(3),
                 replica: ReplicaId::worker(2),
-                fault: Fault::Label {
-                    key: DEFAULT_LABEL_KEY.into(),
-                    value: "UnschedulablePendingReboot".into()
-                }
+                fault: Fault::Label { key: DEFAULT_LABEL_KEY.into(), value: "UnschedulablePendingReboot".into() }
             })
         );
         assert_eq!(
-            parse_injection(
-                "label:worker-0@500ms=sagemaker.amazonaws.com/deep-health-check-status=Failed",
-                &j
-            )
-            .unwrap()
-            .fault,
-            Fault::Label {
-                key: "sagemaker.amazonaws.com/deep-health-check-status".into(),
-                value: "Failed".into()
-            }
-        );
-        assert_eq!(
-            parse_injection("fail:pytest-worker-2@1s", &j)
+            parse_injection("label:worker-0@500ms=sagemaker.amazonaws.com/deep-health-check-status=Failed", &j)
                 .unwrap()
-                .replica,
-            ReplicaId::worker(2)
+                .fault,
+            Fault::Label { key: "sagemaker.amazonaws.com/deep-health-check-status".into(), value: "Failed".into() }
         );
+        assert_eq!(parse_injection("fail:pytest-worker-2@1s", &j).unwrap().replica, ReplicaId::worker(2));
     }
 
     #[test]
@@ -196,7 +151,10 @@ mod tests {
             ("label:worker-1@5s", "label needs '=VALUE'"),
             ("label:worker-1@5s==x", "empty label key"),
             ("fail:chief-0@5s", "not of the form master-0 or worker-N"),
-            ("fail:worker-3@5s", "the job has no replica worker-3: its replicas are master-0, worker-0, worker-1, worker-2"),
+            (
+                "fail:worker-3@5s",
+                "the job has no replica worker-3: its replicas are master-0, worker-0, worker-1, worker-2",
+            ),
             ("delete:master-1@5s", "the job has no replica master-1"),
         ] {
             let e = parse_injection(spec, &j).unwrap_err();

@@ -59,17 +59,11 @@ pub struct ReplicaId {
 
 impl ReplicaId {
     /// The master, `master-0`.
-    pub const MASTER: ReplicaId = ReplicaId {
-        rtype: ReplicaType::Master,
-        index: 0,
-    };
+    pub const MASTER: ReplicaId = ReplicaId { rtype: ReplicaType::Master, index: 0 };
 
     /// Worker `index`.
     pub fn worker(index: u32) -> Self {
-        Self {
-            rtype: ReplicaType::Worker,
-            index,
-        }
+        Self { rtype: ReplicaType::Worker, index }
     }
 }
 
@@ -94,8 +88,7 @@ pub enum RestartPolicy {
 
 impl RestartPolicy {
     /// Every policy, in the order the error messages list them.
-    pub const ALL: [RestartPolicy; 4] =
-        [Self::Always, Self::OnFailure, Self::Never, Self::ExitCode];
+    pub const ALL: [RestartPolicy; 4] = [Self::Always, Self::OnFailure, Self::Never, Self::ExitCode];
 
     /// The manifest's (and the launcher flag's) spelling.
     pub fn as_str(self) -> &'static str {
@@ -239,12 +232,7 @@ impl PyTorchJob {
         [ReplicaType::Master, ReplicaType::Worker]
             .into_iter()
             .filter_map(|t| self.spec(t))
-            .flat_map(|s| {
-                (0..s.replicas).map(move |index| ReplicaId {
-                    rtype: s.rtype,
-                    index,
-                })
-            })
+            .flat_map(|s| (0..s.replicas).map(move |index| ReplicaId { rtype: s.rtype, index }))
             .collect()
     }
 
@@ -255,11 +243,7 @@ impl PyTorchJob {
 
     /// The sum of all replicas: the PodGroup's minMember and the default PET_NNODES.
     pub fn total_replicas(&self) -> u32 {
-        self.master
-            .iter()
-            .chain(self.worker.iter())
-            .map(|s| s.replicas)
-            .sum()
+        self.master.iter().chain(self.worker.iter()).map(|s| s.replicas).sum()
     }
 
     /// The pod's name, `<job>-master-0`, `<job>-worker-<i>`.
@@ -278,10 +262,7 @@ impl PyTorchJob {
 
     /// The master's `pytorchjob-port`, else the operator's default 23456.
     pub fn master_port(&self) -> u16 {
-        self.master
-            .as_ref()
-            .and_then(|s| s.container.port)
-            .unwrap_or(DEFAULT_MASTER_PORT)
+        self.master.as_ref().and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
     }
 
     /// What the whole job asks of the queue: the sum over every pod.

@@ -68,10 +68,8 @@ pub enum ManifestError {
 
 /// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
 pub fn load_job(path: &Path) -> Result<PyTorchJob, ManifestError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ManifestError::Read { path: path.display().to_string(), source })?;
     parse_job(&text, &path.display().to_string())
 }
 
@@ -81,11 +79,7 @@ pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestEr
     let api_version = raw.api_version.clone().unwrap_or_default();
     let kind = raw.kind.clone().unwrap_or_default();
     if api_version != API_VERSION || kind != KIND {
-        return Err(ManifestError::WrongKind {
-            source_name: source_name.to_string(),
-            api_version,
-            kind,
-        });
+        return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind });
     }
     admit(&raw, source_name)
 }
@@ -100,18 +94,12 @@ fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
     };
     if text.trim_start().starts_with('{') {
         return serde_json::from_str(text).map_err(|e| {
-            let message = strip_position(
-                &e.to_string(),
-                &format!(" at line {} column {}", e.line(), e.column()),
-            );
+            let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
             syntax(e.line(), e.column(), message)
         });
     }
     serde_yaml_ng::from_str(text).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map(|l| (l.line(), l.column()))
-            .unwrap_or((1, 1));
+        let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
         let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
         syntax(line, column, message)
     })
@@ -150,9 +138,7 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar::Int(v))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
-                i64::try_from(v)
-                    .map(Scalar::Int)
-                    .or(Ok(Scalar::Str(v.to_string())))
+                i64::try_from(v).map(Scalar::Int).or(Ok(Scalar::Str(v.to_string())))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
                 Ok(Scalar::Float(v))
@@ -401,22 +387,11 @@ spec:
         assert_eq!(job.backoff_limit, Some(3));
         assert_eq!(job.total_replicas(), 4);
         let names: Vec<String> = job.replicas().iter().map(|r| job.pod_name(*r)).collect();
-        assert_eq!(
-            names,
-            [
-                "pytest-master-0",
-                "pytest-worker-0",
-                "pytest-worker-1",
-                "pytest-worker-2"
-            ]
-        );
+        assert_eq!(names, ["pytest-master-0", "pytest-worker-0", "pytest-worker-1", "pytest-worker-2"]);
         let master = job.master.as_ref().unwrap();
         assert_eq!(master.replicas, 1);
         assert_eq!(master.restart_policy, RestartPolicy::OnFailure);
-        assert_eq!(
-            master.container.command,
-            ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
-        );
+        assert_eq!(master.container.command, ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]);
         assert_eq!(master.resources.get("cpu"), 1000);
         assert_eq!(master.resources.get("memory"), 100 * 1024 * 1024 * 1000);
         assert_eq!(job.worker.as_ref().unwrap().replicas, 3);
@@ -429,46 +404,24 @@ spec:
     fn json_manifest_parses_like_yaml() {
         let yaml = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         let value: serde_json::Value = serde_yaml_ng::from_str(SEED_MANIFEST).unwrap();
-        let json = parse_job(
-            &serde_json::to_string_pretty(&value).unwrap(),
-            "pytorchjob.json",
-        )
-        .unwrap();
+        let json = parse_job(&serde_json::to_string_pretty(&value).unwrap(), "pytorchjob.json").unwrap();
         assert_eq!(json, yaml);
     }
 
     #[test]
     fn every_example_is_admitted() {
         for (name, text) in [
-            (
-                "pytorchjob.yaml",
-                include_str!("../../examples/pytorchjob.yaml"),
-            ),
-            (
-                "pytorchjob-worker-fails.yaml",
-                include_str!("../../examples/pytorchjob-worker-fails.yaml"),
-            ),
-            (
-                "pytorchjob-all-workers-fail.yaml",
-                include_str!("../../examples/pytorchjob-all-workers-fail.yaml"),
-            ),
-            (
-                "pytorchjob-master-fails.yaml",
-                include_str!("../../examples/pytorchjob-master-fails.yaml"),
-            ),
-            (
-                "pytorchjob-gang.yaml",
-                include_str!("../../examples/pytorchjob-gang.yaml"),
-            ),
+            ("pytorchjob.yaml", include_str!("../../examples/pytorchjob.yaml")),
+            ("pytorchjob-worker-fails.yaml", include_str!("../../examples/pytorchjob-worker-fails.yaml")),
+            ("pytorchjob-all-workers-fail.yaml", include_str!("../../examples/pytorchjob-all-workers-fail.yaml")),
+            ("pytorchjob-master-fails.yaml", include_str!("../../examples/pytorchjob-master-fails.yaml")),
+            ("pytorchjob-gang.yaml", include_str!("../../examples/pytorchjob-gang.yaml")),
         ] {
             let job = parse_job(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(job.total_replicas(), 4, "{name}");
             for spec in [&job.master, &job.worker] {
                 let command = &spec.as_ref().unwrap().container.command;
-                assert!(
-                    !command.join(" ").contains("trap"),
-                    "{name}: rankvisor makes the trap unnecessary"
-                );
+                assert!(!command.join(" ").contains("trap"), "{name}: rankvisor makes the trap unnecessary");
             }
         }
     }
@@ -477,38 +430,19 @@ spec:
     fn yaml_syntax_error_names_line_and_column() {
         let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n   namespace: default\n";
         let e = parse_job(text, "job.yaml").unwrap_err();
-        let ManifestError::Syntax {
-            line,
-            column,
-            message,
-            ..
-        } = &e
-        else {
+        let ManifestError::Syntax { line, column, message, .. } = &e else {
             panic!("{e}");
         };
         assert_eq!((*line, *column), (5, 13), "{e}");
-        assert!(
-            !message.contains("at line 5 column 13"),
-            "position given once: {e}"
-        );
-        assert!(
-            e.to_string()
-                .starts_with("error parsing job.yaml: line 5, column 13: "),
-            "{e}"
-        );
+        assert!(!message.contains("at line 5 column 13"), "position given once: {e}");
+        assert!(e.to_string().starts_with("error parsing job.yaml: line 5, column 13: "), "{e}");
     }
 
     #[test]
     fn yaml_type_error_names_field_line_and_column() {
         let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: [1]\n";
         let e = parse_job(text, "job.yaml").unwrap_err();
-        let ManifestError::Syntax {
-            line,
-            column,
-            message,
-            ..
-        } = &e
-        else {
+        let ManifestError::Syntax { line, column, message, .. } = &e else {
             panic!("{e}");
         };
         assert_eq!(*line, 8, "{e}");
@@ -559,10 +493,6 @@ spec:
     #[test]
     fn missing_file_names_the_path() {
         let e = load_job(Path::new("/nonexistent/job.yaml")).unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("cannot read manifest /nonexistent/job.yaml: "),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("cannot read manifest /nonexistent/job.yaml: "), "{e}");
     }
 }

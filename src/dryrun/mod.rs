@@ -25,16 +25,10 @@ pub use controller::{Action, Controller, ControllerConfig, Event, Outcome, Step}
 pub use env::{launch_spec, operator_env, LaunchSpec, DRY_RUN_MASTER_ADDR};
 pub use injection::{parse_injection, Fault, Injection, InjectionError, DEFAULT_LABEL_KEY};
 pub use job::{
-    Container, ElasticPolicy, ExitStatus, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType,
-    RestartPolicy, DEFAULT_CONTAINER_NAME, DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,
+    Container, ElasticPolicy, ExitStatus, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, RestartPolicy,
+    DEFAULT_CONTAINER_NAME, DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,
 };
 pub use manifest::{load_job, parse_job, ManifestError, API_VERSION, KIND};
-pub use quantity::{
-    format_quantity, parse_quantity, CapabilityError, QuantityError, QueueCapability, Resources,
-};
-pub use render::{
-    kube_age, qualified_name, render_json, TextRenderer, WatchKinds, WatchKindsError,
-};
-pub use rows::{
-    Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent,
-};
+pub use quantity::{format_quantity, parse_quantity, CapabilityError, QuantityError, QueueCapability, Resources};
+pub use render::{kube_age, qualified_name, render_json, TextRenderer, WatchKinds, WatchKindsError};
+pub use rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};

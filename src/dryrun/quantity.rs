@@ -20,14 +20,9 @@ pub struct QuantityError {
 /// Parse a quantity into thousandths of its unit (millicores for cpu, millibytes for memory),
 /// rounding up as Kubernetes does for values finer than a milli-unit.
 pub fn parse_quantity(text: &str) -> Result<u128, QuantityError> {
-    let err = |reason: &str| QuantityError {
-        value: text.to_string(),
-        reason: reason.to_string(),
-    };
+    let err = |reason: &str| QuantityError { value: text.to_string(), reason: reason.to_string() };
     let t = text.trim();
-    let number_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(t.len());
+    let number_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(t.len());
     let (number, suffix) = t.split_at(number_end);
     let number = number.strip_prefix('+').unwrap_or(number);
     if number.starts_with('-') {
@@ -35,35 +30,24 @@ pub fn parse_quantity(text: &str) -> Result<u128, QuantityError> {
     }
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     let digits_ok = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if (int_part.is_empty() && frac_part.is_empty())
-        || !digits_ok(int_part)
-        || !digits_ok(frac_part)
-    {
-        return Err(err(&format!(
-            "quantities must match the regular expression '{QUANTITY_PATTERN}'"
-        )));
+    if (int_part.is_empty() && frac_part.is_empty()) || !digits_ok(int_part) || !digits_ok(frac_part) {
+        return Err(err(&format!("quantities must match the regular expression '{QUANTITY_PATTERN}'")));
     }
-    let (num, den) = suffix_scale(suffix)
-        .ok_or_else(|| err(&format!("unknown suffix {suffix:?}: expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3")))?;
+    let (num, den) = suffix_scale(suffix).ok_or_else(|| {
+        err(&format!(
+            "unknown suffix {suffix:?}: expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or an exponent like e3"
+        ))
+    })?;
     let too_large = || err("too large");
     let mantissa_digits = format!("{int_part}{frac_part}");
     let mantissa_digits = mantissa_digits.trim_start_matches('0');
     if mantissa_digits.len() > 30 {
         return Err(too_large());
     }
-    let mantissa: u128 = if mantissa_digits.is_empty() {
-        0
-    } else {
-        mantissa_digits.parse().map_err(|_| too_large())?
-    };
-    let frac_scale = u32::try_from(frac_part.len())
-        .ok()
-        .and_then(|n| 10u128.checked_pow(n))
-        .ok_or_else(too_large)?;
-    let numerator = mantissa
-        .checked_mul(1000)
-        .and_then(|v| v.checked_mul(num))
-        .ok_or_else(too_large)?;
+    let mantissa: u128 =
+        if mantissa_digits.is_empty() { 0 } else { mantissa_digits.parse().map_err(|_| too_large())? };
+    let frac_scale = u32::try_from(frac_part.len()).ok().and_then(|n| 10u128.checked_pow(n)).ok_or_else(too_large)?;
+    let numerator = mantissa.checked_mul(1000).and_then(|v| v.checked_mul(num)).ok_or_else(too_large)?;
     let denominator = frac_scale.checked_mul(den).ok_or_else(too_large)?;
     Ok(numerator.div_ceil(denominator))
 }
@@ -107,21 +91,12 @@ fn suffix_scale(suffix: &str) -> Option<(u128, u128)> {
 /// `100Mi`/`1Gi`/bytes.
 pub fn format_quantity(resource: &str, milli: u128) -> String {
     if resource == "cpu" || milli % 1000 != 0 {
-        return if milli % 1000 == 0 {
-            format!("{}", milli / 1000)
-        } else {
-            format!("{milli}m")
-        };
+        return if milli % 1000 == 0 { format!("{}", milli / 1000) } else { format!("{milli}m") };
     }
     let units = milli / 1000;
-    for (suffix, scale) in [
-        ("Ei", 1u128 << 60),
-        ("Pi", 1 << 50),
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ] {
+    for (suffix, scale) in
+        [("Ei", 1u128 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
+    {
         if units >= scale && units % scale == 0 {
             return format!("{}{suffix}", units / scale);
         }
@@ -150,11 +125,8 @@ impl Resources {
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self
-            .0
-            .iter()
-            .map(|(name, amount)| format!("{name}={}", format_quantity(name, *amount)))
-            .collect();
+        let parts: Vec<String> =
+            self.0.iter().map(|(name, amount)| format!("{name}={}", format_quantity(name, *amount))).collect();
         f.write_str(&parts.join(","))
     }
 }
@@ -180,19 +152,11 @@ impl QueueCapability {
     pub fn parse(spec: &str) -> Result<Self, CapabilityError> {
         let mut out = Resources::default();
         for part in spec.split(',') {
-            let err = |reason: String| CapabilityError {
-                spec: spec.to_string(),
-                part: part.to_string(),
-                reason,
-            };
-            let (name, value) = part
-                .split_once('=')
-                .ok_or_else(|| err("expected NAME=QUANTITY".to_string()))?;
+            let err = |reason: String| CapabilityError { spec: spec.to_string(), part: part.to_string(), reason };
+            let (name, value) = part.split_once('=').ok_or_else(|| err("expected NAME=QUANTITY".to_string()))?;
             let name = name.trim();
             let valid_name = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'));
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'));
             if !valid_name {
                 return Err(err(format!("invalid resource name {name:?}")));
             }
@@ -234,11 +198,7 @@ mod tests {
         assert_eq!(parse_quantity("1.5"), Ok(1500));
         assert_eq!(parse_quantity(".25"), Ok(250));
         assert_eq!(parse_quantity("+1"), Ok(1000));
-        assert_eq!(
-            parse_quantity("1u"),
-            Ok(1),
-            "finer than a milli-unit rounds up"
-        );
+        assert_eq!(parse_quantity("1u"), Ok(1), "finer than a milli-unit rounds up");
     }
 
     #[test]
@@ -254,31 +214,13 @@ mod tests {
 
     #[test]
     fn bad_quantities_name_the_value() {
-        for bad in [
-            "",
-            "abc",
-            "1x",
-            "-1",
-            "1..2",
-            "Mi",
-            "1e99",
-            "99999999999999999999999999999999Ei",
-        ] {
+        for bad in ["", "abc", "1x", "-1", "1..2", "Mi", "1e99", "99999999999999999999999999999999Ei"] {
             let e = parse_quantity(bad).unwrap_err();
             assert_eq!(e.value, bad);
         }
-        assert!(parse_quantity("-1")
-            .unwrap_err()
-            .to_string()
-            .contains("negative"));
-        assert!(parse_quantity("abc")
-            .unwrap_err()
-            .to_string()
-            .contains(QUANTITY_PATTERN));
-        assert!(parse_quantity("1x")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown suffix \"x\""));
+        assert!(parse_quantity("-1").unwrap_err().to_string().contains("negative"));
+        assert!(parse_quantity("abc").unwrap_err().to_string().contains(QUANTITY_PATTERN));
+        assert!(parse_quantity("1x").unwrap_err().to_string().contains("unknown suffix \"x\""));
     }
 
     #[test]
@@ -295,26 +237,14 @@ mod tests {
         let cap = QueueCapability::parse("cpu=2,memory=1Gi").unwrap();
         assert_eq!(cap.0.get("cpu"), 2000);
         assert_eq!(cap.to_string(), "cpu=2,memory=1Gi");
-        assert_eq!(
-            QueueCapability::parse("cpu=500m").unwrap().0.get("cpu"),
-            500
-        );
-        assert_eq!(
-            QueueCapability::parse("memory=1000")
-                .unwrap()
-                .0
-                .get("memory"),
-            1_000_000
-        );
+        assert_eq!(QueueCapability::parse("cpu=500m").unwrap().0.get("cpu"), 500);
+        assert_eq!(QueueCapability::parse("memory=1000").unwrap().0.get("memory"), 1_000_000);
 
         let e = QueueCapability::parse("cpu=2,memory=lots").unwrap_err();
         assert_eq!(e.part, "memory=lots");
         assert!(e.to_string().contains("expected cpu=N,memory=M"), "{e}");
         assert_eq!(QueueCapability::parse("cpu").unwrap_err().part, "cpu");
-        assert_eq!(
-            QueueCapability::parse("cpu=1,cpu=2").unwrap_err().part,
-            "cpu=2"
-        );
+        assert_eq!(QueueCapability::parse("cpu=1,cpu=2").unwrap_err().part, "cpu=2");
         assert_eq!(QueueCapability::parse("=1").unwrap_err().part, "=1");
         assert_eq!(QueueCapability::parse("").unwrap_err().part, "");
     }

@@ -41,9 +41,7 @@ impl WatchKinds {
             "job" | "jobs" | "pytorchjob" | "pytorchjobs" => Ok(Self::Job),
             "podgroup" | "podgroups" | "pg" => Ok(Self::PodGroup),
             "pod" | "pods" | "po" => Ok(Self::Pods),
-            _ => Err(WatchKindsError {
-                value: value.to_string(),
-            }),
+            _ => Err(WatchKindsError { value: value.to_string() }),
         }
     }
 
@@ -51,10 +49,7 @@ impl WatchKinds {
     pub fn includes(self, row: &Row) -> bool {
         matches!(
             (self, row),
-            (Self::All, _)
-                | (Self::Job, Row::Job(_))
-                | (Self::PodGroup, Row::PodGroup(_))
-                | (Self::Pods, Row::Pod(_))
+            (Self::All, _) | (Self::Job, Row::Job(_)) | (Self::PodGroup, Row::PodGroup(_)) | (Self::Pods, Row::Pod(_))
         )
     }
 }
@@ -118,23 +113,12 @@ fn restarts_cell(restarts: u32, ago: Option<Duration>) -> String {
 /// The row's cells, in column order, with `name` as the first.
 fn cells(row: &Row, name: String) -> Vec<String> {
     match row {
-        Row::Job(j) => vec![
-            name,
-            j.state.map(JobState::as_str).unwrap_or("").to_string(),
-            kube_age(j.age),
-        ],
+        Row::Job(j) => vec![name, j.state.map(JobState::as_str).unwrap_or("").to_string(), kube_age(j.age)],
         Row::PodGroup(g) => vec![
             name,
-            g.status
-                .map(PodGroupPhase::as_str)
-                .unwrap_or("")
-                .to_string(),
+            g.status.map(PodGroupPhase::as_str).unwrap_or("").to_string(),
             g.min_member.to_string(),
-            if g.runnings == 0 {
-                String::new()
-            } else {
-                g.runnings.to_string()
-            },
+            if g.runnings == 0 { String::new() } else { g.runnings.to_string() },
             kube_age(g.age),
             g.queue.clone(),
         ],
@@ -166,10 +150,7 @@ fn line(cells: &[String], widths: &[usize]) -> String {
 
 /// Column widths from the widest content each column can hold.
 fn widths(longest: &[usize]) -> Vec<usize> {
-    longest
-        .iter()
-        .map(|n| (n + PADDING).max(MIN_CELL))
-        .collect()
+    longest.iter().map(|n| (n + PADDING).max(MIN_CELL)).collect()
 }
 
 /// Turns changes into watch lines; stateful only to print each kind's header once.
@@ -193,34 +174,14 @@ impl TextRenderer {
         let prefix = |p: &str| if qualified { p.len() } else { 0 };
         let job_name = job.name.len() + prefix("pytorchjob.kubeflow.org/");
         let pg_name = job.name.len() + prefix("podgroup.scheduling.volcano.sh/");
-        let pod_name = job
-            .replicas()
-            .iter()
-            .map(|id| job.pod_name(*id).len())
-            .max()
-            .unwrap_or(0)
-            + prefix("pod/");
+        let pod_name = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0) + prefix("pod/");
         let age = "59m59s".len();
         let longest_status = PodStatus::ContainerCreating.as_str().len();
         Self {
             kinds,
             job_widths: widths(&[job_name, JobState::Succeeded.as_str().len(), age]),
-            podgroup_widths: widths(&[
-                pg_name,
-                "Inqueue".len(),
-                "MINMEMBER".len(),
-                "RUNNINGS".len(),
-                age,
-                0,
-            ]),
-            pod_widths: widths(&[
-                pod_name,
-                "READY".len(),
-                longest_status,
-                "99 (59m59s ago)".len(),
-                age,
-                0,
-            ]),
+            podgroup_widths: widths(&[pg_name, "Inqueue".len(), "MINMEMBER".len(), "RUNNINGS".len(), age, 0]),
+            pod_widths: widths(&[pod_name, "READY".len(), longest_status, "99 (59m59s ago)".len(), age, 0]),
             headers_shown: [false; 3],
         }
     }
@@ -337,18 +298,11 @@ mod tests {
         assert_eq!(WatchKinds::parse("job"), Ok(WatchKinds::Job));
         assert_eq!(WatchKinds::parse("PodGroup"), Ok(WatchKinds::PodGroup));
         let e = WatchKinds::parse("nodes").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid --watch value \"nodes\": expected job, podgroup or pods (or all)"
-        );
+        assert_eq!(e.to_string(), "invalid --watch value \"nodes\": expected job, podgroup or pods (or all)");
     }
 
     fn job() -> PyTorchJob {
-        parse_job(
-            include_str!("../../examples/pytorchjob.yaml"),
-            "pytorchjob.yaml",
-        )
-        .unwrap()
+        parse_job(include_str!("../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
     }
 
     fn pod_change(status: PodStatus, restarts: u32, ago: Option<u64>, age: u64) -> Change {
@@ -380,25 +334,13 @@ mod tests {
             ]
         );
         let lines = r.render(&pod_change(PodStatus::CrashLoopBackOff, 1, Some(12), 38));
-        assert_eq!(
-            lines,
-            vec![
-                "pytest-worker-0   0/1       CrashLoopBackOff    1 (12s ago)       38s       las1"
-            ]
-        );
+        assert_eq!(lines, vec!["pytest-worker-0   0/1       CrashLoopBackOff    1 (12s ago)       38s       las1"]);
         let job_change = Change {
             at: secs(0),
             event: WatchEvent::Added,
-            row: Row::Job(JobRow {
-                name: "pytest".into(),
-                state: None,
-                age: secs(0),
-            }),
+            row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
         };
-        assert!(
-            r.render(&job_change).is_empty(),
-            "other kinds are filtered out"
-        );
+        assert!(r.render(&job_change).is_empty(), "other kinds are filtered out");
     }
 
     #[test]
@@ -407,20 +349,10 @@ mod tests {
         let job_lines = r.render(&Change {
             at: secs(0),
             event: WatchEvent::Added,
-            row: Row::Job(JobRow {
-                name: "pytest".into(),
-                state: None,
-                age: secs(0),
-            }),
+            row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
         });
-        assert_eq!(
-            job_lines[0],
-            "NAME                             STATE       AGE"
-        );
-        assert_eq!(
-            job_lines[1],
-            "pytorchjob.kubeflow.org/pytest               0s"
-        );
+        assert_eq!(job_lines[0], "NAME                             STATE       AGE");
+        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest               0s");
         let pg = Change {
             at: secs(4),
             event: WatchEvent::Modified,
@@ -440,11 +372,7 @@ mod tests {
             "podgroup.scheduling.volcano.sh/pytest   Running   4           1          4s        default"
         );
         let lines = r.render(&pod_change(PodStatus::Pending, 0, None, 0));
-        assert!(
-            lines[1].starts_with("pod/pytest-worker-0   0/1       Pending"),
-            "{}",
-            lines[1]
-        );
+        assert!(lines[1].starts_with("pod/pytest-worker-0   0/1       Pending"), "{}", lines[1]);
         assert_eq!(r.render(&pg).len(), 1, "the header is shown once");
     }
 
@@ -463,16 +391,9 @@ mod tests {
                 queue: "default".into(),
             }),
         });
-        assert_eq!(
-            lines[1],
-            "pytest              4                      0s        default"
-        );
+        assert_eq!(lines[1], "pytest              4                      0s        default");
         let cells: Vec<&str> = lines[1].split_whitespace().collect();
-        assert_eq!(
-            cells,
-            vec!["pytest", "4", "0s", "default"],
-            "as seed 000's first PodGroup line"
-        );
+        assert_eq!(cells, vec!["pytest", "4", "0s", "default"], "as seed 000's first PodGroup line");
     }
 
     #[test]

@@ -163,12 +163,10 @@ impl Row {
         match (self, other) {
             (Row::Job(a), Row::Job(b)) => a.name == b.name && a.state == b.state,
             (Row::PodGroup(a), Row::PodGroup(b)) => {
-                (&a.name, a.status, a.min_member, a.runnings)
-                    == (&b.name, b.status, b.min_member, b.runnings)
+                (&a.name, a.status, a.min_member, a.runnings) == (&b.name, b.status, b.min_member, b.runnings)
             }
             (Row::Pod(a), Row::Pod(b)) => {
-                (&a.name, a.ready, a.status, a.restarts, &a.node)
-                    == (&b.name, b.ready, b.status, b.restarts, &b.node)
+                (&a.name, a.ready, a.status, a.restarts, &a.node) == (&b.name, b.ready, b.status, b.restarts, &b.node)
             }
             _ => false,
         }

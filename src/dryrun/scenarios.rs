@@ -15,10 +15,7 @@ const MASTER_FAILS: &str = include_str!("../../examples/pytorchjob-master-fails.
 const GANG: &str = include_str!("../../examples/pytorchjob-gang.yaml");
 
 const MASTER: ReplicaId = ReplicaId::MASTER;
-const W0: ReplicaId = ReplicaId {
-    rtype: ReplicaType::Worker,
-    index: 0,
-};
+const W0: ReplicaId = ReplicaId { rtype: ReplicaType::Worker, index: 0 };
 
 fn workers() -> Vec<ReplicaId> {
     (0..3).map(ReplicaId::worker).collect()
@@ -41,13 +38,7 @@ struct Run {
 
 impl Run {
     fn new(manifest: &str) -> Self {
-        Self::with(
-            manifest,
-            ControllerConfig {
-                node: "las1".into(),
-                ..ControllerConfig::default()
-            },
-        )
+        Self::with(manifest, ControllerConfig { node: "las1".into(), ..ControllerConfig::default() })
     }
 
     fn with(manifest: &str, config: ControllerConfig) -> Self {
@@ -74,22 +65,13 @@ impl Run {
     /// Submit, start every launcher, run every training process.
     fn start_all(&mut self) {
         let actions = self.at(0.0, Event::Submitted);
-        let started: Vec<Action> = all_pods()
-            .into_iter()
-            .map(|pod| Action::StartLauncher { pod })
-            .collect();
+        let started: Vec<Action> = all_pods().into_iter().map(|pod| Action::StartLauncher { pod }).collect();
         assert_eq!(actions, started);
         for pod in all_pods() {
             self.at(0.1, Event::LauncherStarted { pod });
         }
         for pod in all_pods() {
-            self.at(
-                1.0,
-                Event::ChildRunning {
-                    pod,
-                    restart_count: 0,
-                },
-            );
+            self.at(1.0, Event::ChildRunning { pod, restart_count: 0 });
         }
     }
 
@@ -97,35 +79,14 @@ impl Run {
         self.at(secs, Event::ChildRunning { pod, restart_count });
     }
 
-    fn exit(
-        &mut self,
-        secs: f64,
-        pod: ReplicaId,
-        code: i32,
-        will_restart: bool,
-        restart_count: u32,
-    ) -> Vec<Action> {
-        self.at(
-            secs,
-            Event::ChildExited {
-                pod,
-                exit: ExitStatus::Code(code),
-                will_restart,
-                restart_count,
-            },
-        )
+    fn exit(&mut self, secs: f64, pod: ReplicaId, code: i32, will_restart: bool, restart_count: u32) -> Vec<Action> {
+        self.at(secs, Event::ChildExited { pod, exit: ExitStatus::Code(code), will_restart, restart_count })
     }
 
     /// The child exits and its launcher with it.
     fn complete(&mut self, secs: f64, pod: ReplicaId, code: i32) {
         self.exit(secs, pod, code, false, 0);
-        self.at(
-            secs,
-            Event::LauncherExited {
-                pod,
-                status: ExitStatus::Code(code),
-            },
-        );
+        self.at(secs, Event::LauncherExited { pod, status: ExitStatus::Code(code) });
     }
 
     fn pod(&self, id: ReplicaId) -> Option<PodRow> {
@@ -176,10 +137,7 @@ impl Run {
     }
 
     fn podgroup_exists(&self) -> bool {
-        self.c
-            .rows(self.now)
-            .iter()
-            .any(|r| matches!(r, Row::PodGroup(_)))
+        self.c.rows(self.now).iter().any(|r| matches!(r, Row::PodGroup(_)))
     }
 }
 
@@ -221,11 +179,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     }
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::ContainerCreating);
     r.run(2.0, MASTER, 0);
-    assert_eq!(
-        r.c.state(),
-        Some(JobState::Running),
-        "Running once the master runs, workers still starting"
-    );
+    assert_eq!(r.c.state(), Some(JobState::Running), "Running once the master runs, workers still starting");
     for pod in workers() {
         r.run(2.5, pod, 0);
     }
@@ -244,47 +198,22 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     assert_eq!(r.c.state(), Some(JobState::Succeeded));
     assert!(!r.podgroup_exists(), "the PodGroup is deleted on success");
     assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Completed);
-    assert_eq!(
-        r.pod(W0).unwrap().status,
-        PodStatus::Running,
-        "workers are left to finish"
-    );
+    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Running, "workers are left to finish");
     assert!(!r.c.is_settled());
 
-    r.at(
-        3.3,
-        Event::LauncherExited {
-            pod: MASTER,
-            status: ExitStatus::Code(0),
-        },
-    );
+    r.at(3.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(0) });
     for pod in workers() {
         r.complete(3.6, pod, 0);
     }
     assert!(r.c.is_settled());
-    assert_eq!(
-        r.c.rows(r.now)
-            .iter()
-            .filter(|row| matches!(row, Row::Pod(_)))
-            .count(),
-        4,
-        "pods are kept"
-    );
+    assert_eq!(r.c.rows(r.now).iter().filter(|row| matches!(row, Row::Pod(_))).count(), 4, "pods are kept");
     for pod in all_pods() {
         assert_eq!(r.pod(pod).unwrap().status, PodStatus::Completed);
-        assert!(r
-            .pod_history(pod)
-            .iter()
-            .all(|(e, _, _)| *e != WatchEvent::Deleted));
+        assert!(r.pod_history(pod).iter().all(|(e, _, _)| *e != WatchEvent::Deleted));
     }
     assert_eq!(
         r.job_history(),
-        vec![
-            None,
-            Some(JobState::Created),
-            Some(JobState::Running),
-            Some(JobState::Succeeded)
-        ]
+        vec![None, Some(JobState::Created), Some(JobState::Running), Some(JobState::Succeeded)]
     );
     let pg = r.podgroup_history();
     assert_eq!(pg.first(), Some(&(WatchEvent::Added, None, 4, 0)));
@@ -309,41 +238,19 @@ fn one_worker_failing_restarts_and_the_job_still_succeeds() {
     r.run(2.3, W0, 1);
     let row = r.pod(W0).unwrap();
     assert_eq!((row.status, row.restarts), (PodStatus::Running, 1));
-    assert_eq!(
-        row.last_restart_ago,
-        Some(Duration::from_millis(300)),
-        "time since the previous run ended"
-    );
+    assert_eq!(row.last_restart_ago, Some(Duration::from_millis(300)), "time since the previous run ended");
     assert_eq!(r.c.state(), Some(JobState::Running));
     r.exit(3.3, W0, 1, true, 1);
     r.at(4.0, Event::Tick);
-    assert_eq!(
-        r.pod(W0).unwrap().status,
-        PodStatus::Error,
-        "CrashLoopBackOff only after crash_loop_after"
-    );
+    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error, "CrashLoopBackOff only after crash_loop_after");
     r.at(4.4, Event::Tick);
     let row = r.pod(W0).unwrap();
     assert_eq!((row.status, row.restarts), (PodStatus::CrashLoopBackOff, 1));
-    assert_eq!(
-        row.last_restart_ago,
-        Some(Duration::from_millis(1100)),
-        "kubelet moved the last run to lastState"
-    );
+    assert_eq!(row.last_restart_ago, Some(Duration::from_millis(1100)), "kubelet moved the last run to lastState");
 
     r.complete(4.5, MASTER, 0);
-    assert_eq!(
-        r.c.state(),
-        Some(JobState::Succeeded),
-        "Succeeded while the worker restarts"
-    );
-    assert_eq!(
-        r.finishes(),
-        vec![(
-            Outcome::Succeeded,
-            "PyTorchJob pytest is successfully completed.".into()
-        )]
-    );
+    assert_eq!(r.c.state(), Some(JobState::Succeeded), "Succeeded while the worker restarts");
+    assert_eq!(r.finishes(), vec![(Outcome::Succeeded, "PyTorchJob pytest is successfully completed.".into())]);
 
     // After the success the worker goes on restarting; passing backoffLimit changes nothing now.
     for k in 2..=5 {
@@ -366,11 +273,7 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
     r.start_all();
     r.exit(2.0, ReplicaId::worker(0), 1, true, 0);
     r.exit(2.0, ReplicaId::worker(1), 1, true, 0);
-    assert_eq!(
-        r.c.state(),
-        Some(JobState::Running),
-        "one worker still runs"
-    );
+    assert_eq!(r.c.state(), Some(JobState::Running), "one worker still runs");
     let actions = r.exit(2.0, ReplicaId::worker(2), 1, true, 0);
     assert_eq!(
         actions,
@@ -378,8 +281,9 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
             Action::StopAll,
             Action::Finish {
                 outcome: Outcome::Failed,
-                reason: "PyTorchJob pytest is failed because all 3 Worker replica(s) failed while the Master was running."
-                    .into()
+                reason:
+                    "PyTorchJob pytest is failed because all 3 Worker replica(s) failed while the Master was running."
+                        .into()
             }
         ]
     );
@@ -388,46 +292,19 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
     for pod in all_pods() {
         assert_eq!(r.pod(pod).unwrap().status, PodStatus::Terminating);
     }
-    assert!(
-        r.pod(MASTER).unwrap().ready,
-        "the master was still running when stopped"
-    );
+    assert!(r.pod(MASTER).unwrap().ready, "the master was still running when stopped");
 
     // The driver stops everything; the stops do not restart anything or decide again.
-    r.at(
-        2.5,
-        Event::ChildExited {
-            pod: MASTER,
-            exit: ExitStatus::Signal(15),
-            will_restart: false,
-            restart_count: 0,
-        },
-    );
+    r.at(2.5, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 0 });
     for pod in all_pods() {
-        r.at(
-            2.6,
-            Event::LauncherExited {
-                pod,
-                status: ExitStatus::Code(143),
-            },
-        );
+        r.at(2.6, Event::LauncherExited { pod, status: ExitStatus::Code(143) });
     }
     assert!(r.c.is_settled());
-    assert!(
-        r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))),
-        "pods and PodGroup deleted"
-    );
+    assert!(r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))), "pods and PodGroup deleted");
     let master = r.pod_history(MASTER);
-    assert_eq!(
-        master.last(),
-        Some(&(WatchEvent::Deleted, PodStatus::Error, 0))
-    );
+    assert_eq!(master.last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
     assert!(master.contains(&(WatchEvent::Modified, PodStatus::Terminating, 0)));
-    let starts = r
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::StartLauncher { .. }))
-        .count();
+    let starts = r.actions.iter().filter(|a| matches!(a, Action::StartLauncher { .. })).count();
     assert_eq!(starts, 4, "nothing is started again");
     assert_eq!(r.finishes().len(), 1);
 }
@@ -439,11 +316,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
     for pod in workers() {
         r.complete(4.0, pod, 0);
     }
-    assert_eq!(
-        r.podgroup_history().last().map(|g| g.3),
-        Some(1),
-        "only the master still runs"
-    );
+    assert_eq!(r.podgroup_history().last().map(|g| g.3), Some(1), "only the master still runs");
 
     let mut runs = 1;
     let mut t = 4.0;
@@ -452,11 +325,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
         assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Error);
         r.at(t + 1.0, Event::Tick);
         assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::CrashLoopBackOff);
-        assert_eq!(
-            r.c.state(),
-            Some(JobState::Running),
-            "Running through the master's restarts"
-        );
+        assert_eq!(r.c.state(), Some(JobState::Running), "Running through the master's restarts");
         r.run(t + 2.0, MASTER, k + 1);
         runs += 1;
         t += 5.0;
@@ -468,34 +337,19 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
         r.finishes(),
         vec![(
             Outcome::Failed,
-            "PyTorchJob pytest has failed because it has reached the specified backoff limit"
-                .into()
+            "PyTorchJob pytest has failed because it has reached the specified backoff limit".into()
         )]
     );
     assert!(r.actions.contains(&Action::StopAll));
-    assert!(r.states[..r.states.len() - 1]
-        .iter()
-        .all(|s| *s != Some(JobState::Failed)));
+    assert!(r.states[..r.states.len() - 1].iter().all(|s| *s != Some(JobState::Failed)));
     let master = r.pod(MASTER).unwrap();
-    assert_eq!(
-        (master.status, master.restarts),
-        (PodStatus::Terminating, 3)
-    );
+    assert_eq!((master.status, master.restarts), (PodStatus::Terminating, 3));
     assert!(!r.podgroup_exists());
     for pod in workers() {
         assert_eq!(r.pod(pod), None, "completed workers are deleted");
-        assert_eq!(
-            r.pod_history(pod).last(),
-            Some(&(WatchEvent::Deleted, PodStatus::Completed, 0))
-        );
+        assert_eq!(r.pod_history(pod).last(), Some(&(WatchEvent::Deleted, PodStatus::Completed, 0)));
     }
-    r.at(
-        t,
-        Event::LauncherExited {
-            pod: MASTER,
-            status: ExitStatus::Code(143),
-        },
-    );
+    r.at(t, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
     assert_eq!(r.pod(MASTER), None);
     assert!(r.c.is_settled());
 }
@@ -504,10 +358,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
 fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
     let mut r = Run::with(
         GANG,
-        ControllerConfig {
-            capability: Some(QueueCapability::parse("cpu=2").unwrap()),
-            ..ControllerConfig::default()
-        },
+        ControllerConfig { capability: Some(QueueCapability::parse("cpu=2").unwrap()), ..ControllerConfig::default() },
     );
     let actions = r.at(0.0, Event::Submitted);
     assert_eq!(actions.len(), 1);
@@ -520,19 +371,13 @@ fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
         assert!(r.at(t, Event::Tick).is_empty());
     }
     assert_eq!(r.c.state(), Some(JobState::Created));
-    assert_eq!(
-        r.podgroup_history().last(),
-        Some(&(WatchEvent::Modified, Some(PodGroupPhase::Inqueue), 4, 0))
-    );
+    assert_eq!(r.podgroup_history().last(), Some(&(WatchEvent::Modified, Some(PodGroupPhase::Inqueue), 4, 0)));
     for pod in all_pods() {
         let row = r.pod(pod).unwrap();
         assert_eq!((row.status, row.node), (PodStatus::Pending, None));
         assert_eq!(row.age, Duration::from_secs(3600));
     }
-    assert!(!r
-        .actions
-        .iter()
-        .any(|a| matches!(a, Action::StartLauncher { .. })));
+    assert!(!r.actions.iter().any(|a| matches!(a, Action::StartLauncher { .. })));
     assert_eq!(r.c.outcome(), None);
 
     let mut roomy = Run::with(
@@ -543,11 +388,7 @@ fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
         },
     );
     roomy.start_all();
-    assert_eq!(
-        roomy.c.state(),
-        Some(JobState::Running),
-        "a queue that holds the gang admits it"
-    );
+    assert_eq!(roomy.c.state(), Some(JobState::Running), "a queue that holds the gang admits it");
 }
 
 #[test]
@@ -564,27 +405,9 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     let actions = r.at(8.0, Event::PodDeleted { pod: MASTER });
     assert_eq!(actions, vec![Action::StopPod { pod: MASTER }]);
     assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Terminating);
-    r.at(
-        8.2,
-        Event::ChildExited {
-            pod: MASTER,
-            exit: ExitStatus::Signal(15),
-            will_restart: false,
-            restart_count: 2,
-        },
-    );
-    assert_eq!(
-        r.c.state(),
-        Some(JobState::Running),
-        "a deletion is not a failure"
-    );
-    let actions = r.at(
-        8.3,
-        Event::LauncherExited {
-            pod: MASTER,
-            status: ExitStatus::Code(143),
-        },
-    );
+    r.at(8.2, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 2 });
+    assert_eq!(r.c.state(), Some(JobState::Running), "a deletion is not a failure");
+    let actions = r.at(8.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
     assert_eq!(actions, vec![Action::StartLauncher { pod: MASTER }]);
     let tail: Vec<_> = r.pod_history(MASTER).into_iter().rev().take(3).collect();
     assert_eq!(
@@ -596,10 +419,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
         ]
     );
     let row = r.pod(MASTER).unwrap();
-    assert_eq!(
-        (row.restarts, row.age, row.node.as_deref()),
-        (0, Duration::ZERO, Some("las1"))
-    );
+    assert_eq!((row.restarts, row.age, row.node.as_deref()), (0, Duration::ZERO, Some("las1")));
 
     // The recreated master restarts twice more: 2 + 2 would pass backoffLimit 3, but the deleted
     // pod's restarts are gone, so the job keeps running.
@@ -619,10 +439,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
 fn deleting_a_pod_that_has_no_launcher_recreates_it_at_once() {
     let mut r = Run::with(
         GANG,
-        ControllerConfig {
-            capability: Some(QueueCapability::parse("cpu=1").unwrap()),
-            ..ControllerConfig::default()
-        },
+        ControllerConfig { capability: Some(QueueCapability::parse("cpu=1").unwrap()), ..ControllerConfig::default() },
     );
     r.at(0.0, Event::Submitted);
     let actions = r.at(5.0, Event::PodDeleted { pod: W0 });
@@ -632,10 +449,7 @@ fn deleting_a_pod_that_has_no_launcher_recreates_it_at_once() {
     let h = r.pod_history(W0);
     assert_eq!(
         &h[h.len() - 2..],
-        &[
-            (WatchEvent::Deleted, PodStatus::Pending, 0),
-            (WatchEvent::Added, PodStatus::Pending, 0)
-        ]
+        &[(WatchEvent::Deleted, PodStatus::Pending, 0), (WatchEvent::Added, PodStatus::Pending, 0)]
     );
 }
 
@@ -679,28 +493,15 @@ fn master_giving_up_fails_the_job() {
         ]
     );
     let master = r.pod(MASTER).unwrap();
-    assert_eq!(
-        master.status,
-        PodStatus::Terminating,
-        "its launcher has not exited yet"
-    );
+    assert_eq!(master.status, PodStatus::Terminating, "its launcher has not exited yet");
 
     // Same when the launcher itself exits non-zero before its child ever ran (rendezvous, node health).
     let mut r = Run::new(NORMAL);
     r.at(0.0, Event::Submitted);
     r.at(0.1, Event::LauncherStarted { pod: MASTER });
-    r.at(
-        0.5,
-        Event::LauncherExited {
-            pod: MASTER,
-            status: ExitStatus::Code(138),
-        },
-    );
+    r.at(0.5, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(138) });
     assert_eq!(r.c.state(), Some(JobState::Failed));
-    assert_eq!(
-        r.pod_history(MASTER).last(),
-        Some(&(WatchEvent::Deleted, PodStatus::Error, 0))
-    );
+    assert_eq!(r.pod_history(MASTER).last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
 }
 
 #[test]
@@ -714,10 +515,7 @@ fn a_worker_pod_failing_for_good_fails_the_job_as_the_operator_does() {
     r.exit(2.0, W0, 1, false, 0);
     assert_eq!(
         r.finishes(),
-        vec![(
-            Outcome::Failed,
-            "PyTorchJob pytest is failed because 1 Worker replica(s) failed.".into()
-        )]
+        vec![(Outcome::Failed, "PyTorchJob pytest is failed because 1 Worker replica(s) failed.".into())]
     );
 }
 
@@ -731,13 +529,7 @@ fn exit_code_policy_recreates_a_pod_whose_launcher_exits_retryable() {
     r.start_all();
     // A node turned unhealthy: the launcher stops its child and exits 138.
     r.exit(2.0, W0, 143, false, 0);
-    let actions = r.at(
-        2.1,
-        Event::LauncherExited {
-            pod: W0,
-            status: ExitStatus::Code(138),
-        },
-    );
+    let actions = r.at(2.1, Event::LauncherExited { pod: W0, status: ExitStatus::Code(138) });
     assert_eq!(actions, vec![Action::StartLauncher { pod: W0 }]);
     assert_eq!(r.c.state(), Some(JobState::Running));
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Pending);
@@ -755,19 +547,12 @@ fn restarts_column_reads_the_previous_run_like_kubectl() {
     // "CrashLoopBackOff 1 (12s ago) 38s", "Running 2 (13s ago) 39s".
     let mut r = Run::with(
         WORKER_FAILS,
-        ControllerConfig {
-            crash_loop_after: Duration::from_secs(10),
-            ..ControllerConfig::default()
-        },
+        ControllerConfig { crash_loop_after: Duration::from_secs(10), ..ControllerConfig::default() },
     );
     r.start_all();
     let ago = |r: &Run| {
         let p = r.pod(W0).unwrap();
-        (
-            p.status,
-            p.restarts,
-            p.last_restart_ago.map(|d| d.as_secs()),
-        )
+        (p.status, p.restarts, p.last_restart_ago.map(|d| d.as_secs()))
     };
     r.exit(15.0, W0, 1, true, 0);
     assert_eq!(ago(&r), (PodStatus::Error, 0, None));
@@ -788,19 +573,8 @@ fn events_before_submit_and_for_unknown_pods_are_ignored() {
     assert!(r.changes.is_empty());
     r.start_all();
     let before = r.changes.len();
-    r.at(
-        1.0,
-        Event::ChildRunning {
-            pod: ReplicaId::worker(9),
-            restart_count: 0,
-        },
-    );
-    r.at(
-        1.0,
-        Event::PodDeleted {
-            pod: ReplicaId::worker(9),
-        },
-    );
+    r.at(1.0, Event::ChildRunning { pod: ReplicaId::worker(9), restart_count: 0 });
+    r.at(1.0, Event::PodDeleted { pod: ReplicaId::worker(9) });
     r.at(1.0, Event::Submitted);
     assert_eq!(r.changes.len(), before);
 }

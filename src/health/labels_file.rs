@@ -25,9 +25,7 @@ pub enum LabelsFileError {
         problem: String,
     },
     /// A key written twice.
-    #[error(
-        "line {line_no}: key {key:?} already set on line {first_line_no}: expected each key once"
-    )]
+    #[error("line {line_no}: key {key:?} already set on line {first_line_no}: expected each key once")]
     DuplicateKey {
         /// 1-based line number of the second occurrence.
         line_no: usize,
@@ -57,11 +55,7 @@ pub fn parse_labels_file(text: &str) -> Result<BTreeMap<String, String>, LabelsF
             problem,
         })?;
         if let Some(&first_line_no) = first_seen.get(&key) {
-            return Err(LabelsFileError::DuplicateKey {
-                line_no,
-                key,
-                first_line_no,
-            });
+            return Err(LabelsFileError::DuplicateKey { line_no, key, first_line_no });
         }
         first_seen.insert(key.clone(), line_no);
         pairs.insert(key, value);
@@ -77,9 +71,7 @@ fn excerpt(line: &str) -> String {
 }
 
 fn parse_line(line: &str) -> Result<(String, String), String> {
-    let (key, quoted) = line
-        .split_once('=')
-        .ok_or_else(|| "missing '='".to_string())?;
+    let (key, quoted) = line.split_once('=').ok_or_else(|| "missing '='".to_string())?;
     if key.is_empty() {
         return Err("empty key".into());
     }
@@ -91,9 +83,7 @@ fn parse_line(line: &str) -> Result<(String, String), String> {
 
 /// Undo Go's `strconv.Quote` (the rules of `strconv.Unquote` for a double-quoted string).
 fn unquote_go(quoted: &str) -> Result<String, String> {
-    let body = quoted
-        .strip_prefix('"')
-        .ok_or_else(|| format!("value {quoted:?} does not start with '\"'"))?;
+    let body = quoted.strip_prefix('"').ok_or_else(|| format!("value {quoted:?} does not start with '\"'"))?;
     let bytes = body.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -147,28 +137,20 @@ fn unescape(bytes: &[u8], i: usize, out: &mut Vec<u8>) -> Result<usize, String> 
         }
         b'0'..=b'7' => {
             let value = digits(bytes, i, 3, 8, "octal \\")?;
-            let byte = u8::try_from(value)
-                .map_err(|_| format!("octal escape \\{value:o} is larger than \\377"))?;
+            let byte = u8::try_from(value).map_err(|_| format!("octal escape \\{value:o} is larger than \\377"))?;
             out.push(byte);
             Ok(i + 3)
         }
         b'u' | b'U' => {
-            let (width, name) = if letter == b'u' {
-                (4, "\\u")
-            } else {
-                (8, "\\U")
-            };
+            let (width, name) = if letter == b'u' { (4, "\\u") } else { (8, "\\U") };
             let value = digits(bytes, i + 1, width, 16, name)?;
-            let c = char::from_u32(value)
-                .ok_or_else(|| format!("{name}{value:X} is not a valid Unicode code point"))?;
+            let c =
+                char::from_u32(value).ok_or_else(|| format!("{name}{value:X} is not a valid Unicode code point"))?;
             let mut buf = [0u8; 4];
             out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
             Ok(i + 1 + width)
         }
-        other => Err(format!(
-            "unknown escape '\\{}'",
-            char::from(other).escape_default()
-        )),
+        other => Err(format!("unknown escape '\\{}'", char::from(other).escape_default())),
     }
 }
 
@@ -199,14 +181,8 @@ mod tests {
         let m = parse_labels_file(text).unwrap();
         assert_eq!(m.len(), 4);
         assert_eq!(m["kubernetes.io/hostname"], "ip-10-1-2-3.ec2.internal");
-        assert_eq!(
-            m["sagemaker.amazonaws.com/node-health-status"],
-            "Schedulable"
-        );
-        assert_eq!(
-            m["sagemaker.amazonaws.com/deep-health-check-status"],
-            "Passed"
-        );
+        assert_eq!(m["sagemaker.amazonaws.com/node-health-status"], "Schedulable");
+        assert_eq!(m["sagemaker.amazonaws.com/deep-health-check-status"], "Passed");
         assert_eq!(m["app_v1.2-x"], "");
     }
 
@@ -235,10 +211,7 @@ mod tests {
             (r#""\u00e9\u2603""#, "é☃"),
             (r#""\U0001F600""#, "😀"),
             (r#""é☃ raw utf-8""#, "é☃ raw utf-8"),
-            (
-                r#""{\"gpu\":3,\"msg\":\"xid 79\"}""#,
-                r#"{"gpu":3,"msg":"xid 79"}"#,
-            ),
+            (r#""{\"gpu\":3,\"msg\":\"xid 79\"}""#, r#"{"gpu":3,"msg":"xid 79"}"#),
             (r#""a=b=c""#, "a=b=c"),
             (r#""""#, ""),
         ];
@@ -270,9 +243,7 @@ mod tests {
         ];
         for (quoted, problem_part) in cases {
             match one(quoted) {
-                Err(LabelsFileError::Malformed {
-                    line_no, problem, ..
-                }) => {
+                Err(LabelsFileError::Malformed { line_no, problem, .. }) => {
                     assert_eq!(line_no, 1);
                     assert!(problem.contains(problem_part), "{quoted}: {problem}");
                 }
@@ -319,10 +290,8 @@ mod tests {
 
     #[test]
     fn keys_with_slash_dot_dash_underscore() {
-        let m = parse_labels_file(
-            "sagemaker.amazonaws.com/fault-types=\"GpuFailure\"\nfoo.bar/baz_q-x=\"1\"\n",
-        )
-        .unwrap();
+        let m =
+            parse_labels_file("sagemaker.amazonaws.com/fault-types=\"GpuFailure\"\nfoo.bar/baz_q-x=\"1\"\n").unwrap();
         assert_eq!(m["sagemaker.amazonaws.com/fault-types"], "GpuFailure");
         assert_eq!(m["foo.bar/baz_q-x"], "1");
     }
@@ -330,18 +299,8 @@ mod tests {
     #[test]
     fn duplicate_key_is_an_error() {
         let err = parse_labels_file("a=\"1\"\nb=\"2\"\na=\"3\"\n").unwrap_err();
-        assert_eq!(
-            err,
-            LabelsFileError::DuplicateKey {
-                line_no: 3,
-                key: "a".into(),
-                first_line_no: 1
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "line 3: key \"a\" already set on line 1: expected each key once"
-        );
+        assert_eq!(err, LabelsFileError::DuplicateKey { line_no: 3, key: "a".into(), first_line_no: 1 });
+        assert_eq!(err.to_string(), "line 3: key \"a\" already set on line 1: expected each key once");
     }
 
     #[test]

@@ -9,10 +9,10 @@ mod verdict;
 pub use labels_file::{parse_labels_file, LabelsFileError};
 pub use render::{render_json, render_text};
 pub use source::{
-    read_file_verdict, spawn_file_watcher, HealthError, NodeHealthSource, NodeHealthSourceError,
-    Observation, MAX_FILE_BYTES, MIN_POLL,
+    read_file_verdict, spawn_file_watcher, HealthError, NodeHealthSource, NodeHealthSourceError, Observation,
+    MAX_FILE_BYTES, MIN_POLL,
 };
 pub use verdict::{
-    summary, verdict, NodeSnapshot, NodeVerdict, Taint, DEEP_HEALTH_CHECK_STATUS, FAULT_DETAILS,
-    FAULT_REASON_KEYS, FAULT_TYPE_KEYS, LABEL_PREFIX, NODE_HEALTH_STATUS,
+    summary, verdict, NodeSnapshot, NodeVerdict, Taint, DEEP_HEALTH_CHECK_STATUS, FAULT_DETAILS, FAULT_REASON_KEYS,
+    FAULT_TYPE_KEYS, LABEL_PREFIX, NODE_HEALTH_STATUS,
 };

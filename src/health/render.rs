@@ -5,11 +5,7 @@ use super::verdict::{NodeVerdict, DEEP_HEALTH_CHECK_STATUS, NODE_HEALTH_STATUS};
 /// Multi-line human rendering of a verdict, ending with a newline.
 pub fn render_text(v: &NodeVerdict) -> String {
     let mut out = String::new();
-    out.push_str(if v.healthy {
-        "node: healthy\n"
-    } else {
-        "node: unhealthy\n"
-    });
+    out.push_str(if v.healthy { "node: healthy\n" } else { "node: unhealthy\n" });
     out.push_str("why:\n");
     if v.healthy {
         for line in healthy_explanation(v) {
@@ -62,19 +58,13 @@ pub fn render_json(v: &NodeVerdict) -> String {
 fn healthy_explanation(v: &NodeVerdict) -> Vec<String> {
     let status = match &v.node_health_status {
         Some(s) => format!("label {NODE_HEALTH_STATUS} is {s:?}"),
-        None => format!(
-            "label {NODE_HEALTH_STATUS} is absent (allowed: --require-health-label is not set)"
-        ),
+        None => format!("label {NODE_HEALTH_STATUS} is absent (allowed: --require-health-label is not set)"),
     };
     let deep = match &v.deep_health_check_status {
         Some(s) => format!("label {DEEP_HEALTH_CHECK_STATUS} is {s:?}"),
         None => format!("label {DEEP_HEALTH_CHECK_STATUS} is absent"),
     };
-    vec![
-        status,
-        deep,
-        "no HyperPod health taint on the node".to_string(),
-    ]
+    vec![status, deep, "no HyperPod health taint on the node".to_string()]
 }
 
 #[cfg(test)]
@@ -85,12 +75,7 @@ mod tests {
     use crate::health::verdict::{verdict, NodeSnapshot, Taint, FAULT_DETAILS};
 
     fn snap(pairs: &[(&str, &str)]) -> NodeSnapshot {
-        NodeSnapshot::from_labels(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
+        NodeSnapshot::from_labels(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     #[test]
@@ -102,11 +87,8 @@ mod tests {
             ("kubernetes.io/hostname", "n1"),
         ]);
         s.annotations = BTreeMap::from([(FAULT_DETAILS.to_string(), r#"{"xid":79}"#.to_string())]);
-        s.taints = vec![Taint {
-            key: NODE_HEALTH_STATUS.into(),
-            value: "Unschedulable".into(),
-            effect: "NoSchedule".into(),
-        }];
+        s.taints =
+            vec![Taint { key: NODE_HEALTH_STATUS.into(), value: "Unschedulable".into(), effect: "NoSchedule".into() }];
         let text = render_text(&verdict(&s, false));
         let expected = "\
 node: unhealthy
@@ -130,10 +112,7 @@ health taints:
     #[test]
     fn healthy_text() {
         let text = render_text(&verdict(
-            &snap(&[
-                (NODE_HEALTH_STATUS, "Schedulable"),
-                (DEEP_HEALTH_CHECK_STATUS, "Passed"),
-            ]),
+            &snap(&[(NODE_HEALTH_STATUS, "Schedulable"), (DEEP_HEALTH_CHECK_STATUS, "Passed")]),
             true,
         ));
         let expected = "\
@@ -153,20 +132,14 @@ labels used:
     fn healthy_without_labels_says_so() {
         let text = render_text(&verdict(&snap(&[]), false));
         assert!(text.starts_with("node: healthy\n"), "{text}");
-        assert!(text
-            .contains("node-health-status is absent (allowed: --require-health-label is not set)"));
+        assert!(text.contains("node-health-status is absent (allowed: --require-health-label is not set)"));
         assert!(text.contains("labels used: none"));
     }
 
     #[test]
     fn json_has_every_field_and_round_trips() {
-        let v = verdict(
-            &snap(&[
-                (NODE_HEALTH_STATUS, "Foo"),
-                ("sagemaker.amazonaws.com/fault-type", "GpuFailure"),
-            ]),
-            false,
-        );
+        let v =
+            verdict(&snap(&[(NODE_HEALTH_STATUS, "Foo"), ("sagemaker.amazonaws.com/fault-type", "GpuFailure")]), false);
         let json = render_json(&v);
         assert!(json.ends_with('\n'));
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -63,9 +63,7 @@ impl FromStr for NodeHealthSource {
             "kubernetes" => Ok(Self::Kubernetes),
             _ => match s.strip_prefix("file:") {
                 Some(path) if !path.is_empty() => Ok(Self::File(PathBuf::from(path))),
-                _ => Err(NodeHealthSourceError {
-                    value: s.to_string(),
-                }),
+                _ => Err(NodeHealthSourceError { value: s.to_string() }),
             },
         }
     }
@@ -116,37 +114,26 @@ pub enum HealthError {
 
 /// Read the labels file once and judge the node (synchronous; the file is small).
 pub fn read_file_verdict(path: &Path, require: bool) -> Observation {
-    let text = read_bounded(path).map_err(|problem| HealthError::Unreadable {
-        path: path.to_path_buf(),
-        problem,
-    })?;
-    let labels = parse_labels_file(&text).map_err(|error| HealthError::Malformed {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = read_bounded(path).map_err(|problem| HealthError::Unreadable { path: path.to_path_buf(), problem })?;
+    let labels =
+        parse_labels_file(&text).map_err(|error| HealthError::Malformed { path: path.to_path_buf(), error })?;
     Ok(verdict(&NodeSnapshot::from_labels(labels), require))
 }
 
 /// Opened non-blocking so that a FIFO at `path` cannot hang the caller; only regular files are read.
 fn read_bounded(path: &Path) -> Result<String, String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
     }
-    String::from_utf8(bytes)
-        .map_err(|e| format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()))
+    String::from_utf8(bytes).map_err(|e| format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()))
 }
 
 /// Watch the labels file and publish a new observation each time the verdict (or error) changes.
@@ -155,11 +142,7 @@ fn read_bounded(path: &Path) -> Result<String, String> {
 /// change made after the call is missed. The task ends when every receiver is dropped.
 /// `poll` (at least [`MIN_POLL`]) re-reads the file as a fallback for changes inotify cannot
 /// see (a parent directory created later, a writer that never closes the file).
-pub fn spawn_file_watcher(
-    path: PathBuf,
-    require: bool,
-    poll: Duration,
-) -> watch::Receiver<Observation> {
+pub fn spawn_file_watcher(path: PathBuf, require: bool, poll: Duration) -> watch::Receiver<Observation> {
     spawn_watcher(path, require, poll, true).0
 }
 
@@ -243,13 +226,10 @@ impl FileNotifier {
             _ => PathBuf::from("."),
         };
         let inotify = if use_inotify {
-            match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-                .map_err(io::Error::from)
-                .and_then(|i| {
-                    // SAFETY: InotifyFd owns its fd for its whole life and always returns that fd.
-                    unsafe { AsyncFd::register_with_interest(InotifyFd(i), Interest::READABLE) }
-                        .map_err(io::Error::from)
-                }) {
+            match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(io::Error::from).and_then(|i| {
+                // SAFETY: InotifyFd owns its fd for its whole life and always returns that fd.
+                unsafe { AsyncFd::register_with_interest(InotifyFd(i), Interest::READABLE) }.map_err(io::Error::from)
+            }) {
                 Ok(fd) => Some(fd),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "inotify unavailable: node labels file is polled only");
@@ -295,8 +275,7 @@ impl FileNotifier {
         let mut events = Vec::new();
         let failure = match fd.readable().await {
             Ok(mut guard) => loop {
-                match guard.try_io(|inner| inner.get_ref().0.read_events().map_err(io::Error::from))
-                {
+                match guard.try_io(|inner| inner.get_ref().0.read_events().map_err(io::Error::from)) {
                     Ok(Ok(batch)) => events.extend(batch),
                     Ok(Err(e)) => break Some(e),
                     Err(_would_block) => break None,
@@ -331,8 +310,7 @@ impl FileNotifier {
             && event.mask.contains(AddWatchFlags::IN_CREATE)
             && event.name.is_some()
             && event.name == self.file_name;
-        !(created_here
-            && std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_file()))
+        !(created_here && std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_file()))
     }
 }
 
@@ -407,14 +385,8 @@ mod tests {
         assert_eq!("off".parse(), Ok(NodeHealthSource::Off));
         assert_eq!("auto".parse(), Ok(NodeHealthSource::Auto));
         assert_eq!("kubernetes".parse(), Ok(NodeHealthSource::Kubernetes));
-        assert_eq!(
-            "file:/etc/podinfo/labels".parse(),
-            Ok(NodeHealthSource::File("/etc/podinfo/labels".into()))
-        );
-        assert_eq!(
-            "file:rel/labels".parse(),
-            Ok(NodeHealthSource::File("rel/labels".into()))
-        );
+        assert_eq!("file:/etc/podinfo/labels".parse(), Ok(NodeHealthSource::File("/etc/podinfo/labels".into())));
+        assert_eq!("file:rel/labels".parse(), Ok(NodeHealthSource::File("rel/labels".into())));
         for s in ["off", "auto", "kubernetes", "file:/a/b"] {
             assert_eq!(s.parse::<NodeHealthSource>().unwrap().to_string(), s);
         }
@@ -422,16 +394,7 @@ mod tests {
 
     #[test]
     fn source_refuses_and_lists_forms() {
-        for bad in [
-            "",
-            "Off",
-            "on",
-            "k8s",
-            "file:",
-            "file",
-            "/etc/podinfo/labels",
-            " off",
-        ] {
+        for bad in ["", "Off", "on", "k8s", "file:", "file", "/etc/podinfo/labels", " off"] {
             let err = bad.parse::<NodeHealthSource>().unwrap_err();
             assert_eq!(err.value, bad);
             assert_eq!(
@@ -459,17 +422,11 @@ mod tests {
         let err = read_file_verdict(&missing, false).unwrap_err();
         assert!(matches!(&err, HealthError::Unreadable { path, .. } if path == &missing));
         let msg = err.to_string();
-        assert!(
-            msg.starts_with(&format!("node labels file {}: ", missing.display())),
-            "{msg}"
-        );
+        assert!(msg.starts_with(&format!("node labels file {}: ", missing.display())), "{msg}");
         assert!(msg.contains("No such file"), "{msg}");
 
         let err = read_file_verdict(&dir.0, false).unwrap_err();
-        assert!(
-            err.to_string().contains("not a regular file") || err.to_string().contains("directory"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("not a regular file") || err.to_string().contains("directory"), "{err}");
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -541,11 +498,7 @@ mod tests {
         let path = dir.join("labels");
         replace(&path, &labels_text("Schedulable"));
         let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
-        for s in [
-            "Unschedulable",
-            "Schedulable",
-            "UnschedulablePendingReplacement",
-        ] {
+        for s in ["Unschedulable", "Schedulable", "UnschedulablePendingReplacement"] {
             replace(&path, &labels_text(s));
             assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
         }
@@ -569,10 +522,7 @@ mod tests {
         assert_eq!(status(&rx.borrow()).as_deref(), Some("Schedulable"));
 
         let mut old = "..2024_01_01_00_00_00.1".to_string();
-        for (i, s) in ["UnschedulablePendingReboot", "Schedulable"]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, s) in ["UnschedulablePendingReboot", "Schedulable"].into_iter().enumerate() {
             let new = format!("..2024_01_01_00_00_0{}.{}", i + 1, i + 2);
             write_generation(&new, s);
             std::os::unix::fs::symlink(&new, dir.join("..data_tmp")).unwrap();
@@ -593,10 +543,7 @@ mod tests {
         std::os::unix::fs::symlink(&target, &path).unwrap();
         let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
         std::fs::write(&target, labels_text("Unschedulable")).unwrap();
-        assert_eq!(
-            status(&next(&mut rx).await).as_deref(),
-            Some("Unschedulable")
-        );
+        assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Unschedulable"));
     }
 
     #[tokio::test]
@@ -626,10 +573,7 @@ mod tests {
         let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
         replace(&path, "a=\"1\"\nb=oops\n");
         match next(&mut rx).await {
-            Err(HealthError::Malformed {
-                path: p,
-                error: LabelsFileError::Malformed { line_no, line, .. },
-            }) => {
+            Err(HealthError::Malformed { path: p, error: LabelsFileError::Malformed { line_no, line, .. } }) => {
                 assert_eq!(p, path);
                 assert_eq!((line_no, line.as_str()), (2, "b=oops"));
             }
@@ -644,10 +588,7 @@ mod tests {
         std::fs::write(&path, labels_text("Schedulable")).unwrap();
         let (mut rx, _task) = spawn_watcher(path.clone(), false, Duration::from_millis(20), false);
         std::fs::write(&path, labels_text("Unschedulable")).unwrap();
-        assert_eq!(
-            status(&next(&mut rx).await).as_deref(),
-            Some("Unschedulable")
-        );
+        assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Unschedulable"));
     }
 
     #[tokio::test]
@@ -662,10 +603,7 @@ mod tests {
         assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Schedulable"));
         // Once the directory exists it is watched: a later change needs no poll.
         replace(&path, &labels_text("Unschedulable"));
-        assert_eq!(
-            status(&next(&mut rx).await).as_deref(),
-            Some("Unschedulable")
-        );
+        assert_eq!(status(&next(&mut rx).await).as_deref(), Some("Unschedulable"));
     }
 
     /// Same verdict, no new value: identical rewrites, touches and unrelated files in the
@@ -681,14 +619,8 @@ mod tests {
         replace(&path, &labels_text("Schedulable"));
         std::fs::write(dir.join("annotations"), "x=\"1\"\n").unwrap();
         // A label outside sagemaker.amazonaws.com/ is neither judged nor reported.
-        std::fs::write(
-            &path,
-            format!("{}other=\"2\"\n", labels_text("Schedulable")),
-        )
-        .unwrap();
-        assert!(timeout(Duration::from_secs(60), rx.changed())
-            .await
-            .is_err());
+        std::fs::write(&path, format!("{}other=\"2\"\n", labels_text("Schedulable"))).unwrap();
+        assert!(timeout(Duration::from_secs(60), rx.changed()).await.is_err());
         assert!(!rx.has_changed().unwrap());
     }
 
@@ -702,11 +634,7 @@ mod tests {
         let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
         let mut samples = Vec::new();
         for i in 0..20 {
-            let s = if i % 2 == 0 {
-                "UnschedulablePendingReboot"
-            } else {
-                "Schedulable"
-            };
+            let s = if i % 2 == 0 { "UnschedulablePendingReboot" } else { "Schedulable" };
             let start = Instant::now();
             replace(&path, &labels_text(s));
             assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
@@ -714,14 +642,8 @@ mod tests {
         }
         samples.sort();
         let median = samples[samples.len() / 2];
-        eprintln!(
-            "file change -> new observation: median {median:?}, max {:?}",
-            samples[samples.len() - 1]
-        );
-        assert!(
-            median < Duration::from_millis(20),
-            "median latency {median:?}"
-        );
+        eprintln!("file change -> new observation: median {median:?}, max {:?}", samples[samples.len() - 1]);
+        assert!(median < Duration::from_millis(20), "median latency {median:?}");
     }
 
     #[tokio::test]
@@ -733,9 +655,6 @@ mod tests {
         let clone = rx.clone();
         drop(rx);
         drop(clone);
-        timeout(GUARD, task)
-            .await
-            .expect("watcher task still running after every receiver was dropped")
-            .unwrap();
+        timeout(GUARD, task).await.expect("watcher task still running after every receiver was dropped").unwrap();
     }
 }

@@ -15,15 +15,10 @@ pub const NODE_HEALTH_STATUS: &str = "sagemaker.amazonaws.com/node-health-status
 /// Progress of HyperPod's deep health check (stress test) of the node.
 pub const DEEP_HEALTH_CHECK_STATUS: &str = "sagemaker.amazonaws.com/deep-health-check-status";
 /// Every spelling of the fault-type key: AWS's prose says singular, tools in the wild read plural.
-pub const FAULT_TYPE_KEYS: [&str; 2] = [
-    "sagemaker.amazonaws.com/fault-type",
-    "sagemaker.amazonaws.com/fault-types",
-];
+pub const FAULT_TYPE_KEYS: [&str; 2] = ["sagemaker.amazonaws.com/fault-type", "sagemaker.amazonaws.com/fault-types"];
 /// Every spelling of the fault-reason key.
-pub const FAULT_REASON_KEYS: [&str; 2] = [
-    "sagemaker.amazonaws.com/fault-reason",
-    "sagemaker.amazonaws.com/fault-reasons",
-];
+pub const FAULT_REASON_KEYS: [&str; 2] =
+    ["sagemaker.amazonaws.com/fault-reason", "sagemaker.amazonaws.com/fault-reasons"];
 /// Annotation holding the fault's details as JSON.
 pub const FAULT_DETAILS: &str = "sagemaker.amazonaws.com/fault-details";
 
@@ -70,10 +65,7 @@ pub struct NodeSnapshot {
 impl NodeSnapshot {
     /// A snapshot with labels only, as a downward-API labels file gives.
     pub fn from_labels(labels: BTreeMap<String, String>) -> Self {
-        Self {
-            labels,
-            ..Self::default()
-        }
+        Self { labels, ..Self::default() }
     }
 }
 
@@ -114,21 +106,11 @@ struct Failure {
 pub fn verdict(snapshot: &NodeSnapshot, require_health_label: bool) -> NodeVerdict {
     let node_health_status = snapshot.labels.get(NODE_HEALTH_STATUS).cloned();
     let deep_health_check_status = snapshot.labels.get(DEEP_HEALTH_CHECK_STATUS).cloned();
-    let health_taints: Vec<Taint> = snapshot
-        .taints
-        .iter()
-        .filter(|t| counts_against_node(t))
-        .cloned()
-        .collect();
+    let health_taints: Vec<Taint> = snapshot.taints.iter().filter(|t| counts_against_node(t)).cloned().collect();
 
     let mut failures = Vec::new();
-    failures.extend(check_node_health_status(
-        node_health_status.as_deref(),
-        require_health_label,
-    ));
-    failures.extend(check_deep_health_check_status(
-        deep_health_check_status.as_deref(),
-    ));
+    failures.extend(check_node_health_status(node_health_status.as_deref(), require_health_label));
+    failures.extend(check_deep_health_check_status(deep_health_check_status.as_deref()));
     failures.extend(health_taints.iter().map(taint_failure));
 
     NodeVerdict {
@@ -163,13 +145,10 @@ pub fn summary(v: &NodeVerdict) -> String {
     } else {
         format!("node unhealthy: {}", v.failed_checks.join(", "))
     };
-    let fault: Vec<String> = [
-        ("fault-type", &v.fault_type),
-        ("fault-reason", &v.fault_reason),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| value.as_ref().map(|value| format!("{name}={value}")))
-    .collect();
+    let fault: Vec<String> = [("fault-type", &v.fault_type), ("fault-reason", &v.fault_reason)]
+        .into_iter()
+        .filter_map(|(name, value)| value.as_ref().map(|value| format!("{name}={value}")))
+        .collect();
     if !fault.is_empty() {
         line.push_str(&format!(" ({})", fault.join(", ")));
     }
@@ -195,17 +174,13 @@ fn check_node_health_status(value: Option<&str>, require: bool) -> Option<Failur
             })
         }
         Some("Unschedulable") => "deep health checks are running",
-        Some("UnschedulablePendingReplacement") => {
-            "the node failed health checks and must be replaced"
-        }
+        Some("UnschedulablePendingReplacement") => "the node failed health checks and must be replaced",
         Some("UnschedulablePendingReboot") => "the node failed health checks and must be rebooted",
         Some(_) => "unknown value, treated as unhealthy",
     };
     let value = value.unwrap_or_default();
     Some(Failure {
-        sentence: format!(
-            "label {NODE_HEALTH_STATUS} is {value:?} ({meaning}): expected {SCHEDULABLE}"
-        ),
+        sentence: format!("label {NODE_HEALTH_STATUS} is {value:?} ({meaning}): expected {SCHEDULABLE}"),
         short: format!("{NODE_HEALTH_STATUS}={value}"),
     })
 }
@@ -219,9 +194,7 @@ fn check_deep_health_check_status(value: Option<&str>) -> Option<Failure> {
     };
     let value = value.unwrap_or_default();
     Some(Failure {
-        sentence: format!(
-            "label {DEEP_HEALTH_CHECK_STATUS} is {value:?} ({meaning}): expected {PASSED} or absent"
-        ),
+        sentence: format!("label {DEEP_HEALTH_CHECK_STATUS} is {value:?} ({meaning}): expected {PASSED} or absent"),
         short: format!("{DEEP_HEALTH_CHECK_STATUS}={value}"),
     })
 }
@@ -257,10 +230,7 @@ fn fault_value(snapshot: &NodeSnapshot, keys: &[&str]) -> Option<String> {
 
 /// Unparseable JSON is kept as a string: the details are informative and must not change the verdict.
 fn fault_details(snapshot: &NodeSnapshot) -> Option<serde_json::Value> {
-    let raw = snapshot
-        .annotations
-        .get(FAULT_DETAILS)
-        .or_else(|| snapshot.labels.get(FAULT_DETAILS))?;
+    let raw = snapshot.annotations.get(FAULT_DETAILS).or_else(|| snapshot.labels.get(FAULT_DETAILS))?;
     Some(serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_string())))
 }
 
@@ -269,10 +239,7 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn snap(pairs: &[(&str, &str)]) -> NodeSnapshot {
@@ -280,11 +247,7 @@ mod tests {
     }
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
-        Taint {
-            key: key.into(),
-            value: value.into(),
-            effect: effect.into(),
-        }
+        Taint { key: key.into(), value: value.into(), effect: effect.into() }
     }
 
     /// (node-health-status, deep-health-check-status, require, healthy)
@@ -326,18 +289,13 @@ mod tests {
                     assert_eq!(v.healthy, expected, "{n:?} {d:?} require={require}: {v:?}");
                     assert_eq!(v.reasons.is_empty(), v.healthy);
                     assert_eq!(v.reasons.len(), v.failed_checks.len());
-                    assert_eq!(
-                        v.reasons.len(),
-                        usize::from(!n_ok) + usize::from(!d_ok),
-                        "{v:?}"
-                    );
+                    assert_eq!(v.reasons.len(), usize::from(!n_ok) + usize::from(!d_ok), "{v:?}");
                     assert_eq!(v.node_health_status.as_deref(), n);
                     assert_eq!(v.deep_health_check_status.as_deref(), d);
                     assert_eq!(v.require_health_label, require);
                     if let (false, Some(n)) = (n_ok, n) {
                         assert!(
-                            v.reasons[0]
-                                .starts_with(&format!("label {NODE_HEALTH_STATUS} is {n:?} (")),
+                            v.reasons[0].starts_with(&format!("label {NODE_HEALTH_STATUS} is {n:?} (")),
                             "{}",
                             v.reasons[0]
                         );
@@ -345,12 +303,7 @@ mod tests {
                     }
                     if let (false, Some(d)) = (d_ok, d) {
                         let last = v.reasons.last().map(String::as_str).unwrap_or_default();
-                        assert!(
-                            last.starts_with(&format!(
-                                "label {DEEP_HEALTH_CHECK_STATUS} is {d:?} ("
-                            )),
-                            "{last}"
-                        );
+                        assert!(last.starts_with(&format!("label {DEEP_HEALTH_CHECK_STATUS} is {d:?} (")), "{last}");
                         assert!(last.ends_with(": expected Passed or absent"), "{last}");
                     }
                 }
@@ -382,11 +335,7 @@ mod tests {
             assert!(v.reasons[0].contains(meaning), "{}", v.reasons[0]);
         }
         let v = verdict(&snap(&[(DEEP_HEALTH_CHECK_STATUS, "Failed")]), false);
-        assert!(
-            v.reasons[0].contains("failed deep health checks"),
-            "{}",
-            v.reasons[0]
-        );
+        assert!(v.reasons[0].contains("failed deep health checks"), "{}", v.reasons[0]);
         let v = verdict(&snap(&[(DEEP_HEALTH_CHECK_STATUS, "InProgress")]), false);
         assert!(v.reasons[0].contains("running"), "{}", v.reasons[0]);
     }
@@ -397,46 +346,23 @@ mod tests {
         assert!(!v.healthy);
         assert_eq!(
             v.reasons,
-            vec![format!(
-                "label {NODE_HEALTH_STATUS} is absent: expected Schedulable (--require-health-label is set)"
-            )]
+            vec![format!("label {NODE_HEALTH_STATUS} is absent: expected Schedulable (--require-health-label is set)")]
         );
-        assert_eq!(
-            v.failed_checks,
-            vec![format!("{NODE_HEALTH_STATUS} absent")]
-        );
+        assert_eq!(v.failed_checks, vec![format!("{NODE_HEALTH_STATUS} absent")]);
         assert!(verdict(&snap(&[]), false).healthy);
     }
 
     #[test]
     fn taint_table() {
         let cases = [
-            (
-                taint(NODE_HEALTH_STATUS, "Unschedulable", "NoSchedule"),
-                false,
-            ),
-            (
-                taint(NODE_HEALTH_STATUS, "Unschedulable", "NoExecute"),
-                false,
-            ),
+            (taint(NODE_HEALTH_STATUS, "Unschedulable", "NoSchedule"), false),
+            (taint(NODE_HEALTH_STATUS, "Unschedulable", "NoExecute"), false),
             (taint(NODE_HEALTH_STATUS, "", "NoSchedule"), false),
-            (
-                taint(NODE_HEALTH_STATUS, "Unschedulable", "SomeFutureEffect"),
-                false,
-            ),
-            (
-                taint(NODE_HEALTH_STATUS, "Unschedulable", "PreferNoSchedule"),
-                true,
-            ),
+            (taint(NODE_HEALTH_STATUS, "Unschedulable", "SomeFutureEffect"), false),
+            (taint(NODE_HEALTH_STATUS, "Unschedulable", "PreferNoSchedule"), true),
             (taint("nvidia.com/gpu", "present", "NoSchedule"), true),
-            (
-                taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),
-                true,
-            ),
-            (
-                taint("sagemaker.amazonaws.com/other", "x", "NoExecute"),
-                true,
-            ),
+            (taint("node.kubernetes.io/unschedulable", "", "NoSchedule"), true),
+            (taint("sagemaker.amazonaws.com/other", "x", "NoExecute"), true),
         ];
         for (t, healthy) in cases {
             let s = NodeSnapshot {
@@ -467,10 +393,7 @@ mod tests {
     #[test]
     fn every_failure_is_reported() {
         let s = NodeSnapshot {
-            labels: labels(&[
-                (NODE_HEALTH_STATUS, "UnschedulablePendingReboot"),
-                (DEEP_HEALTH_CHECK_STATUS, "Failed"),
-            ]),
+            labels: labels(&[(NODE_HEALTH_STATUS, "UnschedulablePendingReboot"), (DEEP_HEALTH_CHECK_STATUS, "Failed")]),
             taints: vec![taint(NODE_HEALTH_STATUS, "Unschedulable", "NoExecute")],
             ..NodeSnapshot::default()
         };
@@ -522,10 +445,7 @@ mod tests {
         let empty = snap(&[("sagemaker.amazonaws.com/fault-type", "")]);
         assert_eq!(verdict(&empty, false).fault_type, None);
         let none = verdict(&snap(&[]), false);
-        assert_eq!(
-            (none.fault_type, none.fault_reason, none.fault_details),
-            (None, None, None)
-        );
+        assert_eq!((none.fault_type, none.fault_reason, none.fault_details), (None, None, None));
     }
 
     #[test]
@@ -534,10 +454,7 @@ mod tests {
             annotations: labels(&[(FAULT_DETAILS, r#"{"gpu":3,"xid":79}"#)]),
             ..NodeSnapshot::default()
         };
-        assert_eq!(
-            verdict(&parsed, false).fault_details,
-            Some(serde_json::json!({"gpu": 3, "xid": 79}))
-        );
+        assert_eq!(verdict(&parsed, false).fault_details, Some(serde_json::json!({"gpu": 3, "xid": 79})));
         let raw = NodeSnapshot {
             labels: labels(&[(NODE_HEALTH_STATUS, "Schedulable")]),
             annotations: labels(&[(FAULT_DETAILS, "{not json")]),
@@ -561,10 +478,7 @@ mod tests {
         );
         assert_eq!(
             v.labels,
-            labels(&[
-                (NODE_HEALTH_STATUS, "Schedulable"),
-                ("sagemaker.amazonaws.com/instance-group-name", "workers"),
-            ])
+            labels(&[(NODE_HEALTH_STATUS, "Schedulable"), ("sagemaker.amazonaws.com/instance-group-name", "workers"),])
         );
     }
 
@@ -580,10 +494,7 @@ mod tests {
             "node unhealthy: sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReboot (fault-type=GpuFailure, fault-reason=XidError)"
         );
         assert_eq!(
-            summary(&verdict(
-                &snap(&[(NODE_HEALTH_STATUS, "Schedulable")]),
-                false
-            )),
+            summary(&verdict(&snap(&[(NODE_HEALTH_STATUS, "Schedulable")]), false)),
             "node healthy: sagemaker.amazonaws.com/node-health-status=Schedulable"
         );
         assert_eq!(summary(&verdict(&snap(&[]), false)), "node healthy");
@@ -612,8 +523,7 @@ mod tests {
         let v = verdict(&s, false);
         let back: NodeVerdict = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
         assert_eq!(back, v);
-        let snap_back: NodeSnapshot =
-            serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        let snap_back: NodeSnapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(snap_back, s);
     }
 }
