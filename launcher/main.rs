@@ -78,6 +78,9 @@ struct SuperviseArgs {
     /// Where to write why rankvisor gave up (default /dev/termination-log when it exists).
     #[arg(long, env = "RANKVISOR_TERMINATION_LOG")]
     termination_log: Option<PathBuf>,
+    /// Write every status change as one JSON line to this inherited file descriptor (for tools).
+    #[arg(long, env = "RANKVISOR_STATUS_FD")]
+    status_fd: Option<i32>,
 }
 
 fn main() {
@@ -162,6 +165,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         Err(e) => return config_error(&e),
     };
     let _ = (rank, a.restart_scope);
+    let status_sink = match a.status_fd.map(rankvisor::status_sink::StatusSink::from_fd).transpose() {
+        Ok(s) => s,
+        Err(e) => return config_error(&e.to_string()),
+    };
     if std::process::id() != 1 {
         // Orphans of the child are reparented to us, not to the host's init, and reaped the same way.
         // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
@@ -175,6 +182,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         heartbeat_file: a.heartbeat_file,
         termination_log: a.termination_log.or_else(termination::default_path),
         generation: 0,
+        status_sink,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
         Ok(r) => r,

@@ -26,6 +26,8 @@ pub struct DriverConfig {
     pub termination_log: Option<PathBuf>,
     /// The rendezvous generation exported to the child.
     pub generation: u64,
+    /// Where to stream status lines (`--status-fd`).
+    pub status_sink: Option<crate::status_sink::StatusSink>,
 }
 
 struct Driver {
@@ -36,6 +38,7 @@ struct Driver {
     status: watch::Sender<LocalStatus>,
     exit_code: Option<i32>,
     shutdown_deadline: Option<Instant>,
+    last_sent: Option<LocalStatus>,
 }
 
 /// Supervise the child until the machine decides to exit; return rankvisor's exit status.
@@ -55,6 +58,7 @@ pub async fn supervise(
         status,
         exit_code: None,
         shutdown_deadline: None,
+        last_sent: None,
     };
     d.apply(Event::Start);
     let mut beat_timer = tokio::time::interval(poll);
@@ -76,6 +80,9 @@ pub async fn supervise(
         }
     }
     d.sweep(&mut stream).await;
+    if let Some(sink) = &d.cfg.status_sink {
+        sink.flush(Duration::from_secs(2));
+    }
     Ok(d.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
 }
 
@@ -234,6 +241,13 @@ impl Driver {
                 true
             }
         });
+        if let Some(sink) = &self.cfg.status_sink {
+            let now = self.status.borrow().clone();
+            if self.last_sent.as_ref() != Some(&now) {
+                sink.send(&now);
+                self.last_sent = Some(now);
+            }
+        }
     }
 
     /// TERM every process still below us (group leftovers, setsid escapees), then KILL at the deadline.

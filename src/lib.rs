@@ -28,5 +28,6 @@ pub mod logging;
 pub mod process;
 pub mod rank;
 pub mod report;
+pub mod status_sink;
 pub mod supervise;
 pub mod termination;
