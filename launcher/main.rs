@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use rankvisor::duration::parse_duration;
+use rankvisor::health::{self, NodeHealthSource};
 use rankvisor::logging::{self, LogFormat};
 use rankvisor::process::{self, ChildCommand, Signals};
 use rankvisor::supervise::{BackoffConfig, HangConfig, RestartPolicy, RestartScope, SupervisorConfig};
@@ -41,6 +42,18 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Print this node's health verdict; exit 0 only if healthy.
+    CheckNode {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where the node's labels come from: off, auto, file:PATH or kubernetes.
+        #[arg(long, env = "RANKVISOR_NODE_HEALTH", default_value = "auto")]
+        node_health: NodeHealthSource,
+        /// Treat a node without the node-health-status label as unhealthy.
+        #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
+        require_health_label: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -78,6 +91,15 @@ struct SuperviseArgs {
     /// Where to write why rankvisor gave up (default /dev/termination-log when it exists).
     #[arg(long, env = "RANKVISOR_TERMINATION_LOG")]
     termination_log: Option<PathBuf>,
+    /// Where the node's HyperPod health labels come from: off, auto, file:PATH or kubernetes.
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH", default_value = "auto")]
+    node_health: NodeHealthSource,
+    /// What to do when the node is unhealthy before the start: exit (138) or wait for health.
+    #[arg(long, env = "RANKVISOR_UNHEALTHY_NODE", default_value = "exit", value_parser = ["exit", "wait"])]
+    unhealthy_node: String,
+    /// Treat a node without the node-health-status label as unhealthy.
+    #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
+    require_health_label: bool,
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
     #[arg(long, env = "RANKVISOR_STATUS_FD")]
     status_fd: Option<i32>,
@@ -104,6 +126,9 @@ fn main() {
     logging::init(cli.log_format, cli.log_level);
     let code = match cli.sub {
         Some(Sub::Env { json }) => cmd_env(json),
+        Some(Sub::CheckNode { json, node_health, require_health_label }) => {
+            cmd_check_node(json, node_health, require_health_label)
+        }
         None => cmd_supervise(cli.sup, cli.command, signals),
     };
     std::process::exit(code);
@@ -120,6 +145,54 @@ fn cmd_env(json: bool) -> i32 {
             0
         }
         Err(e) => config_error(&e.to_string()),
+    }
+}
+
+/// In-cluster: the service-account token is mounted and the API server's address is injected.
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+}
+
+/// The source to use: `auto` resolved, and the Kubernetes source refused while it is not built.
+fn resolve_source(source: NodeHealthSource) -> Result<NodeHealthSource, String> {
+    let was_auto = matches!(source, NodeHealthSource::Auto);
+    match source.resolve_auto(in_cluster()) {
+        NodeHealthSource::Kubernetes if was_auto => {
+            tracing::warn!(
+                "in-cluster, but this rankvisor has no Kubernetes node-health source yet: node health is off"
+            );
+            Ok(NodeHealthSource::Off)
+        }
+        NodeHealthSource::Kubernetes => {
+            Err("--node-health kubernetes is not available in this version: expected off or file:PATH".into())
+        }
+        other => Ok(other),
+    }
+}
+
+fn cmd_check_node(json: bool, source: NodeHealthSource, require: bool) -> i32 {
+    let path = match resolve_source(source) {
+        Ok(NodeHealthSource::File(p)) => p,
+        Ok(_) => {
+            println!("node health checking is off (no labels source): treated as healthy");
+            return 0;
+        }
+        Err(e) => return config_error(&e),
+    };
+    match health::read_file_verdict(&path, require) {
+        Ok(v) => {
+            print!("{}", if json { health::render_json(&v) } else { health::render_text(&v) });
+            if v.healthy {
+                0
+            } else {
+                exit::EXTERNAL_FAILURE
+            }
+        }
+        Err(e) => {
+            error!("{e}");
+            exit::EXTERNAL_FAILURE
+        }
     }
 }
 
@@ -176,13 +249,9 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
         }
     }
-    let cfg = driver::DriverConfig {
-        supervisor,
-        command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
-        heartbeat_file: a.heartbeat_file,
-        termination_log: a.termination_log.or_else(termination::default_path),
-        generation: 0,
-        status_sink,
+    let source = match resolve_source(a.node_health.clone()) {
+        Ok(s) => s,
+        Err(e) => return config_error(&e),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build() {
         Ok(r) => r,
@@ -190,6 +259,25 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             error!("cannot start the event loop: {e}");
             return exit::EXTERNAL_FAILURE;
         }
+    };
+    let health = match source {
+        NodeHealthSource::File(path) => {
+            let _guard = runtime.enter();
+            Some(driver::HealthGate {
+                rx: health::spawn_file_watcher(path, a.require_health_label, Duration::from_secs(1)),
+                wait: a.unhealthy_node == "wait",
+            })
+        }
+        _ => None,
+    };
+    let cfg = driver::DriverConfig {
+        supervisor,
+        command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
+        heartbeat_file: a.heartbeat_file,
+        termination_log: a.termination_log.or_else(termination::default_path),
+        generation: 0,
+        status_sink,
+        health,
     };
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
     match runtime.block_on(driver::supervise(cfg, signals, status)) {

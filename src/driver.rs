@@ -2,10 +2,11 @@
 //! `supervise::Event`s; the machine's `Action`s become syscalls. All I/O of supervision is here.
 
 use crate::exit;
+use crate::health::{self, Observation};
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
-use crate::report::LocalStatus;
-use crate::supervise::{Action, Event, Phase, StopCause, Supervisor, SupervisorConfig};
+use crate::report::{LocalStatus, ReplicaState};
+use crate::supervise::{Action, Event, GiveUp, Phase, StopCause, Supervisor, SupervisorConfig};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,6 +29,25 @@ pub struct DriverConfig {
     pub generation: u64,
     /// Where to stream status lines (`--status-fd`).
     pub status_sink: Option<crate::status_sink::StatusSink>,
+    /// The node-health gate, when a source is configured.
+    pub health: Option<HealthGate>,
+}
+
+/// The node's health verdicts and what to do while the node is unhealthy before the start.
+#[derive(Debug, Clone)]
+pub struct HealthGate {
+    /// The latest observation of the node's health.
+    pub rx: watch::Receiver<Observation>,
+    /// `--unhealthy-node wait`: wait for health before the start instead of exiting 138.
+    pub wait: bool,
+}
+
+fn give_up_for(obs: &Observation) -> GiveUp {
+    let message = match obs {
+        Ok(v) => health::summary(v),
+        Err(e) => format!("node health unknown, refusing to start: {e}"),
+    };
+    GiveUp { state: ReplicaState::NodeUnhealthy, message }
 }
 
 struct Driver {
@@ -60,7 +80,22 @@ pub async fn supervise(
         shutdown_deadline: None,
         last_sent: None,
     };
-    d.apply(Event::Start);
+    let mut health = d.cfg.health.clone();
+    let mut waiting_for_health = false;
+    match health.as_mut() {
+        None => d.apply(Event::Start),
+        Some(gate) => {
+            let obs = gate.rx.borrow_and_update().clone();
+            match &obs {
+                Ok(v) if v.healthy => d.apply(Event::Start),
+                _ if gate.wait => {
+                    warn!("{}; waiting for the node to become healthy", give_up_for(&obs).message);
+                    waiting_for_health = true;
+                }
+                _ => d.apply(Event::GiveUp(give_up_for(&obs))),
+            }
+        }
+    }
     let mut beat_timer = tokio::time::interval(poll);
     beat_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while d.exit_code.is_none() {
@@ -77,6 +112,10 @@ pub async fn supervise(
                 d.apply(Event::Tick);
             }
             _ = beat_timer.tick(), if d.heartbeat.is_some() => d.check_beat(),
+            obs = next_health(&mut health), if health.is_some() => match obs {
+                Some(obs) => d.on_health(obs, &mut waiting_for_health),
+                None => health = None,
+            },
         }
     }
     d.sweep(&mut stream).await;
@@ -84,6 +123,17 @@ pub async fn supervise(
         sink.flush(Duration::from_secs(2));
     }
     Ok(d.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
+}
+
+/// The next health observation; None when the source is gone; never ready without a gate.
+async fn next_health(gate: &mut Option<HealthGate>) -> Option<Observation> {
+    match gate {
+        Some(g) => match g.rx.changed().await {
+            Ok(()) => Some(g.rx.borrow_and_update().clone()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// How often to look at the heartbeat file: often enough for progress and a timely hang verdict.
@@ -118,6 +168,21 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    fn on_health(&mut self, obs: Observation, waiting: &mut bool) {
+        match &obs {
+            Ok(v) if v.healthy => {
+                if std::mem::take(waiting) {
+                    info!("node healthy; starting the child");
+                    self.apply(Event::Start);
+                }
+            }
+            Ok(_) if *waiting => warn!("{}; still waiting", give_up_for(&obs).message),
+            Ok(_) => self.apply(Event::GiveUp(give_up_for(&obs))),
+            // A glitch reading the source never stops a running job; before the start it keeps us waiting.
+            Err(e) => warn!("cannot read the node's health, keeping the last verdict: {e}"),
         }
     }
 

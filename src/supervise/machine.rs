@@ -323,7 +323,7 @@ impl Supervisor {
                 let (pid, started) = (*pid, *started);
                 self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now)
             }
-            Phase::Stopping { cause, .. } if matches!(cause, StopCause::GiveUp(_)) => vec![],
+            Phase::Stopping { cause: StopCause::GiveUp(_), .. } => vec![],
             Phase::Stopping { pid, started, deadline, killed, .. } => {
                 self.phase = Phase::Stopping {
                     pid: *pid,
