@@ -280,7 +280,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         health,
     };
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
-    match runtime.block_on(driver::supervise(cfg, signals, status)) {
+    match runtime.block_on(driver::supervise(cfg, signals, status, None)) {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");

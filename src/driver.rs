@@ -59,13 +59,30 @@ struct Driver {
     exit_code: Option<i32>,
     shutdown_deadline: Option<Instant>,
     last_sent: Option<LocalStatus>,
+    waiting_for_health: bool,
+    gate_pending: bool,
+}
+
+/// A future that must succeed before the first start (the rendezvous barrier).
+pub type StartGate = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), GiveUp>>>>;
+
+/// The gate's outcome; never ready without a gate.
+async fn pass_gate(gate: &mut Option<StartGate>) -> Result<(), GiveUp> {
+    match gate {
+        Some(g) => g.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Supervise the child until the machine decides to exit; return rankvisor's exit status.
+///
+/// `start_gate` (the rendezvous barrier) must succeed before the first start; signals are handled
+/// while it runs, and its failure gives up with exit 138.
 pub async fn supervise(
     cfg: DriverConfig,
     signals: Signals,
     status: watch::Sender<LocalStatus>,
+    start_gate: Option<StartGate>,
 ) -> std::io::Result<i32> {
     let mut stream = SignalStream::new(&signals)?;
     let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
@@ -79,23 +96,24 @@ pub async fn supervise(
         exit_code: None,
         shutdown_deadline: None,
         last_sent: None,
+        waiting_for_health: false,
+        gate_pending: false,
     };
     let mut health = d.cfg.health.clone();
-    let mut waiting_for_health = false;
-    match health.as_mut() {
-        None => d.apply(Event::Start),
-        Some(gate) => {
-            let obs = gate.rx.borrow_and_update().clone();
-            match &obs {
-                Ok(v) if v.healthy => d.apply(Event::Start),
-                _ if gate.wait => {
-                    warn!("{}; waiting for the node to become healthy", give_up_for(&obs).message);
-                    waiting_for_health = true;
-                }
-                _ => d.apply(Event::GiveUp(give_up_for(&obs))),
+    if let Some(gate) = health.as_mut() {
+        let obs = gate.rx.borrow_and_update().clone();
+        match &obs {
+            Ok(v) if v.healthy => {}
+            _ if gate.wait => {
+                warn!("{}; waiting for the node to become healthy", give_up_for(&obs).message);
+                d.waiting_for_health = true;
             }
+            _ => d.apply(Event::GiveUp(give_up_for(&obs))),
         }
     }
+    let mut start_gate = start_gate;
+    d.gate_pending = start_gate.is_some();
+    d.maybe_start();
     let mut beat_timer = tokio::time::interval(poll);
     beat_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while d.exit_code.is_none() {
@@ -113,9 +131,17 @@ pub async fn supervise(
             }
             _ = beat_timer.tick(), if d.heartbeat.is_some() => d.check_beat(),
             obs = next_health(&mut health), if health.is_some() => match obs {
-                Some(obs) => d.on_health(obs, &mut waiting_for_health),
+                Some(obs) => d.on_health(obs),
                 None => health = None,
             },
+            passed = pass_gate(&mut start_gate), if start_gate.is_some() => {
+                start_gate = None;
+                d.gate_pending = false;
+                match passed {
+                    Ok(()) => d.maybe_start(),
+                    Err(g) => d.apply(Event::GiveUp(g)),
+                }
+            }
         }
     }
     d.sweep(&mut stream).await;
@@ -171,15 +197,23 @@ impl Driver {
         }
     }
 
-    fn on_health(&mut self, obs: Observation, waiting: &mut bool) {
+    /// Start the first child once nothing holds it back.
+    fn maybe_start(&mut self) {
+        if !self.waiting_for_health && !self.gate_pending && matches!(self.sup.phase(), Phase::Pending) {
+            self.apply(Event::Start);
+        }
+        self.publish();
+    }
+
+    fn on_health(&mut self, obs: Observation) {
         match &obs {
             Ok(v) if v.healthy => {
-                if std::mem::take(waiting) {
-                    info!("node healthy; starting the child");
-                    self.apply(Event::Start);
+                if std::mem::take(&mut self.waiting_for_health) {
+                    info!("node healthy");
+                    self.maybe_start();
                 }
             }
-            Ok(_) if *waiting => warn!("{}; still waiting", give_up_for(&obs).message),
+            Ok(_) if self.waiting_for_health => warn!("{}; still waiting", give_up_for(&obs).message),
             Ok(_) => self.apply(Event::GiveUp(give_up_for(&obs))),
             // A glitch reading the source never stops a running job; before the start it keeps us waiting.
             Err(e) => warn!("cannot read the node's health, keeping the last verdict: {e}"),
@@ -279,7 +313,11 @@ impl Driver {
     }
 
     fn publish(&mut self) {
-        let state = self.sup.state();
+        let state = match self.sup.state() {
+            ReplicaState::Pending if self.waiting_for_health => ReplicaState::NodeUnhealthy,
+            ReplicaState::Pending if self.gate_pending => ReplicaState::Rendezvous,
+            s => s,
+        };
         let hung = matches!(self.sup.phase(), Phase::Stopping { cause: StopCause::Hung, .. });
         let before = self.status.borrow().state;
         if state != before {
