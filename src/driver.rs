@@ -360,6 +360,10 @@ impl Driver {
         let grace = self.cfg.supervisor.grace;
         let deadline = self.shutdown_deadline.unwrap_or(now + grace).max(now + grace.min(Duration::from_secs(1)));
         process::reap_all();
+        // The common case costs one syscall instead of a scan of /proc.
+        if !process::has_children() {
+            return;
+        }
         let left = process::alive_descendants(me);
         if left.is_empty() {
             return;
@@ -385,7 +389,7 @@ impl Driver {
     async fn wait_descendants(&mut self, stream: &mut SignalStream, me: i32, deadline: Instant) -> bool {
         loop {
             process::reap_all();
-            if process::alive_descendants(me).is_empty() {
+            if !process::has_children() || process::alive_descendants(me).is_empty() {
                 return true;
             }
             if Instant::now() >= deadline {

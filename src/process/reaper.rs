@@ -29,3 +29,13 @@ pub fn reap_all() -> Vec<(i32, ExitHow)> {
         return out;
     }
 }
+
+/// True while rankvisor has a child, running or exited but not yet reaped. As PID 1 or a child
+/// subreaper every orphan below us becomes our child, so no child means nothing below us lives.
+pub fn has_children() -> bool {
+    // SAFETY: an all-zero siginfo_t is a valid value for waitid to overwrite.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only to `info`; WNOWAIT leaves an exited child for `reap_all`.
+    let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+    !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+}
