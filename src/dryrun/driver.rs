@@ -11,7 +11,8 @@
 //! - `fail:REPLICA@T`: SIGKILL to the replica's training process group, as the OOM killer or a
 //!   crash would end it. The child ends by signal 9 (status 137), which every policy but `Never`
 //!   restarts (under `ExitCode`, 137 is one of the retryable codes). A child that is not running
-//!   at T (waiting for its restart) is left alone, and the dry run says so.
+//!   at T (still starting, or waiting for its restart) fails as soon as it runs; a replica whose
+//!   launcher is gone or finished is left alone, and the dry run says so.
 //! - `delete:REPLICA@T`: SIGKILL to the launcher and to its training process group (a pod lost
 //!   with its node, or `kubectl delete --force --grace-period=0`), then the operator's view:
 //!   Terminating, deleted, created anew with RESTARTS 0.
@@ -117,7 +118,8 @@ pub struct DryRunOptions {
     pub logs: Option<PathBuf>,
     /// `--inject` specs, as given.
     pub inject: Vec<String>,
-    /// `--timeout`: stop everything and exit 1 if the job has not settled by then.
+    /// `--timeout`: stop everything and exit 1 (or with the job's outcome, if already decided)
+    /// if the dry run has not ended by then.
     pub timeout: Option<Duration>,
     /// `--master-port`: MASTER_PORT for every replica (0: any free port; None: the manifest's,
     /// or a free one if that is in use).
@@ -255,9 +257,14 @@ fn port_pair_free(port: u16) -> bool {
     port.checked_add(1).is_some_and(|next| free(port) && free(next))
 }
 
-/// A port whose successor is free too.
+/// Below the usual ephemeral range (32768-60999), where a free pair is searched when the kernel's
+/// ephemeral ports come without a free successor.
+const PORT_SEARCH: std::ops::Range<u16> = 20000..32000;
+
+/// A port whose successor is free too: a kernel-chosen one if possible, else one searched below
+/// the ephemeral range (some systems hand out ephemeral ports whose neighbours are taken).
 fn free_port() -> Result<u16, String> {
-    for _ in 0..50 {
+    for _ in 0..10 {
         let listener = std::net::TcpListener::bind((DRY_RUN_MASTER_ADDR, 0))
             .map_err(|e| format!("cannot find a free port on {DRY_RUN_MASTER_ADDR}: {e}"))?;
         let port = listener.local_addr().map_err(|e| format!("cannot read a bound port: {e}"))?.port();
@@ -266,7 +273,13 @@ fn free_port() -> Result<u16, String> {
             return Ok(port);
         }
     }
-    Err(format!("no two consecutive free ports found on {DRY_RUN_MASTER_ADDR}"))
+    // Start at a per-process offset so concurrent dry runs do not all try the same ports.
+    let span = PORT_SEARCH.end - PORT_SEARCH.start;
+    let offset = (std::process::id() % u32::from(span / 2)) as u16 * 2;
+    (0..span / 2)
+        .map(|i| PORT_SEARCH.start + (offset + i * 2) % span)
+        .find(|p| port_pair_free(*p))
+        .ok_or_else(|| format!("no two consecutive free ports found on {DRY_RUN_MASTER_ADDR}"))
 }
 
 /// A private directory for the replicas' labels files and termination logs, removed at the end.
@@ -363,6 +376,8 @@ struct Driver {
     next_instance: u64,
     tx: mpsc::UnboundedSender<Report>,
     output_tasks: Vec<JoinHandle<()>>,
+    /// `fail:` injections waiting for their replica's child to run.
+    deferred_fails: Vec<ReplicaId>,
     stop_all: bool,
     abort: Option<Abort>,
 }
@@ -395,6 +410,7 @@ impl Driver {
             next_instance: 0,
             tx,
             output_tasks: Vec::new(),
+            deferred_fails: Vec::new(),
             stop_all: false,
             abort: None,
         }
@@ -516,6 +532,11 @@ impl Driver {
         match what {
             Reported::Status(line) => {
                 let events = launcher.tracker.observe(pod, &line);
+                let child = launcher.tracker.child_pid();
+                if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
+                    self.deferred_fails.remove(i);
+                    fail_child(&self.job.pod_name(pod), pid);
+                }
                 for event in events {
                     self.feed(event);
                 }
@@ -523,6 +544,7 @@ impl Driver {
             Reported::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
             Reported::Exited(status) => {
                 self.launchers.remove(&pod);
+                self.deferred_fails.retain(|p| *p != pod);
                 self.feed(Event::LauncherExited { pod, status });
             }
         }
@@ -616,13 +638,17 @@ impl Driver {
         let pod = injection.replica;
         let name = self.job.pod_name(pod);
         match injection.fault {
-            Fault::Fail => match self.launchers.get(&pod).and_then(|l| l.tracker.child_pid()) {
-                Some(pid) => {
-                    note(&format!("injected: {name}'s training process fails (SIGKILL to its process group {pid})"));
-                    // SAFETY: kill(2) has no memory-safety preconditions.
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+            Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
+                Some((Some(pid), _)) => fail_child(&name, pid),
+                Some((None, false)) => {
+                    note(&format!(
+                        "injection fail:{pod}: {name}'s training process is not running yet: it fails once it runs"
+                    ));
+                    self.deferred_fails.push(pod);
                 }
-                None => note(&format!("injection fail:{pod} skipped: {name} has no training process running")),
+                Some((None, true)) | None => note(&format!(
+                    "injection fail:{pod} skipped: {name} has no training process and will not start one"
+                )),
             },
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
@@ -732,6 +758,13 @@ impl Driver {
             let _ = tokio::time::timeout_at(deadline, task).await;
         }
     }
+}
+
+/// The `fail:` injection: SIGKILL to the training process group, as a crash or the OOM killer.
+fn fail_child(pod: &str, pid: i32) {
+    note(&format!("injected: {pod}'s training process fails (SIGKILL to its process group {pid})"));
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
 }
 
 /// Append-only log file for a replica (kept across its restarts and recreations).
