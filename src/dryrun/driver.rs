@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -71,6 +71,8 @@ pub const LAUNCHERS_READ_NODE_LABELS: bool = false;
 
 /// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
 const STOP_MARGIN: Duration = Duration::from_secs(2);
+/// After a success, replicas still running this long later are named (they keep the dry run alive).
+const STRAGGLER_NOTE_AFTER: Duration = Duration::from_secs(1);
 /// How long to wait for a launcher's last status lines and output after it exited.
 const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 
@@ -378,6 +380,8 @@ struct Driver {
     output_tasks: Vec<JoinHandle<()>>,
     /// `fail:` injections waiting for their replica's child to run.
     deferred_fails: Vec<ReplicaId>,
+    /// When to say which replicas the dry run still waits for after the job succeeded.
+    straggler_note_at: Option<Instant>,
     stop_all: bool,
     abort: Option<Abort>,
 }
@@ -411,6 +415,7 @@ impl Driver {
             tx,
             output_tasks: Vec::new(),
             deferred_fails: Vec::new(),
+            straggler_note_at: None,
             stop_all: false,
             abort: None,
         }
@@ -462,7 +467,8 @@ impl Driver {
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
         let timeout = self.opts.timeout.filter(|_| live).map(|t| self.start + t);
         let kills = self.launchers.values().filter_map(|l| l.kill_at);
-        [tick, inject, timeout].into_iter().flatten().chain(kills).min()
+        let straggler_note = self.straggler_note_at.filter(|_| live);
+        [tick, inject, timeout, straggler_note].into_iter().flatten().chain(kills).min()
     }
 
     fn on_wake(&mut self) {
@@ -473,6 +479,22 @@ impl Driver {
         while self.abort.is_none() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
             if let Some(injection) = self.injections.pop_front() {
                 self.inject(injection);
+            }
+        }
+        if self.straggler_note_at.is_some_and(|t| t <= now) {
+            self.straggler_note_at = None;
+            let running: Vec<String> = self
+                .launchers
+                .iter()
+                .filter(|(_, l)| !l.tracker.ended())
+                .map(|(id, _)| self.job.pod_name(*id))
+                .collect();
+            if !running.is_empty() && self.abort.is_none() {
+                note(&format!(
+                    "the job succeeded; waiting for {} still running: {} (Ctrl-C stops them)",
+                    running.len(),
+                    running.join(", ")
+                ));
             }
         }
         if let Some(t) = self.opts.timeout.filter(|t| self.abort.is_none() && self.start + *t <= now) {
@@ -595,9 +617,8 @@ impl Driver {
             Action::Unschedulable { message } => note(&message),
             Action::Finish { outcome, reason } => {
                 note(&reason);
-                let running = self.launchers.values().filter(|l| !l.tracker.ended()).count();
-                if outcome == Outcome::Succeeded && running > 0 {
-                    note(&format!("waiting for {running} replica(s) still running to end (Ctrl-C stops them)"));
+                if outcome == Outcome::Succeeded {
+                    self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
                 }
             }
         }
@@ -705,6 +726,7 @@ impl Driver {
     /// which stops everyone in order), stdin from /dev/null, the status pipe on an inherited fd.
     fn spawn_launcher(&self, spec: &super::env::LaunchSpec) -> std::io::Result<(Child, OwnedFd)> {
         let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let status_write = above_stdio(status_write)?;
         let termination_log = self.workdir.termination_log(&spec.pod);
         let _ = std::fs::remove_file(&termination_log);
         let node_labels = self.workdir.labels(&spec.pod);
@@ -758,6 +780,21 @@ impl Driver {
             let _ = tokio::time::timeout_at(deadline, task).await;
         }
     }
+}
+
+/// `fd` itself, or a copy numbered 3 or more: a dry run started with a standard stream closed
+/// gets pipes numbered 0-2, which the launcher's own stdio would overwrite.
+fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: fcntl on an open descriptor; the new descriptor is owned only by the OwnedFd below.
+    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `copy` is a fresh, open descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
 /// The `fail:` injection: SIGKILL to the training process group, as a crash or the OOM killer.

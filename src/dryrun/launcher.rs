@@ -58,6 +58,12 @@ pub struct LauncherFiles<'a> {
 
 /// The launcher's arguments (after the program name): supervision options, then `--`, then the
 /// container's command.
+///
+/// `--backoff-limit` is the job's `runPolicy.backoffLimit` when it has one. While the job runs,
+/// the controller's job-wide rule (restarts summed over the pods reach the limit) fails the job
+/// when a pod starts its run number limit+1, before that pod's launcher would give up; after the
+/// outcome (the seed's worker-0, still crash-looping after the job Succeeded) the launcher's own
+/// limit ends the replica, so the dry run ends too. Without a backoffLimit: [`UNLIMITED_RESTARTS`].
 pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: LauncherFiles<'_>) -> Vec<OsString> {
     let backoff_limit = spec.backoff_limit.unwrap_or(UNLIMITED_RESTARTS);
     let mut args: Vec<OsString> = [
