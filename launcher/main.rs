@@ -1,6 +1,7 @@
 //! The rankvisor binary: parse the command line, then hand over to the library.
 
 use clap::{Parser, Subcommand};
+use rankvisor::dryrun::{self, DryRunOptions, OutputFormat, QueueCapability, WatchKinds};
 use rankvisor::duration::parse_duration;
 use rankvisor::health::{self, NodeHealthSource};
 use rankvisor::logging::{self, LogFormat};
@@ -17,7 +18,9 @@ use tracing::{error, Level};
 /// Every option can also be set by an environment variable RANKVISOR_<OPTION_NAME>.
 #[derive(Parser, Debug)]
 #[command(name = "rankvisor", version, args_conflicts_with_subcommands = true)]
-#[command(override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor env [--json]")]
+#[command(
+    override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor dry-run [OPTIONS] JOB.yaml\n       rankvisor env [--json]"
+)]
 struct Cli {
     #[command(subcommand)]
     sub: Option<Sub>,
@@ -54,6 +57,54 @@ enum Sub {
         #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
         require_health_label: bool,
     },
+    /// Run a PyTorchJob manifest on this machine: one rankvisor launcher per replica, the job,
+    /// PodGroup and pod states printed as `kubectl get -w` shows them. Exit 0 Succeeded, 1 Failed,
+    /// 64 invalid manifest.
+    DryRun(DryRunArgs),
+}
+
+/// `rankvisor dry-run`'s options. Timing defaults are a laptop's, not Kubernetes' (10s, 300s, 30s).
+#[derive(clap::Args, Debug)]
+struct DryRunArgs {
+    /// The PyTorchJob manifest (YAML or JSON).
+    #[arg(value_name = "JOB.yaml")]
+    manifest: PathBuf,
+    /// The Volcano queue's capability, e.g. cpu=2,memory=4Gi: a job that does not fit whole starts nothing.
+    #[arg(long, env = "RANKVISOR_QUEUE_CAPABILITY", value_parser = QueueCapability::parse)]
+    queue_capability: Option<QueueCapability>,
+    /// What to show: job, podgroup, pods or all.
+    #[arg(long, env = "RANKVISOR_WATCH", default_value = "all", value_parser = WatchKinds::parse)]
+    watch: WatchKinds,
+    /// text (kubectl's columns) or json (one change per line).
+    #[arg(long, env = "RANKVISOR_OUTPUT", default_value = "text")]
+    output: OutputFormat,
+    /// Write each replica's output to DIR/<pod>.log (default: on stderr, each line prefixed by its pod).
+    #[arg(long, env = "RANKVISOR_LOGS", value_name = "DIR")]
+    logs: Option<PathBuf>,
+    /// Fault to inject (repeatable): fail:REPLICA@TIME (SIGKILL to its training process),
+    /// delete:REPLICA@TIME (kill its launcher; the pod is recreated), label:REPLICA@TIME=VALUE
+    /// (its node's node-health-status label; or =KEY=VALUE). REPLICA: master-0, worker-N.
+    #[arg(long, env = "RANKVISOR_INJECT", value_name = "SPEC", value_delimiter = ',')]
+    inject: Vec<String>,
+    /// Stop everything and exit 1 if the job has not ended after this long.
+    #[arg(long, env = "RANKVISOR_TIMEOUT", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// MASTER_PORT for every replica; 0 picks a free port [default: the manifest's, or a free
+    /// port if that one or the next is in use]
+    #[arg(long, env = "RANKVISOR_MASTER_PORT")]
+    master_port: Option<u16>,
+    /// Each launcher's delay before a replica's first restart; it doubles up to --backoff-max.
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "1s", value_parser = parse_duration)]
+    backoff_initial: Duration,
+    /// Each launcher's longest delay between restarts.
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "10s", value_parser = parse_duration)]
+    backoff_max: Duration,
+    /// Time between TERM and KILL when a replica is stopped.
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "5s", value_parser = parse_duration)]
+    grace_period: Duration,
+    /// The launchers' own log level (their lines appear among the replica's output).
+    #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
+    launcher_log_level: Level,
 }
 
 #[derive(clap::Args, Debug)]
@@ -129,6 +180,7 @@ fn main() {
         Some(Sub::CheckNode { json, node_health, require_health_label }) => {
             cmd_check_node(json, node_health, require_health_label)
         }
+        Some(Sub::DryRun(args)) => cmd_dry_run(args, &signals),
         None => cmd_supervise(cli.sup, cli.command, signals),
     };
     std::process::exit(code);
@@ -194,6 +246,46 @@ fn cmd_check_node(json: bool, source: NodeHealthSource, require: bool) -> i32 {
             exit::EXTERNAL_FAILURE
         }
     }
+}
+
+fn cmd_dry_run(a: DryRunArgs, signals: &Signals) -> i32 {
+    // The dry run is not PID 1: it gets back the signal mask it inherited, so tokio handles INT,
+    // TERM and CHLD, and the launchers do not inherit a mask with everything blocked.
+    if let Err(e) =
+        nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&signals.original), None)
+    {
+        error!("cannot restore the signal mask: {e}");
+        return exit::EXTERNAL_FAILURE;
+    }
+    let rankvisor = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            error!("cannot find the rankvisor binary to run the launchers: {e}");
+            return exit::EXTERNAL_FAILURE;
+        }
+    };
+    let opts = DryRunOptions {
+        queue_capability: a.queue_capability,
+        watch: a.watch,
+        output: a.output,
+        logs: a.logs,
+        inject: a.inject,
+        timeout: a.timeout,
+        master_port: a.master_port,
+        backoff_initial: a.backoff_initial,
+        backoff_max: a.backoff_max,
+        grace_period: a.grace_period,
+        launcher_log_level: a.launcher_log_level.to_string().to_lowercase(),
+        ..DryRunOptions::new(a.manifest, rankvisor)
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            error!("cannot start the event loop: {e}");
+            return exit::EXTERNAL_FAILURE;
+        }
+    };
+    runtime.block_on(dryrun::run_dry_run(opts))
 }
 
 fn config_error(msg: &str) -> i32 {

@@ -1,0 +1,464 @@
+//! `rankvisor dry-run` end to end: the real binary, one real launcher per replica, the seed's five
+//! scenarios (seed 000) read from the JSON watch stream, fault injection, admission refusals,
+//! interruption.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+}
+
+fn example_text(name: &str) -> String {
+    std::fs::read_to_string(example(name)).expect("example manifest")
+}
+
+/// A scratch directory of this test, emptied first.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rankvisor-dry-run-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+/// One finished dry run.
+struct Run {
+    code: i32,
+    events: Vec<Value>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `rankvisor dry-run ARGS...` with a safety `--timeout` unless the test sets one.
+fn dry_run(args: &[&str]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("dry-run").args(args);
+    if !args.contains(&"--timeout") {
+        cmd.args(["--timeout", "50s"]);
+    }
+    let out = cmd.output().expect("run rankvisor dry-run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let events = if args.contains(&"json") {
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+    } else {
+        Vec::new()
+    };
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        events,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json_run(manifest: &Path, extra: &[&str]) -> Run {
+    let path = manifest.to_str().expect("utf-8 path");
+    let mut args = vec!["--output", "json"];
+    args.extend_from_slice(extra);
+    args.push(path);
+    dry_run(&args)
+}
+
+/// A pod's row in one event.
+#[derive(Debug, Clone, PartialEq)]
+struct PodEvent {
+    kind: String,
+    status: String,
+    restarts: u64,
+    at: u64,
+}
+
+impl Run {
+    fn of_kind(&self, kind: &str) -> impl Iterator<Item = &Value> {
+        let kind = kind.to_string();
+        self.events.iter().filter(move |e| e["kind"] == kind.as_str())
+    }
+
+    /// The job's STATE column over time, blanks and repeats left out.
+    fn job_states(&self) -> Vec<String> {
+        let mut states: Vec<String> = Vec::new();
+        for e in self.of_kind("PyTorchJob") {
+            if let Some(s) = e["fields"]["state"].as_str() {
+                if states.last().map(String::as_str) != Some(s) {
+                    states.push(s.to_string());
+                }
+            }
+        }
+        states
+    }
+
+    /// When the job first showed `state`.
+    fn job_time(&self, state: &str) -> Option<u64> {
+        self.of_kind("PyTorchJob").find(|e| e["fields"]["state"] == state).and_then(|e| e["time_ms"].as_u64())
+    }
+
+    fn pod(&self, name: &str) -> Vec<PodEvent> {
+        self.of_kind("Pod")
+            .filter(|e| e["name"] == name)
+            .map(|e| PodEvent {
+                kind: e["type"].as_str().unwrap_or_default().to_string(),
+                status: e["fields"]["status"].as_str().unwrap_or_default().to_string(),
+                restarts: e["fields"]["restarts"].as_u64().unwrap_or(99),
+                at: e["time_ms"].as_u64().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The restart counts of a pod's `Running` rows, in order.
+    fn runs(&self, name: &str) -> Vec<u64> {
+        self.pod(name).into_iter().filter(|p| p.status == "Running").map(|p| p.restarts).collect()
+    }
+
+    fn podgroup(&self) -> Vec<&Value> {
+        self.of_kind("PodGroup").collect()
+    }
+
+    fn explain(&self) -> String {
+        format!("exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+const PODS: [&str; 4] = ["pytest-master-0", "pytest-worker-0", "pytest-worker-1", "pytest-worker-2"];
+
+#[test]
+fn normal_job_succeeds_podgroup_deleted_pods_kept() {
+    let r = json_run(&example("pytorchjob.yaml"), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let pg = r.podgroup();
+    assert!(pg.iter().all(|g| g["fields"]["minMember"] == 4), "minMember is the sum of all replicas");
+    let statuses: Vec<&str> = pg.iter().filter_map(|g| g["fields"]["status"].as_str()).collect();
+    assert_eq!(statuses.first(), Some(&"Inqueue"));
+    assert!(statuses.contains(&"Running"));
+    assert!(pg.iter().any(|g| g["fields"]["runnings"] == 4), "the whole gang ran");
+    assert_eq!(
+        pg.last().map(|g| g["type"].clone()),
+        Some(Value::from("DELETED")),
+        "the PodGroup is deleted on success"
+    );
+    for pod in PODS {
+        let events = r.pod(pod);
+        assert_eq!(events.first().map(|e| (e.kind.as_str(), e.status.as_str())), Some(("ADDED", "Pending")));
+        assert!(events.iter().any(|e| e.status == "Running"), "{pod}: {events:?}");
+        assert_eq!(events.last().map(|e| e.status.as_str()), Some("Completed"), "{pod}: {events:?}");
+        assert!(events.iter().all(|e| e.kind != "DELETED"), "pods are kept: {pod}");
+    }
+    assert!(r.stderr.contains("images are not pulled"), "{}", r.stderr);
+    assert!(r.stderr.contains("PyTorchJob pytest is successfully completed."), "{}", r.stderr);
+}
+
+#[test]
+fn one_failing_worker_restarts_and_the_job_still_succeeds() {
+    let r = json_run(&example("pytorchjob-worker-fails.yaml"), &["--backoff-max", "1s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let w0 = r.pod("pytest-worker-0");
+    let first_error = w0.iter().position(|e| e.status == "Error").expect("worker-0 failed");
+    assert_eq!(w0[first_error].restarts, 0, "RESTARTS goes up when the container runs again");
+    assert!(r.runs("pytest-worker-0").starts_with(&[0, 1]), "{w0:?}");
+    let succeeded = r.job_time("Succeeded").expect("Succeeded");
+    assert!(
+        w0.iter().any(|e| e.at >= succeeded && e.restarts >= 1 && e.status != "Completed"),
+        "worker-0 was still restarting when the job succeeded: {w0:?}"
+    );
+    assert!(w0.iter().all(|e| e.kind != "DELETED"));
+    for pod in ["pytest-master-0", "pytest-worker-1", "pytest-worker-2"] {
+        assert_eq!(r.runs(pod), [0], "{pod}");
+        assert_eq!(r.pod(pod).last().map(|e| e.status.clone()).as_deref(), Some("Completed"));
+    }
+}
+
+#[test]
+fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
+    let r = json_run(&example("pytorchjob-all-workers-fail.yaml"), &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
+    let failed = r.job_time("Failed").expect("Failed");
+    let master = r.pod("pytest-master-0");
+    assert!(master.iter().any(|e| e.status == "Terminating"), "{master:?}");
+    assert!(master.iter().all(|e| e.status != "Completed"), "the master (sleep 3) was stopped early: {master:?}");
+    assert!(failed < 2900, "Failed at once, before the master's 3s were over: {failed}ms");
+    for pod in PODS {
+        assert_eq!(r.pod(pod).last().map(|e| e.kind.clone()).as_deref(), Some("DELETED"), "{pod}");
+    }
+    assert_eq!(r.podgroup().last().map(|g| g["type"].clone()), Some(Value::from("DELETED")));
+    assert!(r.stderr.contains("all 3 Worker replica(s) failed while the Master was running"), "{}", r.stderr);
+}
+
+#[test]
+fn master_failing_runs_through_its_restarts_then_fails_at_the_backoff_limit() {
+    let r = json_run(&example("pytorchjob-master-fails.yaml"), &["--backoff-max", "1s"]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
+    assert_eq!(r.runs("pytest-master-0"), [0, 1, 2, 3], "the master ran 1 + backoffLimit (3) times");
+    let failed = r.job_time("Failed").expect("Failed");
+    let last_start = r.pod("pytest-master-0").into_iter().find(|e| e.status == "Running" && e.restarts == 3);
+    assert!(last_start.is_some_and(|e| e.at <= failed), "Running until the 3rd restart");
+    for pod in PODS {
+        assert_eq!(r.pod(pod).last().map(|e| e.kind.clone()).as_deref(), Some("DELETED"), "{pod}");
+    }
+    for pod in &PODS[1..] {
+        assert!(r.pod(pod).iter().any(|e| e.status == "Completed"), "{pod} completed before the end");
+    }
+    assert_eq!(r.podgroup().last().map(|g| g["type"].clone()), Some(Value::from("DELETED")));
+    assert!(r.stderr.contains("reached the specified backoff limit"), "{}", r.stderr);
+}
+
+#[test]
+fn gang_that_does_not_fit_the_queue_starts_nothing() {
+    let r = json_run(&example("pytorchjob-gang.yaml"), &["--queue-capability", "cpu=2", "--timeout", "1500ms"]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created"]);
+    let statuses: Vec<Value> = r.podgroup().iter().map(|g| g["fields"]["status"].clone()).collect();
+    assert_eq!(statuses, [Value::Null, Value::from("Inqueue")], "the PodGroup stays Inqueue");
+    assert!(r.podgroup().iter().all(|g| g["fields"]["minMember"] == 4));
+    for pod in PODS {
+        let events = r.pod(pod);
+        assert!(events.iter().all(|e| e.status == "Pending"), "{pod}: {events:?}");
+    }
+    assert!(r.of_kind("Pod").all(|e| e["fields"]["node"].is_null()), "no pod is placed");
+    assert!(r.stderr.contains("capability cpu=2 but the job's 4 pods need cpu=4"), "{}", r.stderr);
+    assert!(r.stderr.contains("timeout: the job did not settle within 1500ms (job Created)"), "{}", r.stderr);
+}
+
+#[test]
+fn a_deleted_pod_is_recreated_with_zero_restarts() {
+    let dir = scratch("delete");
+    let marker = dir.join("recreated");
+    // The master fails twice, then waits; deleted at 4s, its new pod finds the marker and completes.
+    let command = format!(
+        "command: [\"sh\", \"-c\", \"if [ -e {m} ]; then sleep 0.5; exit 0; fi; if [ $RANKVISOR_RESTART_COUNT -ge 2 ]; then touch {m}; exec sleep 30; fi; sleep 0.2; exit 1\"]",
+        m = marker.display()
+    );
+    let text = example_text("pytorchjob.yaml").replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1);
+    let manifest = write(&dir, "job.yaml", &text);
+    let r = json_run(&manifest, &["--backoff-max", "1s", "--inject", "delete:master-0@4s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "a deletion is not a failure");
+    let master = r.pod("pytest-master-0");
+    let deleted = master.iter().position(|e| e.kind == "DELETED").expect("the master pod was deleted");
+    assert!(master.get(..deleted).unwrap_or_default().iter().any(|e| e.status == "Terminating"));
+    assert_eq!(master[deleted].restarts, 2, "deleted after two restarts: {master:?}");
+    let recreated = &master[deleted + 1..];
+    assert_eq!(recreated.first().map(|e| (e.kind.as_str(), e.restarts)), Some(("ADDED", 0)), "{master:?}");
+    assert!(recreated.iter().all(|e| e.restarts == 0), "the new pod starts at RESTARTS 0: {recreated:?}");
+    assert_eq!(recreated.last().map(|e| e.status.as_str()), Some("Completed"));
+    assert!(r.stderr.contains("injected: pytest-master-0 is deleted"), "{}", r.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_injected_failure_kills_the_training_process_and_it_restarts() {
+    let r = json_run(&example("pytorchjob.yaml"), &["--inject", "fail:worker-1@1s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.runs("pytest-worker-1"), [0, 1], "restarted under OnFailure");
+    let w1 = r.pod("pytest-worker-1");
+    assert!(w1.iter().any(|e| e.status == "Error" && e.restarts == 0), "{w1:?}");
+    assert!(r.stderr.contains("injected: pytest-worker-1's training process fails (SIGKILL"), "{}", r.stderr);
+}
+
+#[test]
+fn an_unhealthy_node_label_stops_the_replica_and_fails_the_job() {
+    let r = json_run(&example("pytorchjob.yaml"), &["--inject", "label:worker-1@1s=UnschedulablePendingReboot"]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
+    let w1 = r.pod("pytest-worker-1");
+    assert!(w1.iter().all(|e| e.status != "Completed"), "stopped before its 3s were over: {w1:?}");
+    assert!(r.stderr.contains("1 Worker replica(s) failed"), "{}", r.stderr);
+    assert!(r.stderr.contains("UnschedulablePendingReboot"), "{}", r.stderr);
+}
+
+#[test]
+fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_file() {
+    let dir = scratch("env");
+    let logs = dir.join("logs");
+    let command = "command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort; grep -E '^Sig(Blk|Ign)' /proc/self/status\"]";
+    let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
+    let manifest = write(&dir, "job.yaml", &text);
+    let out = Command::new(BIN)
+        .args(["dry-run", "--watch", "job", "--master-port", "0", "--logs"])
+        .arg(&logs)
+        .arg(&manifest)
+        .env("RANK", "99")
+        .env("PET_STRAY", "from the shell")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("NAME"), "text output with a header: {stdout}");
+    assert!(stdout.contains("Succeeded"), "{stdout}");
+    let worker = std::fs::read_to_string(logs.join("pytest-worker-1.log")).expect("worker-1's log");
+    for want in ["RANK=2\n", "WORLD_SIZE=4\n", "MASTER_ADDR=127.0.0.1\n", "PET_NNODES=4\n", "PET_NODE_RANK=2\n"] {
+        assert!(worker.contains(want), "{want:?} in\n{worker}");
+    }
+    assert!(!worker.contains("PET_STRAY"), "the shell's contract variables stay out: {worker}");
+    assert!(!worker.contains("MASTER_PORT=23456"), "--master-port 0 picked another port: {worker}");
+    // The dry run hands its launchers the mask it inherited (the launcher restores that in its
+    // child), not the everything-blocked mask rankvisor sets up first.
+    assert!(worker.contains("SigBlk:\t0000000000000000"), "{worker}");
+    let master = std::fs::read_to_string(logs.join("pytest-master-0.log")).expect("master's log");
+    assert!(master.contains("RANK=0\n"), "{master}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn replica_output_is_prefixed_with_its_pod() {
+    let dir = scratch("prefix");
+    let command = "command: [\"sh\", \"-c\", \"echo hello from rank $RANK; echo oops >&2\"]";
+    let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
+    let manifest = write(&dir, "job.yaml", &text);
+    let r = dry_run(&["--watch", "pods", manifest.to_str().unwrap_or_default()]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.stderr.contains("pytest-worker-2 | hello from rank 3\n"), "{}", r.stderr);
+    assert!(r.stderr.contains("pytest-master-0 | oops\n"), "{}", r.stderr);
+    assert!(r.stdout.lines().skip(1).all(|l| l.starts_with("pytest-")), "only pod rows on stdout: {}", r.stdout);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The pids of processes whose command line is exactly `cmdline` (arguments joined by spaces).
+fn processes_running(cmdline: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<String> = c
+                    .split(|b| *b == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.join(" ") == cmdline
+            })
+        })
+        .collect()
+}
+
+/// Kills the dry run if the test fails before it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn ctrl_c_stops_every_replica_and_exits_130() {
+    let dir = scratch("interrupt");
+    // A sleep no other test (or earlier run) uses, to count this run's replicas exactly.
+    let sleep = format!("sleep 41.{}", std::process::id());
+    let text = example_text("pytorchjob.yaml").replace("sleep 3", &sleep);
+    let manifest = write(&dir, "job.yaml", &text);
+    let mut run = KillOnDrop(
+        Command::new(BIN)
+            .args(["dry-run", "--output", "json", "--watch", "job", "--timeout", "50s"])
+            .arg(&manifest)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let stdout = run.0.stdout.take().expect("stdout");
+    let running = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("\"state\":\"Running\""));
+    assert!(running, "the job ran");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_running(&sleep).len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(processes_running(&sleep).len(), 4, "every replica runs");
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) };
+    let mut stderr = String::new();
+    if let Some(mut e) = run.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    let status = run.0.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("SIGINT: the dry run ends here (job Running)"), "{stderr}");
+    assert!(processes_running(&sleep).is_empty(), "no replica is left behind");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Admission: the operator's webhook messages, exit 64, nothing started.
+fn refused(test: &str, text: &str) -> Run {
+    let dir = scratch(test);
+    let manifest = write(&dir, "job.yaml", text);
+    let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stdout.is_empty(), "nothing is watched: {}", r.stdout);
+    assert!(!r.stderr.contains("images are not pulled"), "nothing is started: {}", r.stderr);
+    r
+}
+
+#[test]
+fn admission_refuses_two_masters() {
+    let text = example_text("pytorchjob.yaml").replace("replicas: 1 # must be 1", "replicas: 2");
+    let r = refused("two-masters", &text);
+    assert!(r.stderr.contains("admission webhook \"validator.pytorchjob.training-operator.kubeflow.org\" denied the request: spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1"), "{}", r.stderr);
+}
+
+#[test]
+fn admission_refuses_a_container_not_named_pytorch() {
+    let text = example_text("pytorchjob.yaml").replacen("- name: pytorch", "- name: trainer", 1);
+    let r = refused("container-name", &text);
+    assert!(
+        r.stderr.contains("spec.pytorchReplicaSpecs[Master].template.spec.containers: Required value: must have at least one container with name pytorch"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn admission_refuses_an_unknown_restart_policy() {
+    let text = example_text("pytorchjob.yaml").replacen("restartPolicy: OnFailure", "restartPolicy: Sometimes", 1);
+    let r = refused("restart-policy", &text);
+    assert!(
+        r.stderr.contains("spec.pytorchReplicaSpecs[Master].restartPolicy: Unsupported value: \"Sometimes\""),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn malformed_yaml_is_refused_with_its_position() {
+    let text = example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy: [\n");
+    let r = refused("malformed", &text);
+    assert!(r.stderr.contains("error parsing ") && r.stderr.contains("line "), "{}", r.stderr);
+}
+
+#[test]
+fn bad_options_exit_64() {
+    let job = example("pytorchjob.yaml");
+    let job = job.to_str().unwrap_or_default();
+    let r = dry_run(&["--inject", "crash:worker-1@1s", job]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("invalid fault injection \"crash:worker-1@1s\": unknown fault kind"), "{}", r.stderr);
+    let r = dry_run(&["--inject", "fail:worker-7@1s", job]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("the job has no replica worker-7"), "{}", r.stderr);
+    for bad in [["--output", "yaml"], ["--watch", "nodes"], ["--queue-capability", "cpu"], ["--timeout", "soon"]] {
+        let r = dry_run(&[bad[0], bad[1], job]);
+        assert_eq!(r.code, 64, "{bad:?}: {}", r.explain());
+    }
+    let r = dry_run(&["--backoff-initial", "5s", "--backoff-max", "1s", job]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("--backoff-max (1s) is shorter than --backoff-initial (5s)"), "{}", r.stderr);
+    let r = dry_run(&["/no/such/job.yaml"]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("cannot read manifest /no/such/job.yaml"), "{}", r.stderr);
+}
