@@ -1,0 +1,508 @@
+//! Shared harness for the black-box tests: runs the real `rankvisor` binary (optionally as PID 1 of a
+//! fresh PID namespace), captures its output and `--status-fd` lines in a per-test directory, and
+//! offers handshakes (files, status lines, /proc scans) with overall timeouts instead of sleeps.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+
+/// How long any single wait may take before the test fails instead of hanging.
+pub const HANG_GUARD: Duration = Duration::from_secs(20);
+
+/// Variables of the rank contract and rankvisor's own configuration, removed from every run so the
+/// environment of whoever runs the tests cannot leak into them.
+const SCRUBBED: &[&str] = &[
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PET_NODE_RANK",
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_STANDALONE",
+    "PET_RDZV_ENDPOINT",
+    "TORCHELASTIC_RESTART_COUNT",
+];
+
+/// A scratch directory unique to one test, removed afterwards unless the test failed.
+pub struct TestDir {
+    path: PathBuf,
+}
+
+impl TestDir {
+    /// A fresh directory named after the test.
+    pub fn new(name: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("rankvisor-it-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create test dir");
+        Self { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// The path inside the directory as a string, for shell scripts.
+    pub fn file(&self, p: &str) -> String {
+        self.join(p).to_string_lossy().into_owned()
+    }
+
+    /// Write an executable shell script and return its path.
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let p = self.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("keeping {} for inspection", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A rankvisor invocation being built.
+pub struct Rv {
+    dir: PathBuf,
+    args: Vec<OsString>,
+    status_fd: bool,
+    command: Vec<OsString>,
+    env: Vec<(String, String)>,
+    pid1: bool,
+    ignored: Vec<i32>,
+    blocked: Vec<i32>,
+    wrapper: Option<String>,
+}
+
+impl Rv {
+    /// rankvisor with `--status-fd 3` (lines land in `status.jsonl` of `dir`).
+    pub fn new(dir: &TestDir) -> Self {
+        Self {
+            dir: dir.path().to_path_buf(),
+            args: Vec::new(),
+            status_fd: true,
+            command: Vec::new(),
+            env: Vec::new(),
+            pid1: false,
+            ignored: Vec::new(),
+            blocked: Vec::new(),
+            wrapper: None,
+        }
+    }
+
+    /// Run rankvisor as PID 1 of a new PID namespace (`unshare --pid --fork --mount-proc`).
+    pub fn pid1(mut self) -> Self {
+        self.pid1 = true;
+        self
+    }
+
+    /// Do not pass `--status-fd 3`.
+    pub fn without_status_fd(mut self) -> Self {
+        self.status_fd = false;
+        self
+    }
+
+    /// Add rankvisor options.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Set a variable in rankvisor's environment.
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Start rankvisor with this signal's disposition set to SIG_IGN (as `nohup` or a shell would).
+    /// Set with the raw syscall, so glibc's reserved signals 32 and 33 can be ignored too.
+    pub fn ignore_signal(mut self, sig: i32) -> Self {
+        self.ignored.push(sig);
+        self
+    }
+
+    /// Start rankvisor with this signal blocked.
+    pub fn block_signal(mut self, sig: i32) -> Self {
+        self.blocked.push(sig);
+        self
+    }
+
+    /// Start rankvisor through `sh -c '<prefix>; exec rankvisor ...'`.
+    pub fn shell_wrapper(mut self, prefix: &str) -> Self {
+        self.wrapper = Some(prefix.into());
+        self
+    }
+
+    /// The supervised command.
+    pub fn cmd<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, cmd: I) -> Self {
+        self.command = cmd.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Supervise `sh -c script`.
+    pub fn sh(self, script: &str) -> Self {
+        self.cmd(["sh", "-c", script])
+    }
+
+    /// Start it.
+    pub fn spawn(self) -> Running {
+        let stdout = self.dir.join("stdout");
+        let stderr = self.dir.join("stderr");
+        let status = self.dir.join("status.jsonl");
+        let mut argv: Vec<OsString> = vec![BIN.into()];
+        if self.status_fd {
+            argv.extend(["--status-fd".into(), "3".into()]);
+        }
+        argv.extend(self.args.iter().cloned());
+        argv.push("--".into());
+        argv.extend(self.command.iter().cloned());
+        if let Some(prefix) = &self.wrapper {
+            // sh -c 'prefix; exec "$0" "$@"' rankvisor args...
+            let mut w: Vec<OsString> = vec!["sh".into(), "-c".into(), format!("{prefix}; exec \"$0\" \"$@\"").into()];
+            w.extend(argv);
+            argv = w;
+        }
+        if self.pid1 {
+            let mut u: Vec<OsString> =
+                vec!["unshare".into(), "--pid".into(), "--fork".into(), "--mount-proc".into(), "--kill-child".into()];
+            u.extend(argv);
+            argv = u;
+        }
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        for k in SCRUBBED {
+            c.env_remove(k);
+        }
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RANKVISOR_") {
+                c.env_remove(k);
+            }
+        }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c.stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"));
+        // Our own group, so a stuck run can be killed as a whole.
+        c.process_group(0);
+        let status_file = std::fs::File::create(&status).expect("status file");
+        let status_fd = std::os::fd::AsRawFd::as_raw_fd(&status_file);
+        let ignored = self.ignored.clone();
+        // SAFETY: sigset functions only write the set.
+        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::sigemptyset(&mut blocked) };
+        for &s in &self.blocked {
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut blocked, s) };
+        }
+        // SAFETY: only async-signal-safe calls (dup2, fcntl, rt_sigaction, sigprocmask) between fork
+        // and exec.
+        unsafe {
+            c.pre_exec(move || {
+                if status_fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0);
+                } else if libc::dup2(status_fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for &s in &ignored {
+                    // The kernel's struct sigaction: handler, flags, then zeroes (restorer, mask).
+                    let act: [usize; 4] = [libc::SIG_IGN, 0, 0, 0];
+                    if libc::syscall(libc::SYS_rt_sigaction, s, act.as_ptr(), std::ptr::null::<usize>(), 8) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                libc::sigprocmask(libc::SIG_SETMASK, &blocked, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let started = Instant::now();
+        let child = c.spawn().expect("spawn rankvisor");
+        drop(status_file);
+        Running { child: Some(child), pid1: self.pid1, stdout, stderr, status, started }
+    }
+
+    /// Start it and wait for it to exit.
+    pub fn run(self) -> Finished {
+        self.spawn().wait()
+    }
+}
+
+/// A running rankvisor (or the `unshare` around it).
+pub struct Running {
+    child: Option<Child>,
+    pid1: bool,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    status: PathBuf,
+    /// When it was started.
+    pub started: Instant,
+}
+
+/// How a run ended and what it printed.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// rankvisor's stdout (the child's, since it is inherited).
+    pub stdout: String,
+    /// rankvisor's stderr (its log lines and the child's stderr).
+    pub stderr: String,
+    /// Every `--status-fd` line.
+    pub statuses: Vec<Value>,
+    /// From spawn to reaped.
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    /// The exit code, failing the test with the output when it did not exit normally.
+    pub fn code(&self) -> i32 {
+        match self.code {
+            Some(c) => c,
+            None => panic!("rankvisor was killed by signal {:?}\nstderr:\n{}", self.signal, self.stderr),
+        }
+    }
+
+    /// Assert the exit code, showing stderr on mismatch.
+    pub fn assert_code(&self, want: i32) {
+        assert_eq!(
+            self.code,
+            Some(want),
+            "exit status of rankvisor (signal {:?})\nstderr:\n{}",
+            self.signal,
+            self.stderr
+        );
+    }
+
+    /// The last status line.
+    pub fn last_status(&self) -> &Value {
+        self.statuses.last().unwrap_or_else(|| panic!("no status line\nstderr:\n{}", self.stderr))
+    }
+}
+
+impl Running {
+    fn child(&self) -> &Child {
+        self.child.as_ref().expect("still running")
+    }
+
+    /// The pid of the process we started (rankvisor, or `unshare` in PID 1 mode).
+    pub fn outer_pid(&self) -> i32 {
+        self.child().id() as i32
+    }
+
+    /// rankvisor's pid as this (host) namespace sees it.
+    pub fn rankvisor_pid(&self) -> i32 {
+        let outer = self.outer_pid();
+        if !self.pid1 {
+            return outer;
+        }
+        // unshare forks once and execs rankvisor: wait for that child to be rankvisor.
+        wait_until("rankvisor to start under unshare", || {
+            procs().into_iter().find(|p| p.ppid == outer && p.comm == "rankvisor").map(|p| p.pid)
+        })
+    }
+
+    /// Send `sig` to rankvisor itself.
+    pub fn signal(&self, sig: i32) {
+        let pid = self.rankvisor_pid();
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        let r = unsafe { libc::kill(pid, sig) };
+        assert_eq!(r, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+    }
+
+    /// Every complete status line so far.
+    pub fn statuses(&self) -> Vec<Value> {
+        read_statuses(&self.status)
+    }
+
+    /// Wait for a status line matching `pred` and return it.
+    pub fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        wait_until(what, || self.statuses().into_iter().find(|v| pred(v)))
+    }
+
+    /// Wait for it to exit (failing the test after `HANG_GUARD`).
+    pub fn wait(self) -> Finished {
+        self.wait_for(HANG_GUARD)
+    }
+
+    /// Wait at most `limit` for it to exit.
+    pub fn wait_for(mut self, limit: Duration) -> Finished {
+        let deadline = Instant::now() + limit;
+        let mut child = self.child.take().expect("still running");
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                kill_tree(child.id() as i32);
+                let _ = child.wait();
+                panic!(
+                    "rankvisor did not exit within {limit:?}\nstderr:\n{}\nstatus:\n{}",
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+                    std::fs::read_to_string(&self.status).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let elapsed = self.started.elapsed();
+        Finished {
+            code: status.code(),
+            signal: status.signal(),
+            stdout: std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+            statuses: read_statuses(&self.status),
+            elapsed,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_tree(c.id() as i32);
+            let _ = c.wait();
+        }
+    }
+}
+
+fn read_statuses(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // Only complete lines: the writer may be half-way through the last one.
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    complete
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("status line is JSON"))
+        .collect()
+}
+
+/// Poll `f` every 5 ms until it yields a value; fail the test after `HANG_GUARD`.
+pub fn wait_until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_until_for(what, HANG_GUARD, f)
+}
+
+/// Poll `f` every 5 ms until it yields a value; fail the test after `limit`.
+pub fn wait_until_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Wait for a file to exist.
+pub fn wait_file(path: &Path) {
+    wait_until(&format!("{}", path.display()), || path.exists().then_some(()));
+}
+
+/// Read a file, or the empty string.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// One process as the host's /proc shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    /// Its pid.
+    pub pid: i32,
+    /// Its parent.
+    pub ppid: i32,
+    /// R, S, Z, ...
+    pub state: char,
+    /// Its command name.
+    pub comm: String,
+}
+
+/// Parse /proc/PID/stat.
+pub fn proc_stat(pid: i32) -> Option<Proc> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(line: &str) -> Option<Proc> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let pid = line[..open].trim().parse().ok()?;
+    let comm = line[open + 1..close].to_string();
+    let mut rest = line[close + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some(Proc { pid, ppid, state, comm })
+}
+
+/// Every process on the host.
+pub fn procs() -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name();
+        let pid: i32 = name.to_str()?.parse().ok()?;
+        proc_stat(pid)
+    })
+    .collect()
+}
+
+/// Every descendant of `root` (zombies included).
+pub fn descendants(root: i32) -> Vec<Proc> {
+    let all = procs();
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for c in all.iter().filter(|c| c.ppid == p && c.pid != root) {
+            out.push(c.clone());
+            stack.push(c.pid);
+        }
+    }
+    out
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|p| p.state != 'Z' && p.state != 'X')
+}
+
+/// SIGKILL `root` and everything below it (a stuck test must not leak processes).
+pub fn kill_tree(root: i32) {
+    for p in descendants(root) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(p.pid, libc::SIGKILL) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(root, libc::SIGKILL) };
+}
+
+/// Shell-quote a path for a script.
+pub fn q(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
