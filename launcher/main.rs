@@ -169,12 +169,18 @@ fn main() {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-            let code = if matches!(e.kind(), DisplayHelp | DisplayVersion) { 0 } else { exit::CONFIG_ERROR };
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
             let _ = e.print();
-            std::process::exit(code);
+            let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+            write_termination(None, &format!("configuration error: {first}"));
+            std::process::exit(exit::CONFIG_ERROR);
         }
     };
     logging::init(cli.log_format, cli.log_level);
+    let _ = TERMINATION_LOG.set(cli.sup.termination_log.clone());
     let code = match cli.sub {
         Some(Sub::Env { json }) => cmd_env(json),
         Some(Sub::CheckNode { json, node_health, require_health_label }) => {
@@ -288,8 +294,24 @@ fn cmd_dry_run(a: DryRunArgs, signals: &Signals) -> i32 {
     runtime.block_on(dryrun::run_dry_run(opts))
 }
 
+/// `--termination-log` once the command line is parsed.
+static TERMINATION_LOG: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+/// Write why rankvisor gives up where `kubectl describe pod` shows it, even before (or without)
+/// a parsed command line: the flag, else RANKVISOR_TERMINATION_LOG, else /dev/termination-log.
+fn write_termination(flag: Option<PathBuf>, msg: &str) {
+    let path = flag
+        .or_else(|| TERMINATION_LOG.get().cloned().flatten())
+        .or_else(|| std::env::var_os("RANKVISOR_TERMINATION_LOG").map(PathBuf::from))
+        .or_else(termination::default_path);
+    if let Some(p) = path {
+        let _ = termination::write_message(&p, msg);
+    }
+}
+
 fn config_error(msg: &str) -> i32 {
     error!("configuration error: {msg}");
+    write_termination(None, &format!("configuration error: {msg}"));
     exit::CONFIG_ERROR
 }
 

@@ -6,7 +6,7 @@ use crate::health::{self, Observation};
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::report::{LocalStatus, ReplicaState};
-use crate::supervise::{Action, Event, GiveUp, Phase, StopCause, Supervisor, SupervisorConfig};
+use crate::supervise::{Action, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -318,7 +318,7 @@ impl Driver {
             ReplicaState::Pending if self.gate_pending => ReplicaState::Rendezvous,
             s => s,
         };
-        let hung = matches!(self.sup.phase(), Phase::Stopping { cause: StopCause::Hung, .. });
+        let hung = self.sup.last_exit_hung();
         let before = self.status.borrow().state;
         if state != before {
             info!(from = ?before, to = ?state, restarts = self.sup.restarts(), "state");
@@ -326,7 +326,7 @@ impl Driver {
         let (restarts, last_exit, pid, hangs) =
             (self.sup.restarts(), self.sup.last_exit(), self.sup.child_pid(), self.sup.hang_detections());
         self.status.send_if_modified(|s| {
-            let reason = if hung { Some("Hung".to_string()) } else { s.last_exit_reason.clone() };
+            let reason = hung.then(|| "Hung".to_string());
             let next = LocalStatus {
                 state,
                 restart_count: restarts,

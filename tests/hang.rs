@@ -162,7 +162,6 @@ fn hang_is_retried_under_the_exit_code_policy() {
 }
 
 #[test]
-#[ignore = "bug: src/driver.rs publish() never clears last_exit_reason, so \"Hung\" sticks to every later exit"]
 fn the_hung_reason_belongs_to_the_hung_run_only() {
     // Run 0 hangs and is restarted; run 1 exits 1 on its own: its status must not say Hung.
     let dir = TestDir::new("hang-reason");

@@ -112,7 +112,6 @@ fn the_child_gets_rankvisors_original_mask_back() {
 }
 
 #[test]
-#[ignore = "bug: src/process/spawn.rs:47-51 resets dispositions with glibc's signal(), which refuses 32 and 33 (EINVAL), so an inherited SIG_IGN of them reaches the child"]
 fn glibc_reserved_signals_ignored_in_rankvisor_are_reset() {
     // glibc's posix_spawn sets 32/33 to SIG_IGN in the children of any process that has handlers
     // for them (Rust's std::process::Command uses it), so rankvisor does meet this in practice.
@@ -124,7 +123,6 @@ fn glibc_reserved_signals_ignored_in_rankvisor_are_reset() {
 }
 
 #[test]
-#[ignore = "bug: SIGCHLD inherited as SIG_IGN is never reset (src/process/signals.rs block_signals); the kernel then auto-reaps the child and sends no SIGCHLD, so rankvisor waits forever"]
 fn rankvisor_started_with_sigchld_ignored_still_sees_its_child_exit() {
     let dir = TestDir::new("chld-ign");
     let out = Rv::new(&dir)

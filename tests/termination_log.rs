@@ -81,7 +81,6 @@ fn path_from_the_environment() {
 }
 
 #[test]
-#[ignore = "bug: launcher/main.rs config_error() only logs; exit-64 configuration errors (rank contract, flags) never reach the termination log"]
 fn configuration_error_is_written_too() {
     let dir = TestDir::new("tl-config");
     rv(&dir)

@@ -25,6 +25,10 @@ pub struct Signals {
 /// Block every asynchronous signal in the calling thread. Call before any thread exists so every
 /// thread (the tokio runtime's included) inherits the mask.
 pub fn block_signals() -> io::Result<Signals> {
+    // An inherited SIG_IGN for SIGCHLD makes the kernel reap children itself and send no SIGCHLD:
+    // the reaper would never hear of the child's exit.
+    // SAFETY: SIG_DFL installs no handler; nothing else runs yet.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let mut blocked = SigSet::all();
     for s in SYNCHRONOUS {
         blocked.remove(s);

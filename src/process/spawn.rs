@@ -44,9 +44,19 @@ pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnEr
     // allocation, no locks.
     unsafe {
         c.pre_exec(move || {
+            // The raw syscall, not glibc's signal(): glibc refuses its reserved 32 and 33, which
+            // posix_spawn-based parents commonly leave ignored. An all-zero kernel sigaction is
+            // SIG_DFL with no flags and an empty mask, whatever the architecture's layout.
+            let default_action = [0u64; 4];
             for sig in 1..=sigrtmax {
                 if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        default_action.as_ptr(),
+                        std::ptr::null_mut::<u64>(),
+                        8usize,
+                    );
                 }
             }
             // A child in its own group must own the terminal, or reading it stops it with SIGTTIN.

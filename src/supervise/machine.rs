@@ -168,6 +168,7 @@ pub struct Supervisor {
     restarts: u32,
     backoff_step: u32,
     last_exit: Option<ExitHow>,
+    last_exit_hung: bool,
     last_beat: Option<Instant>,
     hang_detections: u32,
 }
@@ -181,6 +182,7 @@ impl Supervisor {
             restarts: 0,
             backoff_step: 0,
             last_exit: None,
+            last_exit_hung: false,
             last_beat: None,
             hang_detections: 0,
         }
@@ -199,6 +201,11 @@ impl Supervisor {
     /// How the last child ended.
     pub fn last_exit(&self) -> Option<ExitHow> {
         self.last_exit
+    }
+
+    /// True when the last child was stopped by hang detection (its exit's reason is `Hung`).
+    pub fn last_exit_hung(&self) -> bool {
+        self.last_exit_hung
     }
 
     /// Hangs detected so far.
@@ -372,6 +379,7 @@ impl Supervisor {
             _ => return vec![],
         };
         self.last_exit = Some(how);
+        self.last_exit_hung = cause == Some(StopCause::Hung);
         match cause {
             Some(StopCause::Shutdown { signal }) => {
                 let msg = format!("stopped by {}: child {how}", exit::signal_name(signal));
