@@ -336,6 +336,7 @@ fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, String> {
         backoff: BackoffConfig { initial: a.backoff_initial, max: a.backoff_max, reset: a.backoff_reset },
         grace: a.grace_period,
         hang,
+        scope: a.restart_scope,
     })
 }
 
@@ -389,7 +390,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
         heartbeat_file: a.heartbeat_file,
         termination_log: a.termination_log.or_else(termination::default_path),
-        generation: 0,
+        generation_requests: None,
         status_sink,
         health,
     };

@@ -25,8 +25,8 @@ pub struct DriverConfig {
     pub heartbeat_file: Option<PathBuf>,
     /// Where to write why rankvisor gave up.
     pub termination_log: Option<PathBuf>,
-    /// The rendezvous generation exported to the child.
-    pub generation: u64,
+    /// Job scope: where the driver asks the rendezvous layer for a new generation.
+    pub generation_requests: Option<tokio::sync::mpsc::UnboundedSender<()>>,
     /// Where to stream status lines (`--status-fd`).
     pub status_sink: Option<crate::status_sink::StatusSink>,
     /// The node-health gate, when a source is configured.
@@ -255,7 +255,12 @@ impl Driver {
 
     fn act(&mut self, action: Action) {
         match action {
-            Action::Spawn { restart_count } => self.spawn(restart_count),
+            Action::Spawn { restart_count, generation } => self.spawn(restart_count, generation),
+            Action::RequestGeneration => {
+                if let Some(tx) = &self.cfg.generation_requests {
+                    let _ = tx.send(());
+                }
+            }
             Action::SignalGroup { pid, signal } => {
                 info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
@@ -277,11 +282,11 @@ impl Driver {
         }
     }
 
-    fn spawn(&mut self, restart_count: u32) {
+    fn spawn(&mut self, restart_count: u32, generation: u64) {
         if let Some(hb) = self.heartbeat.as_mut() {
             hb.arm();
         }
-        let cmd = self.child_command(restart_count);
+        let cmd = self.child_command(restart_count, generation);
         match process::spawn_child(&cmd, &self.signals) {
             Ok(pid) => {
                 info!(pid, restart_count, "child started");
@@ -294,13 +299,13 @@ impl Driver {
         }
     }
 
-    fn child_command(&self, restart_count: u32) -> ChildCommand {
+    fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
         let n = OsString::from(restart_count.to_string());
         let mut set = |k: &str, v: OsString| cmd.env.push((k.into(), v));
         set("RANKVISOR_RESTART_COUNT", n.clone());
         set("TORCHELASTIC_RESTART_COUNT", n);
-        set("RANKVISOR_GENERATION", self.cfg.generation.to_string().into());
+        set("RANKVISOR_GENERATION", generation.to_string().into());
         for (k, v) in [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")] {
             if std::env::var_os(k).is_none() && !cmd.env.iter().any(|(ek, _)| ek == k) {
                 cmd.env.push((k.into(), v.into()));
@@ -330,7 +335,7 @@ impl Driver {
             let next = LocalStatus {
                 state,
                 restart_count: restarts,
-                generation: s.generation,
+                generation: self.sup.generation(),
                 last_exit,
                 last_exit_reason: reason,
                 child_pid: pid,

@@ -1,7 +1,7 @@
 //! The supervisor's state machine: every event in, the actions to take out. No I/O, no clock: the
 //! driver passes `now`, and asks `next_deadline` when to come back with a `Tick`.
 
-use super::{BackoffConfig, RestartPolicy};
+use super::{BackoffConfig, RestartPolicy, RestartScope};
 use crate::exit::{self, ExitHow};
 use crate::report::ReplicaState;
 use std::time::Duration;
@@ -29,6 +29,9 @@ pub struct SupervisorConfig {
     pub grace: Duration,
     /// Hang detection, when a heartbeat file is configured.
     pub hang: Option<HangConfig>,
+    /// Replica: restart this child after a backoff. Job: ask for a new generation of every
+    /// replica's child instead, and restart only when it is released.
+    pub scope: RestartScope,
 }
 
 /// A reason from outside the training program to stop for good (exit 138).
@@ -52,6 +55,11 @@ pub enum StopCause {
     Hung,
     /// An outside reason: exit 138.
     GiveUp(GiveUp),
+    /// The job moves to a new generation: every replica's child stops and starts again together.
+    NewGeneration {
+        /// The generation to start once released.
+        generation: u64,
+    },
 }
 
 /// Where the supervised child is.
@@ -84,6 +92,8 @@ pub enum Phase {
         /// When to start it.
         until: Instant,
     },
+    /// Job scope: the child is gone; waiting for the next generation's barrier to release us.
+    AwaitingGeneration,
     /// Done; rankvisor exits with `code`.
     Finished {
         /// rankvisor's exit status.
@@ -128,6 +138,16 @@ pub enum Event {
     Tick,
     /// Stop for good for an outside reason.
     GiveUp(GiveUp),
+    /// Job scope: the job moves to `generation`; stop the child and wait to be released.
+    NewGeneration {
+        /// The new generation.
+        generation: u64,
+    },
+    /// Job scope: the barrier of `generation` passed; start the child.
+    Released {
+        /// The released generation.
+        generation: u64,
+    },
 }
 
 /// What the driver must do, in order.
@@ -137,7 +157,11 @@ pub enum Action {
     Spawn {
         /// Restarts before this start.
         restart_count: u32,
+        /// The rendezvous generation it belongs to.
+        generation: u64,
     },
+    /// Job scope: this replica's child failed; ask the job for a new generation.
+    RequestGeneration,
     /// Send `signal` to the child's process group.
     SignalGroup {
         /// Group leader's pid.
@@ -171,6 +195,7 @@ pub struct Supervisor {
     last_exit_hung: bool,
     last_beat: Option<Instant>,
     hang_detections: u32,
+    generation: u64,
 }
 
 impl Supervisor {
@@ -185,6 +210,7 @@ impl Supervisor {
             last_exit_hung: false,
             last_beat: None,
             hang_detections: 0,
+            generation: 0,
         }
     }
 
@@ -208,6 +234,11 @@ impl Supervisor {
         self.last_exit_hung
     }
 
+    /// The generation of the current (or last) child.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Hangs detected so far.
     pub fn hang_detections(&self) -> u32 {
         self.hang_detections
@@ -227,7 +258,7 @@ impl Supervisor {
             Phase::Pending => ReplicaState::Pending,
             Phase::Running { .. } => ReplicaState::Running,
             Phase::Stopping { .. } => ReplicaState::Stopping,
-            Phase::Backoff { .. } => ReplicaState::Restarting,
+            Phase::Backoff { .. } | Phase::AwaitingGeneration => ReplicaState::Restarting,
             Phase::Finished { state, .. } => *state,
         }
     }
@@ -254,7 +285,7 @@ impl Supervisor {
     pub fn on_event(&mut self, event: Event, now: Instant) -> Vec<Action> {
         match event {
             Event::Start => match self.phase {
-                Phase::Pending => vec![Action::Spawn { restart_count: 0 }],
+                Phase::Pending => vec![Action::Spawn { restart_count: 0, generation: self.generation }],
                 _ => vec![],
             },
             Event::Spawned { pid } => {
@@ -273,6 +304,35 @@ impl Supervisor {
             }
             Event::Tick => self.on_tick(now),
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
+            Event::NewGeneration { generation } => self.on_new_generation(generation, now),
+            Event::Released { generation } => match self.phase {
+                Phase::AwaitingGeneration => {
+                    self.generation = generation;
+                    vec![Action::Spawn { restart_count: self.restarts, generation }]
+                }
+                _ => vec![],
+            },
+        }
+    }
+
+    fn on_new_generation(&mut self, generation: u64, now: Instant) -> Vec<Action> {
+        if generation <= self.generation {
+            return vec![];
+        }
+        match &mut self.phase {
+            Phase::Running { pid, started } => {
+                let (pid, started) = (*pid, *started);
+                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now)
+            }
+            Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung) => {
+                *cause = StopCause::NewGeneration { generation };
+                vec![]
+            }
+            Phase::Backoff { .. } => {
+                self.phase = Phase::AwaitingGeneration;
+                vec![]
+            }
+            _ => vec![],
         }
     }
 
@@ -311,7 +371,7 @@ impl Supervisor {
                 }
                 vec![Action::SignalGroup { pid: *pid, signal }]
             }
-            Phase::Backoff { .. } => {
+            Phase::Backoff { .. } | Phase::AwaitingGeneration => {
                 let code = self.last_exit.map_or(128 + signal, ExitHow::code);
                 let msg = format!(
                     "stopped by {} while waiting to restart; last child {}",
@@ -341,7 +401,7 @@ impl Supervisor {
                 };
                 vec![]
             }
-            Phase::Pending | Phase::Backoff { .. } => {
+            Phase::Pending | Phase::Backoff { .. } | Phase::AwaitingGeneration => {
                 self.finish_as(exit::EXTERNAL_FAILURE, give_up.state, Some(give_up.message))
             }
             Phase::Finished { .. } => vec![],
@@ -351,7 +411,7 @@ impl Supervisor {
     fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         match &mut self.phase {
             Phase::Backoff { until } if now >= *until => {
-                vec![Action::Spawn { restart_count: self.restarts }]
+                vec![Action::Spawn { restart_count: self.restarts, generation: self.generation }]
             }
             Phase::Stopping { pid, deadline, killed: killed @ false, .. } if now >= *deadline => {
                 *killed = true;
@@ -392,6 +452,18 @@ impl Supervisor {
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
             Some(StopCause::Hung) => self.after_run(pid, how, true, started, now),
+            Some(StopCause::NewGeneration { generation }) => {
+                if self.restarts >= self.cfg.backoff_limit {
+                    let msg = format!(
+                        "child {how} when the job moved to generation {generation}; gave up after {} restarts (backoff limit {})",
+                        self.restarts, self.cfg.backoff_limit
+                    );
+                    return self.finish(how.code(), Some(msg));
+                }
+                self.restarts += 1;
+                self.phase = Phase::AwaitingGeneration;
+                vec![Action::KillLeftovers { pid }]
+            }
             None => self.after_run(pid, how, false, started, now),
         }
     }
@@ -418,6 +490,12 @@ impl Supervisor {
             return self.finish(code, Some(msg));
         }
         let mut actions = vec![Action::KillLeftovers { pid }];
+        if self.cfg.scope == RestartScope::Job {
+            // torchrun's behaviour: the whole worker group restarts together, in a new generation.
+            self.restarts += 1;
+            self.phase = Phase::AwaitingGeneration;
+            return vec![Action::KillLeftovers { pid }, Action::RequestGeneration];
+        }
         if now.saturating_duration_since(started) >= self.cfg.backoff.reset {
             self.backoff_step = 0;
         }
@@ -426,7 +504,7 @@ impl Supervisor {
         self.restarts += 1;
         self.phase = Phase::Backoff { until: now + delay };
         if delay.is_zero() {
-            actions.push(Action::Spawn { restart_count: self.restarts });
+            actions.push(Action::Spawn { restart_count: self.restarts, generation: self.generation });
         }
         actions
     }
@@ -447,6 +525,7 @@ mod tests {
             backoff: BackoffConfig { initial: 200 * MS, max: 800 * MS, reset: 10_000 * MS },
             grace: 1000 * MS,
             hang: None,
+            scope: RestartScope::Replica,
         }
     }
 
@@ -458,6 +537,8 @@ mod tests {
         signals: Vec<(i32, i32)>,
         messages: Vec<String>,
         exit: Option<i32>,
+        generations: Vec<u64>,
+        requests: u32,
     }
 
     impl Harness {
@@ -469,6 +550,8 @@ mod tests {
                 signals: vec![],
                 messages: vec![],
                 exit: None,
+                generations: vec![],
+                requests: 0,
             }
         }
 
@@ -476,8 +559,10 @@ mod tests {
             let actions = self.sup.on_event(ev, Instant::now());
             for a in actions {
                 match a {
-                    Action::Spawn { restart_count } => {
+                    Action::RequestGeneration => self.requests += 1,
+                    Action::Spawn { restart_count, generation } => {
                         self.spawns.push((Instant::now(), restart_count));
+                        self.generations.push(generation);
                         self.next_pid += 1;
                         let pid = self.next_pid;
                         self.send(Event::Spawned { pid });
@@ -733,5 +818,86 @@ mod tests {
         p.send(Event::GiveUp(g));
         assert_eq!(p.exit, Some(138));
         assert!(p.spawns.is_empty());
+    }
+
+    fn job_cfg(limit: u32) -> SupervisorConfig {
+        SupervisorConfig { scope: RestartScope::Job, ..cfg(OnFailure, limit) }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn job_scope_failure_asks_for_a_generation_and_waits_for_release() {
+        let mut h = Harness::new(job_cfg(3));
+        h.send(Event::Start);
+        h.exit_child(ExitHow::Exited(1));
+        assert_eq!(h.requests, 1, "the failure goes to the job, not to a local backoff");
+        assert_eq!(h.sup.state(), ReplicaState::Restarting);
+        assert_eq!(h.sup.next_deadline(), None, "no local timer: the rendezvous owns the wait");
+        h.send(Event::NewGeneration { generation: 1 });
+        assert_eq!(h.spawns.len(), 1, "nothing starts before the barrier releases");
+        h.send(Event::Released { generation: 1 });
+        assert_eq!(h.spawns.iter().map(|s| s.1).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(h.generations, [0, 1]);
+        assert_eq!(h.sup.generation(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_generation_stops_a_healthy_child_and_counts_a_restart() {
+        let mut h = Harness::new(job_cfg(1));
+        h.send(Event::Start);
+        let pid = h.pid();
+        h.send(Event::NewGeneration { generation: 1 });
+        assert_eq!(h.signals, [(pid, SIGTERM)]);
+        h.send(Event::NewGeneration { generation: 1 });
+        assert_eq!(h.signals.len(), 1, "the same order twice signals once");
+        h.exit_child(ExitHow::Signaled(SIGTERM));
+        assert_eq!(h.sup.state(), ReplicaState::Restarting);
+        assert_eq!(h.sup.restarts(), 1);
+        assert_eq!(h.requests, 0, "a stop ordered by the job is not a new request");
+        h.send(Event::Released { generation: 1 });
+        assert_eq!(h.generations, [0, 1]);
+        // The limit (1) is reached: the next generation ends this replica with the child's status.
+        h.send(Event::NewGeneration { generation: 2 });
+        h.exit_child(ExitHow::Signaled(SIGTERM));
+        assert_eq!(h.exit, Some(143));
+        assert!(h.messages[0].contains("gave up after 1 restarts"), "{:?}", h.messages);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_generations_and_early_releases_are_ignored() {
+        let mut h = Harness::new(job_cfg(3));
+        h.send(Event::Start);
+        h.send(Event::NewGeneration { generation: 0 });
+        h.send(Event::Released { generation: 5 });
+        assert_eq!(h.sup.state(), ReplicaState::Running);
+        assert!(h.signals.is_empty());
+        assert_eq!(h.spawns.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn term_or_give_up_while_awaiting_a_generation_exits() {
+        let mut h = Harness::new(job_cfg(3));
+        h.send(Event::Start);
+        h.exit_child(ExitHow::Exited(4));
+        h.send(Event::Shutdown { signal: SIGTERM });
+        assert_eq!(h.exit, Some(4));
+        let mut g = Harness::new(job_cfg(3));
+        g.send(Event::Start);
+        g.exit_child(ExitHow::Exited(4));
+        g.send(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message: "rendezvous timed out".into() }));
+        assert_eq!(g.exit, Some(138));
+        assert_eq!(g.messages, ["rendezvous timed out"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn job_scope_limit_and_success_behave_like_replica_scope() {
+        let mut h = Harness::new(job_cfg(0));
+        h.send(Event::Start);
+        h.exit_child(ExitHow::Exited(2));
+        assert_eq!(h.exit, Some(2));
+        assert_eq!(h.requests, 0);
+        let mut ok = Harness::new(job_cfg(3));
+        ok.send(Event::Start);
+        ok.exit_child(ExitHow::Exited(0));
+        assert_eq!(ok.exit, Some(0));
     }
 }
