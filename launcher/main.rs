@@ -395,7 +395,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         health,
     };
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
-    match runtime.block_on(driver::supervise(cfg, signals, status, None)) {
+    match runtime.block_on(driver::supervise(cfg, signals, status, driver::Links::default())) {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");

@@ -66,6 +66,24 @@ struct Driver {
 /// A future that must succeed before the first start (the rendezvous barrier).
 pub type StartGate = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), GiveUp>>>>;
 
+/// What links the supervisor to the rest of the job: the first barrier, and later events
+/// (new generations, releases, orders to give up) from the rendezvous layer.
+#[derive(Default)]
+pub struct Links {
+    /// Must succeed before the first start.
+    pub start_gate: Option<StartGate>,
+    /// Events from outside, fed to the machine as they come.
+    pub control: Option<tokio::sync::mpsc::UnboundedReceiver<Event>>,
+}
+
+/// The next control event; never ready without a channel; None when the channel closed.
+async fn next_control(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Event>>) -> Option<Event> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The gate's outcome; never ready without a gate.
 async fn pass_gate(gate: &mut Option<StartGate>) -> Result<(), GiveUp> {
     match gate {
@@ -76,13 +94,13 @@ async fn pass_gate(gate: &mut Option<StartGate>) -> Result<(), GiveUp> {
 
 /// Supervise the child until the machine decides to exit; return rankvisor's exit status.
 ///
-/// `start_gate` (the rendezvous barrier) must succeed before the first start; signals are handled
-/// while it runs, and its failure gives up with exit 138.
+/// `links.start_gate` (the rendezvous barrier) must succeed before the first start; signals are
+/// handled while it runs, and its failure gives up with exit 138.
 pub async fn supervise(
     cfg: DriverConfig,
     signals: Signals,
     status: watch::Sender<LocalStatus>,
-    start_gate: Option<StartGate>,
+    links: Links,
 ) -> std::io::Result<i32> {
     let mut stream = SignalStream::new(&signals)?;
     let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
@@ -111,6 +129,7 @@ pub async fn supervise(
             _ => d.apply(Event::GiveUp(give_up_for(&obs))),
         }
     }
+    let Links { start_gate, mut control } = links;
     let mut start_gate = start_gate;
     d.gate_pending = start_gate.is_some();
     d.maybe_start();
@@ -133,6 +152,10 @@ pub async fn supervise(
             obs = next_health(&mut health), if health.is_some() => match obs {
                 Some(obs) => d.on_health(obs),
                 None => health = None,
+            },
+            event = next_control(&mut control), if control.is_some() => match event {
+                Some(event) => d.apply(event),
+                None => control = None,
             },
             passed = pass_gate(&mut start_gate), if start_gate.is_some() => {
                 start_gate = None;
