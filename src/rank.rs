@@ -296,6 +296,26 @@ fn agree(
     }
 }
 
+/// The job's name as the training-operator spells its pods: `MASTER_ADDR` is `<job>-master-0`
+/// (a service name, possibly with a namespace or domain after a dot), else `POD_NAME` is
+/// `<job>-master-0` or `<job>-worker-<i>`. None when neither fits (then `--job-name` is needed).
+pub fn derive_job_name(master_addr: Option<&str>, pod_name: Option<&str>) -> Option<String> {
+    let from_master = master_addr.and_then(|a| {
+        let host = a.split('.').next().unwrap_or(a);
+        host.strip_suffix("-master-0").filter(|j| !j.is_empty())
+    });
+    let from_pod = || {
+        pod_name.and_then(|p| {
+            let (rest, index) = p.rsplit_once('-')?;
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            rest.strip_suffix("-master").or_else(|| rest.strip_suffix("-worker")).filter(|j| !j.is_empty())
+        })
+    };
+    from_master.or_else(from_pod).map(str::to_string)
+}
+
 impl fmt::Display for RankEnv {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let count = match self.replica_count {
@@ -466,6 +486,19 @@ mod tests {
     fn missing_rank_with_several_replicas() {
         let e = env(&[("WORLD_SIZE", "2"), ("MASTER_ADDR", "m"), ("MASTER_PORT", "1")]).unwrap_err();
         assert_eq!(e.to_string(), "RANK is not set: expected this replica's index from 0 to 1");
+    }
+
+    #[test]
+    fn job_name_from_master_addr_or_pod_name() {
+        assert_eq!(derive_job_name(Some("pytest-master-0"), None).as_deref(), Some("pytest"));
+        assert_eq!(derive_job_name(Some("my-job-master-0.default.svc"), None).as_deref(), Some("my-job"));
+        assert_eq!(derive_job_name(Some("127.0.0.1"), Some("pytest-worker-2")).as_deref(), Some("pytest"));
+        assert_eq!(derive_job_name(Some("10.0.0.1"), Some("a-b-master-0")).as_deref(), Some("a-b"));
+        assert_eq!(derive_job_name(Some("-master-0"), None), None);
+        assert_eq!(derive_job_name(Some("10.0.0.1"), Some("pytest-worker-x")), None);
+        assert_eq!(derive_job_name(None, Some("pytest-launcher-0")), None);
+        assert_eq!(derive_job_name(None, Some("worker-0")), None);
+        assert_eq!(derive_job_name(None, None), None);
     }
 
     #[test]
