@@ -154,6 +154,16 @@ struct SuperviseArgs {
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
     #[arg(long, env = "RANKVISOR_STATUS_FD")]
     status_fd: Option<i32>,
+    /// Serve /healthz, /readyz, /metrics and /status here (IP:PORT), or off.
+    #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = rankvisor::http::HttpAddr::DEFAULT,
+          value_parser = rankvisor::http::HttpAddr::parse)]
+    http_addr: rankvisor::http::HttpAddr,
+    /// POST the JSON report to this http:// URL on every state change and every --report-interval.
+    #[arg(long, env = "RANKVISOR_REPORT_URL", value_parser = rankvisor::webhook::parse_url)]
+    report_url: Option<hyper::Uri>,
+    /// How often to POST the report to --report-url even without a change.
+    #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    report_interval: Duration,
 }
 
 fn main() {
@@ -352,6 +362,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
+    let identity = rankvisor::report::identity(|k| std::env::var(k).ok(), Some(&rank));
     let _ = (rank, a.restart_scope);
     let status_sink = match a.status_fd.map(rankvisor::status_sink::StatusSink::from_fd).transpose() {
         Ok(s) => s,
@@ -395,11 +406,25 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         health,
     };
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
-    match runtime.block_on(driver::supervise(cfg, signals, status, driver::Links::default())) {
+    let reporting_cfg = rankvisor::reporting::ReportingConfig {
+        http: a.http_addr,
+        webhook: a.report_url.map(|url| rankvisor::webhook::WebhookConfig {
+            interval: a.report_interval,
+            ..rankvisor::webhook::WebhookConfig::new(url)
+        }),
+    };
+    let health_rx = cfg.health.as_ref().map(|g| g.rx.clone());
+    let reporting =
+        runtime.block_on(rankvisor::reporting::start(reporting_cfg, identity, status.subscribe(), health_rx));
+    let code = match runtime.block_on(driver::supervise(cfg, signals, status, driver::Links::default())) {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");
             exit::EXTERNAL_FAILURE
         }
-    }
+    };
+    runtime.block_on(reporting.finish(Duration::from_secs(2)));
+    // Do not wait for a blocked DNS lookup of the webhook's host.
+    runtime.shutdown_background();
+    code
 }

@@ -1,6 +1,10 @@
 //! The replica's state as every reporter (HTTP, webhook, control channel, dry run) sees it.
 
+use crate::exit::{signal_name, ExitHow};
+use crate::health::NodeVerdict;
+use crate::rank::{RankEnv, Role};
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where a replica is in its life, as reported upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -24,6 +28,18 @@ pub enum ReplicaState {
 }
 
 impl ReplicaState {
+    /// Every state, in the order of a replica's life.
+    pub const ALL: [ReplicaState; 8] = [
+        Self::Pending,
+        Self::Rendezvous,
+        Self::Running,
+        Self::Restarting,
+        Self::Stopping,
+        Self::Succeeded,
+        Self::Failed,
+        Self::NodeUnhealthy,
+    ];
+
     /// True for the states after which nothing more happens.
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::NodeUnhealthy)
@@ -40,7 +56,7 @@ pub struct LocalStatus {
     /// Rendezvous generation of the running child.
     pub generation: u64,
     /// How the last child ended.
-    pub last_exit: Option<crate::exit::ExitHow>,
+    pub last_exit: Option<ExitHow>,
     /// Why the last child is counted as failed beyond its exit (`Hung`), when it is.
     pub last_exit_reason: Option<String>,
     /// The running child's pid.
@@ -63,5 +79,460 @@ impl Default for LocalStatus {
             hang_detections: 0,
             progress: None,
         }
+    }
+}
+
+// The report proper: what the HTTP `/status`, the webhook and (later) Kubernetes Events, the Pod
+// condition and the master's `/job` send upstream, built by plain functions from `LocalStatus`,
+// the replica's identity, the node verdict and the clock.
+
+/// The version of [`Report`]'s JSON: bumped when a field changes meaning or disappears (adding
+/// fields does not bump it).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Who this replica is, from the rank contract and the downward API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The PyTorchJob's name, from `MASTER_ADDR` (`<job>-master-0`) or `POD_NAME`.
+    pub job: Option<String>,
+    /// Kubeflow's replica type: `Master` or `Worker`.
+    pub replica_type: Option<String>,
+    /// Replica (node) index: `RANK` = `PET_NODE_RANK`.
+    pub rank: Option<u32>,
+    /// Replicas in the job (the most, for an elastic job).
+    pub replica_count: Option<u32>,
+    /// `WORLD_SIZE`: training processes in the job.
+    pub world_size: Option<u32>,
+    /// `POD_NAME`, else `HOSTNAME`.
+    pub pod: Option<String>,
+    /// `POD_NAMESPACE`.
+    pub namespace: Option<String>,
+    /// `NODE_NAME`.
+    pub node: Option<String>,
+}
+
+/// The job's name from Kubeflow's naming: the master's service is `<job>-master-0` (possibly with
+/// a domain), and pods are `<job>-master-N` / `<job>-worker-N`.
+pub fn job_name(master_addr: Option<&str>, pod: Option<&str>) -> Option<String> {
+    let from_master = master_addr
+        .and_then(|a| a.split('.').next())
+        .and_then(|host| host.strip_suffix("-master-0"))
+        .filter(|j| !j.is_empty());
+    from_master.or_else(|| pod.and_then(|p| pod_name_parts(p).map(|(job, _)| job))).map(str::to_string)
+}
+
+/// `<job>-<type>-<N>` split into (job, `Master`/`Worker`), when the pod name has that shape.
+fn pod_name_parts(pod: &str) -> Option<(&str, &'static str)> {
+    let (rest, index) = pod.rsplit_once('-')?;
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (job, kind) = rest.rsplit_once('-')?;
+    let kind = match kind {
+        "master" => "Master",
+        "worker" => "Worker",
+        _ => return None,
+    };
+    (!job.is_empty()).then_some((job, kind))
+}
+
+/// This replica's identity from its environment (`get` reads one variable) and its rank contract.
+pub fn identity(get: impl Fn(&str) -> Option<String>, rank: Option<&RankEnv>) -> Identity {
+    let nonempty = |k: &str| get(k).filter(|v| !v.is_empty());
+    let pod = nonempty("POD_NAME").or_else(|| nonempty("HOSTNAME"));
+    let master_addr = rank.and_then(|r| r.master_addr.clone()).or_else(|| nonempty("MASTER_ADDR"));
+    let replica_type = pod.as_deref().and_then(pod_name_parts).map(|(_, kind)| kind.to_string()).or_else(|| {
+        rank.filter(|r| r.injected).map(|r| match r.role() {
+            Role::Master => "Master".to_string(),
+            Role::Worker => "Worker".to_string(),
+        })
+    });
+    let injected = rank.filter(|r| r.injected);
+    Identity {
+        job: job_name(master_addr.as_deref(), pod.as_deref()),
+        replica_type,
+        rank: injected.map(|r| r.replica_index),
+        replica_count: injected.map(|r| r.replica_count.max()),
+        world_size: injected.map(|r| r.world_size),
+        pod,
+        namespace: nonempty("POD_NAMESPACE"),
+        node: nonempty("NODE_NAME"),
+    }
+}
+
+/// Why the last child counts as ended: its own exit, or a verdict of rankvisor's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitReason {
+    /// It called exit.
+    Exited,
+    /// A signal killed it.
+    Signaled,
+    /// It stopped beating and rankvisor stopped it.
+    Hung,
+    /// The node became unhealthy and rankvisor stopped it.
+    NodeUnhealthy,
+}
+
+/// How the last child ended, spelled out for consumers that do not know the shell's 128+N rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastExit {
+    /// Its exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal number that killed it, when one did.
+    pub signal: Option<i32>,
+    /// The signal's name (`SIGKILL`), when one did.
+    pub signal_name: Option<String>,
+    /// The shell-style status: the code, or 128+signal.
+    pub status: i32,
+    /// Why it ended.
+    pub reason: ExitReason,
+}
+
+/// The last exit as reported: `hung_reason` is `LocalStatus::last_exit_reason`, and a child that
+/// ended while the replica is `NodeUnhealthy` was stopped for that.
+pub fn last_exit(how: ExitHow, hung_reason: Option<&str>, state: ReplicaState) -> LastExit {
+    let (code, signal) = match how {
+        ExitHow::Exited(c) => (Some(c), None),
+        ExitHow::Signaled(s) => (None, Some(s)),
+    };
+    let reason = match (hung_reason, state) {
+        (Some("Hung"), _) => ExitReason::Hung,
+        (_, ReplicaState::NodeUnhealthy) => ExitReason::NodeUnhealthy,
+        _ if signal.is_some() => ExitReason::Signaled,
+        _ => ExitReason::Exited,
+    };
+    LastExit { code, signal, signal_name: signal.map(signal_name), status: how.code(), reason }
+}
+
+/// The node-health part of a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHealthReport {
+    /// Whether the node may run the training process; None while the source cannot be read.
+    pub healthy: Option<bool>,
+    /// The verdict with the labels, fault type and reason; None while the source cannot be read.
+    pub verdict: Option<NodeVerdict>,
+    /// Why the source cannot be read, when it cannot.
+    pub error: Option<String>,
+}
+
+impl NodeHealthReport {
+    /// From a health source's latest observation.
+    pub fn from_observation(obs: &crate::health::Observation) -> Self {
+        match obs {
+            Ok(v) => Self { healthy: Some(v.healthy), verdict: Some(v.clone()), error: None },
+            Err(e) => Self { healthy: None, verdict: None, error: Some(e.to_string()) },
+        }
+    }
+}
+
+/// One replica's report: the JSON of `/status`, of every webhook POST and (later) of `/job`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Increases with every report this rankvisor builds, so receivers can drop stale ones.
+    pub seq: u64,
+    /// Who this replica is.
+    #[serde(flatten)]
+    pub identity: Identity,
+    /// Where the replica is.
+    pub state: ReplicaState,
+    /// Restarts made by rankvisor.
+    pub restart_count: u32,
+    /// Rendezvous generation of the running child.
+    pub generation: u64,
+    /// The running child's pid.
+    pub child_pid: Option<i32>,
+    /// How the last child ended.
+    pub last_exit: Option<LastExit>,
+    /// Hangs detected so far.
+    pub hang_detections: u32,
+    /// The node-health verdict; None when node-health checking is off.
+    pub node_health: Option<NodeHealthReport>,
+    /// The latest training progress from the heartbeat (`step`, `loss`, ...).
+    pub progress: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Seconds the latest rendezvous took, once one has ended.
+    pub rendezvous_seconds: Option<f64>,
+    /// When this rankvisor started (RFC 3339, UTC).
+    pub started_at: String,
+    /// When the replica entered `state` (RFC 3339, UTC).
+    pub state_since: String,
+    /// When this report was built (RFC 3339, UTC).
+    pub updated_at: String,
+}
+
+impl Report {
+    /// The training step, when the heartbeat's progress has a non-negative integer `step`.
+    pub fn training_step(&self) -> Option<u64> {
+        self.progress.as_ref()?.get("step")?.as_u64()
+    }
+}
+
+/// What a report needs to remember between status changes: the state's start and the rendezvous.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    started_at: SystemTime,
+    state: Option<ReplicaState>,
+    state_since: SystemTime,
+    rendezvous_seconds: Option<f64>,
+    seq: u64,
+}
+
+impl Timeline {
+    /// A timeline for a rankvisor started at `started_at`.
+    pub fn new(started_at: SystemTime) -> Self {
+        Self { started_at, state: None, state_since: started_at, rendezvous_seconds: None, seq: 0 }
+    }
+
+    /// The report for `status` observed at `now`; a changed state starts at `now`.
+    pub fn report(
+        &mut self,
+        identity: &Identity,
+        status: &LocalStatus,
+        node: Option<NodeHealthReport>,
+        now: SystemTime,
+    ) -> Report {
+        if self.state != Some(status.state) {
+            if self.state == Some(ReplicaState::Rendezvous) {
+                let took = now.duration_since(self.state_since).unwrap_or_default();
+                self.rendezvous_seconds = Some(took.as_secs_f64());
+            }
+            self.state = Some(status.state);
+            self.state_since = now;
+        }
+        self.seq += 1;
+        Report {
+            schema_version: SCHEMA_VERSION,
+            seq: self.seq,
+            identity: identity.clone(),
+            state: status.state,
+            restart_count: status.restart_count,
+            generation: status.generation,
+            child_pid: status.child_pid,
+            last_exit: status.last_exit.map(|how| last_exit(how, status.last_exit_reason.as_deref(), status.state)),
+            hang_detections: status.hang_detections,
+            node_health: node,
+            progress: status.progress.clone(),
+            rendezvous_seconds: self.rendezvous_seconds,
+            started_at: rfc3339(self.started_at),
+            state_since: rfc3339(self.state_since),
+            updated_at: rfc3339(now),
+        }
+    }
+}
+
+/// True when `next` is worth a webhook POST of its own: anything but progress, pid and time moved.
+pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
+    let Some(prev) = prev else { return true };
+    let healthy = |r: &Report| r.node_health.as_ref().and_then(|n| n.healthy);
+    prev.state != next.state
+        || prev.restart_count != next.restart_count
+        || prev.generation != next.generation
+        || prev.last_exit != next.last_exit
+        || prev.hang_detections != next.hang_detections
+        || healthy(prev) != healthy(next)
+}
+
+/// `t` as RFC 3339 in UTC with microseconds, e.g. `2026-11-29T14:39:54.123456Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day): Howard Hinnant's `civil_from_days`.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rank::parse_rank_env;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn rfc3339_known_instants() {
+        let at = |s: u64, us: u32| UNIX_EPOCH + Duration::new(s, us * 1000);
+        assert_eq!(rfc3339(at(0, 0)), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(at(951_782_400, 5)), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(rfc3339(at(1_709_164_799, 999_999)), "2024-02-28T23:59:59.999999Z");
+        assert_eq!(rfc3339(at(1_735_689_599, 0)), "2024-12-31T23:59:59.000000Z");
+        assert_eq!(rfc3339(at(4_102_444_800, 0)), "2100-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn job_name_from_master_addr_or_pod() {
+        assert_eq!(job_name(Some("pytest-master-0"), None).as_deref(), Some("pytest"));
+        assert_eq!(job_name(Some("my-job-master-0.ns.svc.cluster.local"), None).as_deref(), Some("my-job"));
+        assert_eq!(job_name(Some("10.0.0.1"), Some("a-b-worker-3")).as_deref(), Some("a-b"));
+        assert_eq!(job_name(None, Some("train-master-0")).as_deref(), Some("train"));
+        assert_eq!(job_name(Some("-master-0"), None), None);
+        assert_eq!(job_name(None, Some("train-worker-")), None);
+        assert_eq!(job_name(None, Some("train-launcher-1")), None);
+        assert_eq!(job_name(None, Some("worker-1")), None);
+        assert_eq!(job_name(None, Some("deploy-7d9f-x2")), None);
+        assert_eq!(job_name(None, None), None);
+    }
+
+    #[test]
+    fn identity_of_a_kubeflow_worker() {
+        let vars = [
+            ("RANK", "2"),
+            ("WORLD_SIZE", "3"),
+            ("MASTER_ADDR", "pytest-master-0"),
+            ("MASTER_PORT", "23456"),
+            ("POD_NAME", "pytest-worker-1"),
+            ("POD_NAMESPACE", "team"),
+            ("NODE_NAME", "ip-10-0-0-7"),
+            ("HOSTNAME", "ignored"),
+        ];
+        let rank = parse_rank_env(env(&vars)).unwrap();
+        let id = identity(env(&vars), Some(&rank));
+        assert_eq!(
+            id,
+            Identity {
+                job: Some("pytest".into()),
+                replica_type: Some("Worker".into()),
+                rank: Some(2),
+                replica_count: Some(3),
+                world_size: Some(3),
+                pod: Some("pytest-worker-1".into()),
+                namespace: Some("team".into()),
+                node: Some("ip-10-0-0-7".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn identity_without_kubernetes() {
+        let rank = parse_rank_env(env(&[])).unwrap();
+        let id = identity(env(&[("HOSTNAME", "laptop"), ("POD_NAMESPACE", "")]), Some(&rank));
+        assert_eq!(id, Identity { pod: Some("laptop".into()), ..Identity::default() });
+        let master = parse_rank_env(env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
+        assert_eq!(identity(env(&[]), Some(&master)).replica_type.as_deref(), Some("Master"));
+        assert_eq!(identity(env(&[]), None), Identity::default());
+    }
+
+    #[test]
+    fn last_exit_reasons() {
+        use ReplicaState::*;
+        let e = last_exit(ExitHow::Exited(3), None, Restarting);
+        assert_eq!(
+            e,
+            LastExit { code: Some(3), signal: None, signal_name: None, status: 3, reason: ExitReason::Exited }
+        );
+        let s = last_exit(ExitHow::Signaled(9), None, Failed);
+        assert_eq!(
+            (s.signal, s.signal_name.as_deref(), s.status, s.reason),
+            (Some(9), Some("SIGKILL"), 137, ExitReason::Signaled)
+        );
+        assert_eq!(last_exit(ExitHow::Signaled(15), Some("Hung"), Restarting).reason, ExitReason::Hung);
+        assert_eq!(last_exit(ExitHow::Signaled(15), None, NodeUnhealthy).reason, ExitReason::NodeUnhealthy);
+        assert_eq!(last_exit(ExitHow::Exited(0), Some("other"), Succeeded).reason, ExitReason::Exited);
+    }
+
+    #[test]
+    fn timeline_tracks_state_since_and_rendezvous() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut tl = Timeline::new(t0);
+        let id = Identity::default();
+        let mut st = LocalStatus { state: ReplicaState::Rendezvous, ..LocalStatus::default() };
+        let r1 = tl.report(&id, &st, None, at(10));
+        assert_eq!((r1.seq, r1.rendezvous_seconds, r1.state_since.as_str()), (1, None, rfc3339(at(10)).as_str()));
+        let r2 = tl.report(&id, &st, None, at(500));
+        assert_eq!(r2.state_since, r1.state_since, "same state, same start");
+        assert_eq!(r2.updated_at, rfc3339(at(500)));
+        st.state = ReplicaState::Running;
+        st.child_pid = Some(42);
+        let r3 = tl.report(&id, &st, None, at(1510));
+        assert_eq!(r3.rendezvous_seconds, Some(1.5));
+        assert_eq!(r3.state_since, rfc3339(at(1510)));
+        assert_eq!(r3.started_at, rfc3339(t0));
+        assert_eq!(r3.seq, 3);
+        st.state = ReplicaState::Restarting;
+        let r4 = tl.report(&id, &st, None, at(2000));
+        assert_eq!(r4.rendezvous_seconds, Some(1.5), "kept after the rendezvous");
+    }
+
+    #[test]
+    fn state_changes_ignore_progress_and_time() {
+        let mut tl = Timeline::new(UNIX_EPOCH);
+        let id = Identity::default();
+        let mut st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
+        let a = tl.report(&id, &st, None, UNIX_EPOCH);
+        assert!(is_state_change(None, &a));
+        st.progress = crate::heartbeat::parse_progress(r#"{"step": 7}"#);
+        let b = tl.report(&id, &st, None, UNIX_EPOCH + Duration::from_secs(1));
+        assert!(!is_state_change(Some(&a), &b));
+        assert_eq!(b.training_step(), Some(7));
+        st.restart_count = 1;
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        st.restart_count = 0;
+        st.last_exit = Some(ExitHow::Exited(1));
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        let unhealthy = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
+        let c =
+            tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, None, UNIX_EPOCH);
+        let d = tl.report(
+            &id,
+            &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() },
+            Some(unhealthy),
+            UNIX_EPOCH,
+        );
+        assert!(is_state_change(Some(&c), &d));
+    }
+
+    #[test]
+    fn report_json_shape() {
+        let mut tl = Timeline::new(UNIX_EPOCH);
+        let id = Identity { job: Some("j".into()), rank: Some(1), ..Identity::default() };
+        let st = LocalStatus {
+            state: ReplicaState::Restarting,
+            restart_count: 1,
+            last_exit: Some(ExitHow::Exited(1)),
+            ..LocalStatus::default()
+        };
+        let r = tl.report(&id, &st, None, UNIX_EPOCH);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["job"], "j", "identity is flattened");
+        assert_eq!(v["rank"], 1);
+        assert_eq!(v["state"], "Restarting");
+        assert_eq!(v["last_exit"]["code"], 1);
+        assert_eq!(v["last_exit"]["reason"], "Exited");
+        let back: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn local_status_line_is_unchanged() {
+        let v = serde_json::to_value(LocalStatus::default()).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 8, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
     }
 }

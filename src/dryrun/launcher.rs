@@ -81,6 +81,8 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
         &files.status_fd.to_string(),
         "--log-level",
         &settings.log_level,
+        "--http-addr",
+        "off",
     ]
     .into_iter()
     .map(OsString::from)
@@ -345,6 +347,8 @@ mod tests {
                 "7",
                 "--log-level",
                 "warn",
+                "--http-addr",
+                "off",
                 "--termination-log",
                 "/w/pytest-master-0.termination-log",
                 "--",

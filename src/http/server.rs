@@ -1,0 +1,197 @@
+//! The HTTP server: a pure router from (method, path, latest report) to a reply, and a hyper 1
+//! accept loop that takes an already-bound listener and a shutdown future (so tests bind port 0).
+
+use super::metrics::{render_metrics, CONTENT_TYPE as METRICS};
+use crate::report::{ReplicaState, Report};
+use crate::webhook::{WebhookCounts, WebhookStats};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{header, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const JSON: &str = "application/json";
+/// A client that has not sent its request headers by then is cut off, so idle sockets cannot pile up.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the handlers read: the latest report and the webhook's counters.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    /// The latest report, published by the reporter on every change.
+    pub reports: watch::Receiver<Report>,
+    /// The webhook's counters (all zero without a webhook).
+    pub webhook: Arc<WebhookStats>,
+}
+
+/// One response, before it becomes HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: StatusCode,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+impl Reply {
+    fn new(status: StatusCode, content_type: &'static str, body: String) -> Self {
+        Self { status, content_type, body }
+    }
+}
+
+/// The reply to `method path` given the latest report: the whole routing table.
+pub fn route(method: &Method, path: &str, report: &Report, webhook: &WebhookCounts) -> Reply {
+    if method != Method::GET && method != Method::HEAD {
+        return Reply::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            format!("method {method} not allowed: expected GET\n"),
+        );
+    }
+    match path {
+        "/healthz" => Reply::new(StatusCode::OK, TEXT, "ok\n".into()),
+        // Ready means the barrier was passed and the training process runs: a replica that waits,
+        // backs off or is stopping takes no traffic and counts as not ready in `kubectl get pods`.
+        "/readyz" if report.state == ReplicaState::Running => {
+            Reply::new(StatusCode::OK, TEXT, "ready: Running\n".into())
+        }
+        "/readyz" => Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("not ready: {:?}\n", report.state)),
+        "/metrics" => Reply::new(StatusCode::OK, METRICS, render_metrics(report, webhook)),
+        "/status" => match serde_json::to_string_pretty(report) {
+            Ok(mut json) => {
+                json.push('\n');
+                Reply::new(StatusCode::OK, JSON, json)
+            }
+            Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the report: {e}\n")),
+        },
+        other => Reply::new(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics or /status\n"),
+        ),
+    }
+}
+
+fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let report = state.reports.borrow().clone();
+    let reply = route(req.method(), req.uri().path(), &report, &state.webhook.counts());
+    let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
+    *resp.status_mut() = reply.status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(reply.content_type));
+    resp
+}
+
+/// Serve `listener` until `shutdown` resolves; each connection runs in its own task.
+pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let resp = respond(&state, &req);
+                            async move { Ok::<_, Infallible>(resp) }
+                        });
+                        let conn = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEADER_READ_TIMEOUT)
+                            .serve_connection(TokioIo::new(stream), svc);
+                        if let Err(e) = conn.await {
+                            debug!(%peer, "http connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    warn!("http accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Identity, LocalStatus, Timeline};
+    use std::time::UNIX_EPOCH;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn report(state: ReplicaState) -> Report {
+        let st = LocalStatus { state, ..LocalStatus::default() };
+        Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, None, UNIX_EPOCH)
+    }
+
+    #[test]
+    fn readiness_follows_the_state() {
+        let none = WebhookCounts::default();
+        for s in ReplicaState::ALL {
+            let r = route(&Method::GET, "/readyz", &report(s), &none);
+            let want = if s == ReplicaState::Running { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+            assert_eq!(r.status, want, "{s:?}");
+            assert!(r.body.contains(&format!("{s:?}")), "{}", r.body);
+            assert_eq!(route(&Method::GET, "/healthz", &report(s), &none).status, StatusCode::OK);
+        }
+    }
+
+    #[test]
+    fn routes_and_errors() {
+        let none = WebhookCounts::default();
+        let r = report(ReplicaState::Running);
+        let status = route(&Method::GET, "/status", &r, &none);
+        assert_eq!((status.status, status.content_type), (StatusCode::OK, JSON));
+        let back: Report = serde_json::from_str(&status.body).unwrap();
+        assert_eq!(back, r);
+        let m = route(&Method::HEAD, "/metrics", &r, &none);
+        assert_eq!((m.status, m.content_type), (StatusCode::OK, METRICS));
+        let nf = route(&Method::GET, "/nope", &r, &none);
+        assert_eq!(nf.status, StatusCode::NOT_FOUND);
+        assert!(nf.body.contains("\"/nope\""), "{}", nf.body);
+        let post = route(&Method::POST, "/status", &r, &none);
+        assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(post.body.contains("POST"), "{}", post.body);
+    }
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_the_latest_report_and_shuts_down() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(report(ReplicaState::Rendezvous));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let state = HttpState { reports: rx, webhook: Arc::new(WebhookStats::default()) };
+        let server = tokio::spawn(serve(listener, state, async {
+            let _ = stopped.await;
+        }));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        tx.send_replace(report(ReplicaState::Running));
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+        assert!(ready.contains("content-type: text/plain"), "{ready}");
+        assert!(get(addr, "/metrics?x=1").await.contains("rankvisor_child_up 0"));
+        stop.send(()).unwrap();
+        server.await.unwrap();
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed after shutdown");
+    }
+}
