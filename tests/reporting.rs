@@ -271,6 +271,10 @@ fn webhook_sees_running_restarting_succeeded_in_order() {
     assert_eq!(seen_states, want.iter().collect::<Vec<_>>(), "all POSTs: {seen:?}");
     let seqs: Vec<u64> = got.iter().map(|r| r.report["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+    let schema = &readme_json_blocks()[0];
+    for r in &got {
+        check(schema, &r.report, "$");
+    }
     let restarting = got.iter().find(|r| r.report["state"] == "Restarting").unwrap();
     assert_eq!(restarting.report["last_exit"]["code"], 1);
     assert_eq!(restarting.report["last_exit"]["reason"], "Exited");
@@ -365,4 +369,78 @@ fn bench_state_change_to_webhook_latency() {
         pct(90),
         lat[lat.len() - 1]
     );
+}
+
+/// The JSON blocks of the README's "Reporting" section: the schema, then the example.
+fn readme_json_blocks() -> Vec<Value> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme.find("\n## Reporting\n").expect("README has a Reporting section");
+    let section = &readme[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    section
+        .split("```json\n")
+        .skip(1)
+        .map(|b| serde_json::from_str(&b[..b.find("```").unwrap()]).expect("README JSON block parses"))
+        .collect()
+}
+
+/// A small validator for the keywords the README's schema uses: type, enum, const, required, properties.
+fn check(schema: &Value, v: &Value, at: &str) {
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if let Some(t) = schema.get("type") {
+        let allowed: Vec<&str> = match t {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => panic!("{at}: bad type keyword"),
+        };
+        assert!(
+            allowed.contains(&kind) || (kind == "integer" && allowed.contains(&"number")),
+            "{at}: {kind} not in {allowed:?}"
+        );
+    }
+    if let Some(e) = schema.get("enum") {
+        assert!(e.as_array().unwrap().contains(v), "{at}: {v} not in {e}");
+    }
+    if let Some(c) = schema.get("const") {
+        assert_eq!(c, v, "{at}");
+    }
+    if let (Some(req), Value::Object(o)) = (schema.get("required"), v) {
+        for k in req.as_array().unwrap() {
+            assert!(o.contains_key(k.as_str().unwrap()), "{at}: {k} is required");
+        }
+    }
+    if let (Some(Value::Object(props)), Value::Object(o)) = (schema.get("properties"), v) {
+        for (k, sub) in props {
+            if let Some(x) = o.get(k) {
+                check(sub, x, &format!("{at}.{k}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_readme_schema_and_example_match_the_report() {
+    let blocks = readme_json_blocks();
+    assert_eq!(blocks.len(), 2, "the schema and the example");
+    let (schema, example) = (&blocks[0], &blocks[1]);
+    let report: rankvisor::report::Report = serde_json::from_value(example.clone()).expect("the example is a Report");
+    assert_eq!(report.schema_version, rankvisor::report::SCHEMA_VERSION);
+    let reserialized = serde_json::to_value(&report).unwrap();
+    assert_eq!(&reserialized, example, "the example shows every field, as rankvisor writes them");
+    let mut fields: Vec<&String> = reserialized.as_object().unwrap().keys().collect();
+    let mut documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+    fields.sort();
+    documented.sort();
+    assert_eq!(fields, documented, "the schema names exactly the report's fields");
+    let states: Vec<String> = rankvisor::report::ReplicaState::ALL.iter().map(|s| format!("{s:?}")).collect();
+    assert_eq!(schema["properties"]["state"]["enum"], serde_json::json!(states));
+    check(schema, example, "$");
 }
