@@ -2,7 +2,7 @@
 
 use crate::exit::{signal_name, ExitHow};
 use crate::health::NodeVerdict;
-use crate::rank::{RankEnv, Role};
+use crate::rank::{derive_job_name, RankEnv, Role};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -111,18 +111,8 @@ pub struct Identity {
     pub node: Option<String>,
 }
 
-/// The job's name from Kubeflow's naming: the master's service is `<job>-master-0` (possibly with
-/// a domain), and pods are `<job>-master-N` / `<job>-worker-N`.
-pub fn job_name(master_addr: Option<&str>, pod: Option<&str>) -> Option<String> {
-    let from_master = master_addr
-        .and_then(|a| a.split('.').next())
-        .and_then(|host| host.strip_suffix("-master-0"))
-        .filter(|j| !j.is_empty());
-    from_master.or_else(|| pod.and_then(|p| pod_name_parts(p).map(|(job, _)| job))).map(str::to_string)
-}
-
-/// `<job>-<type>-<N>` split into (job, `Master`/`Worker`), when the pod name has that shape.
-fn pod_name_parts(pod: &str) -> Option<(&str, &'static str)> {
+/// Kubeflow's replica type (`Master`/`Worker`) of a pod named `<job>-<type>-<N>`.
+pub fn replica_type_of_pod(pod: &str) -> Option<&'static str> {
     let (rest, index) = pod.rsplit_once('-')?;
     if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -133,7 +123,7 @@ fn pod_name_parts(pod: &str) -> Option<(&str, &'static str)> {
         "worker" => "Worker",
         _ => return None,
     };
-    (!job.is_empty()).then_some((job, kind))
+    (!job.is_empty()).then_some(kind)
 }
 
 /// This replica's identity from its environment (`get` reads one variable) and its rank contract.
@@ -141,7 +131,7 @@ pub fn identity(get: impl Fn(&str) -> Option<String>, rank: Option<&RankEnv>) ->
     let nonempty = |k: &str| get(k).filter(|v| !v.is_empty());
     let pod = nonempty("POD_NAME").or_else(|| nonempty("HOSTNAME"));
     let master_addr = rank.and_then(|r| r.master_addr.clone()).or_else(|| nonempty("MASTER_ADDR"));
-    let replica_type = pod.as_deref().and_then(pod_name_parts).map(|(_, kind)| kind.to_string()).or_else(|| {
+    let replica_type = pod.as_deref().and_then(replica_type_of_pod).map(str::to_string).or_else(|| {
         rank.filter(|r| r.injected).map(|r| match r.role() {
             Role::Master => "Master".to_string(),
             Role::Worker => "Worker".to_string(),
@@ -149,7 +139,7 @@ pub fn identity(get: impl Fn(&str) -> Option<String>, rank: Option<&RankEnv>) ->
     });
     let injected = rank.filter(|r| r.injected);
     Identity {
-        job: job_name(master_addr.as_deref(), pod.as_deref()),
+        job: derive_job_name(master_addr.as_deref(), pod.as_deref()),
         replica_type,
         rank: injected.map(|r| r.replica_index),
         replica_count: injected.map(|r| r.replica_count.max()),
@@ -385,17 +375,14 @@ mod tests {
     }
 
     #[test]
-    fn job_name_from_master_addr_or_pod() {
-        assert_eq!(job_name(Some("pytest-master-0"), None).as_deref(), Some("pytest"));
-        assert_eq!(job_name(Some("my-job-master-0.ns.svc.cluster.local"), None).as_deref(), Some("my-job"));
-        assert_eq!(job_name(Some("10.0.0.1"), Some("a-b-worker-3")).as_deref(), Some("a-b"));
-        assert_eq!(job_name(None, Some("train-master-0")).as_deref(), Some("train"));
-        assert_eq!(job_name(Some("-master-0"), None), None);
-        assert_eq!(job_name(None, Some("train-worker-")), None);
-        assert_eq!(job_name(None, Some("train-launcher-1")), None);
-        assert_eq!(job_name(None, Some("worker-1")), None);
-        assert_eq!(job_name(None, Some("deploy-7d9f-x2")), None);
-        assert_eq!(job_name(None, None), None);
+    fn replica_type_from_the_pod_name() {
+        assert_eq!(replica_type_of_pod("pytest-master-0"), Some("Master"));
+        assert_eq!(replica_type_of_pod("a-b-worker-12"), Some("Worker"));
+        for other in
+            ["-worker-1", "train-worker-", "train-worker-x", "train-launcher-1", "worker-1", "deploy-7d9f-x2", ""]
+        {
+            assert_eq!(replica_type_of_pod(other), None, "{other:?}");
+        }
     }
 
     #[test]
