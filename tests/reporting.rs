@@ -444,3 +444,29 @@ fn the_readme_schema_and_example_match_the_report() {
     assert_eq!(schema["properties"]["state"]["enum"], serde_json::json!(states));
     check(schema, example, "$");
 }
+
+#[test]
+fn a_full_queue_drops_the_oldest_and_counts_them() {
+    let dir = TestDir::new("wh-drop");
+    let (hanging, _) = receiver(Upstream::Hangs);
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let go = dir.file("go");
+    // 40 quick failures (80 state changes) while the upstream holds the first POST, then wait.
+    let script =
+        format!(r#"[ "$RANKVISOR_RESTART_COUNT" -lt 40 ] && exit 1; while [ ! -e {go} ]; do sleep 0.01; done"#);
+    let run = Rv::new(&dir)
+        .args(["--http-addr", &addr.to_string(), "--report-url", &hanging])
+        .args(["--backoff-initial", "5ms", "--backoff-max", "5ms", "--backoff-limit", "50"])
+        .sh(&script)
+        .spawn();
+    run.wait_status("the 41st run", |v| v["state"] == "Running" && v["restart_count"] == 40);
+    let (_, body) = wait_get(addr, "/metrics", "restarts 40", |_, b| b.contains("rankvisor_restarts_total 40"));
+    let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let dropped = counter(&m, "rankvisor_reports_dropped_total");
+    println!("upstream hanging, 40 restarts: {dropped} reports dropped (queue of 64)");
+    assert!(dropped >= 10.0, "about 80 changes into a queue of 64: {dropped}");
+    assert_eq!(counter(&m, "rankvisor_reports_sent_total"), 0.0);
+    std::fs::write(&go, "").unwrap();
+    run.wait().assert_code(0);
+}
