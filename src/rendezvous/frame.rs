@@ -189,6 +189,12 @@ pub enum FrameError {
         /// The bound.
         max: usize,
     },
+    /// A line ran past the bound before its newline (reading stops there).
+    #[error("frame exceeds the limit of {max} bytes (no newline within it)")]
+    LineTooLong {
+        /// The bound.
+        max: usize,
+    },
     /// The line is not JSON.
     #[error("frame is not json: {detail}")]
     NotJson {
@@ -262,35 +268,58 @@ pub fn decode(line: &[u8], max: usize) -> Result<Frame, FrameError> {
             max,
         });
     }
-    let value: Value = serde_json::from_slice(line).map_err(|e| FrameError::NotJson {
-        detail: e.to_string(),
-    })?;
-    let Some(object) = value.as_object() else {
-        return Err(FrameError::NotObject {
-            seen: json_kind(&value),
+    if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match serde_json::from_slice::<Value>(line) {
+            Ok(other) => FrameError::NotObject {
+                seen: json_kind(&other),
+            },
+            Err(e) => FrameError::NotJson {
+                detail: e.to_string(),
+            },
         });
-    };
-    match object.get("v") {
+    }
+    // A first, allocation-light pass reads only `v` and `type`, so the version is checked before
+    // the frame is interpreted and errors can name the field at fault.
+    let head: Head = serde_json::from_slice(line).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => FrameError::Malformed {
+            kind: "unidentified".to_string(),
+            detail: e.to_string(),
+        },
+        _ => FrameError::NotJson {
+            detail: e.to_string(),
+        },
+    })?;
+    match &head.v {
         Some(v) if v.as_u64() == Some(u64::from(PROTOCOL_VERSION)) => {}
         seen => {
             return Err(FrameError::Version {
-                seen: seen.map_or_else(|| "none".to_string(), Value::to_string),
+                seen: seen
+                    .as_ref()
+                    .map_or_else(|| "none".to_string(), Value::to_string),
                 expected: PROTOCOL_VERSION,
             })
         }
     }
-    let kind = match object.get("type") {
-        Some(Value::String(t)) if FRAME_TYPES.contains(&t.as_str()) => t.clone(),
+    let kind = match head.kind {
+        Some(Value::String(t)) if FRAME_TYPES.contains(&t.as_str()) => t,
         seen => {
             return Err(FrameError::UnknownType {
-                seen: seen.map_or_else(|| "none".to_string(), Value::to_string),
+                seen: seen.map_or_else(|| "none".to_string(), |v| v.to_string()),
             })
         }
     };
-    serde_json::from_value(value).map_err(|e| FrameError::Malformed {
+    serde_json::from_slice(line).map_err(|e| FrameError::Malformed {
         kind,
         detail: e.to_string(),
     })
+}
+
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    v: Option<Value>,
+    #[serde(default, rename = "type")]
+    kind: Option<Value>,
 }
 
 fn json_kind(value: &Value) -> &'static str {
@@ -449,6 +478,16 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+    }
+
+    #[test]
+    fn a_duplicated_header_field_is_malformed() {
+        let e = decode(br#"{"v":1,"v":1,"type":"heartbeat"}"#, 100).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("malformed unidentified frame: duplicate field `v`"),
+            "{e}"
+        );
     }
 
     #[test]

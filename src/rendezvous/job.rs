@@ -85,18 +85,15 @@ impl ReplicaView {
 /// The job-wide view the master serves on `/job`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobView {
-    /// The job's identity.
-    pub job: String,
-    /// Replicas in the job, master included.
-    pub replica_count: u32,
-    /// The current rendezvous generation.
-    pub generation: u64,
-    /// The job's phase; final phases never change again.
-    pub phase: JobPhase,
-    /// Why the phase is final, once it is.
-    pub reason: Option<String>,
-    /// Every replica heard from, by index.
-    pub replicas: BTreeMap<u32, ReplicaView>,
+    job: String,
+    replica_count: u32,
+    generation: u64,
+    phase: JobPhase,
+    reason: Option<String>,
+    replicas: BTreeMap<u32, ReplicaView>,
+    /// Workers whose latest state gave up; kept so each update costs O(log n), not O(n).
+    #[serde(skip)]
+    failed_workers: usize,
 }
 
 impl JobView {
@@ -120,6 +117,55 @@ impl JobView {
             phase: JobPhase::Created,
             reason: None,
             replicas,
+            failed_workers: 0,
+        }
+    }
+
+    /// The job's identity.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Replicas in the job, master included.
+    pub fn replica_count(&self) -> u32 {
+        self.replica_count
+    }
+
+    /// The current rendezvous generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The job's phase; final phases never change again.
+    pub fn phase(&self) -> JobPhase {
+        self.phase
+    }
+
+    /// Why the phase is final, once it is.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// Every replica heard from, by index (0 is the master).
+    pub fn replicas(&self) -> &BTreeMap<u32, ReplicaView> {
+        &self.replicas
+    }
+
+    fn replace(&mut self, view: ReplicaView) {
+        let index = view.index;
+        let now_failed = index > 0 && gave_up(view.state);
+        let was_failed = self
+            .replicas
+            .insert(index, view)
+            .is_some_and(|old| index > 0 && gave_up(old.state));
+        self.count_failed(was_failed, now_failed);
+    }
+
+    fn count_failed(&mut self, was: bool, now: bool) {
+        match (was, now) {
+            (false, true) => self.failed_workers += 1,
+            (true, false) => self.failed_workers = self.failed_workers.saturating_sub(1),
+            _ => {}
         }
     }
 
@@ -127,7 +173,7 @@ impl JobView {
     pub fn joined(&mut self, index: u32, node: &str, health: &Health, now_ms: u64) {
         let mut fresh = ReplicaView::new(index, node.to_string(), health, now_ms);
         fresh.generation = self.generation;
-        self.replicas.insert(index, fresh);
+        self.replace(fresh);
         self.refresh_phase();
     }
 
@@ -152,11 +198,15 @@ impl JobView {
     /// A replica reported a state change.
     pub fn state(&mut self, index: u32, update: &StateUpdate, now_ms: u64) {
         let view = self.entry(index, now_ms);
+        let was = gave_up(view.state);
         view.state = update.state;
         view.restart_count = update.restart_count;
         view.generation = update.generation;
         view.last_exit = update.last_exit;
         view.report = update.report.clone();
+        if index > 0 {
+            self.count_failed(was, gave_up(update.state));
+        }
         self.refresh_phase();
     }
 
@@ -194,8 +244,8 @@ impl JobView {
             return;
         }
         let master = self.replicas.get(&0).map(|r| r.state);
-        let workers: Vec<ReplicaState> = self.replicas.range(1..).map(|(_, r)| r.state).collect();
-        let (phase, reason) = job_phase(master, &workers, self.replica_count.saturating_sub(1));
+        let workers = self.replica_count.saturating_sub(1);
+        let (phase, reason) = job_phase(master, self.failed_workers, workers);
         self.phase = phase;
         self.reason = reason;
     }
@@ -212,11 +262,11 @@ fn gave_up(state: ReplicaState) -> bool {
     state.is_final() && state != ReplicaState::Succeeded
 }
 
-/// The job's phase from the master's state and the workers' reported states (`worker_count` is
-/// how many workers the job has); the reason is set for final phases.
+/// The job's phase from the master's state and how many of the job's `worker_count` workers
+/// gave up (latest state `Failed` or `NodeUnhealthy`); the reason is set for final phases.
 pub fn job_phase(
     master: Option<ReplicaState>,
-    workers: &[ReplicaState],
+    failed_workers: usize,
     worker_count: u32,
 ) -> (JobPhase, Option<String>) {
     match master {
@@ -234,8 +284,7 @@ pub fn job_phase(
         }
         _ => {}
     }
-    let failed = workers.iter().filter(|&&s| gave_up(s)).count();
-    if worker_count > 0 && failed >= worker_count as usize {
+    if worker_count > 0 && failed_workers >= worker_count as usize {
         return (
             JobPhase::Failed,
             Some(format!(
@@ -284,20 +333,17 @@ mod tests {
 
     #[test]
     fn phase_follows_the_master() {
-        assert_eq!(job_phase(None, &[], 3).0, JobPhase::Created);
-        assert_eq!(job_phase(Some(Pending), &[], 3).0, JobPhase::Created);
-        assert_eq!(job_phase(Some(Rendezvous), &[], 3).0, JobPhase::Created);
+        assert_eq!(job_phase(None, 0, 3).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Pending), 0, 3).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Rendezvous), 0, 3).0, JobPhase::Created);
         for s in [Running, Restarting, Stopping] {
-            assert_eq!(
-                job_phase(Some(s), &[Pending, Pending], 3),
-                (JobPhase::Running, None)
-            );
+            assert_eq!(job_phase(Some(s), 0, 3), (JobPhase::Running, None));
         }
     }
 
     #[test]
     fn master_success_is_job_success_whatever_the_workers_do() {
-        let (p, why) = job_phase(Some(Succeeded), &[Running, Failed, Restarting], 3);
+        let (p, why) = job_phase(Some(Succeeded), 1, 3);
         assert_eq!(p, JobPhase::Succeeded);
         assert_eq!(why.as_deref(), Some("the master succeeded"));
     }
@@ -305,7 +351,7 @@ mod tests {
     #[test]
     fn master_giving_up_fails_the_job() {
         for s in [Failed, NodeUnhealthy] {
-            let (p, why) = job_phase(Some(s), &[Running], 3);
+            let (p, why) = job_phase(Some(s), 0, 3);
             assert_eq!(p, JobPhase::Failed);
             assert!(why
                 .unwrap()
@@ -315,63 +361,70 @@ mod tests {
 
     #[test]
     fn all_workers_failed_while_the_master_lives_fails_the_job() {
-        let (p, why) = job_phase(Some(Running), &[Failed, Failed, NodeUnhealthy], 3);
+        let (p, why) = job_phase(Some(Running), 3, 3);
         assert_eq!(p, JobPhase::Failed);
         assert_eq!(
             why.as_deref(),
             Some("all 3 workers failed while the master lives")
         );
-        assert_eq!(
-            job_phase(Some(Pending), &[Failed, Failed, Failed], 3).0,
-            JobPhase::Failed
-        );
+        assert_eq!(job_phase(Some(Pending), 3, 3).0, JobPhase::Failed);
     }
 
     #[test]
     fn some_workers_failing_or_restarting_is_still_running() {
+        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
         assert_eq!(
-            job_phase(Some(Running), &[Failed, Failed, Running], 3).0,
-            JobPhase::Running
-        );
-        assert_eq!(
-            job_phase(Some(Running), &[Failed, Failed], 3).0,
+            job_phase(Some(Running), 2, 3).0,
             JobPhase::Running,
             "one never reported"
         );
-        assert_eq!(
-            job_phase(Some(Running), &[Restarting, Restarting, Restarting], 3).0,
-            JobPhase::Running
-        );
-        assert_eq!(
-            job_phase(Some(Running), &[Succeeded, Failed, Failed], 3).0,
-            JobPhase::Running
-        );
+        assert_eq!(job_phase(Some(Running), 0, 3).0, JobPhase::Running);
+        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
     }
 
     #[test]
     fn a_single_replica_job_has_no_workers_to_fail() {
-        assert_eq!(job_phase(Some(Running), &[], 0).0, JobPhase::Running);
+        assert_eq!(job_phase(Some(Running), 0, 0).0, JobPhase::Running);
     }
 
     #[test]
     fn the_view_keeps_every_replica_and_latches_final_phases() {
         let mut v = view();
-        assert_eq!(v.phase, JobPhase::Created);
-        assert_eq!(v.replicas.len(), 4);
-        assert_eq!(v.replicas[&2].state, Rendezvous);
+        assert_eq!(v.phase(), JobPhase::Created);
+        assert_eq!(v.replicas().len(), 4);
+        assert_eq!(v.replicas()[&2].state, Rendezvous);
         v.state(0, &update(Running, 0), 2000);
-        assert_eq!(v.phase, JobPhase::Running);
+        assert_eq!(v.phase(), JobPhase::Running);
         v.state(1, &update(Failed, 3), 2001);
         v.state(2, &update(Failed, 3), 2002);
         v.lost(2, "connection closed");
-        assert_eq!(v.phase, JobPhase::Running);
+        assert_eq!(v.phase(), JobPhase::Running);
         v.state(3, &update(Failed, 1), 2003);
-        assert_eq!(v.phase, JobPhase::Failed);
+        assert_eq!(v.phase(), JobPhase::Failed);
         assert_eq!(v.total_restarts(), 7);
         v.state(0, &update(Succeeded, 0), 3000);
-        assert_eq!(v.phase, JobPhase::Failed, "final phases stay");
+        assert_eq!(v.phase(), JobPhase::Failed, "final phases stay");
         v.joined(3, "node-9", &healthy(), 3001);
-        assert_eq!(v.phase, JobPhase::Failed);
+        assert_eq!(v.phase(), JobPhase::Failed);
+    }
+
+    #[test]
+    fn a_failed_worker_that_rejoins_no_longer_counts_as_failed() {
+        let mut v = JobView::new("pytest", 3, "node-0", &healthy(), 0);
+        v.joined(1, "node-1", &healthy(), 0);
+        v.joined(2, "node-2", &healthy(), 0);
+        v.state(0, &update(Running, 0), 1);
+        v.state(1, &update(Failed, 0), 2);
+        v.joined(1, "node-1b", &healthy(), 3);
+        v.state(2, &update(Failed, 0), 4);
+        assert_eq!(v.phase(), JobPhase::Running, "worker 1 was recreated");
+        v.state(1, &update(Restarting, 1), 5);
+        v.state(1, &update(NodeUnhealthy, 1), 6);
+        assert_eq!(v.phase(), JobPhase::Failed);
+        assert_eq!(
+            v.reason(),
+            Some("all 2 workers failed while the master lives")
+        );
     }
 
     #[test]
@@ -393,7 +446,7 @@ mod tests {
         v.health(1, &sick, 4000);
         v.seen(1, 6000);
         v.lost(1, "silent for 15s");
-        let r = &v.replicas[&1];
+        let r = &v.replicas()[&1];
         assert_eq!(
             (r.state, r.restart_count, r.generation, r.last_exit),
             (Restarting, 1, 2, Some(137))
@@ -405,7 +458,7 @@ mod tests {
         assert!(!r.connected);
         assert_eq!(r.lost.as_deref(), Some("silent for 15s"));
         v.joined(1, "node-1b", &healthy(), 7000);
-        let r = &v.replicas[&1];
+        let r = &v.replicas()[&1];
         assert!(r.connected && r.lost.is_none());
         assert_eq!(
             (r.state, r.restart_count, r.generation),
@@ -431,9 +484,9 @@ mod tests {
     fn a_state_from_an_unknown_replica_is_kept() {
         let mut v = JobView::new("j", 2, "n0", &healthy(), 0);
         v.state(1, &update(Running, 0), 10);
-        assert_eq!(v.replicas[&1].state, Running);
+        assert_eq!(v.replicas()[&1].state, Running);
         v.seen(7, 10);
         v.lost(7, "x");
-        assert!(!v.replicas.contains_key(&7));
+        assert!(!v.replicas().contains_key(&7));
     }
 }

@@ -1,26 +1,28 @@
 //! The master's side: accept workers, run the barrier, keep the control channel and the job view.
 //!
-//! One task per connection reads and checks frames (so a silent or hostile peer only ever holds
-//! its own task), one writer task per connection sends, and a single master task owns every
-//! decision: the roster, the job view and the connections' outboxes. The master task never
-//! awaits a peer: it only `try_send`s, and drops a peer whose outbox is full.
+//! One task per connection reads and checks its peer's frames and writes its outbox (so a silent
+//! or hostile peer only ever holds its own task), and a single master task owns every decision:
+//! the roster, the job view and the connections' outboxes. The master task never awaits a peer:
+//! it only queues lines, and drops a peer whose outbox is full.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::admission::{Expected, Refusal};
 use super::auth::{self, Role};
 use super::config::{Identity, Released, RendezvousConfig};
 use super::error::RendezvousError;
 use super::frame::{Frame, Health, Hello, Order, StateUpdate};
-use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
+use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxTx, ReadError};
 use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
@@ -92,8 +94,7 @@ enum Inbound {
         peer: SocketAddr,
         hello: Hello,
         proof: Option<String>,
-        out: mpsc::Sender<Line>,
-        kill: oneshot::Sender<()>,
+        out: OutboxTx,
     },
     Frame {
         conn: ConnId,
@@ -102,7 +103,6 @@ enum Inbound {
     Closed {
         conn: ConnId,
         reason: String,
-        tell: bool,
     },
 }
 
@@ -196,6 +196,7 @@ pub fn start_master(
         released: released_tx,
         max_frame: cfg.max_frame,
         replica_count: me.replica_count,
+        events_dropped: 0,
     };
     let task = tokio::spawn(master.run(command_rx, inbound_rx, health, AbortOnDrop(accept)));
     info!(addr = %local_addr, job = %me.job, replicas = me.replica_count, "rendezvous master listening");
@@ -312,11 +313,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// An admitted worker. Dropping `out` (the only sender) ends the connection's task once it has
+/// written what was queued.
 struct Conn {
     index: u32,
     peer: SocketAddr,
-    out: mpsc::Sender<Line>,
-    _kill: oneshot::Sender<()>,
+    out: OutboxTx,
 }
 
 struct Master {
@@ -327,6 +329,7 @@ struct Master {
     released: watch::Sender<Option<u64>>,
     max_frame: usize,
     replica_count: u32,
+    events_dropped: u64,
 }
 
 impl Master {
@@ -357,11 +360,16 @@ impl Master {
         }
     }
 
-    fn emit(&self, event: ControlEvent) {
-        if self.events.try_send(event).is_err() {
-            warn!(
-                "rendezvous event queue full or unread: event dropped (the job view stays current)"
-            );
+    fn emit(&mut self, event: ControlEvent) {
+        match self.events.try_send(event) {
+            Ok(()) => self.events_dropped = 0,
+            Err(_) => {
+                // One warning per overflow, not one per event: thousands may join at once.
+                if self.events_dropped == 0 {
+                    warn!("rendezvous events are not being read: dropping them until they are (the job view stays current)");
+                }
+                self.events_dropped += 1;
+            }
         }
     }
 
@@ -378,7 +386,7 @@ impl Master {
 
     fn send_line(&mut self, conn: ConnId, line: Line) {
         let full = match self.conns.get(&conn) {
-            Some(c) => c.out.try_send(line).is_err(),
+            Some(c) => !c.out.push(line),
             None => false,
         };
         if full {
@@ -394,7 +402,7 @@ impl Master {
         let stuck: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.out.try_send(Line::clone(&l)).is_err())
+            .filter(|(_, c)| !c.out.push(Line::clone(&l)))
             .map(|(&id, _)| id)
             .collect();
         for conn in stuck {
@@ -507,20 +515,9 @@ impl Master {
                 hello,
                 proof,
                 out,
-                kill,
-            } => self.admit(conn, peer, hello, proof, out, kill),
+            } => self.admit(conn, peer, hello, proof, out),
             Inbound::Frame { conn, frame } => self.frame(conn, frame),
-            Inbound::Closed { conn, reason, tell } => {
-                if tell {
-                    self.send(
-                        conn,
-                        &Frame::Error {
-                            message: reason.clone(),
-                        },
-                    );
-                }
-                self.drop_conn(conn, reason);
-            }
+            Inbound::Closed { conn, reason } => self.drop_conn(conn, reason),
         }
     }
 
@@ -530,8 +527,7 @@ impl Master {
         peer: SocketAddr,
         hello: Hello,
         proof: Option<String>,
-        out: mpsc::Sender<Line>,
-        kill: oneshot::Sender<()>,
+        out: OutboxTx,
     ) {
         let index = hello.replica_index;
         if let Err(refusal) = self.roster.admit(conn, &hello) {
@@ -542,7 +538,7 @@ impl Master {
                 },
                 self.max_frame,
             ) {
-                let _ = out.try_send(l);
+                out.push(l);
             }
             return;
         }
@@ -551,20 +547,12 @@ impl Master {
             verdict: hello.health,
         };
         if health.healthy {
-            info!(%peer, replica = index, node = %hello.node, "replica joined the rendezvous");
+            debug!(%peer, replica = index, node = %hello.node, "replica joined the rendezvous");
         } else {
             warn!(%peer, replica = index, node = %hello.node, verdict = %health.verdict,
                 "replica joined on an unhealthy node: the barrier waits for it");
         }
-        self.conns.insert(
-            conn,
-            Conn {
-                index,
-                peer,
-                out,
-                _kill: kill,
-            },
-        );
+        self.conns.insert(conn, Conn { index, peer, out });
         let generation = self.roster.phase().generation();
         self.send(conn, &Frame::Admitted { generation, proof });
         self.view().joined(index, &hello.node, &health, now_ms());
@@ -661,36 +649,36 @@ enum HandshakeEnd {
     Gone(String),
 }
 
+/// One task per connection: the handshake, then reading frames and writing the outbox until
+/// the peer goes or the master drops it.
 async fn serve(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
     ctx: Arc<ConnContext>,
     inbound: mpsc::Sender<Inbound>,
 ) {
-    let (read, write) = stream.into_split();
-    let (out, outbox) = mpsc::channel(OUTBOX);
-    tokio::spawn(write_loop(write, outbox, ctx.heartbeat));
+    let (read, mut write) = stream.split();
     let mut reader = FrameReader::new(read, ctx.max_frame);
-    let handshake = tokio::time::timeout(ctx.hello_timeout, handshake(&mut reader, &out, &ctx))
-        .await
-        .unwrap_or_else(|_| {
-            Err(HandshakeEnd::Refused(Refusal::Silent {
-                waited: format_duration(ctx.hello_timeout),
-            }))
-        });
+    // Boxed so the handshake's state does not stay in every connection's task afterwards.
+    let handshake = Box::pin(tokio::time::timeout(
+        ctx.hello_timeout,
+        handshake(&mut reader, &mut write, &ctx),
+    ))
+    .await
+    .unwrap_or_else(|_| {
+        Err(HandshakeEnd::Refused(Refusal::Silent {
+            waited: format_duration(ctx.hello_timeout),
+        }))
+    });
     let (hello, proof) = match handshake {
         Ok(admitted) => admitted,
         Err(HandshakeEnd::Refused(refusal)) => {
             warn!(%peer, "refused a rendezvous peer: {refusal}");
-            if let Ok(l) = line(
-                &Frame::Error {
-                    message: refusal.to_string(),
-                },
-                ctx.max_frame,
-            ) {
-                let _ = out.try_send(l);
-            }
+            let error = Frame::Error {
+                message: refusal.to_string(),
+            };
+            write_frame(&mut write, &error, &ctx).await;
             return;
         }
         Err(HandshakeEnd::Gone(reason)) => {
@@ -698,41 +686,65 @@ async fn serve(
             return;
         }
     };
-    let (kill, mut killed) = oneshot::channel();
+    let (out, mut outbox) = outbox();
     let admit = Inbound::Admit {
         conn,
         peer,
         hello,
         proof,
         out,
-        kill,
     };
     if inbound.send(admit).await.is_err() {
         return;
     }
-    let (reason, tell) = loop {
-        tokio::select! {
-            biased;
-            _ = &mut killed => return,
-            read = tokio::time::timeout(ctx.silence, reader.next()) => match read {
-                Err(_) => break (format!("silent for {}", format_duration(ctx.silence)), false),
-                Ok(Ok(None)) => break ("connection closed".to_string(), false),
-                Ok(Err(ReadError::Frame(e))) => break (e.to_string(), true),
-                Ok(Err(e)) => break (e.to_string(), false),
-                Ok(Ok(Some(frame))) => {
+    let silence = tokio::time::sleep(ctx.silence);
+    let idle = tokio::time::sleep(ctx.heartbeat);
+    tokio::pin!(silence, idle);
+    let reason = loop {
+        // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
+        let line = tokio::select! {
+            line = outbox.recv() => match line {
+                Some(line) => line,
+                None => return,
+            },
+            () = &mut idle => heartbeat_line(),
+            () = &mut silence => break format!("silent for {}", format_duration(ctx.silence)),
+            read = reader.next() => match read {
+                Ok(Some(frame)) => {
+                    silence.as_mut().reset(tokio::time::Instant::now() + ctx.silence);
                     if inbound.send(Inbound::Frame { conn, frame }).await.is_err() {
                         return;
                     }
+                    continue;
                 }
+                Ok(None) => break "connection closed".to_string(),
+                Err(ReadError::Frame(e)) => {
+                    let reason = e.to_string();
+                    write_frame(&mut write, &Frame::Error { message: reason.clone() }, &ctx).await;
+                    break reason;
+                }
+                Err(e) => break e.to_string(),
             },
+        };
+        match tokio::time::timeout(ctx.silence, write.write_all(&line)).await {
+            Ok(Ok(())) => idle
+                .as_mut()
+                .reset(tokio::time::Instant::now() + ctx.heartbeat),
+            Ok(Err(e)) => break format!("cannot write to it: {e}"),
+            Err(_) => break "not reading: a write stalled".to_string(),
         }
     };
-    let _ = inbound.send(Inbound::Closed { conn, reason, tell }).await;
+    let _ = inbound.send(Inbound::Closed { conn, reason }).await;
 }
 
-async fn next_frame(
-    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
-) -> Result<Frame, HandshakeEnd> {
+/// Best effort: a frame for a peer about to be dropped, bounded by one heartbeat.
+async fn write_frame(write: &mut WriteHalf<'_>, frame: &Frame, ctx: &ConnContext) {
+    if let Ok(l) = line(frame, ctx.max_frame) {
+        let _ = tokio::time::timeout(ctx.heartbeat, write.write_all(&l)).await;
+    }
+}
+
+async fn next_frame(reader: &mut FrameReader<ReadHalf<'_>>) -> Result<Frame, HandshakeEnd> {
     loop {
         match reader.next().await {
             Ok(Some(Frame::Heartbeat)) => continue,
@@ -748,8 +760,8 @@ async fn next_frame(
 }
 
 async fn handshake(
-    reader: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    out: &mpsc::Sender<Line>,
+    reader: &mut FrameReader<ReadHalf<'_>>,
+    write: &mut WriteHalf<'_>,
     ctx: &ConnContext,
 ) -> Result<(Hello, Option<String>), HandshakeEnd> {
     let hello = match next_frame(reader).await? {
@@ -773,9 +785,10 @@ async fn handshake(
         ctx.max_frame,
     )
     .map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
-    if out.try_send(challenge).is_err() {
-        return Err(HandshakeEnd::Gone("its outbox is full".to_string()));
-    }
+    write
+        .write_all(&challenge)
+        .await
+        .map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
     let proof = match next_frame(reader).await? {
         Frame::Auth { proof } => proof,
         other => {

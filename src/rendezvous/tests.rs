@@ -222,12 +222,12 @@ async fn four_replicas_meet_even_when_workers_dial_first() {
         assert_eq!(session.generation(), 0);
     }
     let view = m.job_view();
-    assert_eq!(view.replicas.len(), 4);
+    assert_eq!(view.replicas().len(), 4);
     assert!(view
-        .replicas
+        .replicas()
         .values()
         .all(|r| r.connected && r.state != ReplicaState::Failed));
-    assert_eq!(view.replicas[&2].node, "node-2");
+    assert_eq!(view.replicas()[&2].node, "node-2");
 }
 
 #[tokio::test]
@@ -391,7 +391,7 @@ async fn the_barrier_releases_once_every_node_is_healthy_again() {
         0
     );
     assert_eq!(joined(w1).await.unwrap().generation(), 0);
-    assert!(m.job_view().replicas[&1].healthy);
+    assert!(m.job_view().replicas()[&1].healthy);
 }
 
 // 3. Refusals name their cause, and the legitimate job still completes.
@@ -619,7 +619,7 @@ async fn garbage_and_silence_do_not_slow_the_barrier() {
     let refused = read_error(&mut endless).await;
     assert_eq!(
         refused,
-        "frame of 65537 bytes exceeds the limit of 65536 bytes"
+        "frame exceeds the limit of 65536 bytes (no newline within it)"
     );
     guard("the flood ends", flood).await.unwrap();
 }
@@ -671,8 +671,8 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
         report: json!({}),
     });
     let view = m.job_view();
-    assert_eq!(view.phase, JobPhase::Running);
-    let r1 = &view.replicas[&1];
+    assert_eq!(view.phase(), JobPhase::Running);
+    let r1 = &view.replicas()[&1];
     assert_eq!(
         (r1.state, r1.restart_count, r1.last_exit),
         (ReplicaState::Restarting, 1, Some(137))
@@ -692,7 +692,7 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
             reason: "connection closed".into()
         }
     );
-    assert!(!m.job_view().replicas[&2].connected);
+    assert!(!m.job_view().replicas()[&2].connected);
 
     // A replacement for replica 2 joins the running job at once, then falls silent.
     let mut silent = Raw::connect(&to).await;
@@ -797,7 +797,7 @@ async fn a_new_generation_restarts_every_worker_together() {
     assert_eq!(barrier.unwrap().generation, 1);
     assert_eq!((ra.generation, rb.generation), (1, 1));
     assert_eq!((a.generation(), b.generation()), (1, 1));
-    assert_eq!(m.job_view().generation, 1);
+    assert_eq!(m.job_view().generation(), 1);
     (w1, w2) = (a, b);
 
     // A worker asks for generation 2 itself (a job-scope restart); the master runs the barrier.
