@@ -28,6 +28,7 @@ pub mod http;
 pub mod logging;
 pub mod process;
 pub mod rank;
+pub mod rendezvous;
 pub mod report;
 pub mod reporting;
 pub mod status_sink;

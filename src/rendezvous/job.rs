@@ -1,0 +1,418 @@
+//! The master's view of the whole job: every replica's latest state, and the job's phase as the
+//! Kubeflow training-operator decides it (measured in seed 000): the job follows the master, and
+//! fails early when every worker has failed while the master still lives.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::frame::{Health, StateUpdate};
+use crate::report::ReplicaState;
+
+/// The job's phase, named as `kubectl get pytorchjob` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobPhase {
+    /// Submitted; the master is not running its training process yet.
+    Created,
+    /// The master runs (workers may still be starting or restarting).
+    Running,
+    /// The master succeeded; final.
+    Succeeded,
+    /// The master gave up, or every worker failed while the master lived; final.
+    Failed,
+}
+
+impl JobPhase {
+    /// True once nothing can change the phase any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
+/// One replica's latest state as the master knows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaView {
+    /// Replica index: 0 is the master.
+    pub index: u32,
+    /// The node it runs on.
+    pub node: String,
+    /// True while its control connection is up (always true for the master itself).
+    pub connected: bool,
+    /// Why the connection was lost, once it was.
+    pub lost: Option<String>,
+    /// Its node-health decision.
+    pub healthy: bool,
+    /// Its node-health details, opaque.
+    pub health: Value,
+    /// Its latest reported state.
+    pub state: ReplicaState,
+    /// Restarts of its training process.
+    pub restart_count: u32,
+    /// The rendezvous generation it runs in.
+    pub generation: u64,
+    /// The last exit status of its training process.
+    pub last_exit: Option<i32>,
+    /// Its full report, opaque.
+    pub report: Value,
+    /// When the master last heard from it, milliseconds since the Unix epoch.
+    pub last_seen_unix_ms: u64,
+}
+
+impl ReplicaView {
+    fn new(index: u32, node: String, health: &Health, now_ms: u64) -> Self {
+        ReplicaView {
+            index,
+            node,
+            connected: true,
+            lost: None,
+            healthy: health.healthy,
+            health: health.verdict.clone(),
+            state: if index == 0 { ReplicaState::Pending } else { ReplicaState::Rendezvous },
+            restart_count: 0,
+            generation: 0,
+            last_exit: None,
+            report: Value::Null,
+            last_seen_unix_ms: now_ms,
+        }
+    }
+}
+
+/// The job-wide view the master serves on `/job`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobView {
+    job: String,
+    replica_count: u32,
+    generation: u64,
+    phase: JobPhase,
+    reason: Option<String>,
+    replicas: BTreeMap<u32, ReplicaView>,
+    /// Workers whose latest state gave up; kept so each update costs O(log n), not O(n).
+    #[serde(skip)]
+    failed_workers: usize,
+}
+
+impl JobView {
+    /// A view holding only the master itself, `Pending`.
+    pub fn new(job: &str, replica_count: u32, master_node: &str, health: &Health, now_ms: u64) -> Self {
+        let mut replicas = BTreeMap::new();
+        replicas.insert(0, ReplicaView::new(0, master_node.to_string(), health, now_ms));
+        JobView {
+            job: job.to_string(),
+            replica_count,
+            generation: 0,
+            phase: JobPhase::Created,
+            reason: None,
+            replicas,
+            failed_workers: 0,
+        }
+    }
+
+    /// The job's identity.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Replicas in the job, master included.
+    pub fn replica_count(&self) -> u32 {
+        self.replica_count
+    }
+
+    /// The current rendezvous generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The job's phase; final phases never change again.
+    pub fn phase(&self) -> JobPhase {
+        self.phase
+    }
+
+    /// Why the phase is final, once it is.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// Every replica heard from, by index (0 is the master).
+    pub fn replicas(&self) -> &BTreeMap<u32, ReplicaView> {
+        &self.replicas
+    }
+
+    fn replace(&mut self, view: ReplicaView) {
+        let index = view.index;
+        let now_failed = index > 0 && gave_up(view.state);
+        let was_failed = self.replicas.insert(index, view).is_some_and(|old| index > 0 && gave_up(old.state));
+        self.count_failed(was_failed, now_failed);
+    }
+
+    fn count_failed(&mut self, was: bool, now: bool) {
+        match (was, now) {
+            (false, true) => self.failed_workers += 1,
+            (true, false) => self.failed_workers = self.failed_workers.saturating_sub(1),
+            _ => {}
+        }
+    }
+
+    /// A worker was admitted: a (re)joining replica starts afresh, as a recreated pod does.
+    pub fn joined(&mut self, index: u32, node: &str, health: &Health, now_ms: u64) {
+        let mut fresh = ReplicaView::new(index, node.to_string(), health, now_ms);
+        fresh.generation = self.generation;
+        self.replace(fresh);
+        self.refresh_phase();
+    }
+
+    fn entry(&mut self, index: u32, now_ms: u64) -> &mut ReplicaView {
+        let generation = self.generation;
+        let view = self.replicas.entry(index).or_insert_with(|| {
+            let mut v = ReplicaView::new(index, String::new(), &unknown_health(), now_ms);
+            v.generation = generation;
+            v
+        });
+        view.last_seen_unix_ms = view.last_seen_unix_ms.max(now_ms);
+        view
+    }
+
+    /// A replica's node health changed.
+    pub fn health(&mut self, index: u32, health: &Health, now_ms: u64) {
+        let view = self.entry(index, now_ms);
+        view.healthy = health.healthy;
+        view.health = health.verdict.clone();
+    }
+
+    /// A replica reported a state change.
+    pub fn state(&mut self, index: u32, update: &StateUpdate, now_ms: u64) {
+        let view = self.entry(index, now_ms);
+        let was = gave_up(view.state);
+        view.state = update.state;
+        view.restart_count = update.restart_count;
+        view.generation = update.generation;
+        view.last_exit = update.last_exit;
+        view.report = update.report.clone();
+        if index > 0 {
+            self.count_failed(was, gave_up(update.state));
+        }
+        self.refresh_phase();
+    }
+
+    /// A replica was heard from (a heartbeat).
+    pub fn seen(&mut self, index: u32, now_ms: u64) {
+        if let Some(view) = self.replicas.get_mut(&index) {
+            view.last_seen_unix_ms = view.last_seen_unix_ms.max(now_ms);
+        }
+    }
+
+    /// A replica's connection was lost; its last state is kept (a worker that failed and left
+    /// still counts as failed).
+    pub fn lost(&mut self, index: u32, reason: &str) {
+        if let Some(view) = self.replicas.get_mut(&index) {
+            view.connected = false;
+            view.lost = Some(reason.to_string());
+        }
+    }
+
+    /// A new rendezvous generation was released or ordered.
+    pub fn set_generation(&mut self, generation: u64) {
+        self.generation = generation;
+    }
+
+    /// Restarts summed over every replica (what the training-operator holds against backoffLimit).
+    pub fn total_restarts(&self) -> u64 {
+        self.replicas.values().map(|r| u64::from(r.restart_count)).sum()
+    }
+
+    fn refresh_phase(&mut self) {
+        if self.phase.is_final() {
+            return;
+        }
+        let master = self.replicas.get(&0).map(|r| r.state);
+        let workers = self.replica_count.saturating_sub(1);
+        let (phase, reason) = job_phase(master, self.failed_workers, workers);
+        self.phase = phase;
+        self.reason = reason;
+    }
+}
+
+fn unknown_health() -> Health {
+    Health { healthy: true, verdict: Value::Null }
+}
+
+fn gave_up(state: ReplicaState) -> bool {
+    state.is_final() && state != ReplicaState::Succeeded
+}
+
+/// The job's phase from the master's state and how many of the job's `worker_count` workers
+/// gave up (latest state `Failed` or `NodeUnhealthy`); the reason is set for final phases.
+pub fn job_phase(master: Option<ReplicaState>, failed_workers: usize, worker_count: u32) -> (JobPhase, Option<String>) {
+    match master {
+        Some(ReplicaState::Succeeded) => return (JobPhase::Succeeded, Some("the master succeeded".to_string())),
+        Some(s) if gave_up(s) => return (JobPhase::Failed, Some(format!("the master gave up (state {s:?})"))),
+        _ => {}
+    }
+    if worker_count > 0 && failed_workers >= worker_count as usize {
+        return (JobPhase::Failed, Some(format!("all {worker_count} workers failed while the master lives")));
+    }
+    match master {
+        Some(ReplicaState::Running | ReplicaState::Restarting | ReplicaState::Stopping) => (JobPhase::Running, None),
+        _ => (JobPhase::Created, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use ReplicaState::*;
+
+    fn healthy() -> Health {
+        Health { healthy: true, verdict: json!({"status": "Schedulable"}) }
+    }
+
+    fn update(state: ReplicaState, restarts: u32) -> StateUpdate {
+        StateUpdate { state, restart_count: restarts, generation: 0, last_exit: None, report: Value::Null }
+    }
+
+    fn view() -> JobView {
+        let mut v = JobView::new("pytest", 4, "node-0", &healthy(), 1000);
+        for i in 1..4 {
+            v.joined(i, &format!("node-{i}"), &healthy(), 1000 + u64::from(i));
+        }
+        v
+    }
+
+    #[test]
+    fn phase_follows_the_master() {
+        assert_eq!(job_phase(None, 0, 3).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Pending), 0, 3).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Rendezvous), 0, 3).0, JobPhase::Created);
+        for s in [Running, Restarting, Stopping] {
+            assert_eq!(job_phase(Some(s), 0, 3), (JobPhase::Running, None));
+        }
+    }
+
+    #[test]
+    fn master_success_is_job_success_whatever_the_workers_do() {
+        let (p, why) = job_phase(Some(Succeeded), 1, 3);
+        assert_eq!(p, JobPhase::Succeeded);
+        assert_eq!(why.as_deref(), Some("the master succeeded"));
+    }
+
+    #[test]
+    fn master_giving_up_fails_the_job() {
+        for s in [Failed, NodeUnhealthy] {
+            let (p, why) = job_phase(Some(s), 0, 3);
+            assert_eq!(p, JobPhase::Failed);
+            assert!(why.unwrap().contains(&format!("the master gave up (state {s:?})")));
+        }
+    }
+
+    #[test]
+    fn all_workers_failed_while_the_master_lives_fails_the_job() {
+        let (p, why) = job_phase(Some(Running), 3, 3);
+        assert_eq!(p, JobPhase::Failed);
+        assert_eq!(why.as_deref(), Some("all 3 workers failed while the master lives"));
+        assert_eq!(job_phase(Some(Pending), 3, 3).0, JobPhase::Failed);
+    }
+
+    #[test]
+    fn some_workers_failing_or_restarting_is_still_running() {
+        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
+        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running, "one never reported");
+        assert_eq!(job_phase(Some(Running), 0, 3).0, JobPhase::Running);
+        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
+    }
+
+    #[test]
+    fn a_single_replica_job_has_no_workers_to_fail() {
+        assert_eq!(job_phase(Some(Running), 0, 0).0, JobPhase::Running);
+    }
+
+    #[test]
+    fn the_view_keeps_every_replica_and_latches_final_phases() {
+        let mut v = view();
+        assert_eq!(v.phase(), JobPhase::Created);
+        assert_eq!(v.replicas().len(), 4);
+        assert_eq!(v.replicas()[&2].state, Rendezvous);
+        v.state(0, &update(Running, 0), 2000);
+        assert_eq!(v.phase(), JobPhase::Running);
+        v.state(1, &update(Failed, 3), 2001);
+        v.state(2, &update(Failed, 3), 2002);
+        v.lost(2, "connection closed");
+        assert_eq!(v.phase(), JobPhase::Running);
+        v.state(3, &update(Failed, 1), 2003);
+        assert_eq!(v.phase(), JobPhase::Failed);
+        assert_eq!(v.total_restarts(), 7);
+        v.state(0, &update(Succeeded, 0), 3000);
+        assert_eq!(v.phase(), JobPhase::Failed, "final phases stay");
+        v.joined(3, "node-9", &healthy(), 3001);
+        assert_eq!(v.phase(), JobPhase::Failed);
+    }
+
+    #[test]
+    fn a_failed_worker_that_rejoins_no_longer_counts_as_failed() {
+        let mut v = JobView::new("pytest", 3, "node-0", &healthy(), 0);
+        v.joined(1, "node-1", &healthy(), 0);
+        v.joined(2, "node-2", &healthy(), 0);
+        v.state(0, &update(Running, 0), 1);
+        v.state(1, &update(Failed, 0), 2);
+        v.joined(1, "node-1b", &healthy(), 3);
+        v.state(2, &update(Failed, 0), 4);
+        assert_eq!(v.phase(), JobPhase::Running, "worker 1 was recreated");
+        v.state(1, &update(Restarting, 1), 5);
+        v.state(1, &update(NodeUnhealthy, 1), 6);
+        assert_eq!(v.phase(), JobPhase::Failed);
+        assert_eq!(v.reason(), Some("all 2 workers failed while the master lives"));
+    }
+
+    #[test]
+    fn the_view_records_state_health_loss_and_time() {
+        let mut v = view();
+        v.set_generation(2);
+        let u = StateUpdate {
+            state: Restarting,
+            restart_count: 1,
+            generation: 2,
+            last_exit: Some(137),
+            report: json!({"step": 5}),
+        };
+        v.state(1, &u, 5000);
+        let sick = Health { healthy: false, verdict: json!({"fault": "GpuError"}) };
+        v.health(1, &sick, 4000);
+        v.seen(1, 6000);
+        v.lost(1, "silent for 15s");
+        let r = &v.replicas()[&1];
+        assert_eq!((r.state, r.restart_count, r.generation, r.last_exit), (Restarting, 1, 2, Some(137)));
+        assert_eq!(r.report, json!({"step": 5}));
+        assert!(!r.healthy);
+        assert_eq!(r.health, json!({"fault": "GpuError"}));
+        assert_eq!(r.last_seen_unix_ms, 6000, "time never goes back");
+        assert!(!r.connected);
+        assert_eq!(r.lost.as_deref(), Some("silent for 15s"));
+        v.joined(1, "node-1b", &healthy(), 7000);
+        let r = &v.replicas()[&1];
+        assert!(r.connected && r.lost.is_none());
+        assert_eq!((r.state, r.restart_count, r.generation), (Rendezvous, 0, 2), "a recreated pod starts afresh");
+    }
+
+    #[test]
+    fn the_view_serializes_for_the_job_endpoint() {
+        let mut v = view();
+        v.state(0, &update(Running, 0), 2000);
+        let j = serde_json::to_value(&v).unwrap();
+        assert_eq!(j["job"], "pytest");
+        assert_eq!(j["phase"], "Running");
+        assert_eq!(j["replicas"]["0"]["state"], "Running");
+        assert_eq!(j["replicas"]["3"]["node"], "node-3");
+        assert_eq!(j["replicas"]["3"]["last_seen_unix_ms"], 1003);
+        assert_eq!(j["replicas"]["3"]["health"]["status"], "Schedulable");
+    }
+
+    #[test]
+    fn a_state_from_an_unknown_replica_is_kept() {
+        let mut v = JobView::new("j", 2, "n0", &healthy(), 0);
+        v.state(1, &update(Running, 0), 10);
+        assert_eq!(v.replicas()[&1].state, Running);
+        v.seen(7, 10);
+        v.lost(7, "x");
+        assert!(!v.replicas().contains_key(&7));
+    }
+}

@@ -1,0 +1,647 @@
+//! The master's side: accept workers, run the barrier, keep the control channel and the job view.
+//!
+//! One task per connection reads and checks its peer's frames and writes its outbox (so a silent
+//! or hostile peer only ever holds its own task), and a single master task owns every decision:
+//! the roster, the job view and the connections' outboxes. The master task never awaits a peer:
+//! it only queues lines, and drops a peer whose outbox is full.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::admission::{Expected, Refusal};
+use super::auth::{self, Role};
+use super::config::{Identity, Released, RendezvousConfig};
+use super::error::RendezvousError;
+use super::frame::{Frame, Health, Hello, Order, StateUpdate};
+use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxTx, ReadError};
+use super::job::JobView;
+use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
+use crate::duration::format_duration;
+
+/// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
+const LISTEN_BACKLOG: u32 = 8192;
+const EVENTS: usize = 4096;
+const INBOUND: usize = 1024;
+
+/// What the master's control channel reports to the supervisor loop. The job view is the
+/// authoritative state; events are hints to look at it (they are dropped if never read).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlEvent {
+    /// A worker was admitted.
+    Joined {
+        /// Its replica index.
+        index: u32,
+        /// Its node.
+        node: String,
+        /// Its node-health decision (an unhealthy worker holds the barrier).
+        healthy: bool,
+    },
+    /// A worker's node health changed.
+    Health {
+        /// Its replica index.
+        index: u32,
+        /// The new verdict.
+        health: Health,
+    },
+    /// A worker reported a state change.
+    State {
+        /// Its replica index.
+        index: u32,
+        /// The update.
+        update: StateUpdate,
+    },
+    /// A worker asks for a new generation (a job-scope restart): call `barrier(generation)`.
+    Rejoin {
+        /// Its replica index.
+        index: u32,
+        /// The generation it asks for.
+        generation: u64,
+    },
+    /// A worker's connection is gone (closed, silent, or refused a frame).
+    Lost {
+        /// Its replica index.
+        index: u32,
+        /// Why.
+        reason: String,
+    },
+}
+
+enum Command {
+    Gather { generation: u64, reply: oneshot::Sender<Result<(), u64>> },
+    Fail { generation: u64, waited: Duration, reply: oneshot::Sender<Option<Shortfall>> },
+    Order(Order),
+}
+
+enum Inbound {
+    Admit { conn: ConnId, peer: SocketAddr, hello: Hello, proof: Option<String>, out: OutboxTx },
+    Frame { conn: ConnId, frame: Frame },
+    Closed { conn: ConnId, reason: String },
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The running master: barrier, orders, events and the job view. Dropping it closes the port
+/// and every worker connection.
+pub struct MasterHandle {
+    commands: mpsc::Sender<Command>,
+    events: mpsc::Receiver<ControlEvent>,
+    view: Arc<Mutex<JobView>>,
+    released: watch::Receiver<Option<u64>>,
+    local_addr: SocketAddr,
+    barrier_timeout: Duration,
+    replica_count: u32,
+    _task: AbortOnDrop,
+}
+
+/// Open the rendezvous port with a backlog large enough for every worker dialling at once.
+pub fn listen(addr: SocketAddr) -> Result<TcpListener, RendezvousError> {
+    let failed = |source| RendezvousError::Listen { addr: addr.to_string(), source };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(failed)?;
+    socket.set_reuseaddr(true).map_err(failed)?;
+    socket.bind(addr).map_err(failed)?;
+    socket.listen(LISTEN_BACKLOG).map_err(failed)
+}
+
+/// Start the master (replica 0) on an already-bound listener; must run inside a tokio runtime.
+pub fn start_master(
+    listener: TcpListener,
+    me: Identity,
+    health: watch::Receiver<Health>,
+    cfg: RendezvousConfig,
+) -> Result<MasterHandle, RendezvousError> {
+    me.check_master()?;
+    cfg.check()?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| RendezvousError::Listen { addr: "the given listener".to_string(), source })?;
+    let own_health = health.borrow().clone();
+    let view = Arc::new(Mutex::new(JobView::new(&me.job, me.replica_count, &me.node, &own_health, now_ms())));
+    let (commands, command_rx) = mpsc::channel(64);
+    let (events_tx, events) = mpsc::channel(EVENTS);
+    let (released_tx, released) = watch::channel(None);
+    let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND);
+    let ctx = Arc::new(ConnContext {
+        token: cfg.token.clone(),
+        hello_timeout: cfg.hello_timeout,
+        heartbeat: cfg.heartbeat,
+        silence: cfg.silence(),
+        max_frame: cfg.max_frame,
+    });
+    let accept = tokio::spawn(accept_loop(listener, ctx, inbound_tx));
+    if !own_health.healthy {
+        warn!(node = %me.node, "the master's node is unhealthy: the barrier waits for it");
+    }
+    let master = Master {
+        roster: Roster::new(Expected { job: me.job.clone(), replica_count: me.replica_count }, own_health.healthy),
+        conns: HashMap::new(),
+        view: Arc::clone(&view),
+        events: events_tx,
+        released: released_tx,
+        max_frame: cfg.max_frame,
+        replica_count: me.replica_count,
+        events_dropped: 0,
+    };
+    let task = tokio::spawn(master.run(command_rx, inbound_rx, health, AbortOnDrop(accept)));
+    info!(addr = %local_addr, job = %me.job, replicas = me.replica_count, "rendezvous master listening");
+    Ok(MasterHandle {
+        commands,
+        events,
+        view,
+        released,
+        local_addr,
+        barrier_timeout: cfg.barrier_timeout,
+        replica_count: me.replica_count,
+        _task: AbortOnDrop(task),
+    })
+}
+
+impl MasterHandle {
+    /// The address the master listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Wait until every replica is present, healthy and ready for `generation`, then release
+    /// them all at once. A generation newer than the current one first orders every worker to
+    /// `Restart{generation}`. On timeout, every waiting worker gets the error too.
+    /// Cancel-safe: dropping the future leaves the barrier gathering.
+    pub async fn barrier(&self, generation: u64) -> Result<Released, RendezvousError> {
+        let started = Instant::now();
+        let (reply, answer) = oneshot::channel();
+        self.command(Command::Gather { generation, reply }).await?;
+        answer
+            .await
+            .map_err(|_| RendezvousError::MasterStopped)?
+            .map_err(|current| RendezvousError::StaleGeneration { requested: generation, current })?;
+        let mut released = self.released.clone();
+        let done =
+            tokio::time::timeout(self.barrier_timeout, released.wait_for(|r| r.is_some_and(|g| g >= generation))).await;
+        match done {
+            Ok(Ok(g)) => Ok(Released { generation: (*g).unwrap_or(generation), waited: started.elapsed() }),
+            Ok(Err(_)) => Err(RendezvousError::MasterStopped),
+            Err(_) => {
+                let (reply, answer) = oneshot::channel();
+                let waited = self.barrier_timeout;
+                self.command(Command::Fail { generation, waited, reply }).await?;
+                match answer.await.map_err(|_| RendezvousError::MasterStopped)? {
+                    Some(short) => Err(timeout_error(&short, waited, self.replica_count)),
+                    None => Ok(Released { generation, waited: started.elapsed() }),
+                }
+            }
+        }
+    }
+
+    /// State updates, health changes, rejoin requests and lost workers.
+    pub fn events(&mut self) -> &mut mpsc::Receiver<ControlEvent> {
+        &mut self.events
+    }
+
+    /// Send an order to every connected worker (`Restart` also starts gathering its generation).
+    pub async fn order(&self, order: Order) -> Result<(), RendezvousError> {
+        self.command(Command::Order(order)).await
+    }
+
+    /// A snapshot of the job view (for `/job` and the job-phase decision).
+    pub fn job_view(&self) -> JobView {
+        lock(&self.view).clone()
+    }
+
+    /// Record the master's own state in the job view (the job's phase follows it).
+    pub fn publish_own_state(&self, update: StateUpdate) {
+        lock(&self.view).state(0, &update, now_ms());
+    }
+
+    async fn command(&self, command: Command) -> Result<(), RendezvousError> {
+        self.commands.send(command).await.map_err(|_| RendezvousError::MasterStopped)
+    }
+}
+
+fn timeout_error(short: &Shortfall, waited: Duration, replica_count: u32) -> RendezvousError {
+    RendezvousError::BarrierTimeout {
+        generation: short.generation,
+        waited: format_duration(waited),
+        missing: short.missing.clone(),
+        unhealthy: short.unhealthy.clone(),
+        replica_count,
+    }
+}
+
+fn lock(view: &Mutex<JobView>) -> MutexGuard<'_, JobView> {
+    view.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// An admitted worker. Dropping `out` (the only sender) ends the connection's task once it has
+/// written what was queued.
+struct Conn {
+    index: u32,
+    peer: SocketAddr,
+    out: OutboxTx,
+}
+
+struct Master {
+    roster: Roster,
+    conns: HashMap<ConnId, Conn>,
+    view: Arc<Mutex<JobView>>,
+    events: mpsc::Sender<ControlEvent>,
+    released: watch::Sender<Option<u64>>,
+    max_frame: usize,
+    replica_count: u32,
+    events_dropped: u64,
+}
+
+impl Master {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: mpsc::Receiver<Inbound>,
+        mut health: watch::Receiver<Health>,
+        _accept: AbortOnDrop,
+    ) {
+        let mut health_live = true;
+        self.release(None);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(c) => self.command(c),
+                    None => break,
+                },
+                Some(msg) = inbound.recv() => self.inbound(msg),
+                changed = health.changed(), if health_live => match changed {
+                    Ok(()) => {
+                        let h = health.borrow_and_update().clone();
+                        self.own_health(h);
+                    }
+                    Err(_) => health_live = false,
+                },
+            }
+        }
+    }
+
+    fn emit(&mut self, event: ControlEvent) {
+        match self.events.try_send(event) {
+            Ok(()) => self.events_dropped = 0,
+            Err(_) => {
+                // One warning per overflow, not one per event: thousands may join at once.
+                if self.events_dropped == 0 {
+                    warn!("rendezvous events are not being read: dropping them until they are (the job view stays current)");
+                }
+                self.events_dropped += 1;
+            }
+        }
+    }
+
+    fn view(&self) -> MutexGuard<'_, JobView> {
+        lock(&self.view)
+    }
+
+    fn send(&mut self, conn: ConnId, frame: &Frame) {
+        match line(frame, self.max_frame) {
+            Ok(l) => self.send_line(conn, l),
+            Err(e) => warn!("cannot encode a {} frame: {e}", frame.kind()),
+        }
+    }
+
+    fn send_line(&mut self, conn: ConnId, line: Line) {
+        let full = match self.conns.get(&conn) {
+            Some(c) => !c.out.push(line),
+            None => false,
+        };
+        if full {
+            self.drop_conn(conn, "not reading: its outbox is full".to_string());
+        }
+    }
+
+    fn broadcast(&mut self, frame: &Frame) {
+        let l = match line(frame, self.max_frame) {
+            Ok(l) => l,
+            Err(e) => return warn!("cannot encode a {} frame: {e}", frame.kind()),
+        };
+        let stuck: Vec<ConnId> =
+            self.conns.iter().filter(|(_, c)| !c.out.push(Line::clone(&l))).map(|(&id, _)| id).collect();
+        for conn in stuck {
+            self.drop_conn(conn, "not reading: its outbox is full".to_string());
+        }
+    }
+
+    fn drop_conn(&mut self, conn: ConnId, reason: String) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.roster.leave(c.index, conn);
+        self.view().lost(c.index, &reason);
+        warn!(peer = %c.peer, replica = c.index, "rendezvous peer lost: {reason}");
+        self.emit(ControlEvent::Lost { index: c.index, reason });
+    }
+
+    fn release(&mut self, changed: Option<u32>) {
+        let Some(release) = self.roster.take_release(changed) else {
+            return;
+        };
+        let g = release.generation;
+        match line(&Frame::Release { generation: g }, self.max_frame) {
+            Ok(l) => {
+                for conn in release.conns {
+                    self.send_line(conn, Line::clone(&l));
+                }
+            }
+            Err(e) => warn!("cannot encode a release frame: {e}"),
+        }
+        if self.roster.phase() == Phase::Released(g) {
+            let newly = self.released.send_if_modified(|r| {
+                let new = *r != Some(g);
+                *r = Some(g);
+                new
+            });
+            if newly {
+                self.view().set_generation(g);
+                info!(generation = g, replicas = self.replica_count, "rendezvous barrier released");
+            }
+        }
+    }
+
+    fn gather(&mut self, generation: u64) -> Result<(), u64> {
+        if self.roster.gather(generation)? {
+            info!(generation, "gathering a new rendezvous generation");
+            self.broadcast(&Frame::Restart { generation });
+        }
+        self.release(None);
+        Ok(())
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Gather { generation, reply } => {
+                let _ = reply.send(self.gather(generation));
+            }
+            Command::Fail { generation, waited, reply } => {
+                if self.roster.phase() != Phase::Gathering(generation) {
+                    let _ = reply.send(None);
+                    return;
+                }
+                let short = self.roster.shortfall();
+                let message = timeout_error(&short, waited, self.replica_count).to_string();
+                warn!("{message}");
+                let error = Frame::Error { message };
+                for (_, conn) in self.roster.fail() {
+                    self.send(conn, &error);
+                    self.drop_conn(conn, "the barrier timed out".to_string());
+                }
+                let _ = reply.send(Some(short));
+            }
+            Command::Order(Order::Restart { generation }) => {
+                if let Err(current) = self.gather(generation) {
+                    warn!(generation, current, "restart order for an older generation ignored");
+                }
+            }
+            Command::Order(order) => self.broadcast(&Frame::from(order)),
+        }
+    }
+
+    fn own_health(&mut self, health: Health) {
+        if !health.healthy {
+            warn!("the master's node became unhealthy");
+        }
+        self.roster.set_master_health(health.healthy);
+        self.view().health(0, &health, now_ms());
+        self.release(None);
+    }
+
+    fn inbound(&mut self, msg: Inbound) {
+        match msg {
+            Inbound::Admit { conn, peer, hello, proof, out } => self.admit(conn, peer, hello, proof, out),
+            Inbound::Frame { conn, frame } => self.frame(conn, frame),
+            Inbound::Closed { conn, reason } => self.drop_conn(conn, reason),
+        }
+    }
+
+    fn admit(&mut self, conn: ConnId, peer: SocketAddr, hello: Hello, proof: Option<String>, out: OutboxTx) {
+        let index = hello.replica_index;
+        if let Err(refusal) = self.roster.admit(conn, &hello) {
+            warn!(%peer, replica = index, node = %hello.node, "refused a rendezvous peer: {refusal}");
+            if let Ok(l) = line(&Frame::Error { message: refusal.to_string() }, self.max_frame) {
+                out.push(l);
+            }
+            return;
+        }
+        let health = Health { healthy: hello.healthy, verdict: hello.health };
+        if health.healthy {
+            debug!(%peer, replica = index, node = %hello.node, "replica joined the rendezvous");
+        } else {
+            warn!(%peer, replica = index, node = %hello.node, verdict = %health.verdict,
+                "replica joined on an unhealthy node: the barrier waits for it");
+        }
+        self.conns.insert(conn, Conn { index, peer, out });
+        let generation = self.roster.phase().generation();
+        self.send(conn, &Frame::Admitted { generation, proof });
+        self.view().joined(index, &hello.node, &health, now_ms());
+        self.emit(ControlEvent::Joined { index, node: hello.node, healthy: health.healthy });
+        self.release(Some(index));
+    }
+
+    fn frame(&mut self, conn: ConnId, frame: Frame) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let (index, peer) = (c.index, c.peer);
+        match frame {
+            Frame::Heartbeat => self.view().seen(index, now_ms()),
+            Frame::State(update) => {
+                self.view().state(index, &update, now_ms());
+                self.emit(ControlEvent::State { index, update });
+            }
+            Frame::Health(health) => {
+                if !health.healthy {
+                    warn!(%peer, replica = index, verdict = %health.verdict, "replica's node became unhealthy");
+                }
+                self.roster.set_health(index, conn, health.healthy);
+                self.view().health(index, &health, now_ms());
+                self.emit(ControlEvent::Health { index, health });
+                self.release(Some(index));
+            }
+            Frame::Rejoin { generation } => {
+                self.view().seen(index, now_ms());
+                match self.roster.rejoin(index, conn, generation) {
+                    Some(Rejoin::Current) => self.release(Some(index)),
+                    Some(Rejoin::Ahead) => self.emit(ControlEvent::Rejoin { index, generation }),
+                    Some(Rejoin::Behind(current)) => self.send(conn, &Frame::Restart { generation: current }),
+                    None => {}
+                }
+            }
+            Frame::Error { message } => {
+                warn!(%peer, replica = index, "replica reported an error: {message}");
+            }
+            other => {
+                let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
+                self.send(conn, &Frame::Error { message: message.clone() });
+                self.drop_conn(conn, message);
+            }
+        }
+    }
+}
+
+struct ConnContext {
+    token: Option<Vec<u8>>,
+    hello_timeout: Duration,
+    heartbeat: Duration,
+    silence: Duration,
+    max_frame: usize,
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<ConnContext>, inbound: mpsc::Sender<Inbound>) {
+    let mut next: ConnId = 0;
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                next += 1;
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream, peer, next, Arc::clone(&ctx), inbound.clone()));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: pause instead of spinning on the error.
+                warn!("rendezvous listener cannot accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+enum HandshakeEnd {
+    Refused(Refusal),
+    Gone(String),
+}
+
+/// One task per connection: the handshake, then reading frames and writing the outbox until
+/// the peer goes or the master drops it.
+async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    ctx: Arc<ConnContext>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let (read, mut write) = stream.split();
+    let mut reader = FrameReader::new(read, ctx.max_frame);
+    // Boxed so the handshake's state does not stay in every connection's task afterwards.
+    let handshake = Box::pin(tokio::time::timeout(ctx.hello_timeout, handshake(&mut reader, &mut write, &ctx)))
+        .await
+        .unwrap_or_else(|_| Err(HandshakeEnd::Refused(Refusal::Silent { waited: format_duration(ctx.hello_timeout) })));
+    let (hello, proof) = match handshake {
+        Ok(admitted) => admitted,
+        Err(HandshakeEnd::Refused(refusal)) => {
+            warn!(%peer, "refused a rendezvous peer: {refusal}");
+            let error = Frame::Error { message: refusal.to_string() };
+            write_frame(&mut write, &error, &ctx).await;
+            return;
+        }
+        Err(HandshakeEnd::Gone(reason)) => {
+            warn!(%peer, "rendezvous peer left before admission: {reason}");
+            return;
+        }
+    };
+    let (out, mut outbox) = outbox();
+    let admit = Inbound::Admit { conn, peer, hello, proof, out };
+    if inbound.send(admit).await.is_err() {
+        return;
+    }
+    let silence = tokio::time::sleep(ctx.silence);
+    let idle = tokio::time::sleep(ctx.heartbeat);
+    tokio::pin!(silence, idle);
+    let reason = loop {
+        // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
+        let line = tokio::select! {
+            line = outbox.recv() => match line {
+                Some(line) => line,
+                None => return,
+            },
+            () = &mut idle => heartbeat_line(),
+            () = &mut silence => break format!("silent for {}", format_duration(ctx.silence)),
+            read = reader.next() => match read {
+                Ok(Some(frame)) => {
+                    silence.as_mut().reset(tokio::time::Instant::now() + ctx.silence);
+                    if inbound.send(Inbound::Frame { conn, frame }).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => break "connection closed".to_string(),
+                Err(ReadError::Frame(e)) => {
+                    let reason = e.to_string();
+                    write_frame(&mut write, &Frame::Error { message: reason.clone() }, &ctx).await;
+                    break reason;
+                }
+                Err(e) => break e.to_string(),
+            },
+        };
+        match tokio::time::timeout(ctx.silence, write.write_all(&line)).await {
+            Ok(Ok(())) => idle.as_mut().reset(tokio::time::Instant::now() + ctx.heartbeat),
+            Ok(Err(e)) => break format!("cannot write to it: {e}"),
+            Err(_) => break "not reading: a write stalled".to_string(),
+        }
+    };
+    let _ = inbound.send(Inbound::Closed { conn, reason }).await;
+}
+
+/// Best effort: a frame for a peer about to be dropped, bounded by one heartbeat.
+async fn write_frame(write: &mut WriteHalf<'_>, frame: &Frame, ctx: &ConnContext) {
+    if let Ok(l) = line(frame, ctx.max_frame) {
+        let _ = tokio::time::timeout(ctx.heartbeat, write.write_all(&l)).await;
+    }
+}
+
+async fn next_frame(reader: &mut FrameReader<ReadHalf<'_>>) -> Result<Frame, HandshakeEnd> {
+    loop {
+        match reader.next().await {
+            Ok(Some(Frame::Heartbeat)) => continue,
+            Ok(Some(Frame::Error { message })) => return Err(HandshakeEnd::Gone(format!("it gave up: {message}"))),
+            Ok(Some(frame)) => return Ok(frame),
+            Ok(None) => return Err(HandshakeEnd::Gone("connection closed".to_string())),
+            Err(ReadError::Frame(e)) => return Err(HandshakeEnd::Refused(Refusal::Frame(e))),
+            Err(e) => return Err(HandshakeEnd::Gone(e.to_string())),
+        }
+    }
+}
+
+async fn handshake(
+    reader: &mut FrameReader<ReadHalf<'_>>,
+    write: &mut WriteHalf<'_>,
+    ctx: &ConnContext,
+) -> Result<(Hello, Option<String>), HandshakeEnd> {
+    let hello = match next_frame(reader).await? {
+        Frame::Hello(hello) => hello,
+        other => return Err(HandshakeEnd::Refused(Refusal::Unexpected { expected: "hello", seen: other.kind() })),
+    };
+    let Some(token) = &ctx.token else {
+        return Ok((hello, None));
+    };
+    let token_failed = |e| HandshakeEnd::Refused(Refusal::Token(e));
+    let nonce = auth::new_nonce().map_err(token_failed)?;
+    let challenge = line(&Frame::Challenge { nonce: nonce.clone() }, ctx.max_frame)
+        .map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
+    write.write_all(&challenge).await.map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
+    let proof = match next_frame(reader).await? {
+        Frame::Auth { proof } => proof,
+        other => return Err(HandshakeEnd::Refused(Refusal::Unexpected { expected: "auth", seen: other.kind() })),
+    };
+    auth::verify(token, Role::Worker, &nonce, &hello.nonce, &proof).map_err(token_failed)?;
+    let mine = auth::prove(token, Role::Master, &nonce, &hello.nonce).map_err(token_failed)?;
+    Ok((hello, Some(mine)))
+}

@@ -1,0 +1,459 @@
+//! The worker's side: dial the master until it answers, introduce itself, prove the job token,
+//! wait for the release, then keep the control channel: states up, orders down.
+
+use std::time::{Duration, Instant};
+
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::auth::{self, Role};
+use super::config::{Identity, Released, RendezvousConfig};
+use super::error::RendezvousError;
+use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
+use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
+use crate::duration::format_duration;
+
+const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The control channel of a released worker. Dropping it closes the connection.
+pub struct WorkerSession {
+    master: String,
+    generation: u64,
+    out: mpsc::Sender<Line>,
+    inbox: mpsc::Receiver<FromMaster>,
+    lost: Option<String>,
+    max_frame: usize,
+    barrier_timeout: Duration,
+    waited: Duration,
+    reader: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+enum FromMaster {
+    Frame(Frame),
+    Lost(String),
+}
+
+enum Step {
+    Retry(String),
+    Fatal(RendezvousError),
+}
+
+/// Meet the master at the barrier: dial `master` (host, port), retrying with backoff while the
+/// name does not resolve or the port refuses, until `cfg.barrier_timeout`; return once released.
+pub async fn join(
+    master: (String, u16),
+    me: Identity,
+    health: watch::Receiver<Health>,
+    cfg: RendezvousConfig,
+) -> Result<WorkerSession, RendezvousError> {
+    join_observed(master, me, health, cfg, None).await
+}
+
+/// `join`, reporting every failed attempt to `observer` (tests use it as a handshake).
+pub(crate) async fn join_observed(
+    (host, port): (String, u16),
+    me: Identity,
+    mut health: watch::Receiver<Health>,
+    cfg: RendezvousConfig,
+    observer: Option<mpsc::UnboundedSender<String>>,
+) -> Result<WorkerSession, RendezvousError> {
+    me.check_worker()?;
+    cfg.check()?;
+    let master = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::from_std(started) + cfg.barrier_timeout;
+    let mut backoff = BACKOFF_INITIAL;
+    let mut progress = "no connection attempted yet".to_string();
+    let mut health_live = true;
+    loop {
+        let attempt = async {
+            let stream = match tokio::time::timeout(cfg.hello_timeout, TcpStream::connect((host.as_str(), port))).await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(Step::Retry(format!("cannot connect: {e}"))),
+                Err(_) => {
+                    return Err(Step::Retry(format!(
+                        "cannot connect: no answer within {}",
+                        format_duration(cfg.hello_timeout)
+                    )))
+                }
+            };
+            backoff = BACKOFF_INITIAL;
+            meet(stream, &me, &mut health, &mut health_live, &cfg, &master, started, &mut progress).await
+        };
+        let reason = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(session)) => return Ok(session),
+            Ok(Err(Step::Fatal(e))) => return Err(e),
+            Ok(Err(Step::Retry(reason))) => reason,
+            Err(_) => return Err(timed_out(&master, &cfg, progress)),
+        };
+        debug!(%master, "rendezvous attempt failed, retrying: {reason}");
+        if let Some(observer) = &observer {
+            let _ = observer.send(reason.clone());
+        }
+        progress = reason;
+        let pause = jitter(backoff);
+        backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
+        if tokio::time::timeout_at(deadline, tokio::time::sleep(pause)).await.is_err() {
+            return Err(timed_out(&master, &cfg, progress));
+        }
+    }
+}
+
+fn timed_out(master: &str, cfg: &RendezvousConfig, last: String) -> RendezvousError {
+    RendezvousError::Timeout { master: master.to_string(), waited: format_duration(cfg.barrier_timeout), last }
+}
+
+/// Half to the full pause, so workers started together do not dial in lockstep.
+fn jitter(pause: Duration) -> Duration {
+    let mut bytes = [0u8; 2];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => pause.mul_f64(0.5 + 0.5 * f64::from(u16::from_le_bytes(bytes)) / 65535.0),
+        Err(_) => pause,
+    }
+}
+
+fn push(out: &mpsc::Sender<Line>, frame: &Frame, max: usize, master: &str) -> Result<(), Step> {
+    let l = line(frame, max).map_err(|e| {
+        Step::Fatal(RendezvousError::Protocol {
+            master: master.to_string(),
+            detail: format!("cannot send our {} frame: {e}", frame.kind()),
+        })
+    })?;
+    out.try_send(l).map_err(|_| Step::Retry("the connection's outbox is full".to_string()))
+}
+
+/// Tell the master why we give up, so its log shows it too; best effort.
+fn tell(out: &mpsc::Sender<Line>, max: usize, message: &str) {
+    if let Ok(l) = line(&Frame::Error { message: message.to_string() }, max) {
+        let _ = out.try_send(l);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn meet(
+    stream: TcpStream,
+    me: &Identity,
+    health: &mut watch::Receiver<Health>,
+    health_live: &mut bool,
+    cfg: &RendezvousConfig,
+    master: &str,
+    started: Instant,
+    progress: &mut String,
+) -> Result<WorkerSession, Step> {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let (out, outbox) = mpsc::channel(OUTBOX);
+    tokio::spawn(write_loop(write, outbox, cfg.heartbeat));
+    let mut reader = FrameReader::new(read, cfg.max_frame);
+    let max = cfg.max_frame;
+    let fatal = |e: RendezvousError| Step::Fatal(e);
+    let nonce = auth::new_nonce().map_err(|e| fatal(RendezvousError::Random(e.to_string())))?;
+    let mut sent = health.borrow_and_update().clone();
+    let hello = Hello {
+        job: me.job.clone(),
+        replica_index: me.replica_index,
+        replica_count: me.replica_count,
+        node: me.node.clone(),
+        healthy: sent.healthy,
+        health: sent.verdict.clone(),
+        nonce: nonce.clone(),
+    };
+    push(&out, &Frame::Hello(hello), max, master)?;
+    *progress = "connected, waiting for the master to admit this replica".to_string();
+    let mut server_nonce: Option<String> = None;
+    let mut admitted = false;
+    let silence = cfg.silence();
+    loop {
+        let frame = tokio::select! {
+            read = tokio::time::timeout(silence, reader.next()) => match read {
+                Err(_) => return Err(Step::Retry(format!("master silent for {}", format_duration(silence)))),
+                Ok(Ok(None)) => return Err(Step::Retry("master closed the connection".to_string())),
+                Ok(Ok(Some(frame))) => frame,
+                Ok(Err(ReadError::Frame(e))) => {
+                    let detail = format!("bad frame: {e}");
+                    tell(&out, max, &detail);
+                    return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
+                }
+                Ok(Err(e)) => return Err(Step::Retry(e.to_string())),
+            },
+            changed = health.changed(), if *health_live && admitted => {
+                match changed {
+                    Ok(()) => {
+                        sent = health.borrow_and_update().clone();
+                        push(&out, &Frame::Health(sent.clone()), max, master)?;
+                    }
+                    Err(_) => *health_live = false,
+                }
+                continue;
+            }
+        };
+        match frame {
+            Frame::Heartbeat => {}
+            Frame::Challenge { nonce: theirs } => {
+                let Some(token) = &cfg.token else {
+                    let detail = "the master requires a job token, but RANKVISOR_JOB_TOKEN is not set on this replica"
+                        .to_string();
+                    tell(&out, max, &detail);
+                    return Err(fatal(RendezvousError::Token { master: master.to_string(), detail }));
+                };
+                let proof = auth::prove(token, Role::Worker, &theirs, &nonce).map_err(|e| {
+                    fatal(RendezvousError::Protocol {
+                        master: master.to_string(),
+                        detail: format!("bad challenge: {e}"),
+                    })
+                })?;
+                server_nonce = Some(theirs);
+                push(&out, &Frame::Auth { proof }, max, master)?;
+            }
+            Frame::Admitted { generation, proof } => {
+                if let Some(token) = &cfg.token {
+                    let checked = match (&server_nonce, &proof) {
+                        (Some(theirs), Some(proof)) => {
+                            auth::verify(token, Role::Master, theirs, &nonce, proof).map_err(|e| e.to_string())
+                        }
+                        _ => Err("the master admitted this replica without checking the job token, but RANKVISOR_JOB_TOKEN is set here".to_string()),
+                    };
+                    if let Err(detail) = checked {
+                        tell(&out, max, &detail);
+                        return Err(fatal(RendezvousError::Token { master: master.to_string(), detail }));
+                    }
+                }
+                admitted = true;
+                *progress = format!("admitted, waiting at the barrier for generation {generation}");
+                let now = health.borrow_and_update().clone();
+                if now != sent {
+                    sent = now;
+                    push(&out, &Frame::Health(sent.clone()), max, master)?;
+                }
+            }
+            Frame::Release { generation } if admitted => {
+                info!(%master, generation, "released by the rendezvous master");
+                let mut session =
+                    WorkerSession::start(master, generation, out, reader, health.clone(), *health_live, cfg);
+                session.waited = started.elapsed();
+                return Ok(session);
+            }
+            Frame::Error { message } => {
+                return Err(fatal(RendezvousError::MasterError { master: master.to_string(), message }));
+            }
+            other => {
+                let detail = format!("unexpected {} frame while waiting for the release", other.kind());
+                tell(&out, max, &detail);
+                return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
+            }
+        }
+    }
+}
+
+impl WorkerSession {
+    fn start(
+        master: &str,
+        generation: u64,
+        out: mpsc::Sender<Line>,
+        reader: FrameReader<OwnedReadHalf>,
+        health: watch::Receiver<Health>,
+        health_live: bool,
+        cfg: &RendezvousConfig,
+    ) -> Self {
+        let (inbox_tx, inbox) = mpsc::channel(OUTBOX);
+        let task = tokio::spawn(session_reader(
+            reader,
+            inbox_tx,
+            out.clone(),
+            health,
+            health_live,
+            cfg.silence(),
+            cfg.max_frame,
+        ));
+        WorkerSession {
+            master: master.to_string(),
+            generation,
+            out,
+            inbox,
+            lost: None,
+            max_frame: cfg.max_frame,
+            barrier_timeout: cfg.barrier_timeout,
+            waited: Duration::ZERO,
+            reader: task,
+        }
+    }
+
+    /// The generation this worker was last released into.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// How long `join` took, dialling included (the `rendezvous seconds` metric).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Why the master was lost, once `next_order` has returned None.
+    pub fn lost_reason(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+
+    /// Stream a state change to the master; never waits (the update is queued).
+    pub fn send_state(&self, update: StateUpdate) -> Result<(), RendezvousError> {
+        let l = line(&Frame::State(update), self.max_frame).map_err(|e| match e {
+            FrameError::TooLarge { len, max } => RendezvousError::TooLarge { len, max },
+            other => RendezvousError::Protocol { master: self.master.clone(), detail: other.to_string() },
+        })?;
+        self.push(l)
+    }
+
+    fn push(&self, l: Line) -> Result<(), RendezvousError> {
+        if self.lost.is_some() || self.reader.is_finished() {
+            return Err(self.lost_error());
+        }
+        self.out.try_send(l).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                RendezvousError::Backlog { master: self.master.clone(), pending: OUTBOX }
+            }
+            mpsc::error::TrySendError::Closed(_) => self.lost_error(),
+        })
+    }
+
+    fn lost_error(&self) -> RendezvousError {
+        RendezvousError::MasterLost {
+            master: self.master.clone(),
+            reason: self.lost.clone().unwrap_or_else(|| "the control connection ended".to_string()),
+        }
+    }
+
+    /// The master's next order, or None once the master is lost (silent for 3 heartbeats, or
+    /// the connection closed).
+    pub async fn next_order(&mut self) -> Option<Order> {
+        loop {
+            match self.inbox.recv().await {
+                None => {
+                    self.lost.get_or_insert_with(|| "the control connection ended".to_string());
+                    return None;
+                }
+                Some(FromMaster::Lost(reason)) => {
+                    warn!(master = %self.master, "lost the rendezvous master: {reason}");
+                    self.lost = Some(reason);
+                    return None;
+                }
+                Some(FromMaster::Frame(Frame::Stop { reason })) => return Some(Order::Stop { reason }),
+                Some(FromMaster::Frame(Frame::Restart { generation })) => return Some(Order::Restart { generation }),
+                Some(FromMaster::Frame(Frame::Error { message })) => {
+                    warn!(master = %self.master, "the rendezvous master sent an error: {message}");
+                    self.lost = Some(format!("the master sent an error: {message}"));
+                }
+                Some(FromMaster::Frame(other)) => {
+                    debug!(master = %self.master, "ignored a {} frame on the control channel", other.kind());
+                }
+            }
+        }
+    }
+
+    /// Meet the others again at the barrier of `generation` (after a `Restart` order, or to ask
+    /// the master for a job-scope restart); returns once released.
+    pub async fn rejoin(&mut self, generation: u64) -> Result<Released, RendezvousError> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started) + self.barrier_timeout;
+        let mut target = generation;
+        self.push_frame(&Frame::Rejoin { generation: target })?;
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, self.inbox.recv()).await {
+                Err(_) => {
+                    return Err(RendezvousError::Timeout {
+                        master: self.master.clone(),
+                        waited: format_duration(self.barrier_timeout),
+                        last: format!("rejoined, waiting at the barrier for generation {target}"),
+                    })
+                }
+                Ok(None) => return Err(self.lost_error()),
+                Ok(Some(msg)) => msg,
+            };
+            match msg {
+                FromMaster::Lost(reason) => {
+                    self.lost = Some(reason);
+                    return Err(self.lost_error());
+                }
+                FromMaster::Frame(Frame::Release { generation }) if generation >= target => {
+                    self.generation = generation;
+                    info!(master = %self.master, generation, "released by the rendezvous master");
+                    return Ok(Released { generation, waited: started.elapsed() });
+                }
+                FromMaster::Frame(Frame::Restart { generation }) if generation > target => {
+                    target = generation;
+                    self.push_frame(&Frame::Rejoin { generation: target })?;
+                }
+                FromMaster::Frame(Frame::Stop { reason }) => {
+                    return Err(RendezvousError::Stopped { master: self.master.clone(), reason })
+                }
+                FromMaster::Frame(Frame::Error { message }) => {
+                    return Err(RendezvousError::MasterError { master: self.master.clone(), message })
+                }
+                FromMaster::Frame(_) => {}
+            }
+        }
+    }
+
+    fn push_frame(&self, frame: &Frame) -> Result<(), RendezvousError> {
+        let l = line(frame, self.max_frame)
+            .map_err(|e| RendezvousError::Protocol { master: self.master.clone(), detail: e.to_string() })?;
+        self.push(l)
+    }
+}
+
+impl Drop for WorkerSession {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+async fn session_reader(
+    mut reader: FrameReader<OwnedReadHalf>,
+    inbox: mpsc::Sender<FromMaster>,
+    out: mpsc::Sender<Line>,
+    mut health: watch::Receiver<Health>,
+    mut health_live: bool,
+    silence: Duration,
+    max: usize,
+) {
+    loop {
+        let msg = tokio::select! {
+            read = tokio::time::timeout(silence, reader.next()) => match read {
+                Err(_) => FromMaster::Lost(format!("master silent for {}", format_duration(silence))),
+                Ok(Ok(None)) => FromMaster::Lost("master closed the connection".to_string()),
+                Ok(Ok(Some(Frame::Heartbeat))) => continue,
+                Ok(Ok(Some(frame))) => FromMaster::Frame(frame),
+                Ok(Err(e)) => {
+                    if let ReadError::Frame(_) = e {
+                        tell(&out, max, &format!("bad frame: {e}"));
+                    }
+                    FromMaster::Lost(e.to_string())
+                }
+            },
+            changed = health.changed(), if health_live => {
+                match changed {
+                    Ok(()) => {
+                        let now = health.borrow_and_update().clone();
+                        if let Ok(l) = line(&Frame::Health(now), max) {
+                            let _ = out.try_send(l);
+                        }
+                    }
+                    Err(_) => health_live = false,
+                }
+                continue;
+            }
+        };
+        let end = matches!(msg, FromMaster::Lost(_));
+        if inbox.send(msg).await.is_err() || end {
+            return;
+        }
+    }
+}
