@@ -196,6 +196,8 @@ pub struct Supervisor {
     last_beat: Option<Instant>,
     hang_detections: u32,
     generation: u64,
+    /// A generation released while our old child was still stopping: start it once that child is gone.
+    early_release: Option<u64>,
 }
 
 impl Supervisor {
@@ -211,6 +213,7 @@ impl Supervisor {
             last_beat: None,
             hang_detections: 0,
             generation: 0,
+            early_release: None,
         }
     }
 
@@ -305,10 +308,14 @@ impl Supervisor {
             Event::Tick => self.on_tick(now),
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
-            Event::Released { generation } => match self.phase {
+            Event::Released { generation } => match &self.phase {
                 Phase::AwaitingGeneration => {
                     self.generation = generation;
                     vec![Action::Spawn { restart_count: self.restarts, generation }]
+                }
+                Phase::Stopping { cause: StopCause::NewGeneration { generation: g }, .. } if *g == generation => {
+                    self.early_release = Some(generation);
+                    vec![]
                 }
                 _ => vec![],
             },
@@ -462,7 +469,12 @@ impl Supervisor {
                 }
                 self.restarts += 1;
                 self.phase = Phase::AwaitingGeneration;
-                vec![Action::KillLeftovers { pid }]
+                let mut actions = vec![Action::KillLeftovers { pid }];
+                if let Some(g) = self.early_release.take().filter(|g| *g == generation) {
+                    self.generation = g;
+                    actions.push(Action::Spawn { restart_count: self.restarts, generation: g });
+                }
+                actions
             }
             None => self.after_run(pid, how, false, started, now),
         }
@@ -899,5 +911,17 @@ mod tests {
         ok.send(Event::Start);
         ok.exit_child(ExitHow::Exited(0));
         assert_eq!(ok.exit, Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_before_the_old_child_is_gone_starts_it_after() {
+        let mut h = Harness::new(job_cfg(3));
+        h.send(Event::Start);
+        h.send(Event::NewGeneration { generation: 1 });
+        h.send(Event::Released { generation: 1 });
+        assert_eq!(h.spawns.len(), 1, "not while the old child still runs");
+        h.exit_child(ExitHow::Signaled(SIGTERM));
+        assert_eq!(h.generations, [0, 1]);
+        assert_eq!(h.sup.state(), ReplicaState::Running);
     }
 }
