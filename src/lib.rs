@@ -31,3 +31,4 @@ pub mod report;
 pub mod status_sink;
 pub mod supervise;
 pub mod termination;
+pub mod trainer;
