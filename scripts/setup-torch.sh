@@ -59,4 +59,4 @@ install_venv() {
 install_libtorch
 install_venv
 echo "export LIBTORCH=$LIBTORCH_DIR/torch"
-echo "export RANKVISOR_TORCH_PYTHON=$VENV_DIR/bin/python"
+echo "export RANKVISOR_TORCH_VENV=$VENV_DIR"
