@@ -85,15 +85,18 @@ fn shard_data(samples: i64, shard: u32, shards: u32) -> (Tensor, Tensor) {
     let w2 = Tensor::randn([4, 1], (Kind::Float, Device::Cpu));
     let noise = Tensor::randn([samples, 1], (Kind::Float, Device::Cpu)) * 0.01;
     let y = x.matmul(&w1).tanh().matmul(&w2) + noise;
-    let rows = Tensor::arange_start_step(i64::from(shard), samples, i64::from(shards.max(1)), (Kind::Int64, Device::Cpu));
+    let rows =
+        Tensor::arange_start_step(i64::from(shard), samples, i64::from(shards.max(1)), (Kind::Int64, Device::Cpu));
     (x.index_select(0, &rows), y.index_select(0, &rows))
 }
 
 fn model(vs: &nn::Path) -> impl Module {
-    nn::seq()
-        .add(nn::linear(vs / "l1", FEATURES, HIDDEN, Default::default()))
-        .add_fn(|t| t.tanh())
-        .add(nn::linear(vs / "l2", HIDDEN, 1, Default::default()))
+    nn::seq().add(nn::linear(vs / "l1", FEATURES, HIDDEN, Default::default())).add_fn(|t| t.tanh()).add(nn::linear(
+        vs / "l2",
+        HIDDEN,
+        1,
+        Default::default(),
+    ))
 }
 
 fn checkpoint_path(dir: &Path, step: u64) -> PathBuf {
@@ -167,9 +170,8 @@ fn train(args: &Args, env: &TrainerEnv) -> Result<ExitCode, String> {
         let loss = net.forward(&x).mse_loss(&y, tch::Reduction::Mean);
         opt.backward_step(&loss);
         let loss_value = loss.double_value(&[]);
-        let crash = !env.is_restart()
-            && args.crash_at_step == Some(step)
-            && args.crash_rank.map_or(true, |r| r == rank);
+        let crash =
+            !env.is_restart() && args.crash_at_step == Some(step) && args.crash_rank.map_or(true, |r| r == rank);
         if crash {
             println!("smoke_train rank={rank}: crashing after step {step} (--crash-at-step)");
             return Ok(ExitCode::from(1));
@@ -206,7 +208,10 @@ fn train(args: &Args, env: &TrainerEnv) -> Result<ExitCode, String> {
     if passed {
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("smoke_train rank={rank}: final loss {loss_value} is not under --loss-threshold {}", args.loss_threshold);
+        eprintln!(
+            "smoke_train rank={rank}: final loss {loss_value} is not under --loss-threshold {}",
+            args.loss_threshold
+        );
         Ok(ExitCode::from(1))
     }
 }

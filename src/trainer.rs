@@ -172,10 +172,7 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable_and_the_value() {
         let e = trainer_env(env(&[("RANKVISOR_RESTART_COUNT", "-1")])).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "RANKVISOR_RESTART_COUNT=\"-1\" is invalid: expected a restart count >= 0"
-        );
+        assert_eq!(e.to_string(), "RANKVISOR_RESTART_COUNT=\"-1\" is invalid: expected a restart count >= 0");
         let e = trainer_env(env(&[("TORCHELASTIC_RESTART_COUNT", " 1")])).unwrap_err();
         assert!(e.to_string().starts_with("TORCHELASTIC_RESTART_COUNT=\" 1\""), "{e}");
         let e = trainer_env(env(&[("RANKVISOR_HEARTBEAT_FILE", "")])).unwrap_err();
@@ -191,7 +188,10 @@ mod tests {
     fn the_heartbeat_is_the_json_object_rankvisor_reads_as_progress() {
         let text = heartbeat_json(&Progress { step: 40, loss: 0.25, checkpoint_step: Some(30) });
         let p = parse_progress(&text).expect("a JSON object");
-        assert_eq!((p["step"].as_u64(), p["loss"].as_f64(), p["checkpoint_step"].as_u64()), (Some(40), Some(0.25), Some(30)));
+        assert_eq!(
+            (p["step"].as_u64(), p["loss"].as_f64(), p["checkpoint_step"].as_u64()),
+            (Some(40), Some(0.25), Some(30))
+        );
         let text = heartbeat_json(&Progress { step: 1, loss: f64::NAN, checkpoint_step: None });
         let p = parse_progress(&text).expect("a JSON object even with a NaN loss");
         assert!(p["loss"].is_null() && p["checkpoint_step"].is_null(), "{text}");

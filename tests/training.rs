@@ -27,7 +27,11 @@ fn required_path(var: &str) -> PathBuf {
 fn tch_setup() {
     required_path("RANKVISOR_SMOKE_TRAIN");
     let libtorch = required_path("LIBTORCH");
-    assert!(libtorch.join("lib/libtorch_cpu.so").exists(), "LIBTORCH={}: no lib/libtorch_cpu.so: {HOW_TO}", libtorch.display());
+    assert!(
+        libtorch.join("lib/libtorch_cpu.so").exists(),
+        "LIBTORCH={}: no lib/libtorch_cpu.so: {HOW_TO}",
+        libtorch.display()
+    );
 }
 
 /// Everything the Python tests need.
