@@ -12,6 +12,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The training smoke tests (tests/training.rs) need libtorch 2.13.0 and a torch 2.13.0 venv, both
+# cached outside the repository, and the tch trainer example built with the same LIBTORCH.
+t0=$SECONDS
+torch_env=$(bash scripts/setup-torch.sh)
+eval "$torch_env"
+echo "scripts/test.sh: torch set-up: $((SECONDS - t0)) s"
+t0=$SECONDS
+cargo build --example smoke_train --features tch
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
+echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
+t0=$SECONDS
+trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else

@@ -34,4 +34,5 @@ pub mod reporting;
 pub mod status_sink;
 pub mod supervise;
 pub mod termination;
+pub mod trainer;
 pub mod webhook;

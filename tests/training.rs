@@ -1,0 +1,264 @@
+//! Training smoke tests under rankvisor: real training programs (the tch trainer, torch DDP over
+//! gloo, torchrun) run by `rankvisor dry-run`, so through one real launcher per replica.
+//!
+//! They need what `scripts/setup-torch.sh` installs and `scripts/test.sh` exports: `LIBTORCH`,
+//! `RANKVISOR_TORCH_VENV` and `RANKVISOR_SMOKE_TRAIN` (the built `smoke_train` example). Without
+//! them these tests fail, on purpose: a missing set-up must not pass as a skipped test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+const THRESHOLD: f64 = 0.05;
+const HOW_TO: &str = "run `bash scripts/test.sh`, which installs libtorch and torch (scripts/setup-torch.sh), \
+                      builds the smoke_train example and exports these variables";
+
+/// An environment variable naming an existing path, or a loud failure saying how to set it up.
+fn required_path(var: &str) -> PathBuf {
+    let value = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: {HOW_TO}"));
+    let path = PathBuf::from(value);
+    assert!(path.exists(), "{var}={} does not exist: {HOW_TO}", path.display());
+    path
+}
+
+/// Everything the tch tests need.
+fn tch_setup() {
+    required_path("RANKVISOR_SMOKE_TRAIN");
+    let libtorch = required_path("LIBTORCH");
+    assert!(
+        libtorch.join("lib/libtorch_cpu.so").exists(),
+        "LIBTORCH={}: no lib/libtorch_cpu.so: {HOW_TO}",
+        libtorch.display()
+    );
+}
+
+/// Everything the Python tests need.
+fn torch_venv_setup() {
+    let venv = required_path("RANKVISOR_TORCH_VENV");
+    for exe in ["bin/python", "bin/torchrun"] {
+        assert!(venv.join(exe).exists(), "RANKVISOR_TORCH_VENV={}: no {exe}: {HOW_TO}", venv.display());
+    }
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+}
+
+/// A scratch directory of this test, emptied first.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rankvisor-training-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// One finished dry run, with each replica's output in `logs/<pod>.log`.
+struct Run {
+    code: i32,
+    events: Vec<Value>,
+    stdout: String,
+    stderr: String,
+    logs: PathBuf,
+}
+
+/// `rankvisor dry-run --output json --logs DIR/logs MANIFEST`, run in `cwd`, on any free master port
+/// (tests run in parallel).
+fn dry_run(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str) -> Run {
+    let logs = dir.join("logs");
+    let out = Command::new(BIN)
+        .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", timeout, "--backoff-max", "1s"])
+        .arg("--logs")
+        .arg(&logs)
+        .arg(manifest)
+        .current_dir(cwd)
+        // Each manifest says where its heartbeat goes; whoever runs the tests must not add one.
+        .env_remove("RANKVISOR_HEARTBEAT_FILE")
+        .env_remove("RANKVISOR_HANG_TIMEOUT")
+        .output()
+        .expect("run rankvisor dry-run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let events = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        events,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        logs,
+    }
+}
+
+impl Run {
+    /// The job's STATE column over time, blanks and repeats left out.
+    fn job_states(&self) -> Vec<String> {
+        let mut states: Vec<String> = Vec::new();
+        for e in self.events.iter().filter(|e| e["kind"] == "PyTorchJob") {
+            if let Some(s) = e["fields"]["state"].as_str() {
+                if states.last().map(String::as_str) != Some(s) {
+                    states.push(s.to_string());
+                }
+            }
+        }
+        states
+    }
+
+    /// A pod's (STATUS, RESTARTS) rows, in order.
+    fn pod(&self, name: &str) -> Vec<(String, u64)> {
+        self.events
+            .iter()
+            .filter(|e| e["kind"] == "Pod" && e["name"] == name)
+            .map(|e| {
+                let status = e["fields"]["status"].as_str().unwrap_or_default().to_string();
+                (status, e["fields"]["restarts"].as_u64().unwrap_or(99))
+            })
+            .collect()
+    }
+
+    fn log(&self, pod: &str) -> String {
+        std::fs::read_to_string(self.logs.join(format!("{pod}.log"))).unwrap_or_default()
+    }
+
+    /// The JSON objects a pod's output printed after `tag ` (`RESULT`, `RESUMED`, `DDP_CHECK`).
+    fn tagged(&self, pod: &str, tag: &str) -> Vec<Value> {
+        let prefix = format!("{tag} ");
+        self.log(pod)
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{pod}: {tag} line {j:?}: {e}")))
+            .collect()
+    }
+
+    fn explain(&self) -> String {
+        let mut text = format!("exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr);
+        if let Ok(entries) = std::fs::read_dir(&self.logs) {
+            let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            names.sort();
+            for path in names {
+                text += &format!("--- {}\n{}", path.display(), std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+        text
+    }
+}
+
+/// The job's pods and the RANK the operator gives each.
+fn pods(job: &str, workers: u32) -> Vec<(String, u64)> {
+    std::iter::once((format!("{job}-master-0"), 0))
+        .chain((0..workers).map(|i| (format!("{job}-worker-{i}"), u64::from(i) + 1)))
+        .collect()
+}
+
+/// A progress line's loss: `smoke_train rank=1 step=21 loss=0.26202 ...`.
+fn loss_at(log: &str, step: u64) -> Vec<f64> {
+    let needle = format!(" step={step} loss=");
+    log.lines()
+        .filter_map(|l| l.split_once(needle.as_str()))
+        .filter_map(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn tch_trainer_on_4_replicas_succeeds_with_every_rank_under_the_loss_threshold() {
+    tch_setup();
+    let dir = scratch("tch");
+    let r = dry_run(&example("pytorchjob-tch-train.yaml"), &dir, &dir, "180s");
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    for (pod, rank) in pods("tch-train", 3) {
+        let results = r.tagged(&pod, "RESULT");
+        let [res] = results.as_slice() else { panic!("{pod}: one RESULT line expected: {}", r.explain()) };
+        assert_eq!((res["rank"].as_u64(), res["world_size"].as_u64()), (Some(rank), Some(4)), "{pod}: {res}");
+        assert_eq!((res["first_step"].as_u64(), res["step"].as_u64()), (Some(1), Some(200)), "{pod}: {res}");
+        let loss = res["loss"].as_f64().unwrap_or(f64::NAN);
+        assert!(loss < THRESHOLD, "{pod}: final loss {loss} not under {THRESHOLD}: {res}");
+        assert_eq!(res["passed"], true, "{pod}: {res}");
+        assert!(r.tagged(&pod, "RESUMED").is_empty(), "{pod} never restarted");
+        assert_eq!(r.pod(&pod).last().map(|(s, n)| (s.as_str(), *n)), Some(("Completed", 0)), "{pod}");
+        let ckpt = dir.join(format!("checkpoints/rank-{rank}/step-00000200.ot"));
+        assert!(ckpt.is_file(), "{pod}: no final checkpoint {}", ckpt.display());
+    }
+    // The master's launcher watched the heartbeat the trainer wrote through rankvisor::trainer.
+    let hb = std::fs::read_to_string(dir.join("master-heartbeat.json")).expect("the master's heartbeat file");
+    let hb: Value = serde_json::from_str(&hb).unwrap_or_else(|e| panic!("heartbeat {hb:?}: {e}"));
+    assert_eq!((hb["step"].as_u64(), hb["checkpoint_step"].as_u64()), (Some(200), Some(200)), "{hb}");
+    assert!(hb["loss"].as_f64().is_some_and(|l| l < THRESHOLD), "{hb}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_crashed_rank_is_restarted_and_resumes_from_its_checkpoint_and_the_job_succeeds() {
+    tch_setup();
+    let dir = scratch("tch-crash");
+    let r = dry_run(&example("pytorchjob-tch-train-crash.yaml"), &dir, &dir, "180s");
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.job_states().ends_with(&["Succeeded".to_string()]), "{}", r.explain());
+
+    let crashed = "tch-train-crash-worker-0"; // RANK 1
+    let rows = r.pod(crashed);
+    assert!(rows.iter().any(|(s, n)| s == "Error" && *n == 0), "{crashed} failed once: {rows:?}");
+    assert!(rows.iter().any(|(s, n)| s == "Running" && *n == 1), "{crashed} ran again: {rows:?}");
+    assert_eq!(rows.last().map(|(s, n)| (s.as_str(), *n)), Some(("Completed", 1)), "{rows:?}");
+
+    let log = r.log(crashed);
+    assert!(log.contains("crashing after step 25"), "{}", r.explain());
+    let resumed = r.tagged(crashed, "RESUMED");
+    let [resumed] = resumed.as_slice() else { panic!("one RESUMED line expected: {}", r.explain()) };
+    assert_eq!((resumed["checkpoint_step"].as_u64(), resumed["restart_count"].as_u64()), (Some(20), Some(1)));
+    let results = r.tagged(crashed, "RESULT");
+    let [res] = results.as_slice() else { panic!("one RESULT line expected: {}", r.explain()) };
+    assert_eq!((res["first_step"].as_u64(), res["restart_count"].as_u64()), (Some(21), Some(1)), "{res}");
+    assert!(res["loss"].as_f64().is_some_and(|l| l < THRESHOLD), "{res}");
+    // Continued, not restarted from scratch: the weights came back, so the loss did too.
+    let (first, resumed_at) = (loss_at(&log, 1), loss_at(&log, 21));
+    let (Some(first), Some(resumed_at)) = (first.first(), resumed_at.first()) else {
+        panic!("progress lines for steps 1 and 21 expected: {log}")
+    };
+    assert!(*resumed_at < first * 0.5, "step 21 loss {resumed_at} should be far below step 1's {first}");
+    assert_eq!(loss_at(&log, 1).len(), 1, "step 1 ran once: the restart did not start over: {log}");
+
+    for (pod, _) in pods("tch-train-crash", 3).into_iter().filter(|(p, _)| p != crashed) {
+        let results = r.tagged(&pod, "RESULT");
+        let [res] = results.as_slice() else { panic!("{pod}: one RESULT line expected: {}", r.explain()) };
+        assert_eq!((res["restart_count"].as_u64(), res["passed"].as_bool()), (Some(0), Some(true)), "{pod}: {res}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every replica's `DDP_CHECK` line: passed, its own rank, one shared master address.
+fn assert_ddp_checks(r: &Run, job: &str, workers: u32, torchelastic: bool) {
+    let mut masters = Vec::new();
+    for (pod, rank) in pods(job, workers) {
+        let checks = r.tagged(&pod, "DDP_CHECK");
+        let [c] = checks.as_slice() else { panic!("{pod}: one DDP_CHECK line expected: {}", r.explain()) };
+        assert_eq!(c["passed"], true, "{pod}: {c}");
+        assert_eq!(c["failures"].as_array().map(Vec::len), Some(0), "{pod}: {c}");
+        assert_eq!((c["rank"].as_u64(), c["world_size"].as_u64()), (Some(rank), Some(u64::from(workers) + 1)), "{c}");
+        assert_eq!(c["torchelastic"], torchelastic, "{pod}: {c}");
+        masters.push(c["master"].as_str().unwrap_or_default().to_string());
+        assert_eq!(r.pod(&pod).last().map(|(s, _)| s.as_str()), Some("Completed"), "{pod}");
+    }
+    assert!(masters.iter().all(|m| m.starts_with("127.0.0.1:") && *m == masters[0]), "{masters:?}");
+}
+
+#[test]
+fn ddp_on_4_replicas_meets_over_gloo_and_every_ranks_checks_pass() {
+    torch_venv_setup();
+    let dir = scratch("ddp");
+    let r = dry_run(&example("pytorchjob-ddp-train.yaml"), Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s");
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert_ddp_checks(&r, "ddp-train", 3, false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn torchrun_as_the_child_on_2_replicas_succeeds() {
+    torch_venv_setup();
+    let dir = scratch("torchrun");
+    let r = dry_run(&example("pytorchjob-torchrun-train.yaml"), Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s");
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert_ddp_checks(&r, "torchrun-train", 1, true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
