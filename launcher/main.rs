@@ -7,7 +7,7 @@ use rankvisor::health::{self, NodeHealthSource};
 use rankvisor::logging::{self, LogFormat};
 use rankvisor::process::{self, ChildCommand, Signals};
 use rankvisor::supervise::{BackoffConfig, HangConfig, RestartPolicy, RestartScope, SupervisorConfig};
-use rankvisor::{driver, exit, rank, termination};
+use rankvisor::{driver, exit, job_link, rank, rendezvous, termination};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -151,6 +151,15 @@ struct SuperviseArgs {
     /// Treat a node without the node-health-status label as unhealthy.
     #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
     require_health_label: bool,
+    /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT")]
+    rendezvous_port: Option<u16>,
+    /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    rendezvous_timeout: Duration,
+    /// The job's name, checked at the rendezvous (default: from MASTER_ADDR `<job>-master-0` or POD_NAME).
+    #[arg(long, env = "RANKVISOR_JOB_NAME")]
+    job_name: Option<String>,
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
     #[arg(long, env = "RANKVISOR_STATUS_FD")]
     status_fd: Option<i32>,
@@ -350,6 +359,67 @@ fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, String> {
     })
 }
 
+/// The rendezvous settings for a job of several replicas; None for one replica or an elastic job.
+fn job_link_config(
+    a: &SuperviseArgs,
+    rank: &rank::RankEnv,
+    job: Option<String>,
+) -> Result<Option<job_link::JobLinkConfig>, String> {
+    let count = match rank.replica_count {
+        rank::ReplicaCount::Fixed { count } if count > 1 => count,
+        rank::ReplicaCount::Fixed { .. } => return Ok(None),
+        rank::ReplicaCount::Elastic { min, max } => {
+            tracing::info!(
+                "elastic job (PET_NNODES={min}:{max}): torchrun's own rendezvous owns membership; rankvisor's barrier is off"
+            );
+            return Ok(None);
+        }
+    };
+    let job = job.ok_or_else(|| {
+        format!(
+            "cannot tell the job's name for the rendezvous: MASTER_ADDR={:?} and POD_NAME={:?} are not of the form \
+             <job>-master-0 / <job>-worker-N: expected --job-name (RANKVISOR_JOB_NAME)",
+            rank.master_addr.clone().unwrap_or_default(),
+            std::env::var("POD_NAME").unwrap_or_default()
+        )
+    })?;
+    let (Some(master_addr), Some(master_port)) = (rank.master_addr.clone(), rank.master_port) else {
+        return Err("MASTER_ADDR and MASTER_PORT are needed for the rendezvous".into());
+    };
+    let port = match a.rendezvous_port {
+        Some(0) => return Err("--rendezvous-port 0 is invalid: expected a TCP port from 1 to 65535".into()),
+        Some(p) => p,
+        None => master_port.checked_add(1).ok_or_else(|| {
+            "MASTER_PORT=65535 leaves no default rendezvous port (MASTER_PORT+1): expected --rendezvous-port"
+                .to_string()
+        })?,
+    };
+    let token = match std::env::var("RANKVISOR_JOB_TOKEN") {
+        Ok(t) if t.is_empty() => return Err("RANKVISOR_JOB_TOKEN is set but empty: expected a secret, or unset".into()),
+        Ok(t) => Some(t.into_bytes()),
+        Err(_) => None,
+    };
+    if a.rendezvous_timeout.is_zero() {
+        return Err("--rendezvous-timeout is 0s: expected a positive duration".into());
+    }
+    let node = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into())
+    });
+    Ok(Some(job_link::JobLinkConfig {
+        identity: rendezvous::Identity { job, replica_index: rank.replica_index, replica_count: count, node },
+        master: (master_addr, port),
+        listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
+        rendezvous: rendezvous::RendezvousConfig {
+            barrier_timeout: a.rendezvous_timeout,
+            token,
+            ..rendezvous::RendezvousConfig::default()
+        },
+        scope: a.restart_scope,
+    }))
+}
+
 fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> i32 {
     let Some((program, args)) = command.split_first() else {
         return config_error("no command to supervise: expected `rankvisor [OPTIONS] -- COMMAND [ARGS]...`");
@@ -362,8 +432,14 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
-    let identity = rankvisor::report::identity(|k| std::env::var(k).ok(), Some(&rank));
-    let _ = (rank, a.restart_scope);
+    let mut identity = rankvisor::report::identity(|k| std::env::var(k).ok(), Some(&rank));
+    if a.job_name.is_some() {
+        identity.job = a.job_name.clone();
+    }
+    let link_cfg = match job_link_config(&a, &rank, identity.job.clone()) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
     let status_sink = match a.status_fd.map(rankvisor::status_sink::StatusSink::from_fd).transpose() {
         Ok(s) => s,
         Err(e) => return config_error(&e.to_string()),
@@ -386,6 +462,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             return exit::EXTERNAL_FAILURE;
         }
     };
+    let (status, _keep) = tokio::sync::watch::channel(Default::default());
     let health = match source {
         NodeHealthSource::File(path) => {
             let _guard = runtime.enter();
@@ -396,16 +473,32 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         }
         _ => None,
     };
+    let health_rx = health.as_ref().map(|g| g.rx.clone());
+    let link = match link_cfg {
+        Some(lc) => {
+            let _guard = runtime.enter();
+            let rdzv_health = job_link::rendezvous_health(health_rx.clone());
+            match job_link::start(lc, rdzv_health, status.subscribe()) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    let msg = format!("rendezvous failed: {e}");
+                    error!("{msg}");
+                    write_termination(None, &msg);
+                    return exit::EXTERNAL_FAILURE;
+                }
+            }
+        }
+        None => None,
+    };
     let cfg = driver::DriverConfig {
         supervisor,
         command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
         heartbeat_file: a.heartbeat_file,
         termination_log: a.termination_log.or_else(termination::default_path),
-        generation_requests: None,
+        generation_requests: link.as_ref().map(|l| l.generation_requests.clone()),
         status_sink,
         health,
     };
-    let (status, _keep) = tokio::sync::watch::channel(Default::default());
     let reporting_cfg = rankvisor::reporting::ReportingConfig {
         http: a.http_addr,
         webhook: a.report_url.map(|url| rankvisor::webhook::WebhookConfig {
@@ -413,10 +506,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             ..rankvisor::webhook::WebhookConfig::new(url)
         }),
     };
-    let health_rx = cfg.health.as_ref().map(|g| g.rx.clone());
     let reporting =
         runtime.block_on(rankvisor::reporting::start(reporting_cfg, identity, status.subscribe(), health_rx));
-    let code = match runtime.block_on(driver::supervise(cfg, signals, status, driver::Links::default())) {
+    let links = link.map(|l| l.links).unwrap_or_default();
+    let code = match runtime.block_on(driver::supervise(cfg, signals, status, links)) {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");

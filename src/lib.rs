@@ -25,6 +25,7 @@ pub mod exit;
 pub mod health;
 pub mod heartbeat;
 pub mod http;
+pub mod job_link;
 pub mod logging;
 pub mod process;
 pub mod rank;

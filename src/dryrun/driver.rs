@@ -742,6 +742,8 @@ impl Driver {
             }
         }
         cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+        // What the downward API gives a real pod: the launcher names its job and itself from it.
+        cmd.env("POD_NAME", &spec.pod).env("POD_NAMESPACE", "default").env("NODE_NAME", "localhost");
         cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(false);
         match &self.opts.logs {
             Some(dir) => {

@@ -189,10 +189,13 @@ impl MasterHandle {
             .map_err(|_| RendezvousError::MasterStopped)?
             .map_err(|current| RendezvousError::StaleGeneration { requested: generation, current })?;
         let mut released = self.released.clone();
+        // Copy the generation out at once: the watch guard must not live across an await (Send).
         let done =
-            tokio::time::timeout(self.barrier_timeout, released.wait_for(|r| r.is_some_and(|g| g >= generation))).await;
+            tokio::time::timeout(self.barrier_timeout, released.wait_for(|r| r.is_some_and(|g| g >= generation)))
+                .await
+                .map(|r| r.map(|g| *g));
         match done {
-            Ok(Ok(g)) => Ok(Released { generation: (*g).unwrap_or(generation), waited: started.elapsed() }),
+            Ok(Ok(g)) => Ok(Released { generation: g.unwrap_or(generation), waited: started.elapsed() }),
             Ok(Err(_)) => Err(RendezvousError::MasterStopped),
             Err(_) => {
                 let (reply, answer) = oneshot::channel();

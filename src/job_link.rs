@@ -1,0 +1,301 @@
+//! The glue between the rendezvous and the supervisor: the first barrier as the driver's start
+//! gate, then orders and generation changes as supervisor events, and this replica's status
+//! streamed to the master. All policy stays in `supervise` (what a new generation does to the
+//! child) and `rendezvous` (who may join, when everyone is released); this only connects them.
+
+use crate::driver::{Links, StartGate};
+use crate::health::Observation;
+use crate::rendezvous::{
+    self, ControlEvent, Health, Identity, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
+    WorkerSession,
+};
+use crate::report::{LocalStatus, ReplicaState};
+use crate::supervise::{Event, GiveUp, RestartScope};
+use std::net::SocketAddr;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{info, warn};
+
+/// Where and how this replica meets the others.
+#[derive(Debug, Clone)]
+pub struct JobLinkConfig {
+    /// Who this replica is.
+    pub identity: Identity,
+    /// The master's rendezvous address (workers dial it).
+    pub master: (String, u16),
+    /// Where the master listens.
+    pub listen: SocketAddr,
+    /// Timeouts, token, frame limit.
+    pub rendezvous: RendezvousConfig,
+    /// What a failure restarts.
+    pub scope: RestartScope,
+}
+
+/// What the supervisor gets: its links, and where it asks for a new generation (job scope).
+pub struct JobLink {
+    /// The start gate and the control channel for `driver::supervise`.
+    pub links: Links,
+    /// The driver's `generation_requests`.
+    pub generation_requests: mpsc::UnboundedSender<()>,
+    /// The master's job view, kept current (None on workers).
+    pub job_view: Option<watch::Receiver<serde_json::Value>>,
+}
+
+/// The node's health as the rendezvous carries it, following the node-health source.
+pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch::Receiver<Health> {
+    fn health_of(obs: &Observation) -> Health {
+        match obs {
+            Ok(v) => Health { healthy: v.healthy, verdict: serde_json::to_value(v).unwrap_or_default() },
+            Err(e) => Health { healthy: false, verdict: serde_json::json!({ "error": e.to_string() }) },
+        }
+    }
+    let Some(mut source) = source else {
+        return Health { healthy: true, verdict: serde_json::Value::Null }.fixed();
+    };
+    let (tx, rx) = watch::channel(health_of(&source.borrow_and_update()));
+    tokio::spawn(async move {
+        while source.changed().await.is_ok() {
+            let h = health_of(&source.borrow_and_update());
+            if tx.send(h).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn update_of(s: &LocalStatus) -> StateUpdate {
+    StateUpdate {
+        state: s.state,
+        restart_count: s.restart_count,
+        generation: s.generation,
+        last_exit: s.last_exit.map(|h| h.code()),
+        report: serde_json::to_value(s).unwrap_or_default(),
+    }
+}
+
+fn rendezvous_failed(what: &str, e: &RendezvousError) -> GiveUp {
+    GiveUp { state: ReplicaState::Failed, message: format!("{what}: {e}") }
+}
+
+/// Wait until the child is gone (stopped for a new generation, or finished).
+async fn child_gone(status: &mut watch::Receiver<LocalStatus>) {
+    loop {
+        let gone = status.borrow_and_update().child_pid.is_none();
+        if gone || status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn gate_of(rx: oneshot::Receiver<Result<(), GiveUp>>) -> Result<(), GiveUp> {
+    rx.await.unwrap_or_else(|_| {
+        Err(GiveUp { state: ReplicaState::Failed, message: "the rendezvous task ended before the barrier".into() })
+    })
+}
+
+/// Start this replica's side of the rendezvous (inside the runtime): the master listens at once;
+/// a worker starts dialling. The driver's start gate passes when the first barrier releases.
+pub fn start(
+    cfg: JobLinkConfig,
+    health: watch::Receiver<Health>,
+    status: watch::Receiver<LocalStatus>,
+) -> Result<JobLink, RendezvousError> {
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let (gen_tx, gen_rx) = mpsc::unbounded_channel();
+    let (gate_tx, gate_rx) = oneshot::channel();
+    let start_gate: StartGate = Box::pin(gate_of(gate_rx));
+    let job_view = if cfg.identity.replica_index == 0 {
+        let listener = rendezvous::listen(cfg.listen)?;
+        let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
+        let (view_tx, view_rx) = watch::channel(serde_json::Value::Null);
+        tokio::spawn(run_master(master, status, ctl_tx, gen_rx, gate_tx, view_tx));
+        Some(view_rx)
+    } else {
+        tokio::spawn(run_worker(cfg, health, status, ctl_tx, gen_rx, gate_tx));
+        None
+    };
+    Ok(JobLink {
+        links: Links { start_gate: Some(start_gate), control: Some(ctl_rx) },
+        generation_requests: gen_tx,
+        job_view,
+    })
+}
+
+async fn run_master(
+    mut master: MasterHandle,
+    mut status: watch::Receiver<LocalStatus>,
+    ctl: mpsc::UnboundedSender<Event>,
+    mut gen_rx: mpsc::UnboundedReceiver<()>,
+    gate: oneshot::Sender<Result<(), GiveUp>>,
+    view: watch::Sender<serde_json::Value>,
+) {
+    let mut generation = match master.barrier(0).await {
+        Ok(r) => {
+            let _ = gate.send(Ok(()));
+            r.generation
+        }
+        Err(e) => {
+            let _ = gate.send(Err(rendezvous_failed("rendezvous failed", &e)));
+            return;
+        }
+    };
+    let publish_view = |m: &MasterHandle| {
+        view.send_replace(serde_json::to_value(m.job_view()).unwrap_or_default());
+    };
+    publish_view(&master);
+    loop {
+        let next = tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let update = update_of(&status.borrow_and_update());
+                master.publish_own_state(update);
+                None
+            }
+            event = master.events().recv() => match event {
+                None => return,
+                Some(ControlEvent::Rejoin { index, generation: g }) if g > generation => {
+                    info!(replica = index, generation = g, "rendezvous: a replica asks for a new generation");
+                    Some(g)
+                }
+                Some(ControlEvent::Lost { index, reason }) => {
+                    warn!(replica = index, "rendezvous: replica lost: {reason}");
+                    None
+                }
+                Some(ControlEvent::Joined { index, node, .. }) => {
+                    info!(replica = index, node, "rendezvous: replica (re)joined");
+                    None
+                }
+                Some(_) => None,
+            },
+            request = gen_rx.recv() => match request {
+                Some(()) => Some(generation + 1),
+                None => return,
+            },
+        };
+        publish_view(&master);
+        if let Some(g) = next {
+            // Every child stops; the barrier orders the workers to Restart{g} and waits for them.
+            let _ = ctl.send(Event::NewGeneration { generation: g });
+            match master.barrier(g).await {
+                Ok(r) => {
+                    generation = r.generation;
+                    info!(generation, "rendezvous: released a new generation");
+                    let _ = ctl.send(Event::Released { generation });
+                }
+                Err(e) => {
+                    let _ = ctl
+                        .send(Event::GiveUp(rendezvous_failed(&format!("rendezvous for generation {g} failed"), &e)));
+                    return;
+                }
+            }
+            publish_view(&master);
+        }
+    }
+}
+
+async fn run_worker(
+    cfg: JobLinkConfig,
+    health: watch::Receiver<Health>,
+    mut status: watch::Receiver<LocalStatus>,
+    ctl: mpsc::UnboundedSender<Event>,
+    mut gen_rx: mpsc::UnboundedReceiver<()>,
+    gate: oneshot::Sender<Result<(), GiveUp>>,
+) {
+    let join = || rendezvous::join(cfg.master.clone(), cfg.identity.clone(), health.clone(), cfg.rendezvous.clone());
+    let mut session: WorkerSession = match join().await {
+        Ok(s) => {
+            let _ = gate.send(Ok(()));
+            s
+        }
+        Err(e) => {
+            let _ = gate.send(Err(rendezvous_failed("rendezvous failed", &e)));
+            return;
+        }
+    };
+    let mut waiter = status.clone();
+    let mut generation = session.generation();
+    let mut requests_open = true;
+    loop {
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let update = update_of(&status.borrow_and_update());
+                let _ = session.send_state(update);
+            }
+            order = session.next_order() => match order {
+                Some(Order::Restart { generation: g }) => {
+                    let _ = ctl.send(Event::NewGeneration { generation: g });
+                    child_gone(&mut waiter).await;
+                    match session.rejoin(g).await {
+                        Ok(r) => {
+                            generation = r.generation;
+                            let _ = ctl.send(Event::Released { generation });
+                        }
+                        Err(e) => {
+                            let _ = ctl.send(Event::GiveUp(rendezvous_failed(&format!("rejoining generation {g} failed"), &e)));
+                            return;
+                        }
+                    }
+                }
+                Some(Order::Stop { reason }) => {
+                    let message = format!("stopped by the master: {reason}");
+                    let _ = ctl.send(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }));
+                    return;
+                }
+                None => {
+                    let reason = session.lost_reason().unwrap_or("connection closed").to_string();
+                    match cfg.scope {
+                        RestartScope::Replica => {
+                            // The seed's behaviour: workers outlive the master; keep training, and
+                            // meet a recreated master when it comes back.
+                            warn!("rendezvous: lost the master ({reason}); training continues; reconnecting");
+                            match join().await {
+                                Ok(s) => {
+                                    info!("rendezvous: reconnected to the master");
+                                    session = s;
+                                }
+                                Err(e) => {
+                                    warn!("rendezvous: could not reconnect to the master: {e}; training continues");
+                                    return;
+                                }
+                            }
+                        }
+                        RestartScope::Job => {
+                            warn!("rendezvous: lost the master ({reason}); stopping the child and waiting for a new generation");
+                            let _ = ctl.send(Event::NewGeneration { generation: generation + 1 });
+                            child_gone(&mut waiter).await;
+                            match join().await {
+                                Ok(s) => {
+                                    session = s;
+                                    generation = session.generation();
+                                    let _ = ctl.send(Event::Released { generation });
+                                }
+                                Err(e) => {
+                                    let _ = ctl.send(Event::GiveUp(rendezvous_failed("lost the master and could not rejoin", &e)));
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+            request = gen_rx.recv(), if requests_open => match request {
+                Some(()) => match session.rejoin(generation + 1).await {
+                    Ok(r) => {
+                        generation = r.generation;
+                        let _ = ctl.send(Event::Released { generation });
+                    }
+                    Err(e) => {
+                        let _ = ctl.send(Event::GiveUp(rendezvous_failed("asking for a new generation failed", &e)));
+                        return;
+                    }
+                },
+                None => requests_open = false,
+            },
+        }
+    }
+}
