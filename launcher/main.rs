@@ -151,6 +151,10 @@ struct SuperviseArgs {
     /// Treat a node without the node-health-status label as unhealthy.
     #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
     require_health_label: bool,
+    /// on: replicas meet at a barrier before the first start (jobs of several replicas). off: no
+    /// barrier and no control channel (when not every replica runs rankvisor).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS", default_value = "on", value_parser = ["on", "off"])]
+    rendezvous: String,
     /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT")]
     rendezvous_port: Option<u16>,
@@ -365,6 +369,9 @@ fn job_link_config(
     rank: &rank::RankEnv,
     job: Option<String>,
 ) -> Result<Option<job_link::JobLinkConfig>, String> {
+    if a.rendezvous == "off" {
+        return Ok(None);
+    }
     let count = match rank.replica_count {
         rank::ReplicaCount::Fixed { count } if count > 1 => count,
         rank::ReplicaCount::Fixed { .. } => return Ok(None),

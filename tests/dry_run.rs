@@ -242,7 +242,11 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
         "command: [\"sh\", \"-c\", \"if [ -e {m} ]; then sleep 0.5; exit 0; fi; if [ $RANKVISOR_RESTART_COUNT -ge 2 ]; then touch {m}; exec sleep 30; fi; sleep 0.2; exit 1\"]",
         m = marker.display()
     );
-    let text = example_text("pytorchjob.yaml").replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1);
+    // The workers outlive the deletion: they reconnect to the recreated master, whose barrier then
+    // releases it (a recreated master whose workers have all finished would wait for them in vain).
+    let text = example_text("pytorchjob.yaml")
+        .replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1)
+        .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", "command: [\"sh\", \"-c\", \"sleep 7\"]");
     let manifest = write(&dir, "job.yaml", &text);
     let r = json_run(&manifest, &["--backoff-max", "1s", "--inject", "delete:master-0@4s"]);
     assert_eq!(r.code, 0, "{}", r.explain());

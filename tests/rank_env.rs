@@ -155,7 +155,7 @@ fn no_command() {
 fn a_good_seed_000_worker_env_runs_the_child() {
     // The control for all of the above: the same env, unmodified, is accepted.
     let dir = TestDir::new("good");
-    let rv = with_env(Rv::new(&dir).args(["--restart-policy", "Never"]), &seed_000("2"), &[]);
+    let rv = with_env(Rv::new(&dir).args(["--restart-policy", "Never", "--rendezvous", "off"]), &seed_000("2"), &[]);
     let out = rv.sh(&format!("touch {}", q(&dir.file("ran")))).run();
     out.assert_code(0);
     assert!(dir.join("ran").exists());
