@@ -24,6 +24,7 @@ pub mod duration;
 pub mod exit;
 pub mod health;
 pub mod heartbeat;
+pub mod kube;
 pub mod logging;
 pub mod process;
 pub mod rank;

@@ -1,0 +1,373 @@
+//! HTTPS to the API server: only the configured CA is trusted, the bearer token is read from its
+//! file before every request (projected tokens rotate) and never logged.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::config::KubeConfig;
+use super::wire::{parse_status, parse_watch_event, LineBuffer, Node, WatchEvent};
+
+/// Longest wait for a TCP (and TLS) connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for a GET's whole answer, or for a watch's response headers.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Largest token file read.
+const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// Why a request to the API server failed. Carries text only, so that it can be compared and
+/// cloned into health observations; the token never appears in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeError {
+    /// The token file is missing, unreadable or empty.
+    #[error("service-account token file {path}: {problem}: expected a file holding a bearer token")]
+    Token {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The CA file is missing, unreadable or holds no PEM certificate.
+    #[error("Kubernetes CA file {path}: {problem}: expected a PEM bundle with the cluster CA")]
+    Ca {
+        /// The CA file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The HTTPS client could not be set up.
+    #[error("cannot set up the HTTPS client: {problem}")]
+    Client {
+        /// What went wrong.
+        problem: String,
+    },
+    /// The server's certificate is not trusted (wrong CA, wrong host name, expired...).
+    #[error("TLS with the Kubernetes API at {url} failed: {problem}: expected a server certificate issued by the CA in {ca} for this address")]
+    Tls {
+        /// The URL requested.
+        url: String,
+        /// The CA file used.
+        ca: PathBuf,
+        /// The TLS library's reason.
+        problem: String,
+    },
+    /// No connection, a connection cut, or no answer in time.
+    #[error("cannot reach the Kubernetes API at {url}: {problem}")]
+    Unreachable {
+        /// The URL requested.
+        url: String,
+        /// What went wrong.
+        problem: String,
+    },
+    /// 401: the server does not accept the token.
+    #[error("the Kubernetes API at {url} rejected the token from {token_file} (401 Unauthorized): expected a valid service-account token")]
+    Unauthorized {
+        /// The URL requested.
+        url: String,
+        /// Where the token came from.
+        token_file: PathBuf,
+    },
+    /// 403: RBAC does not allow the request.
+    #[error("the Kubernetes API refused access (403 Forbidden): {message}: expected RBAC that grants get and watch on nodes to this service account (a ClusterRole and ClusterRoleBinding)")]
+    Forbidden {
+        /// The server's message (who cannot do what).
+        message: String,
+    },
+    /// 404: no Node of that name.
+    #[error("node {node:?} not found in the Kubernetes API (404): expected --node-name (NODE_NAME, from the downward API's spec.nodeName) to name this pod's node")]
+    NodeNotFound {
+        /// The node asked for.
+        node: String,
+    },
+    /// Any other unexpected HTTP status.
+    #[error("the Kubernetes API at {url} answered {code}: {message}")]
+    Http {
+        /// The URL requested.
+        url: String,
+        /// The HTTP status.
+        code: u16,
+        /// The server's message, or the start of the body.
+        message: String,
+    },
+    /// A 2xx answer that is not what was asked for.
+    #[error("unexpected answer from the Kubernetes API at {url}: {problem}")]
+    Decode {
+        /// The URL requested.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The watch stream broke: cut mid-event, silent for too long, or not events.
+    #[error("watch of node {node:?} broke: {problem}")]
+    Watch {
+        /// The node watched.
+        node: String,
+        /// What happened.
+        problem: String,
+    },
+}
+
+/// A client for one API server; cheap to clone.
+#[derive(Clone)]
+pub struct KubeClient {
+    http: reqwest::Client,
+    cfg: KubeConfig,
+}
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeClient").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl KubeClient {
+    /// A client that trusts only the certificates in `cfg.ca_file` (read now).
+    pub fn new(cfg: KubeConfig) -> Result<Self, KubeError> {
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
+            .no_proxy();
+        if cfg.api_server.starts_with("https://") {
+            for cert in read_ca(&cfg.ca_file)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| KubeError::Client { problem: chain(&e) })?;
+        Ok(Self { http, cfg })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &KubeConfig {
+        &self.cfg
+    }
+
+    /// GET the Node.
+    pub async fn get_node(&self, node: &str) -> Result<Node, KubeError> {
+        let url = format!("{}/api/v1/nodes/{node}", self.cfg.api_server);
+        let resp = self.send(&url, Some(REQUEST_TIMEOUT), node).await?;
+        let body = resp.bytes().await.map_err(|e| self.transport(&url, &e))?;
+        serde_json::from_slice(&body).map_err(|e| KubeError::Decode { url, problem: format!("not a Node: {e}") })
+    }
+
+    /// Start watching the Node from `resource_version`; the server ends the stream after
+    /// `timeout_seconds`, and silence for `idle` (beyond that) counts as a dropped stream.
+    pub async fn watch_node(
+        &self,
+        node: &str,
+        resource_version: &str,
+        timeout_seconds: u64,
+        idle: Duration,
+    ) -> Result<NodeWatch, KubeError> {
+        let url = format!(
+            "{}/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{node}&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}",
+            self.cfg.api_server,
+            query_escape(resource_version),
+        );
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&url, None, node))
+            .await
+            .map_err(|_| KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") })??;
+        Ok(NodeWatch { resp, node: node.to_string(), lines: LineBuffer::default(), queue: VecDeque::new(), idle })
+    }
+
+    /// Send a GET with a freshly read token; non-2xx answers become errors naming the cause.
+    async fn send(&self, url: &str, timeout: Option<Duration>, node: &str) -> Result<reqwest::Response, KubeError> {
+        let token = read_token(&self.cfg.token_file)?;
+        let mut req = self.http.get(url).bearer_auth(token).header("Accept", "application/json");
+        if let Some(t) = timeout {
+            req = req.timeout(t);
+        }
+        let resp = req.send().await.map_err(|e| self.transport(url, &e))?;
+        let code = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let body = resp.bytes().await.unwrap_or_default();
+        let status = parse_status(&body);
+        let message = match &status {
+            Some(s) if !s.message.is_empty() => s.message.clone(),
+            _ => String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string(),
+        };
+        Err(match code {
+            401 => KubeError::Unauthorized { url: url.to_string(), token_file: self.cfg.token_file.clone() },
+            403 => KubeError::Forbidden { message },
+            404 => KubeError::NodeNotFound { node: node.to_string() },
+            _ => KubeError::Http { url: url.to_string(), code, message },
+        })
+    }
+
+    /// Classify a transport failure: TLS trust problems are told apart from unreachability.
+    fn transport(&self, url: &str, e: &reqwest::Error) -> KubeError {
+        let problem = chain(e);
+        let lower = problem.to_lowercase();
+        if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+            KubeError::Tls { url: url.to_string(), ca: self.cfg.ca_file.clone(), problem }
+        } else if e.is_timeout() {
+            KubeError::Unreachable { url: url.to_string(), problem: format!("timed out ({problem})") }
+        } else {
+            KubeError::Unreachable { url: url.to_string(), problem }
+        }
+    }
+}
+
+/// An open watch on one Node.
+pub struct NodeWatch {
+    resp: reqwest::Response,
+    node: String,
+    lines: LineBuffer,
+    queue: VecDeque<Vec<u8>>,
+    idle: Duration,
+}
+
+impl NodeWatch {
+    /// The next event; `Ok(None)` when the server ended the stream cleanly.
+    pub async fn next(&mut self) -> Result<Option<WatchEvent>, KubeError> {
+        loop {
+            if let Some(line) = self.queue.pop_front() {
+                return parse_watch_event(&line)
+                    .map(Some)
+                    .map_err(|e| KubeError::Watch { node: self.node.clone(), problem: e.to_string() });
+            }
+            let chunk = match tokio::time::timeout(self.idle, self.resp.chunk()).await {
+                Err(_) => return Err(self.broke(format!("no data for {:?}", self.idle))),
+                Ok(Err(e)) => return Err(self.broke(format!("connection lost: {}", chain(&e)))),
+                Ok(Ok(None)) if self.lines.has_partial() => {
+                    return Err(self.broke("the stream ended in the middle of an event".into()))
+                }
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            let lines = self.lines.push(&chunk).map_err(|e| self.broke(e.to_string()))?;
+            self.queue.extend(lines);
+        }
+    }
+
+    fn broke(&self, problem: String) -> KubeError {
+        KubeError::Watch { node: self.node.clone(), problem }
+    }
+}
+
+/// Every message in the error's source chain, without repeats: reqwest's own says little.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let msg = err.to_string();
+        // reqwest's and hyper's wrappers only repeat the URL or say "client error (Connect)".
+        let generic = msg.starts_with("error sending request for url") || msg.starts_with("client error (");
+        if !generic && !parts.iter().any(|p| p.contains(&msg)) {
+            parts.push(msg);
+        }
+        cur = err.source();
+    }
+    if parts.is_empty() {
+        return e.to_string();
+    }
+    parts.join(": ")
+}
+
+/// The token, trimmed; read fresh each time because the kubelet rotates projected tokens.
+fn read_token(path: &Path) -> Result<String, KubeError> {
+    use std::io::Read;
+    let err = |problem: String| KubeError::Token { path: path.to_path_buf(), problem };
+    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKEN_BYTES + 1).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_TOKEN_BYTES {
+        return Err(err(format!("larger than {MAX_TOKEN_BYTES} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8".into()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(err("empty".into()));
+    }
+    if token.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(err("contains spaces or control characters".into()));
+    }
+    Ok(token.to_string())
+}
+
+/// The CA certificates, parsed once at start.
+fn read_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, KubeError> {
+    let err = |problem: String| KubeError::Ca { path: path.to_path_buf(), problem };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(chain(&e)))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificate in it".into()));
+    }
+    Ok(certs)
+}
+
+/// Resource versions are opaque strings; escape anything but unreserved characters.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str, content: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rv-kube-client-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    #[test]
+    fn token_is_trimmed_and_checked() {
+        assert_eq!(read_token(&temp("t1", b"abc.def\n")).unwrap(), "abc.def");
+        for (name, content, problem) in [
+            ("t2", &b" \n"[..], "empty"),
+            ("t3", &b"a b"[..], "contains spaces or control characters"),
+            ("t4", &b"\xff"[..], "not UTF-8"),
+        ] {
+            let p = temp(name, content);
+            assert_eq!(read_token(&p), Err(KubeError::Token { path: p.clone(), problem: problem.into() }));
+        }
+        let missing = PathBuf::from("/nonexistent/token");
+        let e = read_token(&missing).unwrap_err();
+        assert!(e.to_string().starts_with("service-account token file /nonexistent/token: No such file"), "{e}");
+        let big = temp("t5", &vec![b'a'; MAX_TOKEN_BYTES as usize + 1]);
+        assert!(read_token(&big).unwrap_err().to_string().contains("larger than"));
+    }
+
+    #[test]
+    fn errors_never_show_the_token() {
+        let p = temp("t6", b"secret-token-value");
+        let e = KubeError::Unauthorized { url: "https://h".into(), token_file: p };
+        assert!(!e.to_string().contains("secret-token-value"));
+        assert!(!format!("{e:?}").contains("secret-token-value"));
+    }
+
+    #[test]
+    fn ca_file_problems_are_named() {
+        let e = read_ca(Path::new("/nonexistent/ca.crt")).unwrap_err();
+        assert!(e.to_string().starts_with("Kubernetes CA file /nonexistent/ca.crt: No such file"), "{e}");
+        let p = temp("ca-empty", b"hello\n");
+        let e = read_ca(&p).unwrap_err();
+        assert_eq!(e, KubeError::Ca { path: p, problem: "no PEM certificate in it".into() });
+    }
+
+    #[test]
+    fn resource_versions_are_escaped() {
+        assert_eq!(query_escape("12345"), "12345");
+        assert_eq!(query_escape("a&b=c d"), "a%26b%3Dc%20d");
+    }
+
+    #[test]
+    fn messages_name_the_cause() {
+        let f = KubeError::Forbidden { message: "nodes \"n1\" is forbidden: User \"x\" cannot get".into() };
+        assert!(f.to_string().contains("403 Forbidden"));
+        assert!(f.to_string().contains("get and watch on nodes"));
+        let n = KubeError::NodeNotFound { node: "n9".into() };
+        assert!(n.to_string().contains("\"n9\" not found") && n.to_string().contains("NODE_NAME"));
+    }
+}
