@@ -12,6 +12,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
+RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
+export RANKVISOR_TEST_KUBE_APISERVER
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else

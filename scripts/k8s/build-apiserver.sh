@@ -21,6 +21,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ -x "$BIN" ]; then
   if [ ${#need[@]} -gt 0 ]; then
     t "installing ${need[*]}"
+    apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
   fi
   echo "$BIN"; exit 0
@@ -35,6 +36,7 @@ if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 W="$CACHE/build-$HASH"
 rm -rf "$W"; mkdir -p "$W/apt/lists/partial" "$W/apt/parts"; cd "$W"
 t "apt-get install (go, etcd, rsync, openssl)"
+apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go etcd-server etcd-client rsync openssl curl dpkg-dev \
   golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev >/dev/null
 # deb-src list derived from the machine's own Debian source entry, kept in a private apt state dir
