@@ -254,13 +254,22 @@ fn in_cluster() -> bool {
         && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
 }
 
-/// The source to use: `auto` resolved.
-fn resolve_source(source: NodeHealthSource) -> Result<NodeHealthSource, String> {
-    Ok(source.resolve_auto(in_cluster()))
+/// The source to use: `auto` resolved (in a cluster without NODE_NAME it cannot name the node: off).
+fn resolve_source(source: NodeHealthSource, kube: &KubeArgs) -> Result<NodeHealthSource, String> {
+    let was_auto = matches!(source, NodeHealthSource::Auto);
+    match source.resolve_auto(in_cluster()) {
+        NodeHealthSource::Kubernetes if was_auto && kube.node_name.is_none() => {
+            tracing::warn!(
+                "in-cluster, but NODE_NAME is not set (expected from the downward API's spec.nodeName): node health is off"
+            );
+            Ok(NodeHealthSource::Off)
+        }
+        other => Ok(other),
+    }
 }
 
 fn cmd_check_node(json: bool, source: NodeHealthSource, require: bool, kube: &KubeArgs) -> i32 {
-    let observation = match resolve_source(source) {
+    let observation = match resolve_source(source, kube) {
         Ok(NodeHealthSource::File(p)) => health::read_file_verdict(&p, require),
         Ok(NodeHealthSource::Kubernetes) => {
             let (client, node) = match kube.client() {
@@ -407,7 +416,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
         }
     }
-    let source = match resolve_source(a.node_health.clone()) {
+    let source = match resolve_source(a.node_health.clone(), &a.kube) {
         Ok(s) => s,
         Err(e) => return config_error(&e),
     };

@@ -98,7 +98,9 @@ impl ApiServer {
     }
 
     fn create_node(&self, name: &str, status: &str) {
-        let node = format!(r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}","labels":{{"{STATUS}":"{status}"}}}}}}"#);
+        let node = format!(
+            r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}","labels":{{"{STATUS}":"{status}"}}}}}}"#
+        );
         let (code, body) = self.admin("POST", "/api/v1/nodes", "application/json", &node);
         assert_eq!(code, 201, "create node: {body}");
     }
@@ -315,7 +317,11 @@ fn refusals_name_the_cause_and_a_fixed_token_is_picked_up() {
         let out = finish(spawn_rankvisor(&run, &flags, &["--node-health-timeout", "1500ms"]), Duration::from_secs(30));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(138), "{name}: {stderr}");
-        assert!(t.elapsed() >= Duration::from_millis(1500), "{name}: gave up after {:?}, before the timeout", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(1500),
+            "{name}: gave up after {:?}, before the timeout",
+            t.elapsed()
+        );
         assert!(!run.join("started").exists(), "{name}: the child must not start");
         let reason = termination_log(&run);
         for e in &expected {
@@ -323,7 +329,10 @@ fn refusals_name_the_cause_and_a_fixed_token_is_picked_up() {
         }
         assert!(stderr.contains("retrying"), "{name}: retries must be logged: {stderr}");
         for secret in ["KUBE_READER_TOKEN", "KUBE_NOBODY_TOKEN", "KUBE_ADMIN_TOKEN"] {
-            assert!(!stderr.contains(api.get(secret)) && !reason.contains(api.get(secret)), "{name}: a token was logged");
+            assert!(
+                !stderr.contains(api.get(secret)) && !reason.contains(api.get(secret)),
+                "{name}: a token was logged"
+            );
         }
         eprintln!("{name}: {reason}");
         // check-node: one GET, the same message.
@@ -372,7 +381,8 @@ fn apiserver_restart_and_token_rotation_mid_run() {
     api.stop(true);
     let tokens = api.dir.join("pki/tokens.csv");
     let csv = std::fs::read_to_string(&tokens).unwrap();
-    let kept: String = csv.lines().filter(|l| !l.starts_with(api.get("KUBE_READER_TOKEN"))).map(|l| format!("{l}\n")).collect();
+    let kept: String =
+        csv.lines().filter(|l| !l.starts_with(api.get("KUBE_READER_TOKEN"))).map(|l| format!("{l}\n")).collect();
     assert_eq!(kept.lines().count(), csv.lines().count() - 1);
     std::fs::write(&tokens, kept).unwrap();
     // While the server is down, the healthy run is not disturbed.

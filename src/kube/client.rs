@@ -165,9 +165,9 @@ impl KubeClient {
             self.cfg.api_server,
             query_escape(resource_version),
         );
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&url, None, node))
-            .await
-            .map_err(|_| KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") })??;
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&url, None, node)).await.map_err(|_| {
+            KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") }
+        })??;
         Ok(NodeWatch { resp, node: node.to_string(), lines: LineBuffer::default(), queue: VecDeque::new(), idle })
     }
 

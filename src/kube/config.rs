@@ -112,7 +112,8 @@ impl KubeConfig {
 
 /// `https://HOST:PORT` from the variables the kubelet injects; IPv6 hosts get brackets.
 fn in_cluster_url(env: &impl Fn(&str) -> Option<String>) -> Result<String, KubeConfigError> {
-    let nonempty = |k: &'static str| env(k).filter(|v| !v.trim().is_empty()).ok_or(KubeConfigError::NoServer { missing: k });
+    let nonempty =
+        |k: &'static str| env(k).filter(|v| !v.trim().is_empty()).ok_or(KubeConfigError::NoServer { missing: k });
     let host = nonempty("KUBERNETES_SERVICE_HOST")?;
     let port = nonempty("KUBERNETES_SERVICE_PORT")?;
     let port: u16 = port.trim().parse().map_err(|_| KubeConfigError::BadServer {
@@ -265,7 +266,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("namespace");
         std::fs::write(&f, "team-a\n").unwrap();
-        let o = KubeOverrides { api_server: Some("https://h".into()), namespace_file: Some(f.clone()), ..Default::default() };
+        let o = KubeOverrides {
+            api_server: Some("https://h".into()),
+            namespace_file: Some(f.clone()),
+            ..Default::default()
+        };
         let c = KubeConfig::resolve(&o, env(&[])).unwrap();
         assert_eq!(c.namespace().as_deref(), Some("team-a"));
         std::fs::write(&f, " \n").unwrap();

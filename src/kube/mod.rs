@@ -9,8 +9,8 @@ mod wire;
 pub use backoff::Backoff;
 pub use client::{KubeClient, KubeError, NodeWatch};
 pub use config::{
-    check_node_name, KubeConfig, KubeConfigError, KubeOverrides, DEFAULT_CA_FILE, DEFAULT_NAMESPACE_FILE, DEFAULT_TOKEN_FILE,
-    SERVICE_ACCOUNT_DIR,
+    check_node_name, KubeConfig, KubeConfigError, KubeOverrides, DEFAULT_CA_FILE, DEFAULT_NAMESPACE_FILE,
+    DEFAULT_TOKEN_FILE, SERVICE_ACCOUNT_DIR,
 };
 pub use wire::{
     parse_status, parse_watch_event, LineBuffer, Node, NodeMetadata, NodeSpec, Status, WatchEvent, WireError,

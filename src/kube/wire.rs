@@ -209,11 +209,7 @@ mod tests {
         assert_eq!(snap.annotations.len(), 1);
         assert_eq!(
             snap.taints,
-            vec![Taint {
-                key: NODE_HEALTH_STATUS.into(),
-                value: "Unschedulable".into(),
-                effect: "NoSchedule".into()
-            }]
+            vec![Taint { key: NODE_HEALTH_STATUS.into(), value: "Unschedulable".into(), effect: "NoSchedule".into() }]
         );
     }
 
