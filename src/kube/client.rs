@@ -133,6 +133,8 @@ impl KubeClient {
             for cert in read_ca(&cfg.ca_file)? {
                 builder = builder.add_root_certificate(cert);
             }
+        } else {
+            tracing::warn!(url = %cfg.api_server, "plain HTTP to the Kubernetes API: the token is sent unencrypted");
         }
         let http = builder.build().map_err(|e| KubeError::Client { problem: chain(&e) })?;
         Ok(Self { http, cfg })
