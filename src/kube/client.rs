@@ -3,10 +3,22 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::{rustls, TlsConnector};
+
 use super::config::KubeConfig;
-use super::wire::{parse_status, parse_watch_event, LineBuffer, Node, WatchEvent};
+use super::wire::{parse_status, parse_watch_event, LineBuffer, Node, WatchEvent, MAX_LINE_BYTES};
 
 /// Longest wait for a TCP (and TLS) connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,11 +119,13 @@ pub enum KubeError {
     },
 }
 
-/// A client for one API server; cheap to clone.
+/// A client for one API server; cheap to clone. One connection per request: the watcher makes
+/// a GET and a long watch every few minutes, so pooling would buy nothing.
 #[derive(Clone)]
 pub struct KubeClient {
-    http: reqwest::Client,
     cfg: KubeConfig,
+    endpoint: Endpoint,
+    tls: Option<TlsConnector>,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -120,24 +134,65 @@ impl std::fmt::Debug for KubeClient {
     }
 }
 
+/// Where to connect, from the normalized `scheme://host[:port]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Endpoint {
+    https: bool,
+    /// Host without IPv6 brackets (for DNS and the TLS server name).
+    host: String,
+    port: u16,
+    /// `host[:port]` as written, for the Host header.
+    authority: String,
+}
+
+fn parse_endpoint(url: &str) -> Result<Endpoint, KubeError> {
+    let bad = |problem: &str| KubeError::Client { problem: format!("API server URL {url:?}: {problem}") };
+    let (https, authority) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(a), _) => (true, a),
+        (None, Some(a)) => (false, a),
+        (None, None) => return Err(bad("expected https:// or http://")),
+    };
+    let default_port = if https { 443 } else { 80 };
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '[' in the host"))?;
+        match after.strip_prefix(':') {
+            Some(p) => (host, p.parse().map_err(|_| bad("port is not a number"))?),
+            None if after.is_empty() => (host, default_port),
+            None => return Err(bad("unexpected text after ']'")),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().map_err(|_| bad("port is not a number"))?),
+            None => (authority, default_port),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    Ok(Endpoint { https, host: host.to_string(), port, authority: authority.to_string() })
+}
+
 impl KubeClient {
     /// A client that trusts only the certificates in `cfg.ca_file` (read now).
     pub fn new(cfg: KubeConfig) -> Result<Self, KubeError> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
-            .no_proxy();
-        if cfg.api_server.starts_with("https://") {
+        let endpoint = parse_endpoint(&cfg.api_server)?;
+        let tls = if endpoint.https {
+            let mut roots = rustls::RootCertStore::empty();
             for cert in read_ca(&cfg.ca_file)? {
-                builder = builder.add_root_certificate(cert);
+                roots.add(cert).map_err(|e| KubeError::Ca { path: cfg.ca_file.clone(), problem: e.to_string() })?;
             }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| KubeError::Client { problem: e.to_string() })?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Some(TlsConnector::from(Arc::new(config)))
         } else {
             tracing::warn!(url = %cfg.api_server, "plain HTTP to the Kubernetes API: the token is sent unencrypted");
-        }
-        let http = builder.build().map_err(|e| KubeError::Client { problem: chain(&e) })?;
-        Ok(Self { http, cfg })
+            None
+        };
+        Ok(Self { cfg, endpoint, tls })
     }
 
     /// The configuration in use.
@@ -147,14 +202,28 @@ impl KubeClient {
 
     /// GET the Node.
     pub async fn get_node(&self, node: &str) -> Result<Node, KubeError> {
-        let url = format!("{}/api/v1/nodes/{node}", self.cfg.api_server);
-        let resp = self.send(&url, Some(REQUEST_TIMEOUT), node).await?;
-        let body = resp.bytes().await.map_err(|e| self.transport(&url, &e))?;
+        let path = format!("/api/v1/nodes/{node}");
+        let url = format!("{}{path}", self.cfg.api_server);
+        let unreachable =
+            || KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") };
+        let body = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            let resp = self.send(&path, node).await?;
+            let limited = http_body_util::Limited::new(resp.into_body(), MAX_LINE_BYTES);
+            match limited.collect().await {
+                Ok(b) => Ok(b.to_bytes()),
+                Err(e) => Err(KubeError::Unreachable {
+                    url: url.clone(),
+                    problem: format!("reading the answer: {}", chain(&*e)),
+                }),
+            }
+        })
+        .await
+        .map_err(|_| unreachable())??;
         serde_json::from_slice(&body).map_err(|e| KubeError::Decode { url, problem: format!("not a Node: {e}") })
     }
 
     /// Start watching the Node from `resource_version`; the server ends the stream after
-    /// `timeout_seconds`, and silence for `idle` (beyond that) counts as a dropped stream.
+    /// `timeout_seconds`, and silence for `idle` counts as a dropped stream.
     pub async fn watch_node(
         &self,
         node: &str,
@@ -162,60 +231,119 @@ impl KubeClient {
         timeout_seconds: u64,
         idle: Duration,
     ) -> Result<NodeWatch, KubeError> {
-        let url = format!(
-            "{}/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{node}&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}",
-            self.cfg.api_server,
+        let path = format!(
+            "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{node}&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}",
             query_escape(resource_version),
         );
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&url, None, node)).await.map_err(|_| {
-            KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") }
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&path, node)).await.map_err(|_| {
+            KubeError::Unreachable {
+                url: format!("{}{path}", self.cfg.api_server),
+                problem: format!("no answer within {REQUEST_TIMEOUT:?}"),
+            }
         })??;
-        Ok(NodeWatch { resp, node: node.to_string(), lines: LineBuffer::default(), queue: VecDeque::new(), idle })
+        Ok(NodeWatch {
+            body: resp.into_body(),
+            node: node.to_string(),
+            lines: LineBuffer::default(),
+            queue: VecDeque::new(),
+            idle,
+        })
     }
 
-    /// Send a GET with a freshly read token; non-2xx answers become errors naming the cause.
-    async fn send(&self, url: &str, timeout: Option<Duration>, node: &str) -> Result<reqwest::Response, KubeError> {
+    /// Connect, send a GET with a freshly read token; non-2xx answers become errors naming the cause.
+    async fn send(&self, path: &str, node: &str) -> Result<Response<Incoming>, KubeError> {
+        let url = format!("{}{path}", self.cfg.api_server);
         let token = read_token(&self.cfg.token_file)?;
-        let mut req = self.http.get(url).bearer_auth(token).header("Accept", "application/json");
-        if let Some(t) = timeout {
-            req = req.timeout(t);
-        }
-        let resp = req.send().await.map_err(|e| self.transport(url, &e))?;
+        let mut sender = self.connect(&url).await?;
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| KubeError::Token {
+            path: self.cfg.token_file.clone(),
+            problem: "not a valid HTTP header value".into(),
+        })?;
+        auth.set_sensitive(true);
+        let req = Request::get(path)
+            .header(header::HOST, self.endpoint.authority.as_str())
+            .header(header::AUTHORIZATION, auth)
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| KubeError::Client { problem: e.to_string() })?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| KubeError::Unreachable { url: url.clone(), problem: chain(&e) })?;
         let code = resp.status().as_u16();
         if resp.status().is_success() {
             return Ok(resp);
         }
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect(),
+        )
+        .await
+        {
+            Ok(Ok(b)) => b.to_bytes(),
+            _ => Bytes::new(),
+        };
         let status = parse_status(&body);
         let message = match &status {
             Some(s) if !s.message.is_empty() => s.message.clone(),
-            _ => String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string(),
+            _ => String::from_utf8_lossy(body.get(..body.len().min(300)).unwrap_or_default()).trim().to_string(),
         };
         Err(match code {
-            401 => KubeError::Unauthorized { url: url.to_string(), token_file: self.cfg.token_file.clone() },
+            401 => KubeError::Unauthorized { url, token_file: self.cfg.token_file.clone() },
             403 => KubeError::Forbidden { message },
             404 => KubeError::NodeNotFound { node: node.to_string() },
-            _ => KubeError::Http { url: url.to_string(), code, message },
+            _ => KubeError::Http { url, code, message },
         })
     }
 
-    /// Classify a transport failure: TLS trust problems are told apart from unreachability.
-    fn transport(&self, url: &str, e: &reqwest::Error) -> KubeError {
-        let problem = chain(e);
-        let lower = problem.to_lowercase();
-        if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
-            KubeError::Tls { url: url.to_string(), ca: self.cfg.ca_file.clone(), problem }
-        } else if e.is_timeout() {
-            KubeError::Unreachable { url: url.to_string(), problem: format!("timed out ({problem})") }
-        } else {
-            KubeError::Unreachable { url: url.to_string(), problem }
+    /// A fresh HTTP/1.1 connection (TLS when https); its driver task ends with the connection.
+    async fn connect(&self, url: &str) -> Result<SendRequest<Empty<Bytes>>, KubeError> {
+        let unreachable = |problem: String| KubeError::Unreachable { url: url.to_string(), problem };
+        let ep = &self.endpoint;
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((ep.host.as_str(), ep.port)))
+            .await
+            .map_err(|_| unreachable(format!("tcp connect timed out after {CONNECT_TIMEOUT:?}")))?
+            .map_err(|e| unreachable(format!("tcp connect error: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        match &self.tls {
+            None => handshake(tcp, url).await,
+            Some(tls) => {
+                let name = ServerName::try_from(ep.host.clone())
+                    .map_err(|e| KubeError::Client { problem: format!("TLS server name {:?}: {e}", ep.host) })?;
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(name, tcp))
+                    .await
+                    .map_err(|_| unreachable(format!("TLS handshake timed out after {CONNECT_TIMEOUT:?}")))?
+                    .map_err(|e| {
+                        let is_tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>());
+                        if is_tls {
+                            KubeError::Tls { url: url.to_string(), ca: self.cfg.ca_file.clone(), problem: chain(&e) }
+                        } else {
+                            unreachable(format!("TLS handshake: {}", chain(&e)))
+                        }
+                    })?;
+                handshake(stream, url).await
+            }
         }
     }
 }
 
+async fn handshake<S>(io: S, url: &str) -> Result<SendRequest<Empty<Bytes>>, KubeError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| KubeError::Unreachable { url: url.to_string(), problem: chain(&e) })?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
 /// An open watch on one Node.
 pub struct NodeWatch {
-    resp: reqwest::Response,
+    body: Incoming,
     node: String,
     lines: LineBuffer,
     queue: VecDeque<Vec<u8>>,
@@ -231,17 +359,19 @@ impl NodeWatch {
                     .map(Some)
                     .map_err(|e| KubeError::Watch { node: self.node.clone(), problem: e.to_string() });
             }
-            let chunk = match tokio::time::timeout(self.idle, self.resp.chunk()).await {
+            let frame = match tokio::time::timeout(self.idle, self.body.frame()).await {
                 Err(_) => return Err(self.broke(format!("no data for {:?}", self.idle))),
-                Ok(Err(e)) => return Err(self.broke(format!("connection lost: {}", chain(&e)))),
-                Ok(Ok(None)) if self.lines.has_partial() => {
+                Ok(Some(Err(e))) => return Err(self.broke(format!("connection lost: {}", chain(&e)))),
+                Ok(None) if self.lines.has_partial() => {
                     return Err(self.broke("the stream ended in the middle of an event".into()))
                 }
-                Ok(Ok(None)) => return Ok(None),
-                Ok(Ok(Some(chunk))) => chunk,
+                Ok(None) => return Ok(None),
+                Ok(Some(Ok(frame))) => frame,
             };
-            let lines = self.lines.push(&chunk).map_err(|e| self.broke(e.to_string()))?;
-            self.queue.extend(lines);
+            if let Ok(data) = frame.into_data() {
+                let lines = self.lines.push(&data).map_err(|e| self.broke(e.to_string()))?;
+                self.queue.extend(lines);
+            }
         }
     }
 
@@ -256,9 +386,7 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut cur: Option<&dyn std::error::Error> = Some(e);
     while let Some(err) = cur {
         let msg = err.to_string();
-        // reqwest's and hyper's wrappers only repeat the URL or say "client error (Connect)".
-        let generic = msg.starts_with("error sending request for url") || msg.starts_with("client error (");
-        if !generic && !parts.iter().any(|p| p.contains(&msg)) {
+        if !parts.iter().any(|p| p.contains(&msg)) {
             parts.push(msg);
         }
         cur = err.source();
@@ -291,10 +419,10 @@ fn read_token(path: &Path) -> Result<String, KubeError> {
 }
 
 /// The CA certificates, parsed once at start.
-fn read_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, KubeError> {
+fn read_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, KubeError> {
     let err = |problem: String| KubeError::Ca { path: path.to_path_buf(), problem };
     let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(chain(&e)))?;
+    let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| err(e.to_string()))?;
     if certs.is_empty() {
         return Err(err("no PEM certificate in it".into()));
     }
@@ -356,6 +484,19 @@ mod tests {
         let p = temp("ca-empty", b"hello\n");
         let e = read_ca(&p).unwrap_err();
         assert_eq!(e, KubeError::Ca { path: p, problem: "no PEM certificate in it".into() });
+    }
+
+    #[test]
+    fn endpoints_parse() {
+        let ep = |u: &str| parse_endpoint(u).map(|e| (e.https, e.host, e.port, e.authority));
+        assert_eq!(ep("https://10.96.0.1"), Ok((true, "10.96.0.1".into(), 443, "10.96.0.1".into())));
+        assert_eq!(ep("https://h:6443"), Ok((true, "h".into(), 6443, "h:6443".into())));
+        assert_eq!(ep("http://127.0.0.1:8080"), Ok((false, "127.0.0.1".into(), 8080, "127.0.0.1:8080".into())));
+        assert_eq!(ep("https://[fd00::1]:6443"), Ok((true, "fd00::1".into(), 6443, "[fd00::1]:6443".into())));
+        assert_eq!(ep("https://[fd00::1]"), Ok((true, "fd00::1".into(), 443, "[fd00::1]".into())));
+        for bad in ["ftp://h", "https://h:x", "https://[fd00::1", "https://[::1]x", "https://:443"] {
+            assert!(matches!(parse_endpoint(bad), Err(KubeError::Client { .. })), "{bad}");
+        }
     }
 
     #[test]
