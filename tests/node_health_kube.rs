@@ -410,3 +410,36 @@ fn apiserver_restart_and_token_rotation_mid_run() {
     assert!(!stderr.contains(api.get("KUBE_READER_TOKEN_B")), "the token was logged");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// While the API is retried at start (nothing runs yet), TERM still ends rankvisor at once, with
+/// 128+15 and the reason in the termination log. Needs no API server: nothing listens on the port.
+#[test]
+fn term_while_retrying_the_api_at_start_exits_promptly() {
+    let dir = scratch("term-at-start");
+    let token = dir.join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    std::fs::write(dir.join("ca.crt"), "").unwrap();
+    let flags: Vec<String> = [
+        "--node-health",
+        "kubernetes",
+        "--node-name",
+        "n1",
+        "--kube-api-server",
+        &format!("http://127.0.0.1:{}", free_ports()[0]),
+        "--kube-token-file",
+        token.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let child = spawn_rankvisor(&dir, &flags, &["--node-health-timeout", "60s"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let t = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = finish(child, Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(143), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
+    assert!(!dir.join("started").exists());
+    assert_eq!(termination_log(&dir).trim_end(), "stopped by SIGTERM before the child started");
+    let _ = std::fs::remove_dir_all(&dir);
+}

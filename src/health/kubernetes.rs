@@ -517,6 +517,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn deleted_node_and_other_error_events_are_published_and_relisted() {
+        let state = State {
+            status: "Schedulable".into(),
+            rv: 10,
+            watches: [
+                Plan::Events(vec![event("DELETED", "Schedulable", 11)]),
+                Plan::Events(vec![
+                    r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"internal error","reason":"InternalError","code":500}}"#.into(),
+                ]),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let (client, shared) = fake(state).await;
+        let mut rx = spawn_kubernetes_watcher(client, fast(GUARD)).await;
+        assert!(rx.borrow_and_update().is_ok());
+        assert_eq!(next(&mut rx).await, Err(HealthError::NodeDeleted { node: "n1".into() }));
+        // The re-list finds the node again (re-created), then the 500 error event is published.
+        assert!(next(&mut rx).await.is_ok());
+        match next(&mut rx).await {
+            Err(HealthError::Kubernetes { error: KubeError::Watch { problem, .. }, .. }) => {
+                assert_eq!(problem, "error event 500 InternalError: internal error")
+            }
+            other => panic!("{other:?}"),
+        }
+        let reqs = wait_requests(&shared, 5).await;
+        assert_eq!(reqs.iter().filter(|r| r.as_str() == "/api/v1/nodes/n1").count(), 3, "{reqs:?}");
+    }
+
+    #[tokio::test]
     async fn task_ends_when_receivers_dropped() {
         let state = State { status: "Schedulable".into(), rv: 10, ..Default::default() };
         let (client, shared) = fake(state).await;
