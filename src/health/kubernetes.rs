@@ -242,6 +242,16 @@ mod tests {
         requests: Vec<String>,
         /// Applied just before a planned watch's last line is sent (a change the watch misses).
         change_during_watch: Option<String>,
+        /// The token's directory, removed when the server (and so the state) goes with the runtime.
+        dir: Option<DirGuard>,
+    }
+
+    struct DirGuard(std::path::PathBuf);
+
+    impl Drop for DirGuard {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     type Shared = Arc<Mutex<State>>;
@@ -363,11 +373,11 @@ mod tests {
     async fn fake(state: State) -> (KubeClient, Shared) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Mutex::new(state));
-        tokio::spawn(serve(listener, shared.clone()));
         let dir = std::env::temp_dir().join(format!("rv-kube-fake-{}-{}", std::process::id(), addr.port()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("token"), "fake-token\n").unwrap();
+        let shared = Arc::new(Mutex::new(State { dir: Some(DirGuard(dir.clone())), ..state }));
+        tokio::spawn(serve(listener, shared.clone()));
         let overrides = KubeOverrides {
             api_server: Some(format!("http://{addr}")),
             token_file: Some(dir.join("token")),

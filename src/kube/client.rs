@@ -443,36 +443,48 @@ fn query_escape(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn temp(name: &str, content: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("rv-kube-client-{}", std::process::id()));
+    /// A file under a per-test directory, removed with the guard.
+    struct Tmp(PathBuf);
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+
+    fn temp(name: &str, content: &[u8]) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("rv-kube-client-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join(name);
         std::fs::write(&p, content).unwrap();
-        p
+        Tmp(p)
     }
 
     #[test]
     fn token_is_trimmed_and_checked() {
-        assert_eq!(read_token(&temp("t1", b"abc.def\n")).unwrap(), "abc.def");
+        assert_eq!(read_token(&temp("t1", b"abc.def\n").0).unwrap(), "abc.def");
         for (name, content, problem) in [
             ("t2", &b" \n"[..], "empty"),
             ("t3", &b"a b"[..], "contains spaces or control characters"),
             ("t4", &b"\xff"[..], "not UTF-8"),
         ] {
-            let p = temp(name, content);
-            assert_eq!(read_token(&p), Err(KubeError::Token { path: p.clone(), problem: problem.into() }));
+            let t = temp(name, content);
+            assert_eq!(read_token(&t.0), Err(KubeError::Token { path: t.0.clone(), problem: problem.into() }));
         }
         let missing = PathBuf::from("/nonexistent/token");
         let e = read_token(&missing).unwrap_err();
         assert!(e.to_string().starts_with("service-account token file /nonexistent/token: No such file"), "{e}");
         let big = temp("t5", &vec![b'a'; MAX_TOKEN_BYTES as usize + 1]);
-        assert!(read_token(&big).unwrap_err().to_string().contains("larger than"));
+        assert!(read_token(&big.0).unwrap_err().to_string().contains("larger than"));
     }
 
     #[test]
     fn errors_never_show_the_token() {
-        let p = temp("t6", b"secret-token-value");
-        let e = KubeError::Unauthorized { url: "https://h".into(), token_file: p };
+        let t = temp("t6", b"secret-token-value");
+        let e = KubeError::Unauthorized { url: "https://h".into(), token_file: t.0.clone() };
         assert!(!e.to_string().contains("secret-token-value"));
         assert!(!format!("{e:?}").contains("secret-token-value"));
     }
@@ -481,9 +493,9 @@ mod tests {
     fn ca_file_problems_are_named() {
         let e = read_ca(Path::new("/nonexistent/ca.crt")).unwrap_err();
         assert!(e.to_string().starts_with("Kubernetes CA file /nonexistent/ca.crt: No such file"), "{e}");
-        let p = temp("ca-empty", b"hello\n");
-        let e = read_ca(&p).unwrap_err();
-        assert_eq!(e, KubeError::Ca { path: p, problem: "no PEM certificate in it".into() });
+        let t = temp("ca-empty", b"hello\n");
+        let e = read_ca(&t.0).unwrap_err();
+        assert_eq!(e, KubeError::Ca { path: t.0.clone(), problem: "no PEM certificate in it".into() });
     }
 
     #[test]
