@@ -243,7 +243,7 @@ mod tests {
         /// Applied just before a planned watch's last line is sent (a change the watch misses).
         change_during_watch: Option<String>,
         /// The token's directory, removed when the server (and so the state) goes with the runtime.
-        dir: Option<DirGuard>,
+        _dir: Option<DirGuard>,
     }
 
     struct DirGuard(std::path::PathBuf);
@@ -376,7 +376,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rv-kube-fake-{}-{}", std::process::id(), addr.port()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("token"), "fake-token\n").unwrap();
-        let shared = Arc::new(Mutex::new(State { dir: Some(DirGuard(dir.clone())), ..state }));
+        let shared = Arc::new(Mutex::new(State { _dir: Some(DirGuard(dir.clone())), ..state }));
         tokio::spawn(serve(listener, shared.clone()));
         let overrides = KubeOverrides {
             api_server: Some(format!("http://{addr}")),
