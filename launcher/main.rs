@@ -56,6 +56,8 @@ enum Sub {
         /// Treat a node without the node-health-status label as unhealthy.
         #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
         require_health_label: bool,
+        #[command(flatten)]
+        kube: KubeArgs,
     },
     /// Run a PyTorchJob manifest on this machine: one rankvisor launcher per replica, the job,
     /// PodGroup and pod states printed as `kubectl get -w` shows them. Exit 0 Succeeded, 1 Failed,
@@ -177,6 +179,46 @@ struct SuperviseArgs {
     /// How often to POST the report to --report-url even without a change.
     #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     report_interval: Duration,
+    #[command(flatten)]
+    kube: KubeArgs,
+}
+
+/// The Kubernetes node-health source's settings (in-cluster defaults; overrides for tests and
+/// out-of-cluster use).
+#[derive(clap::Args, Debug, Clone)]
+struct KubeArgs {
+    /// This pod's node, from the downward API (env NODE_NAME from fieldRef spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// How long the Kubernetes API may stay unreachable (or refuse) at start before rankvisor gives up (138).
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    node_health_timeout: Duration,
+    /// The API server's URL [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT]
+    #[arg(long, env = "RANKVISOR_KUBE_API_SERVER", value_name = "URL")]
+    kube_api_server: Option<String>,
+    /// The bearer-token file, re-read before every request [default: the service account's token]
+    #[arg(long, env = "RANKVISOR_KUBE_TOKEN_FILE", value_name = "PATH")]
+    kube_token_file: Option<PathBuf>,
+    /// The CA bundle the API server's certificate must chain to [default: the service account's ca.crt]
+    #[arg(long, env = "RANKVISOR_KUBE_CA_FILE", value_name = "PATH")]
+    kube_ca_file: Option<PathBuf>,
+}
+
+impl KubeArgs {
+    /// The client and the checked node name, or a configuration error.
+    fn client(&self) -> Result<(rankvisor::kube::KubeClient, String), String> {
+        use rankvisor::kube::{check_node_name, KubeClient, KubeConfig, KubeOverrides};
+        let node = self.node_name.clone().unwrap_or_default();
+        check_node_name(&node).map_err(|e| e.to_string())?;
+        let overrides = KubeOverrides {
+            api_server: self.kube_api_server.clone(),
+            token_file: self.kube_token_file.clone(),
+            ca_file: self.kube_ca_file.clone(),
+            namespace_file: None,
+        };
+        let cfg = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+        Ok((KubeClient::new(cfg).map_err(|e| e.to_string())?, node))
+    }
 }
 
 fn main() {
@@ -206,8 +248,8 @@ fn main() {
     let _ = TERMINATION_LOG.set(cli.sup.termination_log.clone());
     let code = match cli.sub {
         Some(Sub::Env { json }) => cmd_env(json),
-        Some(Sub::CheckNode { json, node_health, require_health_label }) => {
-            cmd_check_node(json, node_health, require_health_label)
+        Some(Sub::CheckNode { json, node_health, require_health_label, kube }) => {
+            cmd_check_node(json, node_health, require_health_label, &kube)
         }
         Some(Sub::DryRun(args)) => cmd_dry_run(args, &signals),
         None => cmd_supervise(cli.sup, cli.command, signals),
@@ -235,33 +277,44 @@ fn in_cluster() -> bool {
         && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
 }
 
-/// The source to use: `auto` resolved, and the Kubernetes source refused while it is not built.
-fn resolve_source(source: NodeHealthSource) -> Result<NodeHealthSource, String> {
+/// The source to use: `auto` resolved (in a cluster without NODE_NAME it cannot name the node: off).
+fn resolve_source(source: NodeHealthSource, kube: &KubeArgs) -> Result<NodeHealthSource, String> {
     let was_auto = matches!(source, NodeHealthSource::Auto);
     match source.resolve_auto(in_cluster()) {
-        NodeHealthSource::Kubernetes if was_auto => {
+        NodeHealthSource::Kubernetes if was_auto && kube.node_name.is_none() => {
             tracing::warn!(
-                "in-cluster, but this rankvisor has no Kubernetes node-health source yet: node health is off"
+                "in-cluster, but NODE_NAME is not set (expected from the downward API's spec.nodeName): node health is off"
             );
             Ok(NodeHealthSource::Off)
-        }
-        NodeHealthSource::Kubernetes => {
-            Err("--node-health kubernetes is not available in this version: expected off or file:PATH".into())
         }
         other => Ok(other),
     }
 }
 
-fn cmd_check_node(json: bool, source: NodeHealthSource, require: bool) -> i32 {
-    let path = match resolve_source(source) {
-        Ok(NodeHealthSource::File(p)) => p,
+fn cmd_check_node(json: bool, source: NodeHealthSource, require: bool, kube: &KubeArgs) -> i32 {
+    let observation = match resolve_source(source, kube) {
+        Ok(NodeHealthSource::File(p)) => health::read_file_verdict(&p, require),
+        Ok(NodeHealthSource::Kubernetes) => {
+            let (client, node) = match kube.client() {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    error!("cannot start the event loop: {e}");
+                    return exit::EXTERNAL_FAILURE;
+                }
+            };
+            runtime.block_on(health::read_kubernetes_verdict(&client, &node, require))
+        }
         Ok(_) => {
             println!("node health checking is off (no labels source): treated as healthy");
             return 0;
         }
         Err(e) => return config_error(&e),
     };
-    match health::read_file_verdict(&path, require) {
+    match observation {
         Ok(v) => {
             print!("{}", if json { health::render_json(&v) } else { health::render_text(&v) });
             if v.healthy {
@@ -458,7 +511,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
         }
     }
-    let source = match resolve_source(a.node_health.clone()) {
+    let source = match resolve_source(a.node_health.clone(), &a.kube) {
         Ok(s) => s,
         Err(e) => return config_error(&e),
     };
@@ -478,6 +531,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
                 wait: a.unhealthy_node == "wait",
             })
         }
+        NodeHealthSource::Kubernetes => match runtime.block_on(kube_health(&a, &signals)) {
+            Ok(rx) => Some(driver::HealthGate { rx, wait: a.unhealthy_node == "wait" }),
+            Err(code) => return code,
+        },
         _ => None,
     };
     let health_rx = health.as_ref().map(|g| g.rx.clone());
@@ -527,4 +584,37 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
     // Do not wait for a blocked DNS lookup of the webhook's host.
     runtime.shutdown_background();
     code
+}
+
+/// Start the Kubernetes watcher and wait for its first observation (the API may be retried for
+/// --node-health-timeout), while still honouring TERM and INT: nothing has started yet.
+async fn kube_health(
+    a: &SuperviseArgs,
+    signals: &Signals,
+) -> Result<tokio::sync::watch::Receiver<health::Observation>, i32> {
+    let (client, node) = a.kube.client().map_err(|e| config_error(&e))?;
+    let opts = health::KubeWatchOptions::new(node, a.require_health_label, a.kube.node_health_timeout);
+    let mut stream = process::SignalStream::new(signals).map_err(|e| {
+        error!("cannot read signals: {e}");
+        exit::EXTERNAL_FAILURE
+    })?;
+    let watcher = health::spawn_kubernetes_watcher(client, opts);
+    tokio::pin!(watcher);
+    loop {
+        tokio::select! {
+            rx = &mut watcher => return Ok(rx),
+            sigs = stream.next() => {
+                let sigs = sigs.map_err(|e| {
+                    error!("cannot read signals: {e}");
+                    exit::EXTERNAL_FAILURE
+                })?;
+                if let Some(&s) = sigs.iter().find(|&&s| process::is_shutdown(s)) {
+                    let msg = format!("stopped by {} before the child started", exit::signal_name(s));
+                    tracing::info!("{msg}");
+                    write_termination(a.termination_log.clone(), &msg);
+                    return Err(128 + s);
+                }
+            }
+        }
+    }
 }

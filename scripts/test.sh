@@ -25,6 +25,9 @@ export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 t0=$SECONDS
 trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
+# The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
+RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
+export RANKVISOR_TEST_KUBE_APISERVER
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"

@@ -26,6 +26,7 @@ pub mod health;
 pub mod heartbeat;
 pub mod http;
 pub mod job_link;
+pub mod kube;
 pub mod logging;
 pub mod process;
 pub mod rank;

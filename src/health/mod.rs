@@ -1,11 +1,13 @@
 //! Node health gate: the SageMaker HyperPod labels of this node, turned into a verdict, and the
-//! sources (a downward-API labels file today, the Kubernetes API later) that keep it up to date.
+//! sources (a downward-API labels file, or the Node through the Kubernetes API) that keep it up to date.
 
+mod kubernetes;
 mod labels_file;
 mod render;
 mod source;
 mod verdict;
 
+pub use kubernetes::{read_kubernetes_verdict, spawn_kubernetes_watcher, KubeWatchOptions};
 pub use labels_file::{parse_labels_file, LabelsFileError};
 pub use render::{render_json, render_text};
 pub use source::{

@@ -2,7 +2,7 @@
 //!
 //! Every source publishes [`Observation`]s on a `tokio::sync::watch` channel: the latest verdict,
 //! or the error that kept it from being computed (which callers treat as unhealthy: fail closed).
-//! The Kubernetes API source is meant to feed the same channel type.
+//! The Kubernetes API source (`kubernetes.rs`) feeds the same channel type.
 //!
 //! Writers of the file should replace it atomically (write a temporary file, then rename), as the
 //! kubelet does; an in-place rewrite is seen when the writer closes the file.
@@ -109,6 +109,20 @@ pub enum HealthError {
         path: PathBuf,
         /// The line at fault.
         error: LabelsFileError,
+    },
+    /// The Node could not be read or watched through the Kubernetes API.
+    #[error("node {node:?} from the Kubernetes API: {error}")]
+    Kubernetes {
+        /// The node.
+        node: String,
+        /// Why.
+        error: crate::kube::KubeError,
+    },
+    /// The Node was deleted while being watched.
+    #[error("node {node:?} was deleted from the Kubernetes API")]
+    NodeDeleted {
+        /// The node.
+        node: String,
     },
 }
 

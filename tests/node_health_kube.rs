@@ -1,0 +1,445 @@
+//! The Kubernetes node-health source end to end: the real rankvisor binary against a real
+//! kube-apiserver 1.20.2 (+ etcd) on loopback, started by scripts/k8s/start-apiserver.sh.
+//!
+//! Needs RANKVISOR_TEST_KUBE_APISERVER (the binary; scripts/test.sh builds it, cached): without it
+//! every test here FAILS, on purpose, rather than skip.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const STATUS: &str = "sagemaker.amazonaws.com/node-health-status";
+
+/// etcd + kube-apiserver in their own directory and on their own ports; stopped on drop.
+struct ApiServer {
+    dir: PathBuf,
+    bin: String,
+    ports: [u16; 3],
+    env: HashMap<String, String>,
+}
+
+fn free_ports() -> [u16; 3] {
+    let l: Vec<_> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "rv-kube-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl ApiServer {
+    fn start(name: &str) -> Self {
+        let bin = std::env::var("RANKVISOR_TEST_KUBE_APISERVER").unwrap_or_default();
+        assert!(
+            !bin.is_empty() && Path::new(&bin).is_file(),
+            "RANKVISOR_TEST_KUBE_APISERVER={bin:?} is not a kube-apiserver binary: run the tests with \
+             `bash scripts/test.sh`, or build it with `bash scripts/k8s/build-apiserver.sh` and export its path"
+        );
+        let mut s = Self { dir: scratch(name), bin, ports: free_ports(), env: HashMap::new() };
+        s.run_start();
+        let text = std::fs::read_to_string(s.dir.join("env")).unwrap();
+        s.env = text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+        s
+    }
+
+    fn run_start(&self) {
+        let t = Instant::now();
+        let out = Command::new("bash")
+            .arg(format!("{ROOT}/scripts/k8s/start-apiserver.sh"))
+            .arg(&self.bin)
+            .arg(&self.dir)
+            .env("API_PORT", self.ports[0].to_string())
+            .env("ETCD_PORT", self.ports[1].to_string())
+            .env("ETCD_PEER_PORT", self.ports[2].to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "start-apiserver.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("kube-apiserver ready in {:?}", t.elapsed());
+    }
+
+    fn stop(&self, apiserver_only: bool) {
+        let mut c = Command::new("bash");
+        c.arg(format!("{ROOT}/scripts/k8s/stop-apiserver.sh")).arg(&self.dir);
+        if apiserver_only {
+            c.arg("--apiserver-only");
+        }
+        assert!(c.status().unwrap().success());
+    }
+
+    fn get(&self, key: &str) -> &str {
+        self.env.get(key).map(String::as_str).unwrap_or_else(|| panic!("{key} missing from the env file"))
+    }
+
+    /// curl with the admin token; returns (HTTP code, body).
+    fn admin(&self, method: &str, path: &str, content_type: &str, body: &str) -> (u16, String) {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert", self.get("KUBE_CA"), "-X", method, "-w", "\n%{http_code}"])
+            .args(["-H", &format!("Authorization: Bearer {}", self.get("KUBE_ADMIN_TOKEN"))])
+            .args(["-H", &format!("Content-Type: {content_type}"), "-d", body])
+            .arg(format!("{}{path}", self.get("KUBE_URL")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    fn create_node(&self, name: &str, status: &str) {
+        let node = format!(
+            r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}","labels":{{"{STATUS}":"{status}"}}}}}}"#
+        );
+        let (code, body) = self.admin("POST", "/api/v1/nodes", "application/json", &node);
+        assert_eq!(code, 201, "create node: {body}");
+    }
+
+    fn merge_patch(&self, name: &str, patch: &str) {
+        let (code, body) = self.admin("PATCH", &format!("/api/v1/nodes/{name}"), "application/merge-patch+json", patch);
+        assert_eq!(code, 200, "patch node: {body}");
+    }
+
+    fn set_status(&self, name: &str, status: &str) {
+        self.merge_patch(name, &format!(r#"{{"metadata":{{"labels":{{"{STATUS}":"{status}"}}}}}}"#));
+    }
+
+    /// A token file holding the token named `key` in the env file.
+    fn token_file(&self, dir: &Path, key: &str) -> PathBuf {
+        let p = dir.join(format!("token-{key}"));
+        std::fs::write(&p, format!("{}\n", self.get(key))).unwrap();
+        p
+    }
+
+    /// rankvisor's Kubernetes flags.
+    fn flags(&self, node: &str, token_file: &Path) -> Vec<String> {
+        vec![
+            "--node-health".into(),
+            "kubernetes".into(),
+            "--node-name".into(),
+            node.into(),
+            "--kube-api-server".into(),
+            self.get("KUBE_URL").into(),
+            "--kube-ca-file".into(),
+            self.get("KUBE_CA").into(),
+            "--kube-token-file".into(),
+            token_file.to_string_lossy().into_owned(),
+        ]
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop(false);
+        if std::thread::panicking() {
+            eprintln!("keeping {} (logs/) for inspection", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The child: marks its start, and on TERM writes the time it got it (ns since the epoch).
+const CHILD: &str = r#"touch "$DIR/started"; trap 'date +%s%N > "$DIR/term"; exit 0' TERM; sleep 1000 & wait"#;
+
+fn spawn_rankvisor(dir: &Path, flags: &[String], extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(flags)
+        .args(["--termination-log", &dir.join("termination-log").to_string_lossy()])
+        .args(["--restart-policy", "Never", "--grace-period", "5s"])
+        .args(extra)
+        .args(["--", "sh", "-c", CHILD])
+        .env("DIR", dir)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn finish(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let t = Instant::now();
+    let mut child = child;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t.elapsed() > limit {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let out = child.wait_with_output().unwrap();
+            panic!("rankvisor still running after {limit:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn check_node(flags: &[String]) -> Output {
+    Command::new(BIN).arg("check-node").args(flags).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap()
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn termination_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("termination-log")).unwrap_or_default()
+}
+
+/// Item 3 (healthy start; a label PATCH mid-run stops the child, exit 138) and item 5 (the figure:
+/// label change -> child TERM through the API watch), plus `check-node` on labels and taints.
+#[test]
+fn label_patch_mid_run_stops_the_child_with_138() {
+    let api = ApiServer::start("patch");
+    let dir = scratch("patch-run");
+    let token = api.token_file(&dir, "KUBE_READER_TOKEN");
+    let mut samples = Vec::new();
+    for i in 0..5 {
+        let node = format!("node-{i}");
+        api.create_node(&node, "Schedulable");
+        let flags = api.flags(&node, &token);
+        let run = dir.join(format!("run{i}"));
+        std::fs::create_dir_all(&run).unwrap();
+        let child = spawn_rankvisor(&run, &flags, &[]);
+        wait_for("the child to start on a healthy node", Duration::from_secs(20), || run.join("started").exists());
+        // Neither an unrelated label nor a healthy value stops it.
+        api.merge_patch(&node, r#"{"metadata":{"labels":{"team":"a"}}}"#);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!run.join("term").exists(), "an unrelated label change stopped the child");
+        let sent = now_ns();
+        api.set_status(&node, "UnschedulablePendingReboot");
+        let out = finish(child, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(138), "{stderr}");
+        let term: u128 = std::fs::read_to_string(run.join("term")).unwrap().trim().parse().unwrap();
+        samples.push(Duration::from_nanos(term.saturating_sub(sent) as u64));
+        let reason = termination_log(&run);
+        assert!(reason.contains("UnschedulablePendingReboot"), "termination log: {reason:?}");
+    }
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    eprintln!(
+        "FIGURE label PATCH -> child SIGTERM via the API watch (real kube-apiserver, {} runs): median {:?}, max {:?}",
+        samples.len(),
+        median,
+        samples[samples.len() - 1]
+    );
+    assert!(median < Duration::from_secs(1), "median {median:?}");
+
+    // check-node: one GET; the verdict reads labels and taints.
+    api.create_node("checked", "Schedulable");
+    let flags = api.flags("checked", &token);
+    let out = check_node(&flags);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node: healthy"));
+    api.merge_patch(
+        "checked",
+        &format!(r#"{{"spec":{{"taints":[{{"key":"{STATUS}","value":"Unschedulable","effect":"NoSchedule"}}]}}}}"#),
+    );
+    let out = check_node(&[flags.clone(), vec!["--json".into()]].concat());
+    assert_eq!(out.status.code(), Some(138));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["healthy"], false);
+    assert!(v.to_string().contains("Unschedulable:NoSchedule"), "{v}");
+    // Unhealthy before the start: the child never runs.
+    let run = dir.join("refused");
+    std::fs::create_dir_all(&run).unwrap();
+    let out = finish(spawn_rankvisor(&run, &flags, &[]), Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(138));
+    assert!(!run.join("started").exists());
+    assert!(termination_log(&run).contains(STATUS), "{}", termination_log(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Item 3: RBAC denial (403), a wrong CA, a rejected token, a missing node and an unreachable
+/// server all give 138 before the start, after retrying for --node-health-timeout, with a
+/// message naming the cause. And a token file fixed while rankvisor waits is picked up.
+#[test]
+fn refusals_name_the_cause_and_a_fixed_token_is_picked_up() {
+    let api = ApiServer::start("refusals");
+    api.create_node("n1", "Schedulable");
+    let dir = scratch("refusals-run");
+    let reader = api.token_file(&dir, "KUBE_READER_TOKEN");
+    let nobody = api.token_file(&dir, "KUBE_NOBODY_TOKEN");
+    let bogus = dir.join("bogus-token");
+    std::fs::write(&bogus, "not-a-token\n").unwrap();
+    let closed_port = free_ports()[0];
+    let with = |flags: Vec<String>, pairs: &[(&str, &str)]| {
+        let mut f = flags;
+        for (k, v) in pairs {
+            let i = f.iter().position(|x| x == k).unwrap();
+            f[i + 1] = v.to_string();
+        }
+        f
+    };
+    let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        (
+            "403",
+            api.flags("n1", &nobody),
+            vec!["403 Forbidden", "User \"nobody\" cannot get resource \"nodes\"", "get and watch on nodes"],
+        ),
+        (
+            "wrong-ca",
+            with(api.flags("n1", &reader), &[("--kube-ca-file", api.get("KUBE_OTHER_CA"))]),
+            vec!["TLS with the Kubernetes API", "UnknownIssuer", api.get("KUBE_OTHER_CA")],
+        ),
+        ("401", api.flags("n1", &bogus), vec!["401 Unauthorized", bogus.to_str().unwrap()]),
+        ("404", api.flags("nope", &reader), vec!["\"nope\" not found", "NODE_NAME"]),
+        (
+            "unreachable",
+            with(api.flags("n1", &reader), &[("--kube-api-server", &format!("https://127.0.0.1:{closed_port}"))]),
+            vec!["cannot reach the Kubernetes API", "Connection refused"],
+        ),
+    ];
+    for (name, flags, expected) in cases {
+        let run = dir.join(name);
+        std::fs::create_dir_all(&run).unwrap();
+        let t = Instant::now();
+        let out = finish(spawn_rankvisor(&run, &flags, &["--node-health-timeout", "1500ms"]), Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(138), "{name}: {stderr}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(1500),
+            "{name}: gave up after {:?}, before the timeout",
+            t.elapsed()
+        );
+        assert!(!run.join("started").exists(), "{name}: the child must not start");
+        let reason = termination_log(&run);
+        for e in &expected {
+            assert!(reason.contains(e), "{name}: termination log {reason:?} must contain {e:?}");
+        }
+        assert!(stderr.contains("retrying"), "{name}: retries must be logged: {stderr}");
+        for secret in ["KUBE_READER_TOKEN", "KUBE_NOBODY_TOKEN", "KUBE_ADMIN_TOKEN"] {
+            assert!(
+                !stderr.contains(api.get(secret)) && !reason.contains(api.get(secret)),
+                "{name}: a token was logged"
+            );
+        }
+        eprintln!("{name}: {reason}");
+        // check-node: one GET, the same message.
+        let out = check_node(&flags);
+        assert_eq!(out.status.code(), Some(138), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(expected[0]), "{name}: check-node");
+    }
+
+    // A bad token at start with --unhealthy-node wait: rankvisor waits; fixing the file is enough.
+    let token = dir.join("token");
+    std::fs::write(&token, "wrong\n").unwrap();
+    let run = dir.join("wait");
+    std::fs::create_dir_all(&run).unwrap();
+    let child = spawn_rankvisor(
+        &run,
+        &api.flags("n1", &token),
+        &["--node-health-timeout", "500ms", "--unhealthy-node", "wait"],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!run.join("started").exists(), "started with a rejected token");
+    std::fs::write(&token, format!("{}\n", api.get("KUBE_READER_TOKEN"))).unwrap();
+    wait_for("the child to start once the token file is fixed", Duration::from_secs(20), || {
+        run.join("started").exists()
+    });
+    api.set_status("n1", "Unschedulable");
+    let out = finish(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(138), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Item 3: the API server restarted mid-run, with the token rotated meanwhile (the old token no
+/// longer exists after the restart): the healthy run goes on, the watch recovers with the new
+/// token read from the file, and a later label change still stops the child with 138.
+#[test]
+fn apiserver_restart_and_token_rotation_mid_run() {
+    let api = ApiServer::start("restart");
+    api.create_node("n1", "Schedulable");
+    let dir = scratch("restart-run");
+    let token = api.token_file(&dir, "KUBE_READER_TOKEN");
+    let child = spawn_rankvisor(&dir, &api.flags("n1", &token), &["--node-health-timeout", "2s"]);
+    wait_for("the child to start", Duration::from_secs(20), || dir.join("started").exists());
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Rotate: the file now holds token B, and the restarted server no longer knows token A.
+    std::fs::write(&token, format!("{}\n", api.get("KUBE_READER_TOKEN_B"))).unwrap();
+    api.stop(true);
+    let tokens = api.dir.join("pki/tokens.csv");
+    let csv = std::fs::read_to_string(&tokens).unwrap();
+    let kept: String =
+        csv.lines().filter(|l| !l.starts_with(api.get("KUBE_READER_TOKEN"))).map(|l| format!("{l}\n")).collect();
+    assert_eq!(kept.lines().count(), csv.lines().count() - 1);
+    std::fs::write(&tokens, kept).unwrap();
+    // While the server is down, the healthy run is not disturbed.
+    std::thread::sleep(Duration::from_secs(2));
+    api.run_start();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!dir.join("term").exists(), "the API outage stopped a healthy run");
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", api.get("KUBE_CA")])
+        .args(["-H", &format!("Authorization: Bearer {}", api.get("KUBE_READER_TOKEN"))])
+        .arg(format!("{}/api/v1/nodes/n1", api.get("KUBE_URL")))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401", "token A must be revoked by the restart");
+
+    let sent = Instant::now();
+    api.set_status("n1", "UnschedulablePendingReplacement");
+    let out = finish(child, Duration::from_secs(40));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(138), "{stderr}");
+    eprintln!("after the restart: label change -> exit in {:?}", sent.elapsed());
+    assert!(dir.join("term").exists(), "the child must get TERM");
+    assert!(termination_log(&dir).contains("UnschedulablePendingReplacement"), "{}", termination_log(&dir));
+    assert!(stderr.contains("Kubernetes API"), "the outage must be logged: {stderr}");
+    assert!(!stderr.contains(api.get("KUBE_READER_TOKEN_B")), "the token was logged");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// While the API is retried at start (nothing runs yet), TERM still ends rankvisor at once, with
+/// 128+15 and the reason in the termination log. Needs no API server: nothing listens on the port.
+#[test]
+fn term_while_retrying_the_api_at_start_exits_promptly() {
+    let dir = scratch("term-at-start");
+    let token = dir.join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    std::fs::write(dir.join("ca.crt"), "").unwrap();
+    let flags: Vec<String> = [
+        "--node-health",
+        "kubernetes",
+        "--node-name",
+        "n1",
+        "--kube-api-server",
+        &format!("http://127.0.0.1:{}", free_ports()[0]),
+        "--kube-token-file",
+        token.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let child = spawn_rankvisor(&dir, &flags, &["--node-health-timeout", "60s"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let t = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = finish(child, Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(143), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
+    assert!(!dir.join("started").exists());
+    assert_eq!(termination_log(&dir).trim_end(), "stopped by SIGTERM before the child started");
+    let _ = std::fs::remove_dir_all(&dir);
+}
