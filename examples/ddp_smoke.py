@@ -80,6 +80,12 @@ def main() -> int:
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
     rendezvous_s = time.monotonic() - t0
     failures = check_all_reduce(rank, world)
+    generation = os.environ.get("RANKVISOR_GENERATION", "0")
+    if os.environ.get("DDP_SMOKE_CRASH_RANK") == str(rank) and generation == "0":
+        # For the job-scope test: this rank dies mid-run; the others block in the next collective
+        # until rankvisor stops them and starts everyone again in generation 1.
+        print(f"ddp_smoke rank {rank}: crashing mid-run on purpose (generation {generation})", flush=True)
+        os._exit(3)
     ddp_failures, loss = check_ddp(rank, world)
     failures += ddp_failures
     dist.barrier()
@@ -91,6 +97,7 @@ def main() -> int:
         "torchelastic": "TORCHELASTIC_RUN_ID" in os.environ,
         "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
         "rendezvous_s": round(rendezvous_s, 3),
+        "generation": int(generation),
         "all_reduce_rounds": ALL_REDUCE_ROUNDS,
         "ddp_steps": DDP_STEPS,
         "ddp_loss": loss,

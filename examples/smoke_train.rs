@@ -50,6 +50,9 @@ struct Args {
     /// Print a progress line every this many steps.
     #[arg(long, default_value_t = 20)]
     print_every: u64,
+    /// Pause this many milliseconds after each step, so a test can watch progress live.
+    #[arg(long, default_value_t = 0)]
+    step_delay_ms: u64,
 }
 
 const FEATURES: i64 = 8;
@@ -183,6 +186,9 @@ fn train(args: &Args, env: &TrainerEnv) -> Result<ExitCode, String> {
         if let Some(hb) = &env.heartbeat_file {
             let progress = Progress { step, loss: loss_value, checkpoint_step };
             write_heartbeat(hb, &progress).map_err(|e| format!("heartbeat {}: cannot write: {e}", hb.display()))?;
+        }
+        if args.step_delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(args.step_delay_ms));
         }
         if step == start + 1 || step % args.print_every == 0 {
             let saved = checkpoint_step.map_or_else(|| "none".to_string(), |s| s.to_string());

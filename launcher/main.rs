@@ -104,6 +104,14 @@ struct DryRunArgs {
     /// Time between TERM and KILL when a replica is stopped.
     #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "5s", value_parser = parse_duration)]
     grace_period: Duration,
+    /// What a replica's failure restarts: replica (its own child) or job (every replica's child, in
+    /// a new rendezvous generation).
+    #[arg(long, env = "RANKVISOR_RESTART_SCOPE", default_value = "replica")]
+    restart_scope: RestartScope,
+    /// Every replica serves /healthz, /readyz, /metrics and /status on a free 127.0.0.1 port (said
+    /// in the output).
+    #[arg(long)]
+    http: bool,
     /// The launchers' own log level (their lines appear among the replica's output).
     #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
     launcher_log_level: Level,
@@ -358,6 +366,8 @@ fn cmd_dry_run(a: DryRunArgs, signals: &Signals) -> i32 {
         backoff_max: a.backoff_max,
         grace_period: a.grace_period,
         launcher_log_level: a.launcher_log_level.to_string().to_lowercase(),
+        restart_scope: a.restart_scope,
+        http: a.http,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -572,6 +582,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
     };
     let reporting =
         runtime.block_on(rankvisor::reporting::start(reporting_cfg, identity, status.subscribe(), health_rx));
+    // Job scope: the master keeps the channel open until its workers are done (see wait_for_workers).
+    let job_view = link.as_ref().filter(|_| a.restart_scope == RestartScope::Job).and_then(|l| l.job_view.clone());
+    let rendezvous_timeout = a.rendezvous_timeout;
+    let linger_signals = signals.clone();
     let links = link.map(|l| l.links).unwrap_or_default();
     let code = match runtime.block_on(driver::supervise(cfg, signals, status, links)) {
         Ok(code) => code,
@@ -580,6 +594,23 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
             exit::EXTERNAL_FAILURE
         }
     };
+    if let Some(view) = job_view {
+        runtime.block_on(async {
+            // Still PID 1: a TERM or INT ends the wait at once.
+            let Ok(mut stream) = process::SignalStream::new(&linger_signals) else { return };
+            tokio::select! {
+                () = job_link::wait_for_workers(view, rendezvous_timeout) => {}
+                () = async {
+                    while let Ok(sigs) = stream.next().await {
+                        process::reap_all();
+                        if sigs.into_iter().any(process::is_shutdown) {
+                            return;
+                        }
+                    }
+                } => {}
+            }
+        });
+    }
     runtime.block_on(reporting.finish(Duration::from_secs(2)));
     // Do not wait for a blocked DNS lookup of the webhook's host.
     runtime.shutdown_background();

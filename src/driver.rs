@@ -347,6 +347,7 @@ impl Driver {
             s => s,
         };
         let hung = self.sup.last_exit_hung();
+        let generation_stop = self.sup.last_exit_generation_stop();
         let before = self.status.borrow().state;
         if state != before {
             info!(from = ?before, to = ?state, restarts = self.sup.restarts(), "state");
@@ -354,7 +355,8 @@ impl Driver {
         let (restarts, last_exit, pid, hangs) =
             (self.sup.restarts(), self.sup.last_exit(), self.sup.child_pid(), self.sup.hang_detections());
         self.status.send_if_modified(|s| {
-            let reason = hung.then(|| "Hung".to_string());
+            let reason =
+                if hung { Some("Hung".to_string()) } else { generation_stop.then(|| "NewGeneration".to_string()) };
             let next = LocalStatus {
                 state,
                 restart_count: restarts,

@@ -299,3 +299,65 @@ async fn run_worker(
         }
     }
 }
+
+/// True when every worker in a serialized `JobView` has finished (a final state) or is gone.
+pub fn workers_done(view: &serde_json::Value) -> bool {
+    let Some(replicas) = view.get("replicas").and_then(|r| r.as_object()) else {
+        return false;
+    };
+    let count = view.get("replica_count").and_then(|c| c.as_u64()).unwrap_or(0);
+    let finished = replicas
+        .values()
+        .filter(|r| r.get("index").and_then(|i| i.as_u64()).is_some_and(|i| i != 0))
+        .filter(|r| {
+            let gone = r.get("connected").and_then(|c| c.as_bool()) == Some(false);
+            let state = r.get("state").cloned().and_then(|s| serde_json::from_value::<ReplicaState>(s).ok());
+            gone || state.is_some_and(ReplicaState::is_final)
+        })
+        .count() as u64;
+    finished + 1 >= count
+}
+
+/// Job scope, on the master whose own child is done: keep the control channel open until every
+/// worker has finished too (or `limit`), so that finishing first does not look like a lost master
+/// to workers still completing their last steps.
+pub async fn wait_for_workers(mut view: watch::Receiver<serde_json::Value>, limit: std::time::Duration) {
+    let wait = async {
+        loop {
+            if workers_done(&view.borrow_and_update()) {
+                return;
+            }
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(limit, wait).await.is_err() {
+        warn!("rendezvous: some workers were still running {limit:?} after this master finished; exiting");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn replica(index: u32, state: &str, connected: bool) -> serde_json::Value {
+        json!({"index": index, "state": state, "connected": connected})
+    }
+
+    #[test]
+    fn workers_done_needs_every_worker_final_or_gone() {
+        let view = |r: Vec<serde_json::Value>| json!({"replica_count": 3, "replicas": r.into_iter().enumerate().map(|(i, v)| (i.to_string(), v)).collect::<serde_json::Map<_, _>>()});
+        let running =
+            view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true), replica(2, "Running", true)]);
+        assert!(!workers_done(&running));
+        let done = view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true), replica(2, "Failed", true)]);
+        assert!(workers_done(&done));
+        let gone = view(vec![replica(0, "Running", true), replica(1, "Running", false), replica(2, "Succeeded", true)]);
+        assert!(workers_done(&gone));
+        let missing = view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true)]);
+        assert!(!workers_done(&missing), "a worker never seen is not done");
+        assert!(!workers_done(&json!(null)));
+    }
+}

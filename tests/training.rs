@@ -66,9 +66,15 @@ struct Run {
 /// `rankvisor dry-run --output json --logs DIR/logs MANIFEST`, run in `cwd`, on any free master port
 /// (tests run in parallel).
 fn dry_run(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str) -> Run {
+    dry_run_with(manifest, cwd, dir, timeout, &[])
+}
+
+/// `dry_run` with extra dry-run options.
+fn dry_run_with(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &[&str]) -> Run {
     let logs = dir.join("logs");
     let out = Command::new(BIN)
         .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", timeout, "--backoff-max", "1s"])
+        .args(extra)
         .arg("--logs")
         .arg(&logs)
         .arg(manifest)
@@ -260,5 +266,106 @@ fn torchrun_as_the_child_on_2_replicas_succeeds() {
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     assert_ddp_checks(&r, "torchrun-train", 1, true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
+    torch_venv_setup();
+    let dir = scratch("ddp-job-scope");
+    let text = std::fs::read_to_string(example("pytorchjob-ddp-train.yaml")).expect("the DDP example");
+    // Rank 2 dies after its all_reduce checks, in generation 0 only; every replica's restart counts,
+    // so the job's backoffLimit must allow one generation change of 4 replicas.
+    let crash_env =
+        "- name: DDP_SMOKE_CRASH_RANK\n                  value: \"2\"\n                - name: OMP_NUM_THREADS";
+    let text = text.replace("backoffLimit: 3", "backoffLimit: 10").replace("- name: OMP_NUM_THREADS", crash_env);
+    assert!(text.contains("DDP_SMOKE_CRASH_RANK"), "the manifest changed shape");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(&manifest, text).expect("write the manifest");
+    let r = dry_run_with(&manifest, Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s", &["--restart-scope", "job"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let crashed = std::fs::read_to_string(r.logs.join("ddp-train-worker-1.log")).unwrap_or_default();
+    assert!(crashed.contains("crashing mid-run on purpose (generation 0)"), "rank 2 died in generation 0: {crashed}");
+    for (pod, _) in pods("ddp-train", 3) {
+        let log = std::fs::read_to_string(r.logs.join(format!("{pod}.log"))).unwrap_or_default();
+        let checks: Vec<Value> = log
+            .lines()
+            .filter_map(|l| l.strip_prefix("DDP_CHECK "))
+            .filter_map(|j| serde_json::from_str(j).ok())
+            .collect();
+        let last = checks.last().unwrap_or_else(|| panic!("{pod} printed no DDP_CHECK: {log}"));
+        assert_eq!(last["passed"], true, "{pod}: {last}");
+        assert_eq!(last["generation"], 1, "{pod} finished in generation 1, with everyone: {last}");
+        assert!(
+            checks.iter().all(|c| c["generation"] != 0),
+            "no rank finishes generation 0 once one rank died: {pod}: {checks:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GET `path` from 127.0.0.1:`port`, the body (HTTP/1.0, so the server closes the connection).
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
+
+#[test]
+fn status_shows_the_trainers_step_and_loss_while_it_runs() {
+    use std::io::BufRead;
+    tch_setup();
+    let dir = scratch("status");
+    // 200 steps at 20 ms: about 4 s of training to watch.
+    let text = std::fs::read_to_string(example("pytorchjob-tch-train.yaml"))
+        .expect("the tch example")
+        .replace("--loss-threshold 0.05", "--loss-threshold 0.05 --step-delay-ms 20");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(&manifest, text).expect("write the manifest");
+    let mut child = Command::new(BIN)
+        .args(["dry-run", "--watch", "job", "--master-port", "0", "--timeout", "300s", "--http", "--logs"])
+        .arg(dir.join("logs"))
+        .arg(&manifest)
+        .current_dir(&dir)
+        .env_remove("RANKVISOR_HEARTBEAT_FILE")
+        .env_remove("RANKVISOR_HANG_TIMEOUT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the dry run");
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut port = None;
+    let mut seen = Vec::new();
+    for line in stderr.lines().map_while(Result::ok) {
+        seen.push(line.clone());
+        if let Some(rest) = line.split("tch-train-master-0 serves http://127.0.0.1:").nth(1) {
+            port = rest.split('/').next().and_then(|p| p.parse::<u16>().ok());
+            break;
+        }
+    }
+    let port = port.unwrap_or_else(|| panic!("the dry run never said where the master serves HTTP: {seen:?}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut progress = None;
+    while progress.is_none() && std::time::Instant::now() < deadline {
+        if let Some(body) = http_get(port, "/status") {
+            if let Ok(report) = serde_json::from_str::<Value>(&body) {
+                let p = &report["progress"];
+                if p["step"].as_u64().is_some_and(|s| s > 0) && p["loss"].is_number() {
+                    progress = Some(p.clone());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().expect("wait for the dry run");
+    let progress = progress.expect("/status showed the trainer's step and loss while it ran");
+    println!("/status progress while training: {progress}");
+    assert!(progress["step"].as_u64().unwrap_or(0) < 200, "seen mid-run, not only at the end: {progress}");
+    assert_eq!(status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }

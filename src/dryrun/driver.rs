@@ -135,6 +135,11 @@ pub struct DryRunOptions {
     pub launcher_log_level: String,
     /// The rankvisor binary each launcher runs (normally `std::env::current_exe()`).
     pub rankvisor: PathBuf,
+    /// `--restart-scope`, passed to every launcher.
+    pub restart_scope: crate::supervise::RestartScope,
+    /// `--http`: every launcher serves /healthz, /readyz, /metrics and /status on a free loopback
+    /// port, said in the output (off: `--http-addr off`).
+    pub http: bool,
 }
 
 impl DryRunOptions {
@@ -154,6 +159,8 @@ impl DryRunOptions {
             grace_period: DEFAULT_GRACE_PERIOD,
             launcher_log_level: DEFAULT_LAUNCHER_LOG_LEVEL.to_string(),
             rankvisor,
+            restart_scope: crate::supervise::RestartScope::Replica,
+            http: false,
         }
     }
 }
@@ -265,22 +272,24 @@ const PORT_SEARCH: std::ops::Range<u16> = 20000..32000;
 /// A port whose successor is free too: a kernel-chosen one if possible, else one searched below
 /// the ephemeral range (some systems hand out ephemeral ports whose neighbours are taken).
 fn free_port() -> Result<u16, String> {
-    for _ in 0..10 {
-        let listener = std::net::TcpListener::bind((DRY_RUN_MASTER_ADDR, 0))
-            .map_err(|e| format!("cannot find a free port on {DRY_RUN_MASTER_ADDR}: {e}"))?;
-        let port = listener.local_addr().map_err(|e| format!("cannot read a bound port: {e}"))?.port();
-        drop(listener);
-        if port_pair_free(port) {
-            return Ok(port);
-        }
-    }
-    // Start at a per-process offset so concurrent dry runs do not all try the same ports.
+    // Never a port from the kernel's ephemeral range (what bind(0) hands out): clients that keep
+    // dialling a store that is not listening yet (torch's TCPStore between generations) can be
+    // given that very port as their own source port and connect to themselves, and then the
+    // store cannot bind it. Real jobs use 23456, below that range; so does this search. Start at
+    // a per-process, per-moment offset so concurrent dry runs do not all try the same ports.
     let span = PORT_SEARCH.end - PORT_SEARCH.start;
-    let offset = (std::process::id() % u32::from(span / 2)) as u16 * 2;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let offset = ((std::process::id() ^ nanos) % u32::from(span / 2)) as u16 * 2;
     (0..span / 2)
         .map(|i| PORT_SEARCH.start + (offset + i * 2) % span)
         .find(|p| port_pair_free(*p))
-        .ok_or_else(|| format!("no two consecutive free ports found on {DRY_RUN_MASTER_ADDR}"))
+        .ok_or_else(|| format!("no two consecutive free ports found on {DRY_RUN_MASTER_ADDR} in {PORT_SEARCH:?}"))
+}
+
+/// A port the kernel just gave out on loopback (free now; a launcher binds it right after).
+fn free_loopback_port() -> Option<u16> {
+    let listener = std::net::TcpListener::bind((DRY_RUN_MASTER_ADDR, 0)).ok()?;
+    listener.local_addr().ok().map(|a| a.port())
 }
 
 /// A private directory for the replicas' labels files and termination logs, removed at the end.
@@ -395,6 +404,7 @@ impl Driver {
             grace_period: opts.grace_period,
             log_level: opts.launcher_log_level.clone(),
             node_health: LAUNCHERS_READ_NODE_LABELS,
+            restart_scope: opts.restart_scope,
         };
         let pod_width = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0);
         Self {
@@ -729,10 +739,18 @@ impl Driver {
         let termination_log = self.workdir.termination_log(&spec.pod);
         let _ = std::fs::remove_file(&termination_log);
         let node_labels = self.workdir.labels(&spec.pod);
+        let http_port = if self.opts.http { free_loopback_port() } else { None };
+        if let Some(port) = http_port {
+            note(&format!(
+                "{} serves http://{DRY_RUN_MASTER_ADDR}:{port}/status (and /metrics, /readyz, /healthz)",
+                spec.pod
+            ));
+        }
         let files = LauncherFiles {
             status_fd: status_write.as_raw_fd(),
             node_labels: &node_labels,
             termination_log: &termination_log,
+            http_port,
         };
         let mut cmd = Command::new(&self.opts.rankvisor);
         cmd.args(launcher_args(spec, &self.settings, files));

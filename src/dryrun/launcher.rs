@@ -43,6 +43,8 @@ pub struct LauncherSettings {
     pub log_level: String,
     /// Whether to pass `--node-health file:<labels file>` (the launcher must support it).
     pub node_health: bool,
+    /// `--restart-scope`: job makes a failure restart every replica in a new generation.
+    pub restart_scope: crate::supervise::RestartScope,
 }
 
 /// What one launcher instance gets of its own.
@@ -54,6 +56,8 @@ pub struct LauncherFiles<'a> {
     pub node_labels: &'a Path,
     /// Where the launcher writes why it gave up.
     pub termination_log: &'a Path,
+    /// The loopback port of its HTTP endpoint (`/status`, `/metrics`), or none (`--http-addr off`).
+    pub http_port: Option<u16>,
 }
 
 /// The launcher's arguments (after the program name): supervision options, then `--`, then the
@@ -81,12 +85,17 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
         &files.status_fd.to_string(),
         "--log-level",
         &settings.log_level,
-        "--http-addr",
-        "off",
     ]
     .into_iter()
     .map(OsString::from)
     .collect();
+    // Several launchers share this machine: each gets its own loopback port, or none.
+    args.push("--http-addr".into());
+    args.push(files.http_port.map_or_else(|| "off".into(), |p| format!("127.0.0.1:{p}")).into());
+    if settings.restart_scope == crate::supervise::RestartScope::Job {
+        args.push("--restart-scope".into());
+        args.push("job".into());
+    }
     args.push("--termination-log".into());
     args.push(files.termination_log.as_os_str().to_owned());
     if settings.node_health {
@@ -129,6 +138,10 @@ pub struct StatusLine {
     pub last_exit: Option<ExitHow>,
     /// The running child's pid (also its process group).
     pub child_pid: Option<i32>,
+    /// Why the latest child counts as ended beyond its exit: `Hung`, or `NewGeneration` (stopped
+    /// by a job-scope restart: not a failure the kubelet would see, since the container runs on).
+    #[serde(default)]
+    pub last_exit_reason: Option<String>,
 }
 
 /// A status line that is not the launcher's JSON.
@@ -190,8 +203,11 @@ impl StatusTracker {
                 self.run = Some(line.restart_count);
             }
             ReplicaState::Restarting => {
+                let generation_stop = line.last_exit_reason.as_deref() == Some("NewGeneration");
                 if let Some(n) = self.run.take() {
-                    events.extend(ended(true, n));
+                    if !generation_stop {
+                        events.extend(ended(true, n));
+                    }
                 }
             }
             state if state.is_final() => {
@@ -306,7 +322,7 @@ mod tests {
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
     fn line(state: ReplicaState, restart_count: u32, last_exit: Option<ExitHow>, pid: Option<i32>) -> StatusLine {
-        StatusLine { state, restart_count, last_exit, child_pid: pid }
+        StatusLine { state, restart_count, last_exit, child_pid: pid, last_exit_reason: None }
     }
 
     fn settings() -> LauncherSettings {
@@ -316,6 +332,7 @@ mod tests {
             grace_period: Duration::from_secs(5),
             log_level: "warn".into(),
             node_health: false,
+            restart_scope: crate::supervise::RestartScope::Replica,
         }
     }
 
@@ -327,6 +344,7 @@ mod tests {
             status_fd: 7,
             node_labels: Path::new("/w/pytest-master-0.labels"),
             termination_log: Path::new("/w/pytest-master-0.termination-log"),
+            http_port: None,
         };
         let args: Vec<String> =
             launcher_args(&spec, &settings(), files).into_iter().map(|a| a.into_string().unwrap()).collect();
@@ -369,6 +387,14 @@ mod tests {
         assert_eq!(after("--restart-policy").as_deref(), Some("ExitCode"));
         assert_eq!(after("--node-health").as_deref(), Some("file:/w/pytest-master-0.labels"));
         assert!(args.iter().position(|a| a == "--node-health") < args.iter().position(|a| a == "--"));
+
+        let job_scope = LauncherSettings { restart_scope: crate::supervise::RestartScope::Job, ..settings() };
+        let served = LauncherFiles { http_port: Some(40001), ..files };
+        let args: Vec<String> =
+            launcher_args(&spec, &job_scope, served).into_iter().map(|a| a.into_string().unwrap()).collect();
+        let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        assert_eq!(after("--restart-scope").as_deref(), Some("job"));
+        assert_eq!(after("--http-addr").as_deref(), Some("127.0.0.1:40001"));
     }
 
     #[test]
@@ -496,5 +522,16 @@ mod tests {
     fn prefixes_line_up() {
         assert_eq!(prefixed("pytest-master-0", 16, "hi"), "pytest-master-0  | hi");
         assert_eq!(prefixed("pytest-worker-10", 16, "hi"), "pytest-worker-10 | hi");
+    }
+
+    #[test]
+    fn a_generation_stop_is_not_a_failure_the_kubelet_sees() {
+        let mut t = StatusTracker::default();
+        assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))).len(), 1);
+        let mut stop = line(ReplicaState::Restarting, 1, Some(ExitHow::Signaled(15)), None);
+        stop.last_exit_reason = Some("NewGeneration".into());
+        assert!(t.observe(MASTER, &stop).is_empty(), "no ChildExited for a job-scope stop");
+        let events = t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(15)), Some(11)));
+        assert!(matches!(events.as_slice(), [Event::ChildRunning { restart_count: 1, .. }]), "{events:?}");
     }
 }

@@ -193,6 +193,7 @@ pub struct Supervisor {
     backoff_step: u32,
     last_exit: Option<ExitHow>,
     last_exit_hung: bool,
+    last_exit_generation_stop: bool,
     last_beat: Option<Instant>,
     hang_detections: u32,
     generation: u64,
@@ -210,6 +211,7 @@ impl Supervisor {
             backoff_step: 0,
             last_exit: None,
             last_exit_hung: false,
+            last_exit_generation_stop: false,
             last_beat: None,
             hang_detections: 0,
             generation: 0,
@@ -240,6 +242,11 @@ impl Supervisor {
     /// The generation of the current (or last) child.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// True when the last child was stopped because the job moved to a new generation (not a failure).
+    pub fn last_exit_generation_stop(&self) -> bool {
+        self.last_exit_generation_stop
     }
 
     /// Hangs detected so far.
@@ -447,6 +454,7 @@ impl Supervisor {
         };
         self.last_exit = Some(how);
         self.last_exit_hung = cause == Some(StopCause::Hung);
+        self.last_exit_generation_stop = matches!(cause, Some(StopCause::NewGeneration { .. }));
         match cause {
             Some(StopCause::Shutdown { signal }) => {
                 let msg = format!("stopped by {}: child {how}", exit::signal_name(signal));
