@@ -545,7 +545,7 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
     // Reporting starts before the rendezvous link: the link streams this replica's reports to the
     // master, and the master's HTTP server serves the link's job view on /job.
     let reporting_cfg = rankvisor::reporting::ReportingConfig {
-        http: a.http_addr.clone(),
+        http: a.http_addr,
         webhook: a.report_url.clone().map(|url| rankvisor::webhook::WebhookConfig {
             interval: a.report_interval,
             ..rankvisor::webhook::WebhookConfig::new(url)
