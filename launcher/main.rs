@@ -504,6 +504,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
+    let kube_events_cfg = match kube_events_reporter(&a, &identity) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
     let status_sink = match a.status_fd.map(rankvisor::status_sink::StatusSink::from_fd).transpose() {
         Ok(s) => s,
         Err(e) => return config_error(&e.to_string()),
@@ -578,14 +582,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
     if let Some(view) = link.as_ref().and_then(|l| l.job_view.clone()) {
         reporting.attach_job_view(view);
     }
-    let kube_events = match kube_events_reporter(&a, &identity) {
-        Ok(Some(cfg)) => {
-            let _guard = runtime.enter();
-            Some(rankvisor::kube_events::spawn(cfg, reporting.subscribe()))
-        }
-        Ok(None) => None,
-        Err(e) => return config_error(&e),
-    };
+    let kube_events = kube_events_cfg.map(|cfg| {
+        let _guard = runtime.enter();
+        rankvisor::kube_events::spawn(cfg, reporting.subscribe())
+    });
     let cfg = driver::DriverConfig {
         supervisor,
         command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },

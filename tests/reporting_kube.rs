@@ -230,3 +230,26 @@ fn events_and_condition_with_rbac_and_one_warning_without() {
     assert!(api.events(pod).is_empty());
     assert!(api.condition(pod).is_none());
 }
+
+#[test]
+fn kube_events_on_needs_the_downward_api() {
+    let dir = TestDir::new("kube-events-no-pod");
+    let done = Rv::new(&dir)
+        .args(["--kube-events", "on", "--node-health", "off", "--http-addr", "off"])
+        .args(["--kube-api-server", "https://127.0.0.1:1", "--termination-log"])
+        .args([dir.join("termination-log")])
+        .env("POD_NAMESPACE", NS)
+        .sh("exit 0")
+        .run();
+    assert_eq!(done.code(), 64, "{}", done.stderr);
+    assert!(done.stderr.contains("POD_NAME") && done.stderr.contains("downward API"), "{}", done.stderr);
+    // auto outside a cluster is off: nothing is tried, nothing is warned.
+    let done = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off"])
+        .env("POD_NAME", "kj-master-0")
+        .env("POD_NAMESPACE", NS)
+        .sh("exit 0")
+        .run();
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(!done.stderr.contains("WARN"), "{}", done.stderr);
+}

@@ -83,6 +83,9 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
         &settings.log_level,
         "--http-addr",
         "off",
+        // Its pods are not Kubernetes objects, even when the dry run itself runs in a cluster.
+        "--kube-events",
+        "off",
     ]
     .into_iter()
     .map(OsString::from)
@@ -348,6 +351,8 @@ mod tests {
                 "--log-level",
                 "warn",
                 "--http-addr",
+                "off",
+                "--kube-events",
                 "off",
                 "--termination-log",
                 "/w/pytest-master-0.termination-log",
