@@ -330,3 +330,64 @@ async fn run_worker(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::ExitHow;
+    use crate::report::{Identity, Timeline};
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn updates_carry_the_whole_report() {
+        let st = LocalStatus {
+            state: ReplicaState::Running,
+            restart_count: 2,
+            last_exit: Some(ExitHow::Exited(3)),
+            ..LocalStatus::default()
+        };
+        let id = Identity { pod: Some("j-worker-0".into()), ..Identity::default() };
+        let report = Timeline::new(UNIX_EPOCH).report(&id, &st, None, UNIX_EPOCH);
+        let u = update_of(&st, Some(&report));
+        assert_eq!((u.state, u.restart_count, u.last_exit), (ReplicaState::Running, 2, Some(3)));
+        assert_eq!(u.report["pod"], "j-worker-0");
+        assert_eq!(u.report["schema_version"], 1);
+        assert_eq!(u.report["last_exit"]["code"], 3);
+        // Before the reporter built one: the status itself.
+        let early = update_of(&st, None);
+        assert_eq!(early.report["restart_count"], 2);
+        assert!(early.report.get("schema_version").is_none());
+    }
+
+    #[tokio::test]
+    async fn upstream_follows_both_channels() {
+        let (status_tx, status) = watch::channel(LocalStatus::default());
+        let mut tl = Timeline::new(UNIX_EPOCH);
+        let first = tl.report(&Identity::default(), &LocalStatus::default(), None, UNIX_EPOCH);
+        let (report_tx, reports) = watch::channel(first);
+        let mut up = Upstream { status, reports: Some(reports) };
+        let progress =
+            LocalStatus { progress: crate::heartbeat::parse_progress(r#"{"step": 9}"#), ..LocalStatus::default() };
+        report_tx.send_replace(tl.report(&Identity::default(), &progress, None, UNIX_EPOCH));
+        let u = up.next().await.unwrap();
+        assert_eq!(u.report["progress"]["step"], 9, "a report change alone is sent");
+        drop(report_tx);
+        status_tx.send_replace(LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() });
+        // The closed report channel is noticed first, then the status change still arrives.
+        let mut got = up.next().await.unwrap();
+        if got.state != ReplicaState::Running {
+            got = up.next().await.unwrap();
+        }
+        assert_eq!(got.state, ReplicaState::Running);
+        drop(status_tx);
+        // At most the report channel's closing is still pending before the end.
+        let mut ended = false;
+        for _ in 0..2 {
+            if up.next().await.is_none() {
+                ended = true;
+                break;
+            }
+        }
+        assert!(ended, "a closed status channel ends the stream");
+    }
+}

@@ -88,7 +88,8 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
             .node_health
             .as_ref()
             .and_then(|n| n.verdict.as_ref())
-            .map(|v| format!(": {}", serde_json::to_string(v).unwrap_or_default()))
+            .filter(|v| !v.reasons.is_empty())
+            .map(|v| format!(": {}", v.reasons.join("; ")))
             .unwrap_or_default();
         out.push(transition("NodeUnhealthy", Warning, format!("the node's health labels mark it unhealthy{why}")));
     } else if p_unhealthy && !node_unhealthy(next) {
