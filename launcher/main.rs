@@ -169,7 +169,7 @@ struct SuperviseArgs {
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
     #[arg(long, env = "RANKVISOR_STATUS_FD")]
     status_fd: Option<i32>,
-    /// Serve /healthz, /readyz, /metrics and /status here (IP:PORT), or off.
+    /// Serve /healthz, /readyz, /metrics, /status (and /job on the master) here (IP:PORT), or off.
     #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = rankvisor::http::HttpAddr::DEFAULT,
           value_parser = rankvisor::http::HttpAddr::parse)]
     http_addr: rankvisor::http::HttpAddr,
@@ -640,8 +640,18 @@ fn kube_events_reporter(
         ca_file: a.kube.kube_ca_file.clone(),
         namespace_file: None,
     };
-    let cfg = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
-    let client = KubeClient::new(cfg).map_err(|e| e.to_string())?;
+    let client = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| KubeClient::new(cfg).map_err(|e| e.to_string()));
+    let client = match client {
+        Ok(c) => c,
+        // auto is best effort: reporting must not keep training from starting.
+        Err(e) if a.kube_events == "auto" => {
+            tracing::warn!("Kubernetes Events and the Pod condition are off: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     Ok(Some(rankvisor::kube_events::KubeEventsConfig { client, namespace, pod, node: identity.node.clone() }))
 }
 
