@@ -177,7 +177,7 @@ struct SuperviseArgs {
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
     #[arg(long, env = "RANKVISOR_STATUS_FD")]
     status_fd: Option<i32>,
-    /// Serve /healthz, /readyz, /metrics and /status here (IP:PORT), or off.
+    /// Serve /healthz, /readyz, /metrics, /status (and /job on the master) here (IP:PORT), or off.
     #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = rankvisor::http::HttpAddr::DEFAULT,
           value_parser = rankvisor::http::HttpAddr::parse)]
     http_addr: rankvisor::http::HttpAddr,
@@ -187,6 +187,10 @@ struct SuperviseArgs {
     /// How often to POST the report to --report-url even without a change.
     #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     report_interval: Duration,
+    /// Kubernetes Events on this Pod for each transition that matters, and the Pod condition
+    /// rankvisor.dev/ReplicaHealthy: on, off, or auto (on in-cluster with POD_NAME and POD_NAMESPACE).
+    #[arg(long, env = "RANKVISOR_KUBE_EVENTS", default_value = "auto", value_parser = ["on", "off", "auto"])]
+    kube_events: String,
     #[command(flatten)]
     kube: KubeArgs,
 }
@@ -510,6 +514,10 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         Ok(c) => c,
         Err(e) => return config_error(&e),
     };
+    let kube_events_cfg = match kube_events_reporter(&a, &identity) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
     let status_sink = match a.status_fd.map(rankvisor::status_sink::StatusSink::from_fd).transpose() {
         Ok(s) => s,
         Err(e) => return config_error(&e.to_string()),
@@ -548,22 +556,46 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         _ => None,
     };
     let health_rx = health.as_ref().map(|g| g.rx.clone());
+    // Reporting starts before the rendezvous link: the link streams this replica's reports to the
+    // master, and the master's HTTP server serves the link's job view on /job.
+    let reporting_cfg = rankvisor::reporting::ReportingConfig {
+        http: a.http_addr,
+        webhook: a.report_url.clone().map(|url| rankvisor::webhook::WebhookConfig {
+            interval: a.report_interval,
+            ..rankvisor::webhook::WebhookConfig::new(url)
+        }),
+    };
+    let reporting = runtime.block_on(rankvisor::reporting::start(
+        reporting_cfg,
+        identity.clone(),
+        status.subscribe(),
+        health_rx.clone(),
+    ));
     let link = match link_cfg {
         Some(lc) => {
             let _guard = runtime.enter();
             let rdzv_health = job_link::rendezvous_health(health_rx.clone());
-            match job_link::start(lc, rdzv_health, status.subscribe()) {
+            match job_link::start(lc, rdzv_health, status.subscribe(), Some(reporting.subscribe())) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     let msg = format!("rendezvous failed: {e}");
                     error!("{msg}");
                     write_termination(None, &msg);
+                    runtime.block_on(reporting.finish(Duration::from_secs(2)));
+                    runtime.shutdown_background();
                     return exit::EXTERNAL_FAILURE;
                 }
             }
         }
         None => None,
     };
+    if let Some(view) = link.as_ref().and_then(|l| l.job_view.clone()) {
+        reporting.attach_job_view(view);
+    }
+    let kube_events = kube_events_cfg.map(|cfg| {
+        let _guard = runtime.enter();
+        rankvisor::kube_events::spawn(cfg, reporting.subscribe())
+    });
     let cfg = driver::DriverConfig {
         supervisor,
         command: ChildCommand { program: program.clone(), args: args.to_vec(), env: Vec::new() },
@@ -573,15 +605,6 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         status_sink,
         health,
     };
-    let reporting_cfg = rankvisor::reporting::ReportingConfig {
-        http: a.http_addr,
-        webhook: a.report_url.map(|url| rankvisor::webhook::WebhookConfig {
-            interval: a.report_interval,
-            ..rankvisor::webhook::WebhookConfig::new(url)
-        }),
-    };
-    let reporting =
-        runtime.block_on(rankvisor::reporting::start(reporting_cfg, identity, status.subscribe(), health_rx));
     // Job scope: the master keeps the channel open until its workers are done (see wait_for_workers).
     let job_view = link.as_ref().filter(|_| a.restart_scope == RestartScope::Job).and_then(|l| l.job_view.clone());
     let rendezvous_timeout = a.rendezvous_timeout;
@@ -612,9 +635,55 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         });
     }
     runtime.block_on(reporting.finish(Duration::from_secs(2)));
+    if let Some(k) = kube_events {
+        runtime.block_on(k.finish(Duration::from_secs(2)));
+    }
     // Do not wait for a blocked DNS lookup of the webhook's host.
     runtime.shutdown_background();
     code
+}
+
+/// The Kubernetes Events and Pod-condition reporter's settings, when `--kube-events` turns it on.
+fn kube_events_reporter(
+    a: &SuperviseArgs,
+    identity: &rankvisor::report::Identity,
+) -> Result<Option<rankvisor::kube_events::KubeEventsConfig>, String> {
+    use rankvisor::kube::{KubeClient, KubeConfig, KubeOverrides};
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (pod, namespace) = (var("POD_NAME"), var("POD_NAMESPACE"));
+    let (pod, namespace) = match (a.kube_events.as_str(), pod, namespace) {
+        ("off", _, _) => return Ok(None),
+        ("auto", Some(p), Some(n)) if in_cluster() => (p, n),
+        ("auto", ..) => return Ok(None),
+        (_, Some(p), Some(n)) => (p, n),
+        (_, p, n) => {
+            return Err(format!(
+                "--kube-events on needs POD_NAME ({:?}) and POD_NAMESPACE ({:?}) from the downward API \
+                 (fieldRef metadata.name and metadata.namespace): expected both set",
+                p.unwrap_or_default(),
+                n.unwrap_or_default()
+            ))
+        }
+    };
+    let overrides = KubeOverrides {
+        api_server: a.kube.kube_api_server.clone(),
+        token_file: a.kube.kube_token_file.clone(),
+        ca_file: a.kube.kube_ca_file.clone(),
+        namespace_file: None,
+    };
+    let client = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| KubeClient::new(cfg).map_err(|e| e.to_string()));
+    let client = match client {
+        Ok(c) => c,
+        // auto is best effort: reporting must not keep training from starting.
+        Err(e) if a.kube_events == "auto" => {
+            tracing::warn!("Kubernetes Events and the Pod condition are off: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Some(rankvisor::kube_events::KubeEventsConfig { client, namespace, pod, node: identity.node.clone() }))
 }
 
 /// Start the Kubernetes watcher and wait for its first observation (the API may be retried for

@@ -9,7 +9,7 @@ use crate::rendezvous::{
     self, ControlEvent, Health, Identity, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
-use crate::report::{LocalStatus, ReplicaState};
+use crate::report::{LocalStatus, ReplicaState, Report};
 use crate::supervise::{Event, GiveUp, RestartScope};
 use std::net::SocketAddr;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -63,13 +63,47 @@ pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch:
     rx
 }
 
-fn update_of(s: &LocalStatus) -> StateUpdate {
+/// The update sent upstream: the state fields from the driver's status (always the newest), the
+/// payload the whole report (the status itself before the reporter has built one).
+fn update_of(s: &LocalStatus, report: Option<&Report>) -> StateUpdate {
+    let payload = match report {
+        Some(r) => serde_json::to_value(r),
+        None => serde_json::to_value(s),
+    };
     StateUpdate {
         state: s.state,
         restart_count: s.restart_count,
         generation: s.generation,
         last_exit: s.last_exit.map(|h| h.code()),
-        report: serde_json::to_value(s).unwrap_or_default(),
+        report: payload.unwrap_or_default(),
+    }
+}
+
+/// This replica's status and its reports, merged into one stream of updates for the master.
+struct Upstream {
+    status: watch::Receiver<LocalStatus>,
+    reports: Option<watch::Receiver<Report>>,
+}
+
+impl Upstream {
+    /// The next update, when either source changed; None once the status channel is closed.
+    async fn next(&mut self) -> Option<StateUpdate> {
+        tokio::select! {
+            changed = self.status.changed() => changed.ok()?,
+            changed = async {
+                match self.reports.as_mut() {
+                    Some(r) => r.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    // The reporter is gone (finishing): keep following the status alone.
+                    self.reports = None;
+                }
+            }
+        }
+        let report = self.reports.as_mut().map(|r| r.borrow_and_update().clone());
+        Some(update_of(&self.status.borrow_and_update(), report.as_ref()))
     }
 }
 
@@ -95,11 +129,14 @@ async fn gate_of(rx: oneshot::Receiver<Result<(), GiveUp>>) -> Result<(), GiveUp
 
 /// Start this replica's side of the rendezvous (inside the runtime): the master listens at once;
 /// a worker starts dialling. The driver's start gate passes when the first barrier releases.
+/// Every change of `status` or `reports` goes to the master; the payload is the whole report.
 pub fn start(
     cfg: JobLinkConfig,
     health: watch::Receiver<Health>,
     status: watch::Receiver<LocalStatus>,
+    reports: Option<watch::Receiver<Report>>,
 ) -> Result<JobLink, RendezvousError> {
+    let upstream = Upstream { status, reports };
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let (gen_tx, gen_rx) = mpsc::unbounded_channel();
     let (gate_tx, gate_rx) = oneshot::channel();
@@ -108,10 +145,10 @@ pub fn start(
         let listener = rendezvous::listen(cfg.listen)?;
         let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
         let (view_tx, view_rx) = watch::channel(serde_json::Value::Null);
-        tokio::spawn(run_master(master, status, ctl_tx, gen_rx, gate_tx, view_tx));
+        tokio::spawn(run_master(master, upstream, ctl_tx, gen_rx, gate_tx, view_tx));
         Some(view_rx)
     } else {
-        tokio::spawn(run_worker(cfg, health, status, ctl_tx, gen_rx, gate_tx));
+        tokio::spawn(run_worker(cfg, health, upstream, ctl_tx, gen_rx, gate_tx));
         None
     };
     Ok(JobLink {
@@ -123,7 +160,7 @@ pub fn start(
 
 async fn run_master(
     mut master: MasterHandle,
-    mut status: watch::Receiver<LocalStatus>,
+    mut upstream: Upstream,
     ctl: mpsc::UnboundedSender<Event>,
     mut gen_rx: mpsc::UnboundedReceiver<()>,
     gate: oneshot::Sender<Result<(), GiveUp>>,
@@ -143,14 +180,16 @@ async fn run_master(
         view.send_replace(serde_json::to_value(m.job_view()).unwrap_or_default());
     };
     publish_view(&master);
+    // The master's own supervisor finishing closes these channels; the master must go on serving
+    // (and holding) the workers' connections until the process exits, so only stop reading them.
+    let (mut upstream_open, mut requests_open) = (true, true);
     loop {
         let next = tokio::select! {
-            changed = status.changed() => {
-                if changed.is_err() {
-                    return;
+            update = upstream.next(), if upstream_open => {
+                match update {
+                    Some(update) => master.publish_own_state(update),
+                    None => upstream_open = false,
                 }
-                let update = update_of(&status.borrow_and_update());
-                master.publish_own_state(update);
                 None
             }
             event = master.events().recv() => match event {
@@ -169,9 +208,12 @@ async fn run_master(
                 }
                 Some(_) => None,
             },
-            request = gen_rx.recv() => match request {
+            request = gen_rx.recv(), if requests_open => match request {
                 Some(()) => Some(generation + 1),
-                None => return,
+                None => {
+                    requests_open = false;
+                    None
+                }
             },
         };
         publish_view(&master);
@@ -198,7 +240,7 @@ async fn run_master(
 async fn run_worker(
     cfg: JobLinkConfig,
     health: watch::Receiver<Health>,
-    mut status: watch::Receiver<LocalStatus>,
+    mut upstream: Upstream,
     ctl: mpsc::UnboundedSender<Event>,
     mut gen_rx: mpsc::UnboundedReceiver<()>,
     gate: oneshot::Sender<Result<(), GiveUp>>,
@@ -214,16 +256,13 @@ async fn run_worker(
             return;
         }
     };
-    let mut waiter = status.clone();
+    let mut waiter = upstream.status.clone();
     let mut generation = session.generation();
     let mut requests_open = true;
     loop {
         tokio::select! {
-            changed = status.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                let update = update_of(&status.borrow_and_update());
+            update = upstream.next() => {
+                let Some(update) = update else { return };
                 let _ = session.send_state(update);
             }
             order = session.next_order() => match order {
@@ -340,7 +379,63 @@ pub async fn wait_for_workers(mut view: watch::Receiver<serde_json::Value>, limi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::ExitHow;
+    use crate::report::{Identity, Timeline};
     use serde_json::json;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn updates_carry_the_whole_report() {
+        let st = LocalStatus {
+            state: ReplicaState::Running,
+            restart_count: 2,
+            last_exit: Some(ExitHow::Exited(3)),
+            ..LocalStatus::default()
+        };
+        let id = Identity { pod: Some("j-worker-0".into()), ..Identity::default() };
+        let report = Timeline::new(UNIX_EPOCH).report(&id, &st, None, UNIX_EPOCH);
+        let u = update_of(&st, Some(&report));
+        assert_eq!((u.state, u.restart_count, u.last_exit), (ReplicaState::Running, 2, Some(3)));
+        assert_eq!(u.report["pod"], "j-worker-0");
+        assert_eq!(u.report["schema_version"], 1);
+        assert_eq!(u.report["last_exit"]["code"], 3);
+        // Before the reporter built one: the status itself.
+        let early = update_of(&st, None);
+        assert_eq!(early.report["restart_count"], 2);
+        assert!(early.report.get("schema_version").is_none());
+    }
+
+    #[tokio::test]
+    async fn upstream_follows_both_channels() {
+        let (status_tx, status) = watch::channel(LocalStatus::default());
+        let mut tl = Timeline::new(UNIX_EPOCH);
+        let first = tl.report(&Identity::default(), &LocalStatus::default(), None, UNIX_EPOCH);
+        let (report_tx, reports) = watch::channel(first);
+        let mut up = Upstream { status, reports: Some(reports) };
+        let progress =
+            LocalStatus { progress: crate::heartbeat::parse_progress(r#"{"step": 9}"#), ..LocalStatus::default() };
+        report_tx.send_replace(tl.report(&Identity::default(), &progress, None, UNIX_EPOCH));
+        let u = up.next().await.unwrap();
+        assert_eq!(u.report["progress"]["step"], 9, "a report change alone is sent");
+        drop(report_tx);
+        status_tx.send_replace(LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() });
+        // The closed report channel is noticed first, then the status change still arrives.
+        let mut got = up.next().await.unwrap();
+        if got.state != ReplicaState::Running {
+            got = up.next().await.unwrap();
+        }
+        assert_eq!(got.state, ReplicaState::Running);
+        drop(status_tx);
+        // At most the report channel's closing is still pending before the end.
+        let mut ended = false;
+        for _ in 0..2 {
+            if up.next().await.is_none() {
+                ended = true;
+                break;
+            }
+        }
+        assert!(ended, "a closed status channel ends the stream");
+    }
 
     fn replica(index: u32, state: &str, connected: bool) -> serde_json::Value {
         json!({"index": index, "state": state, "connected": connected})

@@ -27,6 +27,7 @@ pub mod heartbeat;
 pub mod http;
 pub mod job_link;
 pub mod kube;
+pub mod kube_events;
 pub mod logging;
 pub mod process;
 pub mod rank;

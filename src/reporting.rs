@@ -8,7 +8,7 @@ use crate::http::{serve, HttpAddr, HttpState};
 use crate::report::{is_state_change, Identity, LocalStatus, NodeHealthReport, Report, Timeline};
 use crate::webhook::{Webhook, WebhookConfig, WebhookStats};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
@@ -56,6 +56,7 @@ pub struct Reporting {
     stop_server: Option<oneshot::Sender<()>>,
     stop_reporter: Option<oneshot::Sender<()>>,
     http_addr: Option<SocketAddr>,
+    job: Arc<OnceLock<watch::Receiver<serde_json::Value>>>,
 }
 
 impl std::fmt::Debug for Reporting {
@@ -84,14 +85,15 @@ pub async fn start(
         builder.take_change(&first);
         hook.push(first);
     }
+    let job: Arc<OnceLock<watch::Receiver<serde_json::Value>>> = Arc::default();
     let (stop_server, http_addr) = match cfg.http {
         HttpAddr::Off => (None, None),
         HttpAddr::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().ok();
-                info!(addr = ?bound.unwrap_or(addr), "serving /healthz, /readyz, /metrics and /status");
+                info!(addr = ?bound.unwrap_or(addr), "serving /healthz, /readyz, /metrics, /status (and /job on the master)");
                 let (stop, stopped) = oneshot::channel::<()>();
-                let state = HttpState { reports: reports_rx, webhook: stats.clone() };
+                let state = HttpState { reports: reports_rx, webhook: stats.clone(), job: job.clone() };
                 tokio::spawn(serve(listener, state, async {
                     let _ = stopped.await;
                 }));
@@ -107,7 +109,7 @@ pub async fn start(
     let (stop_reporter, stopped) = oneshot::channel();
     let interval = cfg.webhook.as_ref().map(|w| w.interval);
     tokio::spawn(follow(builder.clone(), reports.clone(), webhook.clone(), interval, stopped));
-    Reporting { builder, reports, webhook, stop_server, stop_reporter: Some(stop_reporter), http_addr }
+    Reporting { builder, reports, webhook, stop_server, stop_reporter: Some(stop_reporter), http_addr, job }
 }
 
 impl Reporting {
@@ -119,6 +121,12 @@ impl Reporting {
     /// A receiver of every new report: for later reporters (Kubernetes Events, the Pod condition).
     pub fn subscribe(&self) -> watch::Receiver<Report> {
         self.reports.subscribe()
+    }
+
+    /// Serve `/job` from the master's job view (the rendezvous link starts after reporting, as it
+    /// streams this replica's reports to the master); a second view is ignored.
+    pub fn attach_job_view(&self, view: watch::Receiver<serde_json::Value>) {
+        let _ = self.job.set(view);
     }
 
     /// Report the final state and wait (at most `limit`) for the webhook to deliver it.

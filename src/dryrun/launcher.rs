@@ -85,6 +85,9 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
         &files.status_fd.to_string(),
         "--log-level",
         &settings.log_level,
+        // Its pods are not Kubernetes objects, even when the dry run itself runs in a cluster.
+        "--kube-events",
+        "off",
     ]
     .into_iter()
     .map(OsString::from)
@@ -366,6 +369,8 @@ mod tests {
                 "--log-level",
                 "warn",
                 "--http-addr",
+                "off",
+                "--kube-events",
                 "off",
                 "--termination-log",
                 "/w/pytest-master-0.termination-log",

@@ -12,7 +12,7 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -30,6 +30,8 @@ pub struct HttpState {
     pub reports: watch::Receiver<Report>,
     /// The webhook's counters (all zero without a webhook).
     pub webhook: Arc<WebhookStats>,
+    /// The master's job view, once the rendezvous link is attached (never set on workers).
+    pub job: Arc<OnceLock<watch::Receiver<serde_json::Value>>>,
 }
 
 /// One response, before it becomes HTTP.
@@ -49,8 +51,15 @@ impl Reply {
     }
 }
 
-/// The reply to `method path` given the latest report: the whole routing table.
-pub fn route(method: &Method, path: &str, report: &Report, webhook: &WebhookCounts) -> Reply {
+/// The reply to `method path` given the latest report and, on the master, the job view: the whole
+/// routing table.
+pub fn route(
+    method: &Method,
+    path: &str,
+    report: &Report,
+    webhook: &WebhookCounts,
+    job: Option<&serde_json::Value>,
+) -> Reply {
     if method != Method::GET && method != Method::HEAD {
         return Reply::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -74,17 +83,52 @@ pub fn route(method: &Method, path: &str, report: &Report, webhook: &WebhookCoun
             }
             Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the report: {e}\n")),
         },
+        "/job" => job_reply(report, job),
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics or /status\n"),
+            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics, /status or /job (master)\n"),
         ),
+    }
+}
+
+/// `/job`: the master's view of every replica; a clear 404 elsewhere, 503 before the first barrier.
+fn job_reply(report: &Report, job: Option<&serde_json::Value>) -> Reply {
+    match job {
+        None => {
+            let who = match (report.identity.replica_type.as_deref(), report.identity.rank) {
+                (Some(t), Some(r)) => format!("this replica is {t} rank {r}"),
+                (_, Some(r)) => format!("this replica is rank {r}"),
+                _ => "this replica has no rendezvous".to_string(),
+            };
+            Reply::new(
+                StatusCode::NOT_FOUND,
+                TEXT,
+                format!(
+                    "no job view here: {who}; /job is served by the master (rank 0) of a job of several replicas \
+                     with --rendezvous on\n"
+                ),
+            )
+        }
+        Some(serde_json::Value::Null) => Reply::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "the job view is not ready: the replicas have not passed the first rendezvous barrier yet\n".into(),
+        ),
+        Some(view) => match serde_json::to_string_pretty(view) {
+            Ok(mut json) => {
+                json.push('\n');
+                Reply::new(StatusCode::OK, JSON, json)
+            }
+            Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the job view: {e}\n")),
+        },
     }
 }
 
 fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let report = state.reports.borrow().clone();
-    let reply = route(req.method(), req.uri().path(), &report, &state.webhook.counts());
+    let job = state.job.get().map(|rx| rx.borrow().clone());
+    let reply = route(req.method(), req.uri().path(), &report, &state.webhook.counts(), job.as_ref());
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = reply.status;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(reply.content_type));
@@ -140,11 +184,11 @@ mod tests {
     fn readiness_follows_the_state() {
         let none = WebhookCounts::default();
         for s in ReplicaState::ALL {
-            let r = route(&Method::GET, "/readyz", &report(s), &none);
+            let r = route(&Method::GET, "/readyz", &report(s), &none, None);
             let want = if s == ReplicaState::Running { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
             assert_eq!(r.status, want, "{s:?}");
             assert!(r.body.contains(&format!("{s:?}")), "{}", r.body);
-            assert_eq!(route(&Method::GET, "/healthz", &report(s), &none).status, StatusCode::OK);
+            assert_eq!(route(&Method::GET, "/healthz", &report(s), &none, None).status, StatusCode::OK);
         }
     }
 
@@ -152,18 +196,35 @@ mod tests {
     fn routes_and_errors() {
         let none = WebhookCounts::default();
         let r = report(ReplicaState::Running);
-        let status = route(&Method::GET, "/status", &r, &none);
+        let status = route(&Method::GET, "/status", &r, &none, None);
         assert_eq!((status.status, status.content_type), (StatusCode::OK, JSON));
         let back: Report = serde_json::from_str(&status.body).unwrap();
         assert_eq!(back, r);
-        let m = route(&Method::HEAD, "/metrics", &r, &none);
+        let m = route(&Method::HEAD, "/metrics", &r, &none, None);
         assert_eq!((m.status, m.content_type), (StatusCode::OK, METRICS));
-        let nf = route(&Method::GET, "/nope", &r, &none);
+        let nf = route(&Method::GET, "/nope", &r, &none, None);
         assert_eq!(nf.status, StatusCode::NOT_FOUND);
         assert!(nf.body.contains("\"/nope\""), "{}", nf.body);
-        let post = route(&Method::POST, "/status", &r, &none);
+        let post = route(&Method::POST, "/status", &r, &none, None);
         assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
         assert!(post.body.contains("POST"), "{}", post.body);
+    }
+
+    #[test]
+    fn job_on_master_and_worker() {
+        let none = WebhookCounts::default();
+        let mut r = report(ReplicaState::Running);
+        r.identity.replica_type = Some("Worker".into());
+        r.identity.rank = Some(2);
+        let w = route(&Method::GET, "/job", &r, &none, None);
+        assert_eq!(w.status, StatusCode::NOT_FOUND);
+        assert!(w.body.contains("Worker rank 2") && w.body.contains("served by the master"), "{}", w.body);
+        let early = route(&Method::GET, "/job", &r, &none, Some(&serde_json::Value::Null));
+        assert_eq!(early.status, StatusCode::SERVICE_UNAVAILABLE);
+        let view = serde_json::json!({"job": "j", "replicas": {"0": {"state": "Running"}}});
+        let m = route(&Method::GET, "/job", &r, &none, Some(&view));
+        assert_eq!((m.status, m.content_type), (StatusCode::OK, JSON));
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&m.body).unwrap(), view);
     }
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -180,7 +241,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(report(ReplicaState::Rendezvous));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = HttpState { reports: rx, webhook: Arc::new(WebhookStats::default()) };
+        let state = HttpState { reports: rx, webhook: Arc::new(WebhookStats::default()), job: Arc::default() };
         let server = tokio::spawn(serve(listener, state, async {
             let _ = stopped.await;
         }));

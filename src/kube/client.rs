@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
@@ -100,6 +100,20 @@ pub enum KubeError {
         code: u16,
         /// The server's message, or the start of the body.
         message: String,
+    },
+    /// 403 on a reporting request (events, the Pod's status): RBAC does not allow it.
+    #[error("the Kubernetes API refused to {action} (403 Forbidden): {message}: expected a Role bound to this service account granting create and patch on events and get and patch on pods/status")]
+    ReportForbidden {
+        /// What was attempted, e.g. `create events in namespace "ns"`.
+        action: String,
+        /// The server's message (who cannot do what).
+        message: String,
+    },
+    /// 404 on a reporting request: the Pod or Event named does not exist.
+    #[error("{what} not found in the Kubernetes API (404)")]
+    NotFound {
+        /// What was asked for, e.g. `pod "ns/name"`.
+        what: String,
     },
     /// A 2xx answer that is not what was asked for.
     #[error("unexpected answer from the Kubernetes API at {url}: {problem}")]
@@ -200,6 +214,118 @@ impl KubeClient {
         &self.cfg
     }
 
+    /// GET `pods/NAME/status` (the whole Pod, as the status subresource returns it).
+    pub async fn get_pod_status(&self, namespace: &str, pod: &str) -> Result<serde_json::Value, KubeError> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/status");
+        let what = format!("pod \"{namespace}/{pod}\"");
+        self.report_request(Method::GET, &path, None, &format!("get pods/status of {what}"), &what).await
+    }
+
+    /// Strategic-merge PATCH of `pods/NAME/status` (e.g. one of its conditions, merged by type).
+    pub async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        pod: &str,
+        patch: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/status");
+        let what = format!("pod \"{namespace}/{pod}\"");
+        self.report_request(Method::PATCH, &path, Some(patch), &format!("patch pods/status of {what}"), &what).await
+    }
+
+    /// POST a core/v1 Event into `namespace`.
+    pub async fn create_event(
+        &self,
+        namespace: &str,
+        event: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let path = format!("/api/v1/namespaces/{namespace}/events");
+        let action = format!("create events in namespace \"{namespace}\"");
+        self.report_request(Method::POST, &path, Some(event), &action, &format!("namespace \"{namespace}\"")).await
+    }
+
+    /// Strategic-merge PATCH of the Event `name` (its count and lastTimestamp, as kubelet aggregates).
+    pub async fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<serde_json::Value, KubeError> {
+        let path = format!("/api/v1/namespaces/{namespace}/events/{name}");
+        let what = format!("event \"{namespace}/{name}\"");
+        self.report_request(Method::PATCH, &path, Some(patch), &format!("patch {what}"), &what).await
+    }
+
+    /// One reporting request: a JSON body (POST as JSON, PATCH as a strategic merge patch), the
+    /// answer decoded as JSON; 403 and 404 name the action and the object.
+    async fn report_request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        action: &str,
+        what: &str,
+    ) -> Result<serde_json::Value, KubeError> {
+        let url = format!("{}{path}", self.cfg.api_server);
+        let content_type =
+            if method == Method::PATCH { "application/strategic-merge-patch+json" } else { "application/json" };
+        let bytes = match body {
+            Some(v) => Bytes::from(serde_json::to_vec(v).map_err(|e| KubeError::Client { problem: e.to_string() })?),
+            None => Bytes::new(),
+        };
+        let (code, answer) = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            let token = read_token(&self.cfg.token_file)?;
+            let mut sender = self.connect(&url).await?;
+            let req = Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::HOST, self.endpoint.authority.as_str())
+                .header(header::AUTHORIZATION, self.auth_header(&token)?)
+                .header(header::ACCEPT, "application/json")
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
+                .body(Full::new(bytes))
+                .map_err(|e| KubeError::Client { problem: e.to_string() })?;
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(|e| KubeError::Unreachable { url: url.clone(), problem: chain(&e) })?;
+            let code = resp.status().as_u16();
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_LINE_BYTES).collect().await.map_err(|e| {
+                KubeError::Unreachable { url: url.clone(), problem: format!("reading the answer: {}", chain(&*e)) }
+            })?;
+            Ok::<_, KubeError>((code, body.to_bytes()))
+        })
+        .await
+        .map_err(|_| KubeError::Unreachable {
+            url: url.clone(),
+            problem: format!("no answer within {REQUEST_TIMEOUT:?}"),
+        })??;
+        if (200..300).contains(&code) {
+            return serde_json::from_slice(&answer)
+                .map_err(|e| KubeError::Decode { url, problem: format!("not JSON: {e}") });
+        }
+        let message = match parse_status(&answer) {
+            Some(s) if !s.message.is_empty() => s.message,
+            _ => String::from_utf8_lossy(answer.get(..answer.len().min(300)).unwrap_or_default()).trim().to_string(),
+        };
+        Err(match code {
+            401 => KubeError::Unauthorized { url, token_file: self.cfg.token_file.clone() },
+            403 => KubeError::ReportForbidden { action: action.to_string(), message },
+            404 => KubeError::NotFound { what: what.to_string() },
+            _ => KubeError::Http { url, code, message },
+        })
+    }
+
+    fn auth_header(&self, token: &str) -> Result<HeaderValue, KubeError> {
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| KubeError::Token {
+            path: self.cfg.token_file.clone(),
+            problem: "not a valid HTTP header value".into(),
+        })?;
+        auth.set_sensitive(true);
+        Ok(auth)
+    }
+
     /// GET the Node.
     pub async fn get_node(&self, node: &str) -> Result<Node, KubeError> {
         let path = format!("/api/v1/nodes/{node}");
@@ -265,7 +391,7 @@ impl KubeClient {
             .header(header::AUTHORIZATION, auth)
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(Bytes::new()))
             .map_err(|e| KubeError::Client { problem: e.to_string() })?;
         let resp = sender
             .send_request(req)
@@ -298,7 +424,7 @@ impl KubeClient {
     }
 
     /// A fresh HTTP/1.1 connection (TLS when https); its driver task ends with the connection.
-    async fn connect(&self, url: &str) -> Result<SendRequest<Empty<Bytes>>, KubeError> {
+    async fn connect(&self, url: &str) -> Result<SendRequest<Full<Bytes>>, KubeError> {
         let unreachable = |problem: String| KubeError::Unreachable { url: url.to_string(), problem };
         let ep = &self.endpoint;
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((ep.host.as_str(), ep.port)))
@@ -328,7 +454,7 @@ impl KubeClient {
     }
 }
 
-async fn handshake<S>(io: S, url: &str) -> Result<SendRequest<Empty<Bytes>>, KubeError>
+async fn handshake<S>(io: S, url: &str) -> Result<SendRequest<Full<Bytes>>, KubeError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {

@@ -1,0 +1,137 @@
+//! The master's `/job` end to end: four real rankvisor processes on loopback meet at the
+//! rendezvous; the master serves every replica's latest whole report, including a worker's
+//! restart; a worker answers `/job` with a clear 404.
+
+mod common;
+
+use common::{Rv, TestDir};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const GUARD: Duration = Duration::from_secs(20);
+const JOB: &str = "rj";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// MASTER_PORT with MASTER_PORT+1 (the rendezvous) free too.
+fn master_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65535 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
+}
+
+/// Poll `/job` until `pred` holds for its JSON.
+fn wait_job(addr: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let got = get(addr, "/job");
+        if let Some((200, body)) = &got {
+            let v: Value = serde_json::from_str(body).expect("/job is JSON");
+            if pred(&v) {
+                return v;
+            }
+        }
+        assert!(Instant::now() < deadline, "waiting for {what} on /job: last answer {got:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Replica `i` of the job: the master serves HTTP on `http`, workers only when given a port.
+fn replica(dir: &TestDir, i: u32, port: u16, http: Option<u16>, script: &str) -> Rv {
+    let pod = if i == 0 { format!("{JOB}-master-0") } else { format!("{JOB}-worker-{}", i - 1) };
+    let http = http.map(|p| format!("127.0.0.1:{p}")).unwrap_or_else(|| "off".into());
+    Rv::new(dir)
+        .without_status_fd()
+        .env("RANK", &i.to_string())
+        .env("WORLD_SIZE", "4")
+        .env("PET_NNODES", "4")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port.to_string())
+        .env("POD_NAME", &pod)
+        .env("DIR", &dir.path().to_string_lossy())
+        .args(["--http-addr", &http, "--backoff-initial", "100ms", "--grace-period", "2s"])
+        .args(["--rendezvous-timeout", "15s", "--node-health", "off", "--kube-events", "off"])
+        .sh(script)
+}
+
+/// Runs until TERM.
+const STEADY: &str = r#"trap 'exit 0' TERM; echo '{"step": 7}' > /dev/null; sleep 60 & wait"#;
+/// Fails once, then runs until TERM.
+const FLAKY: &str =
+    r#"if [ ! -f "$DIR/failed-once" ]; then touch "$DIR/failed-once"; exit 3; fi; trap 'exit 0' TERM; sleep 60 & wait"#;
+
+#[test]
+fn job_view_shows_every_replica_and_a_restart() {
+    let port = master_port();
+    let (http, worker_http) = (free_port(), free_port());
+    let dirs: Vec<TestDir> = (0..4).map(|i| TestDir::new(&format!("job-view-{i}"))).collect();
+    let mut running = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let i = i as u32;
+        let http = match i {
+            0 => Some(http),
+            1 => Some(worker_http),
+            _ => None,
+        };
+        running.push(replica(dir, i, port, http, if i == 2 { FLAKY } else { STEADY }).spawn());
+    }
+    let master: SocketAddr = ([127, 0, 0, 1], http).into();
+    let view = wait_job(master, "four Running replicas, worker rank 2 restarted once", |v| {
+        let r = &v["replicas"];
+        (0..4).all(|i| r[i.to_string()]["state"] == "Running") && r["2"]["restart_count"] == 1
+    });
+    assert_eq!(view["job"], JOB);
+    assert_eq!(view["replica_count"], 4);
+    assert_eq!(view["phase"], "Running");
+    let replicas = view["replicas"].as_object().unwrap();
+    assert_eq!(replicas.len(), 4, "{view:#}");
+    for (k, r) in replicas {
+        // The payload is the whole report of that replica, not just its state fields.
+        let report = &r["report"];
+        assert_eq!(report["schema_version"], 1, "replica {k}: {r:#}");
+        assert_eq!(report["rank"].to_string(), *k, "replica {k}: {r:#}");
+        assert_eq!(report["job"], JOB);
+        assert!(report["updated_at"].is_string() && report["started_at"].is_string(), "{r:#}");
+    }
+    let flaky = &replicas["2"]["report"];
+    assert_eq!(flaky["pod"], format!("{JOB}-worker-1"));
+    assert_eq!(flaky["replica_type"], "Worker");
+    assert_eq!(flaky["restart_count"], 1);
+    assert_eq!(flaky["last_exit"]["code"], 3);
+    assert_eq!(flaky["state"], "Running");
+    assert_eq!(replicas["0"]["report"]["replica_type"], "Master");
+    assert_eq!(replicas["0"]["report"]["restart_count"], 0);
+
+    // A worker has no job view, and says where to look.
+    let (code, body) = get(([127, 0, 0, 1], worker_http).into(), "/job").expect("the worker's HTTP server answers");
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("Worker rank 1") && body.contains("served by the master"), "{body}");
+    // The master's own /status still answers.
+    assert_eq!(get(master, "/status").map(|(c, _)| c), Some(200));
+
+    for r in running.iter().rev() {
+        r.signal(libc::SIGTERM);
+    }
+    for r in running {
+        let done = r.wait_for(GUARD);
+        assert!(done.code.is_some(), "rankvisor ended by a signal: {done:?}");
+    }
+}
