@@ -30,6 +30,7 @@ fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/bin" "$ctx/etc" "$ctx/tmp" "$ctx/dev"
+chmod 1777 "$ctx/tmp"
 cp "$bin" "$ctx/rankvisor"
 cp /bin/busybox "$ctx/bin/busybox"
 for applet in sh ash sleep cat echo date touch ls mkdir rm kill ps true false env printf test \
@@ -42,9 +43,16 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$ctx/etc/group"
 printf 'hosts: files dns\n' >"$ctx/etc/nsswitch.conf"
 cp images/Dockerfile "$ctx/Dockerfile"
 
-DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" "$ctx" >&2
+mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }
+# The legacy builder is enough for a FROM scratch image and needs no network at all.
+DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" "$ctx" >/dev/null
+# <tag>-slim: rankvisor alone (no shell), for images that only need PID 1 (or to copy it from).
+rm -rf "${ctx:?}/bin"/* 
+DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag-slim" "$ctx" >/dev/null
 bin_bytes=$(stat -c %s "$bin")
-img_bytes=$(docker image inspect -f '{{.Size}}' "$tag")
-echo "images/build.sh: static rankvisor: $bin_bytes bytes ($(awk "BEGIN{printf \"%.2f\", $bin_bytes/1048576}") MiB)" >&2
-echo "images/build.sh: image $tag: $img_bytes bytes ($(awk "BEGIN{printf \"%.2f\", $img_bytes/1048576}") MiB)" >&2
+echo "images/build.sh: static rankvisor: $bin_bytes bytes ($(mib "$bin_bytes") MiB)" >&2
+for t in "$tag" "$tag-slim"; do
+  b=$(docker image inspect -f '{{.Size}}' "$t")
+  echo "images/build.sh: image $t: $b bytes ($(mib "$b") MiB)" >&2
+done
 echo "$tag"
