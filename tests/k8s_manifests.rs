@@ -81,6 +81,33 @@ impl ApiServer {
         (code.trim().parse().unwrap_or(0), serde_json::from_str(json).unwrap_or(Value::Null))
     }
 
+    /// A real create (or replace, for an object the test server already has).
+    fn apply(&self, obj: &Value) {
+        let path = collection_path(obj);
+        let (mut code, mut answer) = self.call("POST", &path, obj);
+        if code == 409 {
+            let name = obj["metadata"]["name"].as_str().unwrap();
+            (code, answer) = self.call("PUT", &format!("{path}/{name}"), obj);
+        }
+        assert!(code == 200 || code == 201, "create {} refused: HTTP {code}: {answer:#}", obj["kind"]);
+    }
+
+    /// Whether the job's service account may `verb` `resource` (SubjectAccessReview).
+    fn allowed(&self, verb: &str, resource: &str, subresource: &str, namespace: &str) -> bool {
+        let review = json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": "system:serviceaccount:default:training",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"],
+                "resourceAttributes": {"verb": verb, "resource": resource, "subresource": subresource, "namespace": namespace}
+            }
+        });
+        let (code, answer) = self.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", &review);
+        assert_eq!(code, 201, "SubjectAccessReview: HTTP {code}: {answer:#}");
+        answer["status"]["allowed"] == json!(true)
+    }
+
     /// A dry-run create (or, for an object the test server already has, a dry-run replace).
     fn dry_run(&self, obj: &Value) -> Value {
         let path = collection_path(obj);
@@ -122,27 +149,28 @@ fn collection_path(obj: &Value) -> String {
     }
 }
 
-/// Every field of `sent` is in `back` with the same value: nothing was dropped as unknown.
-fn assert_kept(sent: &Value, back: &Value, at: &str) {
+/// The first field of `sent` missing from `back` or changed there (None: nothing was dropped as unknown).
+fn dropped(sent: &Value, back: &Value, at: &str) -> Option<String> {
     match (sent, back) {
-        (Value::Object(s), Value::Object(b)) => {
-            for (k, v) in s {
-                let inner = back_field(b, k).unwrap_or_else(|| panic!("{at}.{k} was dropped by the server (unknown field?)"));
-                assert_kept(v, inner, &format!("{at}.{k}"));
-            }
+        (Value::Object(s), Value::Object(b)) => s.iter().find_map(|(k, v)| match b.get(k) {
+            None => Some(format!("{at}.{k} was dropped by the server (unknown field?)")),
+            Some(inner) => dropped(v, inner, &format!("{at}.{k}")),
+        }),
+        (Value::Array(s), Value::Array(b)) if s.len() != b.len() => {
+            Some(format!("{at}: {} items sent, {} back", s.len(), b.len()))
         }
         (Value::Array(s), Value::Array(b)) => {
-            assert_eq!(s.len(), b.len(), "{at}: {} items sent, {} back", s.len(), b.len());
-            for (i, (x, y)) in s.iter().zip(b).enumerate() {
-                assert_kept(x, y, &format!("{at}[{i}]"));
-            }
+            s.iter().zip(b).enumerate().find_map(|(i, (x, y))| dropped(x, y, &format!("{at}[{i}]")))
         }
-        _ => assert_eq!(sent, back, "{at}: sent {sent}, back {back}"),
+        _ if sent == back => None,
+        _ => Some(format!("{at}: sent {sent}, back {back}")),
     }
 }
 
-fn back_field<'a>(b: &'a serde_json::Map<String, Value>, k: &str) -> Option<&'a Value> {
-    b.get(k)
+fn assert_kept(sent: &Value, back: &Value, at: &str) {
+    if let Some(d) = dropped(sent, back, at) {
+        panic!("{d}");
+    }
 }
 
 fn yaml_docs(path: &str) -> Vec<Value> {
@@ -203,4 +231,36 @@ fn examples_k8s_pass_a_server_side_dry_run() {
         assert_kept(&pod, &back, &format!("{rt} pod"));
         eprintln!("{rt} pod template: accepted by kube-apiserver (dryRun=All), no field dropped");
     }
+
+    // The check has teeth: a misspelt field is dropped (and caught), a bad value is refused.
+    let mut typo = pod_of(job, "Worker");
+    typo["spec"]["containers"][0]["terminationMessagePolicyy"] = json!("FallbackToLogsOnError");
+    let back = api.dry_run(&typo);
+    let typo_caught = dropped(&typo, &back, "typo pod").unwrap_or_default();
+    assert!(typo_caught.contains("terminationMessagePolicyy was dropped"), "{typo_caught}");
+    let mut bad = pod_of(job, "Worker");
+    bad["spec"]["containers"][0]["terminationMessagePolicy"] = json!("FallbackToLogs");
+    let (code, _) = api.call("POST", "/api/v1/namespaces/default/pods?dryRun=All", &bad);
+    assert_eq!(code, 422, "a bad terminationMessagePolicy must be refused");
+
+    // Created for real, the RBAC objects give the job's service account what rankvisor needs, and no more.
+    for obj in &rbac {
+        api.apply(obj);
+    }
+    for (verb, resource, sub, ns) in [
+        ("get", "nodes", "", ""),
+        ("watch", "nodes", "", ""),
+        ("create", "events", "", "default"),
+        ("patch", "events", "", "default"),
+        ("get", "pods", "status", "default"),
+        ("patch", "pods", "status", "default"),
+    ] {
+        assert!(api.allowed(verb, resource, sub, ns), "training may not {verb} {resource}/{sub}");
+    }
+    for (verb, resource, sub, ns) in
+        [("list", "nodes", "", ""), ("patch", "nodes", "", ""), ("delete", "pods", "", "default"), ("patch", "pods", "", "default")]
+    {
+        assert!(!api.allowed(verb, resource, sub, ns), "training may {verb} {resource}/{sub}: more than needed");
+    }
+    eprintln!("RBAC: service account default/training may get/watch nodes, create/patch events, get/patch pods/status");
 }
