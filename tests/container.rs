@@ -12,7 +12,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The training-operator's env for replica `rank` of a job of `count` replicas (seed 000: one
 /// master, three workers), with MASTER_ADDR the master pod's name (resolved by Docker's DNS).
@@ -64,10 +63,7 @@ fn docker_ok(args: &[&str]) -> String {
 
 /// The image to test, or None (after printing why) when no Docker engine answers.
 fn image(test: &str) -> Option<String> {
-    let info = Command::new("docker")
-        .args(["info", "--format", "{{.ServerVersion}}"])
-        .stdin(Stdio::null())
-        .output();
+    let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).stdin(Stdio::null()).output();
     match info {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
@@ -94,6 +90,7 @@ fn image(test: &str) -> Option<String> {
 
 /// Containers, networks and directories of one test, removed on drop (also when the test fails).
 struct Scene {
+    image: String,
     suffix: String,
     containers: Vec<String>,
     networks: Vec<String>,
@@ -101,11 +98,11 @@ struct Scene {
 }
 
 impl Scene {
-    fn new(test: &str) -> Self {
+    fn new(test: &str, image: &str) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let suffix = format!("{test}-{}-{}-{:x}", std::process::id(), N.fetch_add(1, Ordering::SeqCst), nanos % 0xffff);
-        Self { suffix, containers: vec![], networks: vec![], dirs: vec![] }
+        Self { image: image.into(), suffix, containers: vec![], networks: vec![], dirs: vec![] }
     }
 
     fn network(&mut self) -> String {
@@ -125,11 +122,11 @@ impl Scene {
     }
 
     /// `docker create` a container named `rv-<suffix>-<name>` (not started); returns its name.
-    fn create(&mut self, name: &str, opts: &[String], image: &str, cmd: &[&str]) -> String {
+    fn create(&mut self, name: &str, opts: &[String], cmd: &[&str]) -> String {
         let cname = format!("rv-{}-{name}", self.suffix);
         let mut args: Vec<String> = vec!["create".into(), "--name".into(), cname.clone()];
         args.extend(opts.iter().cloned());
-        args.push(image.into());
+        args.push(self.image.clone());
         args.extend(cmd.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         docker_ok(&refs);
@@ -138,16 +135,22 @@ impl Scene {
     }
 
     /// One replica of the job `job` on `net`: hostname and network alias are the pod's name.
-    fn replica(&mut self, job: &str, rank: u32, count: u32, net: &str, extra: &[String], image: &str, cmd: &[&str]) -> String {
+    fn replica(&mut self, job: &str, rank: u32, count: u32, net: &str, extra: &[String], cmd: &[&str]) -> String {
         let pod = pod_name(job, rank);
-        let mut opts: Vec<String> =
-            vec!["--network".into(), net.into(), "--network-alias".into(), pod.clone(), "--hostname".into(), pod.clone()];
+        let mut opts: Vec<String> = vec![
+            "--network".into(),
+            net.into(),
+            "--network-alias".into(),
+            pod.clone(),
+            "--hostname".into(),
+            pod.clone(),
+        ];
         for (k, v) in operator_env(job, rank, count) {
             opts.push("-e".into());
             opts.push(format!("{k}={v}"));
         }
         opts.extend(extra.iter().cloned());
-        self.create(&pod, &opts, image, cmd)
+        self.create(&pod, &opts, cmd)
     }
 }
 
@@ -214,8 +217,8 @@ fn image_is_small_with_rankvisor_as_entrypoint() {
     eprintln!("image {slim}: {slim_size} bytes ({:.2} MiB)", slim_size as f64 / 1048576.0);
     assert!(slim_size < 5 * 1024 * 1024, "image {slim} is {slim_size} bytes: expected under 5 MiB");
     // rankvisor really is PID 1 and the child's parent.
-    let mut s = Scene::new("pid1");
-    let c = s.create("pid1", &[], &image, &["sh", "-c", "echo pid=$$ ppid=$PPID; cat /proc/1/comm"]);
+    let mut s = Scene::new("pid1", &image);
+    let c = s.create("pid1", &[], &["sh", "-c", "echo pid=$$ ppid=$PPID; cat /proc/1/comm"]);
     docker_ok(&["start", &c]);
     assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
     let out = logs(&c);
@@ -226,11 +229,13 @@ fn image_is_small_with_rankvisor_as_entrypoint() {
 #[test]
 fn seed_job_four_containers_rendezvous_and_succeed() {
     let Some(image) = image("seed_job_four_containers_rendezvous_and_succeed") else { return };
-    let mut s = Scene::new("seed");
+    let mut s = Scene::new("seed", &image);
     let net = s.network();
     let extra = env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "60s")]);
     let names: Vec<String> = (0..4)
-        .map(|r| s.replica("pytest", r, 4, &net, &extra, &image, &["sh", "-c", "echo rank=$RANK gen=$RANKVISOR_GENERATION; sleep 1"]))
+        .map(|r| {
+            s.replica("pytest", r, 4, &net, &extra, &["sh", "-c", "echo rank=$RANK gen=$RANKVISOR_GENERATION; sleep 1"])
+        })
         .collect();
     let t = Instant::now();
     for n in &names {
@@ -252,11 +257,11 @@ fn seed_job_four_containers_rendezvous_and_succeed() {
 #[test]
 fn docker_stop_terms_the_child_and_exits_143() {
     let Some(image) = image("docker_stop_terms_the_child_and_exits_143") else { return };
-    let mut s = Scene::new("stop");
+    let mut s = Scene::new("stop", &image);
     let out = s.dir("out");
     let mut opts = mount(&out, "/out");
     opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "5s")]));
-    let c = s.create("stop", &opts, &image, &["sh", "-c", "touch /out/started; sleep 1000"]);
+    let c = s.create("stop", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
     docker_ok(&["start", &c]);
     wait_file(&out.join("started"), Duration::from_secs(20), "child start");
     std::thread::sleep(Duration::from_millis(200));
@@ -274,16 +279,12 @@ fn docker_stop_terms_the_child_and_exits_143() {
 #[test]
 fn docker_stop_kills_a_term_ignoring_child_after_grace() {
     let Some(image) = image("docker_stop_kills_a_term_ignoring_child_after_grace") else { return };
-    let mut s = Scene::new("stopkill");
+    let mut s = Scene::new("stopkill", &image);
     let out = s.dir("out");
     let mut opts = mount(&out, "/out");
     opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "2s")]));
-    let c = s.create(
-        "stopkill",
-        &opts,
-        &image,
-        &["sh", "-c", "trap '' TERM; touch /out/started; while true; do sleep 0.2; done"],
-    );
+    let c =
+        s.create("stopkill", &opts, &["sh", "-c", "trap '' TERM; touch /out/started; while true; do sleep 0.2; done"]);
     docker_ok(&["start", &c]);
     wait_file(&out.join("started"), Duration::from_secs(20), "child start");
     let t = Instant::now();
@@ -299,12 +300,11 @@ fn docker_stop_kills_a_term_ignoring_child_after_grace() {
 #[test]
 fn docker_kill_usr1_reaches_the_child() {
     let Some(image) = image("docker_kill_usr1_reaches_the_child") else { return };
-    let mut s = Scene::new("usr1");
+    let mut s = Scene::new("usr1", &image);
     let out = s.dir("out");
     let c = s.create(
         "usr1",
         &mount(&out, "/out"),
-        &image,
         &["sh", "-c", "trap 'echo usr1 > /out/usr1; exit 0' USR1; touch /out/started; while true; do sleep 0.1; done"],
     );
     docker_ok(&["start", &c]);
@@ -319,7 +319,7 @@ fn docker_kill_usr1_reaches_the_child() {
 #[test]
 fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
     let Some(image) = image("worker_cut_off_before_the_barrier_fails_the_job_with_138") else { return };
-    let mut s = Scene::new("cutoff");
+    let mut s = Scene::new("cutoff", &image);
     let net = s.network();
     let tl = s.dir("tl");
     let extra = env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "3s")]);
@@ -328,7 +328,7 @@ fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
             let mut e = extra.clone();
             e.extend(mount(&tl, "/tl"));
             e.extend(env_opts(&[("RANKVISOR_TERMINATION_LOG", &format!("/tl/{r}"))]));
-            s.replica("pytest", r, 4, &net, &e, &image, &["sh", "-c", "echo started > /tl/child-$RANK; sleep 30"])
+            s.replica("pytest", r, 4, &net, &e, &["sh", "-c", "echo started > /tl/child-$RANK; sleep 30"])
         })
         .collect();
     // worker-2 (rank 3) never reaches the network.
@@ -347,7 +347,10 @@ fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
     let reason = std::fs::read_to_string(tl.join("0")).unwrap_or_default();
     eprintln!("master's termination log: {reason}");
     // worker-2 is replica index 3 (master 0, worker i -> i+1).
-    assert!(reason.contains("replica indexes [3] missing"), "the master does not name the missing replica:\n{master}\n{reason}");
+    assert!(
+        reason.contains("replica indexes [3] missing"),
+        "the master does not name the missing replica:\n{master}\n{reason}"
+    );
     for (r, n) in names.iter().enumerate().skip(1) {
         let why = std::fs::read_to_string(tl.join(r.to_string())).unwrap_or_default();
         eprintln!("{n}'s termination log: {}", why.trim());
@@ -359,7 +362,7 @@ fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
 #[test]
 fn job_scope_master_killed_workers_stop_and_exit_138() {
     let Some(image) = image("job_scope_master_killed_workers_stop_and_exit_138") else { return };
-    let mut s = Scene::new("jobscope");
+    let mut s = Scene::new("jobscope", &image);
     let net = s.network();
     let out = s.dir("out");
     let mut extra = env_opts(&[
@@ -368,8 +371,12 @@ fn job_scope_master_killed_workers_stop_and_exit_138() {
         ("RANKVISOR_GRACE_PERIOD", "2s"),
     ]);
     extra.extend(mount(&out, "/out"));
-    let cmd = ["sh", "-c", "trap 'echo term > /out/term-$RANK; exit 143' TERM; touch /out/started-$RANK; while true; do sleep 0.1; done"];
-    let names: Vec<String> = (0..3).map(|r| s.replica("pytest", r, 3, &net, &extra, &image, &cmd)).collect();
+    let cmd = [
+        "sh",
+        "-c",
+        "trap 'echo term > /out/term-$RANK; exit 143' TERM; touch /out/started-$RANK; while true; do sleep 0.1; done",
+    ];
+    let names: Vec<String> = (0..3).map(|r| s.replica("pytest", r, 3, &net, &extra, &cmd)).collect();
     for n in &names {
         docker_ok(&["start", n]);
     }
@@ -391,7 +398,7 @@ fn job_scope_master_killed_workers_stop_and_exit_138() {
 #[test]
 fn labels_file_flip_exits_138_with_termination_log() {
     let Some(image) = image("labels_file_flip_exits_138_with_termination_log") else { return };
-    let mut s = Scene::new("labels");
+    let mut s = Scene::new("labels", &image);
     let hl = s.dir("hl");
     let tl = s.dir("tl");
     let out = s.dir("out");
@@ -405,7 +412,7 @@ fn labels_file_flip_exits_138_with_termination_log() {
         ("RANKVISOR_TERMINATION_LOG", "/tl/termination-log"),
         ("RANKVISOR_GRACE_PERIOD", "2s"),
     ]));
-    let c = s.create("labels", &opts, &image, &["sh", "-c", "touch /out/started; sleep 1000"]);
+    let c = s.create("labels", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
     docker_ok(&["start", &c]);
     wait_file(&out.join("started"), Duration::from_secs(20), "child start");
     let tmp = hl.join("labels.tmp");
@@ -424,11 +431,11 @@ fn labels_file_flip_exits_138_with_termination_log() {
 #[test]
 fn bench_container_start_to_child_started() {
     let Some(image) = image("bench_container_start_to_child_started") else { return };
-    let mut s = Scene::new("bench");
+    let mut s = Scene::new("bench", &image);
     let out = s.dir("out");
     let mut samples = vec![];
     for i in 0..5 {
-        let c = s.create(&format!("b{i}"), &mount(&out, "/out"), &image, &["sh", "-c", &format!("touch /out/t{i}")]);
+        let c = s.create(&format!("b{i}"), &mount(&out, "/out"), &["sh", "-c", &format!("touch /out/t{i}")]);
         let before = SystemTime::now();
         docker_ok(&["start", &c]);
         assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
@@ -445,5 +452,4 @@ fn bench_container_start_to_child_started() {
         samples.len(),
         size as f64 / 1048576.0
     );
-    let _ = ROOT;
 }

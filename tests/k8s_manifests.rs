@@ -257,9 +257,12 @@ fn examples_k8s_pass_a_server_side_dry_run() {
     ] {
         assert!(api.allowed(verb, resource, sub, ns), "training may not {verb} {resource}/{sub}");
     }
-    for (verb, resource, sub, ns) in
-        [("list", "nodes", "", ""), ("patch", "nodes", "", ""), ("delete", "pods", "", "default"), ("patch", "pods", "", "default")]
-    {
+    for (verb, resource, sub, ns) in [
+        ("list", "nodes", "", ""),
+        ("patch", "nodes", "", ""),
+        ("delete", "pods", "", "default"),
+        ("patch", "pods", "", "default"),
+    ] {
         assert!(!api.allowed(verb, resource, sub, ns), "training may {verb} {resource}/{sub}: more than needed");
     }
     eprintln!("RBAC: service account default/training may get/watch nodes, create/patch events, get/patch pods/status");
