@@ -12,7 +12,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-
 /// The training-operator's env for replica `rank` of a job of `count` replicas (seed 000: one
 /// master, three workers), with MASTER_ADDR the master pod's name (resolved by Docker's DNS).
 fn operator_env(job: &str, rank: u32, count: u32) -> Vec<(String, String)> {
@@ -94,6 +93,7 @@ struct Scene {
     suffix: String,
     containers: Vec<String>,
     networks: Vec<String>,
+    images: Vec<String>,
     dirs: Vec<PathBuf>,
 }
 
@@ -102,7 +102,7 @@ impl Scene {
         static N: AtomicU32 = AtomicU32::new(0);
         let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let suffix = format!("{test}-{}-{}-{:x}", std::process::id(), N.fetch_add(1, Ordering::SeqCst), nanos % 0xffff);
-        Self { image: image.into(), suffix, containers: vec![], networks: vec![], dirs: vec![] }
+        Self { image: image.into(), suffix, containers: vec![], networks: vec![], images: vec![], dirs: vec![] }
     }
 
     fn network(&mut self) -> String {
@@ -161,6 +161,9 @@ impl Drop for Scene {
         }
         for n in &self.networks {
             let _ = docker(&["network", "rm", n]);
+        }
+        for i in &self.images {
+            let _ = docker(&["rmi", "-f", i]);
         }
         for d in &self.dirs {
             let _ = std::fs::remove_dir_all(d);
@@ -452,4 +455,74 @@ fn bench_container_start_to_child_started() {
         samples.len(),
         size as f64 / 1048576.0
     );
+}
+
+/// A plain HTTP/1.0 GET: the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text);
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+/// The probes of examples/k8s/ answer on the container's :9400 (the default --http-addr).
+#[test]
+fn probes_and_metrics_answer_on_9400() {
+    let Some(image) = image("probes_and_metrics_answer_on_9400") else { return };
+    let mut s = Scene::new("probes", &image);
+    let out = s.dir("out");
+    let c = s.create("probes", &mount(&out, "/out"), &["sh", "-c", "touch /out/started; sleep 1000"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    let ip = docker_ok(&["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &c]);
+    let addr = format!("{ip}:9400");
+    let t = Instant::now();
+    loop {
+        let (code, _) = http_get(&addr, "/readyz");
+        if code == 200 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "/readyz answered {code}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    let (code, metrics) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("rankvisor_child_up 1"), "{metrics}");
+    let (code, status) = http_get(&addr, "/status");
+    assert_eq!(code, 200);
+    let report: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+    assert_eq!(report["state"], "Running", "{status}");
+    docker_ok(&["stop", &c]);
+    assert_eq!(wait_exit(&c, Duration::from_secs(10)), 143);
+}
+
+/// images/pytorch.Dockerfile builds (with this image standing in for the PyTorch base, which
+/// would come from a registry) and its entrypoint is rankvisor as PID 1.
+#[test]
+fn pytorch_dockerfile_adds_rankvisor_to_a_base() {
+    let Some(image) = image("pytorch_dockerfile_adds_rankvisor_to_a_base") else { return };
+    let mut s = Scene::new("pytorchdf", &image);
+    let ctx = s.dir("ctx");
+    let tag = format!("rv-{}:test", s.suffix);
+    let dockerfile = format!("{}/images/pytorch.Dockerfile", env!("CARGO_MANIFEST_DIR"));
+    s.images.push(tag.clone());
+    let out = Command::new("docker")
+        .args(["build", "--network", "none", "-q", "-f", &dockerfile, "-t", &tag])
+        .args(["--build-arg", &format!("BASE={image}"), "--build-arg", &format!("RANKVISOR_IMAGE={image}-slim")])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
+    s.image = tag;
+    let c = s.create("pytorchdf", &[], &["sh", "-c", "echo ppid=$PPID"]);
+    docker_ok(&["start", &c]);
+    assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
+    assert!(logs(&c).contains("ppid=1"), "{}", logs(&c));
 }
