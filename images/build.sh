@@ -8,9 +8,9 @@ tag=${1:-rankvisor:dev}
 target=x86_64-unknown-linux-gnu
 
 # static-pie glibc: +crt-static with an explicit --target, so proc-macros (host crates) stay dynamic.
-# rankvisor never resolves names through NSS at run time in a way that needs glibc's modules:
-# the rendezvous resolves MASTER_ADDR with getaddrinfo, which a static glibc serves from
-# /etc/hosts and DNS (files + dns) without loading libnss_*.so.
+# The rendezvous resolves MASTER_ADDR with getaddrinfo: glibc >= 2.34 has the files and dns NSS
+# modules built in, so the static binary resolves pod names (Docker's and the cluster's DNS)
+# without any libnss_*.so in the image (the linker's warning about getaddrinfo is expected).
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   cargo build --release --locked --target "$target" --bin rankvisor >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
