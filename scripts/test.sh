@@ -29,6 +29,17 @@ trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
 RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 
+# The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
+# (FROM scratch, no registry); without an engine they print why and skip.
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  t1=$SECONDS
+  RANKVISOR_TEST_IMAGE=$(bash images/build.sh | tail -n 1)
+  export RANKVISOR_TEST_IMAGE
+  echo "scripts/test.sh: image $RANKVISOR_TEST_IMAGE built in $((SECONDS - t1)) s"
+else
+  echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/container.rs will skip"
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else

@@ -1,0 +1,528 @@
+//! rankvisor as the real PID 1 of Docker containers (the image `images/build.sh` builds, FROM
+//! scratch): the seed's job as four containers on a user-defined network, `docker stop` and
+//! `docker kill`, a replica cut off before the barrier, a master killed under job scope, and a
+//! node-health flip through a bind-mounted labels file.
+//!
+//! Needs a Docker engine and the image (`RANKVISOR_TEST_IMAGE`, default `rankvisor:dev`;
+//! scripts/test.sh runs images/build.sh when `docker info` answers). Without an engine every test
+//! here prints why and passes (skips); with an engine but without the image, they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The training-operator's env for replica `rank` of a job of `count` replicas (seed 000: one
+/// master, three workers), with MASTER_ADDR the master pod's name (resolved by Docker's DNS).
+fn operator_env(job: &str, rank: u32, count: u32) -> Vec<(String, String)> {
+    let master = format!("{job}-master-0");
+    let pod = if rank == 0 { master.clone() } else { format!("{job}-worker-{}", rank - 1) };
+    [
+        ("MASTER_ADDR", master.clone()),
+        ("PET_MASTER_ADDR", master),
+        ("MASTER_PORT", "23456".into()),
+        ("PET_MASTER_PORT", "23456".into()),
+        ("WORLD_SIZE", count.to_string()),
+        ("RANK", rank.to_string()),
+        ("PET_NODE_RANK", rank.to_string()),
+        ("PET_NNODES", count.to_string()),
+        ("PET_NPROC_PER_NODE", "1".into()),
+        ("PYTHONUNBUFFERED", "1".into()),
+        ("POD_NAME", pod),
+        ("POD_NAMESPACE", "default".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn pod_name(job: &str, rank: u32) -> String {
+    if rank == 0 {
+        format!("{job}-master-0")
+    } else {
+        format!("{job}-worker-{}", rank - 1)
+    }
+}
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker").args(args).stdin(Stdio::null()).output().expect("cannot run the docker CLI")
+}
+
+fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    assert!(
+        out.status.success(),
+        "docker {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The image to test, or None (after printing why) when no Docker engine answers.
+fn image(test: &str) -> Option<String> {
+    let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).stdin(Stdio::null()).output();
+    match info {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED {test}: no Docker engine answers `docker info` ({}); the container tests need one",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: no docker CLI ({e}); the container tests need a Docker engine");
+            return None;
+        }
+    }
+    let image = std::env::var("RANKVISOR_TEST_IMAGE").unwrap_or_else(|_| "rankvisor:dev".into());
+    let out = docker(&["image", "inspect", "--format", "{{.Id}}", &image]);
+    assert!(
+        out.status.success(),
+        "image {image} not found although a Docker engine answers: build it with `bash images/build.sh` \
+         (scripts/test.sh does)"
+    );
+    Some(image)
+}
+
+/// Containers, networks and directories of one test, removed on drop (also when the test fails).
+struct Scene {
+    image: String,
+    suffix: String,
+    containers: Vec<String>,
+    networks: Vec<String>,
+    images: Vec<String>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Scene {
+    fn new(test: &str, image: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        let suffix = format!("{test}-{}-{}-{:x}", std::process::id(), N.fetch_add(1, Ordering::SeqCst), nanos % 0xffff);
+        Self { image: image.into(), suffix, containers: vec![], networks: vec![], images: vec![], dirs: vec![] }
+    }
+
+    fn network(&mut self) -> String {
+        let name = format!("rv-{}", self.suffix);
+        docker_ok(&["network", "create", &name]);
+        self.networks.push(name.clone());
+        name
+    }
+
+    /// A host directory for bind mounts, world-writable.
+    fn dir(&mut self, name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rv-ctr-{}-{name}", self.suffix));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        self.dirs.push(d.clone());
+        d
+    }
+
+    /// `docker create` a container named `rv-<suffix>-<name>` (not started); returns its name.
+    fn create(&mut self, name: &str, opts: &[String], cmd: &[&str]) -> String {
+        let cname = format!("rv-{}-{name}", self.suffix);
+        let mut args: Vec<String> = vec!["create".into(), "--name".into(), cname.clone()];
+        args.extend(opts.iter().cloned());
+        args.push(self.image.clone());
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker_ok(&refs);
+        self.containers.push(cname.clone());
+        cname
+    }
+
+    /// One replica of the job `job` on `net`: hostname and network alias are the pod's name.
+    fn replica(&mut self, job: &str, rank: u32, count: u32, net: &str, extra: &[String], cmd: &[&str]) -> String {
+        let pod = pod_name(job, rank);
+        let mut opts: Vec<String> = vec![
+            "--network".into(),
+            net.into(),
+            "--network-alias".into(),
+            pod.clone(),
+            "--hostname".into(),
+            pod.clone(),
+        ];
+        for (k, v) in operator_env(job, rank, count) {
+            opts.push("-e".into());
+            opts.push(format!("{k}={v}"));
+        }
+        opts.extend(extra.iter().cloned());
+        self.create(&pod, &opts, cmd)
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = docker(&["rm", "-f", "-v", c]);
+        }
+        for n in &self.networks {
+            let _ = docker(&["network", "rm", n]);
+        }
+        for i in &self.images {
+            let _ = docker(&["rmi", "-f", i]);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn env_opts(pairs: &[(&str, &str)]) -> Vec<String> {
+    pairs.iter().flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")]).collect()
+}
+
+fn mount(host: &Path, target: &str) -> Vec<String> {
+    vec!["-v".into(), format!("{}:{target}", host.display())]
+}
+
+/// `docker wait` with a guard: the container's exit code.
+fn wait_exit(name: &str, guard: Duration) -> i64 {
+    let t = Instant::now();
+    loop {
+        let state = docker_ok(&["inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name]);
+        if let Some(code) = state.strip_prefix("exited ") {
+            return code.trim().parse().unwrap_or(-1);
+        }
+        assert!(t.elapsed() < guard, "{name} still {state} after {guard:?}; logs:\n{}", logs(name));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn logs(name: &str) -> String {
+    let out = docker(&["logs", name]);
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn wait_file(path: &Path, guard: Duration, what: &str) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < guard, "{what}: {} not there after {guard:?}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Item 1: the image exists, is FROM scratch with rankvisor as ENTRYPOINT, and is small.
+#[test]
+fn image_is_small_with_rankvisor_as_entrypoint() {
+    let Some(image) = image("image_is_small_with_rankvisor_as_entrypoint") else { return };
+    let size: u64 = docker_ok(&["image", "inspect", "--format", "{{.Size}}", &image]).parse().unwrap();
+    let entry = docker_ok(&["image", "inspect", "--format", "{{json .Config.Entrypoint}}", &image]);
+    eprintln!("image {image}: {size} bytes ({:.2} MiB)", size as f64 / 1048576.0);
+    assert_eq!(entry, r#"["/rankvisor","--"]"#);
+    // With busybox (1.9 MiB) the demo image is over the 5 MiB target; rankvisor alone is under it.
+    assert!(size < 8 * 1024 * 1024, "image {image} is {size} bytes: expected under 8 MiB");
+    let slim = format!("{image}-slim");
+    let slim_size: u64 = docker_ok(&["image", "inspect", "--format", "{{.Size}}", &slim]).parse().unwrap();
+    eprintln!("image {slim}: {slim_size} bytes ({:.2} MiB)", slim_size as f64 / 1048576.0);
+    assert!(slim_size < 5 * 1024 * 1024, "image {slim} is {slim_size} bytes: expected under 5 MiB");
+    // rankvisor really is PID 1 and the child's parent.
+    let mut s = Scene::new("pid1", &image);
+    let c = s.create("pid1", &[], &["sh", "-c", "echo pid=$$ ppid=$PPID; cat /proc/1/comm"]);
+    docker_ok(&["start", &c]);
+    assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
+    let out = logs(&c);
+    assert!(out.contains("ppid=1") && out.contains("rankvisor"), "{out}");
+}
+
+/// Item 2: seed 000's job as four containers; the rendezvous runs across real network namespaces.
+#[test]
+fn seed_job_four_containers_rendezvous_and_succeed() {
+    let Some(image) = image("seed_job_four_containers_rendezvous_and_succeed") else { return };
+    let mut s = Scene::new("seed", &image);
+    let net = s.network();
+    let extra = env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "60s")]);
+    let names: Vec<String> = (0..4)
+        .map(|r| {
+            s.replica("pytest", r, 4, &net, &extra, &["sh", "-c", "echo rank=$RANK gen=$RANKVISOR_GENERATION; sleep 1"])
+        })
+        .collect();
+    let t = Instant::now();
+    for n in &names {
+        docker_ok(&["start", n]);
+    }
+    for n in &names {
+        let code = wait_exit(n, Duration::from_secs(90));
+        let l = logs(n);
+        assert_eq!(code, 0, "{n} exited {code}:\n{l}");
+        assert!(l.contains("rank="), "{n}: the child did not run:\n{l}");
+    }
+    eprintln!("seed job: 4 containers, start -> all exited 0 in {:?}", t.elapsed());
+    let master = logs(&names[0]);
+    assert!(master.to_lowercase().contains("rendezvous"), "master logs say nothing of the rendezvous:\n{master}");
+}
+
+/// Item 3a: `docker stop` sends TERM to PID 1; rankvisor stops the child (no trap needed) within
+/// its grace, long before docker's own KILL, and the container exits 143.
+#[test]
+fn docker_stop_terms_the_child_and_exits_143() {
+    let Some(image) = image("docker_stop_terms_the_child_and_exits_143") else { return };
+    let mut s = Scene::new("stop", &image);
+    let out = s.dir("out");
+    let mut opts = mount(&out, "/out");
+    opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "5s")]));
+    let c = s.create("stop", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    docker_ok(&["stop", "-t", "30", &c]);
+    let took = t.elapsed();
+    let code = wait_exit(&c, Duration::from_secs(5));
+    eprintln!("docker stop -> exited {code} in {took:?}");
+    assert_eq!(code, 143, "{}", logs(&c));
+    assert!(took < Duration::from_secs(5), "docker stop took {took:?}: expected within the 5s grace");
+}
+
+/// Item 3b: a child that ignores TERM is KILLed after rankvisor's grace (2s), before docker's
+/// timeout (30s): the container exits 137 after about 2s.
+#[test]
+fn docker_stop_kills_a_term_ignoring_child_after_grace() {
+    let Some(image) = image("docker_stop_kills_a_term_ignoring_child_after_grace") else { return };
+    let mut s = Scene::new("stopkill", &image);
+    let out = s.dir("out");
+    let mut opts = mount(&out, "/out");
+    opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "2s")]));
+    let c =
+        s.create("stopkill", &opts, &["sh", "-c", "trap '' TERM; touch /out/started; while true; do sleep 0.2; done"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    let t = Instant::now();
+    docker_ok(&["stop", "-t", "30", &c]);
+    let took = t.elapsed();
+    let code = wait_exit(&c, Duration::from_secs(5));
+    eprintln!("docker stop (TERM ignored, grace 2s) -> exited {code} in {took:?}");
+    assert_eq!(code, 137, "{}", logs(&c));
+    assert!(took >= Duration::from_millis(1800) && took < Duration::from_secs(10), "took {took:?}");
+}
+
+/// Item 3c: `docker kill --signal USR1` reaches the child through rankvisor.
+#[test]
+fn docker_kill_usr1_reaches_the_child() {
+    let Some(image) = image("docker_kill_usr1_reaches_the_child") else { return };
+    let mut s = Scene::new("usr1", &image);
+    let out = s.dir("out");
+    let c = s.create(
+        "usr1",
+        &mount(&out, "/out"),
+        &["sh", "-c", "trap 'echo usr1 > /out/usr1; exit 0' USR1; touch /out/started; while true; do sleep 0.1; done"],
+    );
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    docker_ok(&["kill", "--signal", "USR1", &c]);
+    wait_file(&out.join("usr1"), Duration::from_secs(10), "USR1 trap");
+    assert_eq!(wait_exit(&c, Duration::from_secs(10)), 0, "{}", logs(&c));
+}
+
+/// Item 4a: a worker cut off with `docker network disconnect` before the barrier: every replica
+/// exits 138 after the (short) rendezvous timeout, the master naming the missing replica.
+#[test]
+fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
+    let Some(image) = image("worker_cut_off_before_the_barrier_fails_the_job_with_138") else { return };
+    let mut s = Scene::new("cutoff", &image);
+    let net = s.network();
+    let tl = s.dir("tl");
+    let extra = env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "3s")]);
+    let names: Vec<String> = (0..4)
+        .map(|r| {
+            let mut e = extra.clone();
+            e.extend(mount(&tl, "/tl"));
+            e.extend(env_opts(&[("RANKVISOR_TERMINATION_LOG", &format!("/tl/{r}"))]));
+            s.replica("pytest", r, 4, &net, &e, &["sh", "-c", "echo started > /tl/child-$RANK; sleep 30"])
+        })
+        .collect();
+    // worker-2 (rank 3) never reaches the network.
+    docker_ok(&["network", "disconnect", &net, &names[3]]);
+    let t = Instant::now();
+    for n in &names {
+        docker_ok(&["start", n]);
+    }
+    for (r, n) in names.iter().enumerate() {
+        let code = wait_exit(n, Duration::from_secs(40));
+        assert_eq!(code, 138, "{n} exited {code}:\n{}", logs(n));
+        assert!(!tl.join(format!("child-{r}")).exists(), "{n}: the child started although the barrier failed");
+    }
+    eprintln!("cut-off worker: all 4 exited 138 in {:?}", t.elapsed());
+    let master = logs(&names[0]);
+    let reason = std::fs::read_to_string(tl.join("0")).unwrap_or_default();
+    eprintln!("master's termination log: {reason}");
+    // worker-2 is replica index 3 (master 0, worker i -> i+1).
+    assert!(
+        reason.contains("replica indexes [3] missing"),
+        "the master does not name the missing replica:\n{master}\n{reason}"
+    );
+    for (r, n) in names.iter().enumerate().skip(1) {
+        let why = std::fs::read_to_string(tl.join(r.to_string())).unwrap_or_default();
+        eprintln!("{n}'s termination log: {}", why.trim());
+    }
+}
+
+/// Item 4b: under job scope, the master container killed mid-run: the workers stop their children
+/// and exit 138 once the rendezvous timeout passes without a master.
+#[test]
+fn job_scope_master_killed_workers_stop_and_exit_138() {
+    let Some(image) = image("job_scope_master_killed_workers_stop_and_exit_138") else { return };
+    let mut s = Scene::new("jobscope", &image);
+    let net = s.network();
+    let out = s.dir("out");
+    let mut extra = env_opts(&[
+        ("RANKVISOR_RENDEZVOUS_TIMEOUT", "3s"),
+        ("RANKVISOR_RESTART_SCOPE", "job"),
+        ("RANKVISOR_GRACE_PERIOD", "2s"),
+    ]);
+    extra.extend(mount(&out, "/out"));
+    let cmd = [
+        "sh",
+        "-c",
+        "trap 'echo term > /out/term-$RANK; exit 143' TERM; touch /out/started-$RANK; while true; do sleep 0.1; done",
+    ];
+    let names: Vec<String> = (0..3).map(|r| s.replica("pytest", r, 3, &net, &extra, &cmd)).collect();
+    for n in &names {
+        docker_ok(&["start", n]);
+    }
+    for r in 0..3 {
+        wait_file(&out.join(format!("started-{r}")), Duration::from_secs(30), "children started after the barrier");
+    }
+    let t = Instant::now();
+    docker_ok(&["kill", &names[0]]);
+    for (i, n) in names.iter().enumerate().skip(1) {
+        let code = wait_exit(n, Duration::from_secs(30));
+        assert_eq!(code, 138, "{n} exited {code}:\n{}", logs(n));
+        assert!(out.join(format!("term-{i}")).exists(), "{n}: the child was not TERMed");
+    }
+    eprintln!("job scope, master killed: workers exited 138 in {:?}", t.elapsed());
+}
+
+/// Item 5: a bind-mounted labels file flipped to UnschedulablePendingReboot: the container exits
+/// 138 with the reason in its (bind-mounted) termination log.
+#[test]
+fn labels_file_flip_exits_138_with_termination_log() {
+    let Some(image) = image("labels_file_flip_exits_138_with_termination_log") else { return };
+    let mut s = Scene::new("labels", &image);
+    let hl = s.dir("hl");
+    let tl = s.dir("tl");
+    let out = s.dir("out");
+    let labels = hl.join("labels");
+    std::fs::write(&labels, "sagemaker.amazonaws.com/node-health-status=\"Schedulable\"\n").unwrap();
+    let mut opts = mount(&hl, "/hl");
+    opts.extend(mount(&tl, "/tl"));
+    opts.extend(mount(&out, "/out"));
+    opts.extend(env_opts(&[
+        ("RANKVISOR_NODE_HEALTH", "file:/hl/labels"),
+        ("RANKVISOR_TERMINATION_LOG", "/tl/termination-log"),
+        ("RANKVISOR_GRACE_PERIOD", "2s"),
+    ]));
+    let c = s.create("labels", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    let tmp = hl.join("labels.tmp");
+    std::fs::write(&tmp, "sagemaker.amazonaws.com/node-health-status=\"UnschedulablePendingReboot\"\n").unwrap();
+    std::fs::rename(&tmp, &labels).unwrap();
+    let t = Instant::now();
+    let code = wait_exit(&c, Duration::from_secs(15));
+    let reason = std::fs::read_to_string(tl.join("termination-log")).unwrap_or_default();
+    eprintln!("labels flip -> exited {code} in {:?}; termination log: {reason}", t.elapsed());
+    assert_eq!(code, 138, "{}", logs(&c));
+    assert!(reason.contains("UnschedulablePendingReboot"), "termination log: {reason:?}");
+}
+
+/// The figure: `docker start` -> the child running (the child touches a file in a bind mount; its
+/// mtime is when it ran), over a few runs; printed with the image size.
+#[test]
+fn bench_container_start_to_child_started() {
+    let Some(image) = image("bench_container_start_to_child_started") else { return };
+    let mut s = Scene::new("bench", &image);
+    let out = s.dir("out");
+    let mut samples = vec![];
+    for i in 0..5 {
+        let c = s.create(&format!("b{i}"), &mount(&out, "/out"), &["sh", "-c", &format!("touch /out/t{i}")]);
+        let before = SystemTime::now();
+        docker_ok(&["start", &c]);
+        assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
+        let m = std::fs::metadata(out.join(format!("t{i}"))).unwrap().modified().unwrap();
+        samples.push(m.duration_since(before).unwrap_or_default());
+    }
+    samples.sort();
+    let size: u64 = docker_ok(&["image", "inspect", "--format", "{{.Size}}", &image]).parse().unwrap();
+    eprintln!(
+        "FIGURE container start -> child started: median {:?}, min {:?}, max {:?} over {} runs; image {image} {:.2} MiB",
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+        samples.len(),
+        size as f64 / 1048576.0
+    );
+}
+
+/// A plain HTTP/1.0 GET: the status code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text);
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+/// The probes of examples/k8s/ answer on the container's :9400 (the default --http-addr).
+#[test]
+fn probes_and_metrics_answer_on_9400() {
+    let Some(image) = image("probes_and_metrics_answer_on_9400") else { return };
+    let mut s = Scene::new("probes", &image);
+    let out = s.dir("out");
+    let c = s.create("probes", &mount(&out, "/out"), &["sh", "-c", "touch /out/started; sleep 1000"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), Duration::from_secs(20), "child start");
+    let ip = docker_ok(&["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &c]);
+    let addr = format!("{ip}:9400");
+    let t = Instant::now();
+    loop {
+        let (code, _) = http_get(&addr, "/readyz");
+        if code == 200 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "/readyz answered {code}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    let (code, metrics) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("rankvisor_child_up 1"), "{metrics}");
+    let (code, status) = http_get(&addr, "/status");
+    assert_eq!(code, 200);
+    let report: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+    assert_eq!(report["state"], "Running", "{status}");
+    docker_ok(&["stop", &c]);
+    assert_eq!(wait_exit(&c, Duration::from_secs(10)), 143);
+}
+
+/// images/pytorch.Dockerfile builds (with this image standing in for the PyTorch base, which
+/// would come from a registry) and its entrypoint is rankvisor as PID 1.
+#[test]
+fn pytorch_dockerfile_adds_rankvisor_to_a_base() {
+    let Some(image) = image("pytorch_dockerfile_adds_rankvisor_to_a_base") else { return };
+    let mut s = Scene::new("pytorchdf", &image);
+    let ctx = s.dir("ctx");
+    let tag = format!("rv-{}:test", s.suffix);
+    let dockerfile = format!("{}/images/pytorch.Dockerfile", env!("CARGO_MANIFEST_DIR"));
+    s.images.push(tag.clone());
+    let out = Command::new("docker")
+        .args(["build", "--network", "none", "-q", "-f", &dockerfile, "-t", &tag])
+        .args(["--build-arg", &format!("BASE={image}"), "--build-arg", &format!("RANKVISOR_IMAGE={image}-slim")])
+        .arg(&ctx)
+        .env("DOCKER_BUILDKIT", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
+    s.image = tag;
+    let c = s.create("pytorchdf", &[], &["sh", "-c", "echo ppid=$PPID"]);
+    docker_ok(&["start", &c]);
+    assert_eq!(wait_exit(&c, Duration::from_secs(20)), 0, "{}", logs(&c));
+    assert!(logs(&c).contains("ppid=1"), "{}", logs(&c));
+}
