@@ -23,11 +23,12 @@ cargo build --example smoke_train --features tch
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
-t0=$SECONDS
-trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
+
 # The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
+t0=$SECONDS
 RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
+echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
 
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they print why and skip.
@@ -40,6 +41,8 @@ else
   echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/container.rs will skip"
 fi
 
+t0=$SECONDS
+trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else
