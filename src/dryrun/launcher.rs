@@ -368,6 +368,8 @@ mod tests {
                 "7",
                 "--log-level",
                 "warn",
+                "--kube-events",
+                "off",
                 "--http-addr",
                 "off",
                 "--kube-events",
