@@ -372,8 +372,6 @@ mod tests {
                 "off",
                 "--http-addr",
                 "off",
-                "--kube-events",
-                "off",
                 "--termination-log",
                 "/w/pytest-master-0.termination-log",
                 "--",
