@@ -38,6 +38,17 @@ pub struct JobLink {
     pub generation_requests: mpsc::UnboundedSender<()>,
     /// The master's job view, kept current (None on workers).
     pub job_view: Option<watch::Receiver<serde_json::Value>>,
+    /// Master only: true once every worker has finished or disconnected. Under job scope a
+    /// worker that loses the master stops its child, so a master whose own child succeeded
+    /// keeps the control channel open until this turns true (see `workers_finished`).
+    pub workers_done: Option<watch::Receiver<bool>>,
+}
+
+/// Wait until every worker has finished or disconnected (true at once on a worker's launcher,
+/// or when the master's rendezvous task is gone).
+pub async fn workers_finished(done: Option<watch::Receiver<bool>>) {
+    let Some(mut done) = done else { return };
+    let _ = done.wait_for(|d| *d).await;
 }
 
 /// The node's health as the rendezvous carries it, following the node-health source.
@@ -104,20 +115,22 @@ pub fn start(
     let (gen_tx, gen_rx) = mpsc::unbounded_channel();
     let (gate_tx, gate_rx) = oneshot::channel();
     let start_gate: StartGate = Box::pin(gate_of(gate_rx));
-    let job_view = if cfg.identity.replica_index == 0 {
+    let (job_view, workers_done) = if cfg.identity.replica_index == 0 {
         let listener = rendezvous::listen(cfg.listen)?;
         let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
         let (view_tx, view_rx) = watch::channel(serde_json::Value::Null);
-        tokio::spawn(run_master(master, status, ctl_tx, gen_rx, gate_tx, view_tx));
-        Some(view_rx)
+        let (done_tx, done_rx) = watch::channel(false);
+        tokio::spawn(run_master(master, status, ctl_tx, gen_rx, gate_tx, view_tx, done_tx));
+        (Some(view_rx), Some(done_rx))
     } else {
         tokio::spawn(run_worker(cfg, health, status, ctl_tx, gen_rx, gate_tx));
-        None
+        (None, None)
     };
     Ok(JobLink {
         links: Links { start_gate: Some(start_gate), control: Some(ctl_rx) },
         generation_requests: gen_tx,
         job_view,
+        workers_done,
     })
 }
 
@@ -128,6 +141,7 @@ async fn run_master(
     mut gen_rx: mpsc::UnboundedReceiver<()>,
     gate: oneshot::Sender<Result<(), GiveUp>>,
     view: watch::Sender<serde_json::Value>,
+    done: watch::Sender<bool>,
 ) {
     let mut generation = match master.barrier(0).await {
         Ok(r) => {
@@ -140,14 +154,21 @@ async fn run_master(
         }
     };
     let publish_view = |m: &MasterHandle| {
-        view.send_replace(serde_json::to_value(m.job_view()).unwrap_or_default());
+        let job = m.job_view();
+        let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
+        done.send_replace(finished);
+        view.send_replace(serde_json::to_value(job).unwrap_or_default());
     };
     publish_view(&master);
+    // The driver drops its ends when it returns; the control channel stays up while the
+    // launcher waits for the workers (`workers_finished`).
+    let (mut status_open, mut requests_open) = (true, true);
     loop {
         let next = tokio::select! {
-            changed = status.changed() => {
+            changed = status.changed(), if status_open => {
                 if changed.is_err() {
-                    return;
+                    status_open = false;
+                    continue;
                 }
                 let update = update_of(&status.borrow_and_update());
                 master.publish_own_state(update);
@@ -169,9 +190,12 @@ async fn run_master(
                 }
                 Some(_) => None,
             },
-            request = gen_rx.recv() => match request {
+            request = gen_rx.recv(), if requests_open => match request {
                 Some(()) => Some(generation + 1),
-                None => return,
+                None => {
+                    requests_open = false;
+                    None
+                }
             },
         };
         publish_view(&master);
