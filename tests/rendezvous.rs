@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{read, wait_until, Finished, Rv, Running, TestDir};
+use common::{read, wait_until, Finished, Running, Rv, TestDir};
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -123,10 +123,14 @@ fn a_missing_replica_fails_the_rendezvous_after_the_timeout() {
     let out = TestDir::new("rdzv-missing-out");
     let script = child(out.path(), "true");
     let reps: Vec<Replica> = [0, 1, 3].iter().map(|&i| Replica::new("rdzv-missing", i)).collect();
-    let runs: Vec<Running> = reps
-        .iter()
-        .map(|r| r.rv("missing", N, port).args(["--rendezvous-timeout", "2s"]).sh(&script).spawn())
-        .collect();
+    let rv = |r: &Replica| r.rv("missing", N, port).args(["--rendezvous-timeout", "2s"]).sh(&script).spawn();
+    // Workers first: their own 2 s run out before the master's, yet they wait for its verdict.
+    let mut runs: Vec<Running> = reps[1..].iter().map(rv).collect();
+    for w in &runs {
+        wait_state(w, "Rendezvous");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    runs.insert(0, rv(&reps[0]));
     let fin = finish_all(runs);
     assert_all_code(&fin, EXTERNAL);
     for f in &fin {
@@ -134,8 +138,11 @@ fn a_missing_replica_fails_the_rendezvous_after_the_timeout() {
         assert!(f.statuses.iter().all(|s| s["child_pid"].is_null()), "a child started:\n{}", f.stderr);
     }
     assert_eq!(std::fs::read_dir(out.path()).map(|d| d.count()).unwrap_or(0), 0, "no child may start");
-    let log = reps[0].termination_log();
-    assert!(log.contains('2') && log.contains("missing"), "master termination log names replica 2: {log:?}");
+    for r in &reps {
+        let log = r.termination_log();
+        assert!(log.contains("replica indexes [2] missing"), "replica {}'s termination log names 2: {log:?}", r.index);
+    }
+    assert!(fin[0].stderr.contains("[2] missing"), "master stderr names replica 2:\n{}", fin[0].stderr);
 }
 
 /// Item 3: intruders are refused with a message naming the cause; the real job completes.
