@@ -38,16 +38,31 @@ fn cpu_ms() -> u64 {
     ms(u.ru_utime) + ms(u.ru_stime)
 }
 
-/// One descriptor per connection: raise the soft limit to the hard one.
+/// One descriptor per connection: raise the limit to 2^20 when allowed (root), else the soft
+/// limit to the hard one.
 fn raise_nofile() {
     // SAFETY: getrlimit/setrlimit only read and write the struct given.
     unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            let wide = libc::rlimit { rlim_cur: 1 << 20, rlim_max: (1 << 20).max(r.rlim_max) };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wide) != 0 {
+                r.rlim_cur = r.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            }
         }
     }
+}
+
+/// The soft limit on open files.
+fn nofile() -> u64 {
+    // SAFETY: getrlimit only writes the struct given.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 0;
+    }
+    r.rlim_cur
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -69,6 +84,10 @@ fn main() {
 
 /// Serve the barrier of `n` workers and the master.
 async fn master(n: u32) {
+    if u64::from(n) + 64 > nofile() {
+        eprintln!("master: {n} connections need {} file descriptors, the limit is {} (ulimit -n)", n + 64, nofile());
+        std::process::exit(1);
+    }
     let rss_before = proc_kb("VmRSS:");
     let cpu_before = cpu_ms();
     let listener = listen("127.0.0.1:0".parse().expect("address")).expect("listen");
@@ -82,11 +101,16 @@ async fn master(n: u32) {
         .args(["--fleet", &m.local_addr().port().to_string(), &n.to_string()])
         .spawn()
         .expect("spawn the fleet");
-    let released = m.barrier(0).await;
+    // Waiting in a blocking thread keeps this runtime serving the barrier (and writing the
+    // release to every worker) while the fleet runs.
+    let mut fleet = tokio::task::spawn_blocking(move || fleet.wait());
+    let (released, fleet) = tokio::select! {
+        released = m.barrier(0) => (released, fleet.await),
+        // The fleet gave up (it says why): do not wait for the barrier's timeout.
+        done = &mut fleet => (Err(rankvisor::rendezvous::RendezvousError::MasterStopped), done),
+    };
     let took = started.elapsed();
     let rss_after = proc_kb("VmRSS:");
-    // Keep this runtime writing the release to every worker while the fleet finishes.
-    let fleet = tokio::task::spawn_blocking(move || fleet.wait()).await;
     let ok = released.is_ok() && fleet.is_ok_and(|s| s.is_ok_and(|s| s.success()));
     println!(
         "replicas={} barrier_ms={} master_rss_before_kb={rss_before} master_rss_released_kb={rss_after} \
@@ -96,8 +120,11 @@ async fn master(n: u32) {
         proc_kb("VmHWM:"),
         cpu_ms() - cpu_before,
     );
+    if let Err(e) = released {
+        let text = e.to_string();
+        eprintln!("barrier failed: {}", text.get(..300).unwrap_or(&text));
+    }
     if !ok {
-        eprintln!("barrier: {released:?}");
         std::process::exit(1);
     }
 }
@@ -112,6 +139,11 @@ fn source(index: u32) -> SocketAddr {
 
 /// Open `n` worker connections, say hello, wait for every release.
 async fn fleet(port: u16, n: u32) {
+    let limit = nofile();
+    if u64::from(n) + 64 > limit {
+        eprintln!("fleet: {n} connections need {} file descriptors, the limit is {limit} (ulimit -n)", n + 64);
+        std::process::exit(1);
+    }
     let inflight = std::env::var("BENCH_DIAL").ok().and_then(|d| d.parse().ok()).unwrap_or(2000);
     let dialling = Arc::new(Semaphore::new(inflight));
     let master = SocketAddr::from(([127, 0, 0, 1], port));
