@@ -221,12 +221,19 @@ fn garbage_at_the_master_does_not_stop_the_barrier() {
     drop((silent, random));
 }
 
-/// Item 5a: job scope; replica 2's child fails in generation 0, every child restarts in 1.
+/// Item 5a: job scope; replica 2's child fails in generation 0, every child restarts in 1 and
+/// the job completes.
 #[test]
 fn job_scope_restarts_every_child_in_a_new_generation() {
     let port = free_port_pair();
     let out = TestDir::new("rdzv-jobscope-out");
-    let script = child(out.path(), "if [ \"$REPLICA\" = 2 ] && [ \"$g\" = 0 ]; then sleep 0.3; exit 1; fi; sleep 0.5");
+    // The master's child finishes first: its launcher must keep the control channel up until the
+    // workers finish, or they take the close for a lost master and kill their children.
+    let script = child(
+        out.path(),
+        "if [ \"$g\" = 0 ]; then if [ \"$REPLICA\" = 2 ]; then sleep 0.3; exit 1; fi; sleep 10; fi; \
+         [ \"$REPLICA\" = 0 ] || sleep 0.8",
+    );
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-jobscope", i)).collect();
     let runs: Vec<Running> = reps
         .iter()
@@ -242,6 +249,7 @@ fn job_scope_restarts_every_child_in_a_new_generation() {
     for (i, f) in fin.iter().enumerate() {
         assert_eq!(read(&out.join(&format!("gens-{i}"))), "0\n1\n", "replica {i}'s generations\n{}", f.stderr);
         assert!(out.join(&format!("done-{i}-1")).exists(), "replica {i} finished generation 1");
+        assert!(!out.join(&format!("done-{i}-0")).exists(), "replica {i}'s generation 0 was stopped");
         assert_eq!(f.last_status()["generation"], 1, "replica {i}");
     }
 }
