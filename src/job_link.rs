@@ -163,6 +163,7 @@ async fn run_master(
     // The driver drops its ends when it returns; the control channel stays up while the
     // launcher waits for the workers (`workers_finished`).
     let (mut status_open, mut requests_open) = (true, true);
+    let mut own_final: Option<ReplicaState> = None;
     loop {
         let next = tokio::select! {
             changed = status.changed(), if status_open => {
@@ -171,6 +172,9 @@ async fn run_master(
                     continue;
                 }
                 let update = update_of(&status.borrow_and_update());
+                if update.state.is_final() {
+                    own_final = Some(update.state);
+                }
                 master.publish_own_state(update);
                 None
             }
@@ -199,7 +203,18 @@ async fn run_master(
             },
         };
         publish_view(&master);
-        if let Some(g) = next {
+        if let (Some(g), Some(state)) = (next, own_final) {
+            // The master's training process is over, so is the job (it follows the master): a
+            // new generation would start workers with no rank 0 to meet. Stop them instead.
+            warn!(
+                generation = g,
+                "rendezvous: a new generation was asked for after the master finished; stopping the workers"
+            );
+            let reason = format!("the job is over (the master's training process {state:?}); no generation {g}");
+            if let Err(e) = master.order(Order::Stop { reason }).await {
+                warn!("rendezvous: cannot stop the workers: {e}");
+            }
+        } else if let Some(g) = next {
             // Every child stops; the barrier orders the workers to Restart{g} and waits for them.
             let _ = ctl.send(Event::NewGeneration { generation: g });
             match master.barrier(g).await {

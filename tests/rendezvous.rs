@@ -301,3 +301,30 @@ fn job_scope_workers_stop_when_the_master_is_killed() {
         assert!(f.stderr.contains("master"), "worker {i} names the lost master:\n{}", f.stderr);
     }
 }
+
+/// Job scope: a worker fails after the master's child succeeded. The job is over (it follows the
+/// master), so no new generation starts without a rank 0: the workers are stopped, naming why.
+#[test]
+fn job_scope_after_the_master_succeeded_a_failure_stops_the_workers() {
+    let port = free_port_pair();
+    let out = TestDir::new("rdzv-after-out");
+    let script = child(out.path(), "case $REPLICA in 0) true ;; 2) sleep 0.5; exit 1 ;; *) sleep 10 ;; esac");
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-after", i)).collect();
+    let runs: Vec<Running> = reps
+        .iter()
+        .map(|r| {
+            r.rv("after", N, port)
+                .args(["--restart-scope", "job", "--backoff-initial", "100ms", "--grace-period", "2s"])
+                .sh(&script)
+                .spawn()
+        })
+        .collect();
+    let fin = finish_all(runs);
+    fin[0].assert_code(0);
+    for (i, f) in fin.iter().enumerate().skip(1) {
+        assert_eq!(f.code, Some(EXTERNAL), "worker {i} exit\nstderr:\n{}", f.stderr);
+        assert!(f.stderr.contains("the job is over"), "worker {i} names why:\n{}", f.stderr);
+        assert_eq!(read(&out.join(&format!("gens-{i}"))), "0\n", "worker {i} started no new generation");
+        assert!(f.elapsed < Duration::from_secs(8), "worker {i} stopped after {:?}", f.elapsed);
+    }
+}
