@@ -15,6 +15,9 @@ use std::net::SocketAddr;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
+/// How often the master's job view (and `workers_done`) is rebuilt while events arrive.
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Where and how this replica meets the others.
 #[derive(Debug, Clone)]
 pub struct JobLinkConfig {
@@ -164,8 +167,18 @@ async fn run_master(
     // launcher waits for the workers (`workers_finished`).
     let (mut status_open, mut requests_open) = (true, true);
     let mut own_final: Option<ReplicaState> = None;
+    // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
+    // (per event is quadratic when thousands of workers join or leave at once).
+    let mut publish = tokio::time::interval(PUBLISH_EVERY);
+    publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut dirty = false;
     loop {
         let next = tokio::select! {
+            _ = publish.tick(), if dirty => {
+                publish_view(&master);
+                dirty = false;
+                continue;
+            }
             changed = status.changed(), if status_open => {
                 if changed.is_err() {
                     status_open = false;
@@ -202,7 +215,7 @@ async fn run_master(
                 }
             },
         };
-        publish_view(&master);
+        dirty = true;
         if let (Some(g), Some(state)) = (next, own_final) {
             // The master's training process is over, so is the job (it follows the master): a
             // new generation would start workers with no rank 0 to meet. Stop them instead.
