@@ -160,7 +160,10 @@ async fn run_master(
         let job = m.job_view();
         let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
         done.send_replace(finished);
-        view.send_replace(serde_json::to_value(job).unwrap_or_default());
+        // Nobody serves the view yet (the launcher drops it): skip building its JSON.
+        if view.receiver_count() > 0 {
+            view.send_replace(serde_json::to_value(job).unwrap_or_default());
+        }
     };
     publish_view(&master);
     // The driver drops its ends when it returns; the control channel stays up while the
