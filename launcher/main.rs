@@ -510,6 +510,9 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
     if a.job_name.is_some() {
         identity.job = a.job_name.clone();
     }
+    // Under job scope a worker that loses the master stops its child: a master whose child
+    // succeeded keeps the control channel open until the workers finish (bounded).
+    let (linger_scope, linger_limit) = (a.restart_scope, a.rendezvous_timeout);
     let link_cfg = match job_link_config(&a, &rank, identity.job.clone()) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -605,34 +608,16 @@ fn cmd_supervise(a: SuperviseArgs, command: Vec<OsString>, signals: Signals) -> 
         status_sink,
         health,
     };
-    // Job scope: the master keeps the channel open until its workers are done (see wait_for_workers).
-    let job_view = link.as_ref().filter(|_| a.restart_scope == RestartScope::Job).and_then(|l| l.job_view.clone());
-    let rendezvous_timeout = a.rendezvous_timeout;
-    let linger_signals = signals.clone();
-    let links = link.map(|l| l.links).unwrap_or_default();
-    let code = match runtime.block_on(driver::supervise(cfg, signals, status, links)) {
+    let (links, workers_done) = link.map(|l| (l.links, l.workers_done)).unwrap_or_default();
+    let code = match runtime.block_on(driver::supervise(cfg, signals.clone(), status, links)) {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");
             exit::EXTERNAL_FAILURE
         }
     };
-    if let Some(view) = job_view {
-        runtime.block_on(async {
-            // Still PID 1: a TERM or INT ends the wait at once.
-            let Ok(mut stream) = process::SignalStream::new(&linger_signals) else { return };
-            tokio::select! {
-                () = job_link::wait_for_workers(view, rendezvous_timeout) => {}
-                () = async {
-                    while let Ok(sigs) = stream.next().await {
-                        process::reap_all();
-                        if sigs.into_iter().any(process::is_shutdown) {
-                            return;
-                        }
-                    }
-                } => {}
-            }
-        });
+    if code == 0 && workers_done.is_some() && matches!(linger_scope, RestartScope::Job) {
+        runtime.block_on(linger_for_workers(workers_done, linger_limit, &signals));
     }
     runtime.block_on(reporting.finish(Duration::from_secs(2)));
     if let Some(k) = kube_events {
@@ -684,6 +669,29 @@ fn kube_events_reporter(
         Err(e) => return Err(e),
     };
     Ok(Some(rankvisor::kube_events::KubeEventsConfig { client, namespace, pod, node: identity.node.clone() }))
+}
+
+/// The master's child succeeded: keep the control channel up until every worker has finished or
+/// disconnected, at most `limit`, and no longer than a TERM or INT.
+async fn linger_for_workers(done: Option<tokio::sync::watch::Receiver<bool>>, limit: Duration, signals: &Signals) {
+    tracing::info!("the master's child succeeded; waiting for the workers to finish (at most {limit:?})");
+    let shutdown = async {
+        let Ok(mut stream) = process::SignalStream::new(signals) else {
+            return std::future::pending().await;
+        };
+        loop {
+            match stream.next().await {
+                Ok(sigs) if sigs.iter().any(|&s| process::is_shutdown(s)) => return,
+                Ok(_) => {}
+                Err(_) => return std::future::pending().await,
+            }
+        }
+    };
+    tokio::select! {
+        () = job_link::workers_finished(done) => tracing::info!("every worker has finished"),
+        () = tokio::time::sleep(limit) => tracing::warn!("workers still running after {limit:?}; closing the control channel"),
+        () = shutdown => tracing::info!("stopped while waiting for the workers"),
+    }
 }
 
 /// Start the Kubernetes watcher and wait for its first observation (the API may be retried for

@@ -15,6 +15,9 @@ use std::net::SocketAddr;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
+/// How often the master's job view (and `workers_done`) is rebuilt while events arrive.
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Where and how this replica meets the others.
 #[derive(Debug, Clone)]
 pub struct JobLinkConfig {
@@ -38,6 +41,17 @@ pub struct JobLink {
     pub generation_requests: mpsc::UnboundedSender<()>,
     /// The master's job view, kept current (None on workers).
     pub job_view: Option<watch::Receiver<serde_json::Value>>,
+    /// Master only: true once every worker has finished or disconnected. Under job scope a
+    /// worker that loses the master stops its child, so a master whose own child succeeded
+    /// keeps the control channel open until this turns true (see `workers_finished`).
+    pub workers_done: Option<watch::Receiver<bool>>,
+}
+
+/// Wait until every worker has finished or disconnected (true at once on a worker's launcher,
+/// or when the master's rendezvous task is gone).
+pub async fn workers_finished(done: Option<watch::Receiver<bool>>) {
+    let Some(mut done) = done else { return };
+    let _ = done.wait_for(|d| *d).await;
 }
 
 /// The node's health as the rendezvous carries it, following the node-health source.
@@ -141,20 +155,22 @@ pub fn start(
     let (gen_tx, gen_rx) = mpsc::unbounded_channel();
     let (gate_tx, gate_rx) = oneshot::channel();
     let start_gate: StartGate = Box::pin(gate_of(gate_rx));
-    let job_view = if cfg.identity.replica_index == 0 {
+    let (job_view, workers_done) = if cfg.identity.replica_index == 0 {
         let listener = rendezvous::listen(cfg.listen)?;
         let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
         let (view_tx, view_rx) = watch::channel(serde_json::Value::Null);
-        tokio::spawn(run_master(master, upstream, ctl_tx, gen_rx, gate_tx, view_tx));
-        Some(view_rx)
+        let (done_tx, done_rx) = watch::channel(false);
+        tokio::spawn(run_master(master, upstream, ctl_tx, gen_rx, gate_tx, view_tx, done_tx));
+        (Some(view_rx), Some(done_rx))
     } else {
         tokio::spawn(run_worker(cfg, health, upstream, ctl_tx, gen_rx, gate_tx));
-        None
+        (None, None)
     };
     Ok(JobLink {
         links: Links { start_gate: Some(start_gate), control: Some(ctl_rx) },
         generation_requests: gen_tx,
         job_view,
+        workers_done,
     })
 }
 
@@ -165,6 +181,7 @@ async fn run_master(
     mut gen_rx: mpsc::UnboundedReceiver<()>,
     gate: oneshot::Sender<Result<(), GiveUp>>,
     view: watch::Sender<serde_json::Value>,
+    done: watch::Sender<bool>,
 ) {
     let mut generation = match master.barrier(0).await {
         Ok(r) => {
@@ -177,19 +194,40 @@ async fn run_master(
         }
     };
     let publish_view = |m: &MasterHandle| {
-        view.send_replace(serde_json::to_value(m.job_view()).unwrap_or_default());
+        let job = m.job_view();
+        let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
+        done.send_replace(finished);
+        // Nobody serves the view yet (the launcher drops it): skip building its JSON.
+        if view.receiver_count() > 0 {
+            view.send_replace(serde_json::to_value(job).unwrap_or_default());
+        }
     };
     publish_view(&master);
-    // The master's own supervisor finishing closes these channels; the master must go on serving
-    // (and holding) the workers' connections until the process exits, so only stop reading them.
+    // The driver drops its ends when it returns; the control channel stays up while the
+    // launcher waits for the workers (`workers_finished`).
     let (mut upstream_open, mut requests_open) = (true, true);
+    let mut own_final: Option<ReplicaState> = None;
+    // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
+    // (per event is quadratic when thousands of workers join or leave at once).
+    let mut publish = tokio::time::interval(PUBLISH_EVERY);
+    publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut dirty = false;
     loop {
         let next = tokio::select! {
+            _ = publish.tick(), if dirty => {
+                publish_view(&master);
+                dirty = false;
+                continue;
+            }
             update = upstream.next(), if upstream_open => {
-                match update {
-                    Some(update) => master.publish_own_state(update),
-                    None => upstream_open = false,
+                let Some(update) = update else {
+                    upstream_open = false;
+                    continue;
+                };
+                if update.state.is_final() {
+                    own_final = Some(update.state);
                 }
+                master.publish_own_state(update);
                 None
             }
             event = master.events().recv() => match event {
@@ -216,8 +254,19 @@ async fn run_master(
                 }
             },
         };
-        publish_view(&master);
-        if let Some(g) = next {
+        dirty = true;
+        if let (Some(g), Some(state)) = (next, own_final) {
+            // The master's training process is over, so is the job (it follows the master): a
+            // new generation would start workers with no rank 0 to meet. Stop them instead.
+            warn!(
+                generation = g,
+                "rendezvous: a new generation was asked for after the master finished; stopping the workers"
+            );
+            let reason = format!("the job is over (the master's training process {state:?}); no generation {g}");
+            if let Err(e) = master.order(Order::Stop { reason }).await {
+                warn!("rendezvous: cannot stop the workers: {e}");
+            }
+        } else if let Some(g) = next {
             // Every child stops; the barrier orders the workers to Restart{g} and waits for them.
             let _ = ctl.send(Event::NewGeneration { generation: g });
             match master.barrier(g).await {
@@ -339,49 +388,11 @@ async fn run_worker(
     }
 }
 
-/// True when every worker in a serialized `JobView` has finished (a final state) or is gone.
-pub fn workers_done(view: &serde_json::Value) -> bool {
-    let Some(replicas) = view.get("replicas").and_then(|r| r.as_object()) else {
-        return false;
-    };
-    let count = view.get("replica_count").and_then(|c| c.as_u64()).unwrap_or(0);
-    let finished = replicas
-        .values()
-        .filter(|r| r.get("index").and_then(|i| i.as_u64()).is_some_and(|i| i != 0))
-        .filter(|r| {
-            let gone = r.get("connected").and_then(|c| c.as_bool()) == Some(false);
-            let state = r.get("state").cloned().and_then(|s| serde_json::from_value::<ReplicaState>(s).ok());
-            gone || state.is_some_and(ReplicaState::is_final)
-        })
-        .count() as u64;
-    finished + 1 >= count
-}
-
-/// Job scope, on the master whose own child is done: keep the control channel open until every
-/// worker has finished too (or `limit`), so that finishing first does not look like a lost master
-/// to workers still completing their last steps.
-pub async fn wait_for_workers(mut view: watch::Receiver<serde_json::Value>, limit: std::time::Duration) {
-    let wait = async {
-        loop {
-            if workers_done(&view.borrow_and_update()) {
-                return;
-            }
-            if view.changed().await.is_err() {
-                return;
-            }
-        }
-    };
-    if tokio::time::timeout(limit, wait).await.is_err() {
-        warn!("rendezvous: some workers were still running {limit:?} after this master finished; exiting");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::exit::ExitHow;
     use crate::report::{Identity, Timeline};
-    use serde_json::json;
     use std::time::UNIX_EPOCH;
 
     #[test]
@@ -435,24 +446,5 @@ mod tests {
             }
         }
         assert!(ended, "a closed status channel ends the stream");
-    }
-
-    fn replica(index: u32, state: &str, connected: bool) -> serde_json::Value {
-        json!({"index": index, "state": state, "connected": connected})
-    }
-
-    #[test]
-    fn workers_done_needs_every_worker_final_or_gone() {
-        let view = |r: Vec<serde_json::Value>| json!({"replica_count": 3, "replicas": r.into_iter().enumerate().map(|(i, v)| (i.to_string(), v)).collect::<serde_json::Map<_, _>>()});
-        let running =
-            view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true), replica(2, "Running", true)]);
-        assert!(!workers_done(&running));
-        let done = view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true), replica(2, "Failed", true)]);
-        assert!(workers_done(&done));
-        let gone = view(vec![replica(0, "Running", true), replica(1, "Running", false), replica(2, "Succeeded", true)]);
-        assert!(workers_done(&gone));
-        let missing = view(vec![replica(0, "Succeeded", true), replica(1, "Succeeded", true)]);
-        assert!(!workers_done(&missing), "a worker never seen is not done");
-        assert!(!workers_done(&json!(null)));
     }
 }

@@ -223,6 +223,21 @@ async fn a_missing_replica_times_out_and_is_named() {
     );
 }
 
+// The worker's own timeout runs out first (it started earlier); admitted, it waits for the
+// master's verdict instead of leaving, so it names the missing replica too.
+#[tokio::test]
+async fn an_admitted_worker_waits_for_the_masters_verdict() {
+    let same = RendezvousConfig { barrier_timeout: Duration::from_millis(400), ..cfg() };
+    let mut m = master(3, same.clone()).await;
+    let w1 = spawn_join(at(&m), identity(1, 3), same);
+    joined_event(&mut m, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = guard("the barrier", m.barrier(0)).await.unwrap_err();
+    assert!(e.to_string().contains("replica indexes [2] missing"), "{e}");
+    let worker = joined(w1).await.err().expect("the worker fails too").to_string();
+    assert!(worker.contains("answered: rendezvous barrier for generation 0 timed out"), "{worker}");
+}
+
 #[tokio::test]
 async fn a_worker_without_a_master_times_out_naming_the_last_error() {
     let reserved = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,6 +1,7 @@
 //! The worker's side: dial the master until it answers, introduce itself, prove the job token,
 //! wait for the release, then keep the control channel: states up, orders down.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::net::tcp::OwnedReadHalf;
@@ -70,31 +71,53 @@ pub(crate) async fn join_observed(
         format!("{host}:{port}")
     };
     let started = Instant::now();
-    let deadline = tokio::time::Instant::from_std(started) + cfg.barrier_timeout;
+    let mut deadline = tokio::time::Instant::from_std(started) + cfg.barrier_timeout;
+    let admitted = AtomicBool::new(false);
+    let mut extended = false;
     let mut backoff = BACKOFF_INITIAL;
     let mut progress = "no connection attempted yet".to_string();
     let mut health_live = true;
     loop {
-        let attempt = async {
-            let stream = match tokio::time::timeout(cfg.hello_timeout, TcpStream::connect((host.as_str(), port))).await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => return Err(Step::Retry(format!("cannot connect: {e}"))),
-                Err(_) => {
-                    return Err(Step::Retry(format!(
-                        "cannot connect: no answer within {}",
-                        format_duration(cfg.hello_timeout)
-                    )))
-                }
+        let outcome = {
+            let attempt = async {
+                let stream =
+                    match tokio::time::timeout(cfg.hello_timeout, TcpStream::connect((host.as_str(), port))).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => return Err(Step::Retry(format!("cannot connect: {e}"))),
+                        Err(_) => {
+                            return Err(Step::Retry(format!(
+                                "cannot connect: no answer within {}",
+                                format_duration(cfg.hello_timeout)
+                            )))
+                        }
+                    };
+                backoff = BACKOFF_INITIAL;
+                meet(stream, &me, &mut health, &mut health_live, &cfg, &master, started, &mut progress, &admitted).await
             };
-            backoff = BACKOFF_INITIAL;
-            meet(stream, &me, &mut health, &mut health_live, &cfg, &master, started, &mut progress).await
+            tokio::pin!(attempt);
+            loop {
+                tokio::select! {
+                    r = &mut attempt => break Some(r),
+                    () = tokio::time::sleep_until(deadline) => {
+                        // Admitted, the master's own barrier timer runs: it started before it admitted
+                        // us, so it answers (release, or a timeout naming the missing replicas) within
+                        // one more barrier timeout. Waiting for that answer, rather than leaving at our
+                        // own deadline, lets every worker report which replicas were missing.
+                        if admitted.load(Ordering::Relaxed) && !extended {
+                            extended = true;
+                            deadline += cfg.barrier_timeout + cfg.hello_timeout;
+                            continue;
+                        }
+                        break None;
+                    }
+                }
+            }
         };
-        let reason = match tokio::time::timeout_at(deadline, attempt).await {
-            Ok(Ok(session)) => return Ok(session),
-            Ok(Err(Step::Fatal(e))) => return Err(e),
-            Ok(Err(Step::Retry(reason))) => reason,
-            Err(_) => return Err(timed_out(&master, &cfg, progress)),
+        let reason = match outcome {
+            Some(Ok(session)) => return Ok(session),
+            Some(Err(Step::Fatal(e))) => return Err(e),
+            Some(Err(Step::Retry(reason))) => reason,
+            None => return Err(timed_out(&master, &cfg, progress)),
         };
         debug!(%master, "rendezvous attempt failed, retrying: {reason}");
         if let Some(observer) = &observer {
@@ -149,6 +172,7 @@ async fn meet(
     master: &str,
     started: Instant,
     progress: &mut String,
+    admitted_flag: &AtomicBool,
 ) -> Result<WorkerSession, Step> {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
@@ -229,6 +253,7 @@ async fn meet(
                     }
                 }
                 admitted = true;
+                admitted_flag.store(true, Ordering::Relaxed);
                 *progress = format!("admitted, waiting at the barrier for generation {generation}");
                 let now = health.borrow_and_update().clone();
                 if now != sent {
