@@ -18,8 +18,6 @@ pub mod roster;
 mod worker;
 
 #[cfg(test)]
-mod scale;
-#[cfg(test)]
 mod tests;
 
 pub use config::{Identity, Released, RendezvousConfig, MAX_REPLICAS};
