@@ -135,3 +135,43 @@ fn job_view_shows_every_replica_and_a_restart() {
         assert!(done.code.is_some(), "rankvisor ended by a signal: {done:?}");
     }
 }
+
+/// Poll `path` until its status code is `want` and its body contains `text`.
+fn wait_answer(addr: SocketAddr, path: &str, want: u16, text: &str) -> String {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let got = get(addr, path);
+        if let Some((code, body)) = &got {
+            if *code == want && body.contains(text) {
+                return body.clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "waiting for {want} {text:?} on {path}: last answer {got:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn readyz_is_503_at_the_barrier_and_200_once_every_replica_is_here() {
+    let dir = TestDir::new("rj-readyz");
+    let port = master_port();
+    let http = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+    // The master alone: the barrier holds, the launcher is alive but not ready.
+    let master = replica(&dir, 0, port, Some(http), STEADY).spawn();
+    let body = wait_answer(addr, "/readyz", 503, "Rendezvous");
+    println!("/readyz before the barrier: 503 {body}");
+    wait_answer(addr, "/healthz", 200, "");
+    let status = wait_answer(addr, "/status", 200, "\"state\"");
+    assert!(status.contains("\"Rendezvous\""), "the report says Rendezvous: {status}");
+    // The workers arrive: released, the child runs, the master is ready.
+    let workers: Vec<_> = (1..4).map(|i| replica(&dir, i, port, None, STEADY).spawn()).collect();
+    wait_answer(addr, "/readyz", 200, "");
+    for r in std::iter::once(&master).chain(workers.iter()) {
+        r.signal(libc::SIGTERM);
+    }
+    for r in workers {
+        assert_eq!(r.wait().code(), 0);
+    }
+    assert_eq!(master.wait().code(), 0);
+}
