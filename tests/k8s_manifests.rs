@@ -6,79 +6,19 @@
 //! Needs RANKVISOR_TEST_KUBE_APISERVER (scripts/test.sh builds it, cached): without it the test fails.
 
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// etcd + kube-apiserver in a scratch directory, stopped on drop.
-struct ApiServer {
-    dir: PathBuf,
-    url: String,
-    ca: String,
-    token: String,
-}
+#[path = "apiserver/mod.rs"]
+mod apiserver;
+
+use apiserver::ApiServer;
 
 impl ApiServer {
-    fn start() -> Self {
-        let bin = std::env::var("RANKVISOR_TEST_KUBE_APISERVER").unwrap_or_default();
-        assert!(
-            !bin.is_empty() && Path::new(&bin).is_file(),
-            "RANKVISOR_TEST_KUBE_APISERVER={bin:?} is not a kube-apiserver binary: run the tests with \
-             `bash scripts/test.sh`, or build it with `bash scripts/k8s/build-apiserver.sh` and export its path"
-        );
-        let dir = std::env::temp_dir().join(format!("rv-k8s-manifests-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports: Vec<u16> = (0..3)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect::<Vec<_>>()
-            .iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect();
-        let out = Command::new("bash")
-            .arg(format!("{ROOT}/scripts/k8s/start-apiserver.sh"))
-            .arg(&bin)
-            .arg(&dir)
-            .env("API_PORT", ports[0].to_string())
-            .env("ETCD_PORT", ports[1].to_string())
-            .env("ETCD_PEER_PORT", ports[2].to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let mut s = Self { dir: dir.clone(), url: String::new(), ca: String::new(), token: String::new() };
-        assert!(out.status.success(), "start-apiserver.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        let env = std::fs::read_to_string(dir.join("env")).unwrap();
-        for (k, v) in env.lines().filter_map(|l| l.split_once('=')) {
-            match k {
-                "KUBE_URL" => s.url = v.into(),
-                "KUBE_CA" => s.ca = v.into(),
-                "KUBE_ADMIN_TOKEN" => s.token = v.into(),
-                _ => {}
-            }
-        }
-        s
-    }
-
     /// `method` `path` with a JSON body as the admin; returns the HTTP status and the answer.
     fn call(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
-        let out = Command::new("curl")
-            .args(["-sS", "--cacert", &self.ca, "-H", "Content-Type: application/json", "-X", method])
-            .args(["-H", &format!("Authorization: Bearer {}", self.token)])
-            .args(["-w", "\n%{http_code}", "--data-binary", "@-"])
-            .arg(format!("{}{path}", self.url))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(body.to_string().as_bytes())?;
-                c.wait_with_output()
-            })
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (json, code) = text.rsplit_once('\n').unwrap_or((&text, "0"));
-        (code.trim().parse().unwrap_or(0), serde_json::from_str(json).unwrap_or(Value::Null))
+        let (code, text) = self.request(method, path, "application/json", Some(&body.to_string()));
+        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// A real create (or replace, for an object the test server already has).
@@ -125,13 +65,6 @@ impl ApiServer {
             obj["metadata"]["name"]
         );
         answer
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(format!("{ROOT}/scripts/k8s/stop-apiserver.sh")).arg(&self.dir).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -202,7 +135,7 @@ fn pod_of(job: &Value, replica_type: &str) -> Value {
 
 #[test]
 fn examples_k8s_pass_a_server_side_dry_run() {
-    let api = ApiServer::start();
+    let api = ApiServer::start("k8s-manifests");
     let rbac = yaml_docs("examples/k8s/rbac.yaml");
     let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert_eq!(kinds, ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);

@@ -4,28 +4,16 @@
 //! Needs RANKVISOR_TEST_KUBE_APISERVER (the binary; scripts/test.sh builds it, cached): without it
 //! every test here FAILS, on purpose, rather than skip.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const STATUS: &str = "sagemaker.amazonaws.com/node-health-status";
+#[path = "apiserver/mod.rs"]
+mod apiserver;
 
-/// etcd + kube-apiserver in their own directory and on their own ports; stopped on drop.
-struct ApiServer {
-    dir: PathBuf,
-    bin: String,
-    ports: [u16; 3],
-    env: HashMap<String, String>,
-}
-
-fn free_ports() -> [u16; 3] {
-    let l: Vec<_> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
-}
+use apiserver::{free_ports, ApiServer};
 
 fn scratch(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -38,75 +26,20 @@ fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+const STATUS: &str = "sagemaker.amazonaws.com/node-health-status";
 
 impl ApiServer {
-    fn start(name: &str) -> Self {
-        let bin = std::env::var("RANKVISOR_TEST_KUBE_APISERVER").unwrap_or_default();
-        assert!(
-            !bin.is_empty() && Path::new(&bin).is_file(),
-            "RANKVISOR_TEST_KUBE_APISERVER={bin:?} is not a kube-apiserver binary: run the tests with \
-             `bash scripts/test.sh`, or build it with `bash scripts/k8s/build-apiserver.sh` and export its path"
-        );
-        let mut s = Self { dir: scratch(name), bin, ports: free_ports(), env: HashMap::new() };
-        s.run_start();
-        let text = std::fs::read_to_string(s.dir.join("env")).unwrap();
-        s.env = text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
-        s
-    }
-
-    fn run_start(&self) {
-        let t = Instant::now();
-        let out = Command::new("bash")
-            .arg(format!("{ROOT}/scripts/k8s/start-apiserver.sh"))
-            .arg(&self.bin)
-            .arg(&self.dir)
-            .env("API_PORT", self.ports[0].to_string())
-            .env("ETCD_PORT", self.ports[1].to_string())
-            .env("ETCD_PEER_PORT", self.ports[2].to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "start-apiserver.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        eprintln!("kube-apiserver ready in {:?}", t.elapsed());
-    }
-
-    fn stop(&self, apiserver_only: bool) {
-        let mut c = Command::new("bash");
-        c.arg(format!("{ROOT}/scripts/k8s/stop-apiserver.sh")).arg(&self.dir);
-        if apiserver_only {
-            c.arg("--apiserver-only");
-        }
-        assert!(c.status().unwrap().success());
-    }
-
-    fn get(&self, key: &str) -> &str {
-        self.env.get(key).map(String::as_str).unwrap_or_else(|| panic!("{key} missing from the env file"))
-    }
-
-    /// curl with the admin token; returns (HTTP code, body).
-    fn admin(&self, method: &str, path: &str, content_type: &str, body: &str) -> (u16, String) {
-        let out = Command::new("curl")
-            .args(["-sS", "--cacert", self.get("KUBE_CA"), "-X", method, "-w", "\n%{http_code}"])
-            .args(["-H", &format!("Authorization: Bearer {}", self.get("KUBE_ADMIN_TOKEN"))])
-            .args(["-H", &format!("Content-Type: {content_type}"), "-d", body])
-            .arg(format!("{}{path}", self.get("KUBE_URL")))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
     fn create_node(&self, name: &str, status: &str) {
         let node = format!(
             r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}","labels":{{"{STATUS}":"{status}"}}}}}}"#
         );
-        let (code, body) = self.admin("POST", "/api/v1/nodes", "application/json", &node);
+        let (code, body) = self.request("POST", "/api/v1/nodes", "application/json", Some(&node));
         assert_eq!(code, 201, "create node: {body}");
     }
 
     fn merge_patch(&self, name: &str, patch: &str) {
-        let (code, body) = self.admin("PATCH", &format!("/api/v1/nodes/{name}"), "application/merge-patch+json", patch);
+        let (code, body) =
+            self.request("PATCH", &format!("/api/v1/nodes/{name}"), "application/merge-patch+json", Some(patch));
         assert_eq!(code, 200, "patch node: {body}");
     }
 
@@ -135,17 +68,6 @@ impl ApiServer {
             "--kube-token-file".into(),
             token_file.to_string_lossy().into_owned(),
         ]
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        self.stop(false);
-        if std::thread::panicking() {
-            eprintln!("keeping {} (logs/) for inspection", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 

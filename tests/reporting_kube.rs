@@ -11,80 +11,23 @@ use common::{Rv, TestDir};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+#[path = "apiserver/mod.rs"]
+mod apiserver;
+
+use apiserver::ApiServer;
 const NS: &str = "team";
 const CONDITION: &str = "rankvisor.dev/ReplicaHealthy";
 
-/// etcd + kube-apiserver in their own directory and on their own ports; stopped on drop.
-struct ApiServer {
-    dir: PathBuf,
-    env: HashMap<String, String>,
-}
-
-fn free_ports() -> [u16; 3] {
-    let l: Vec<_> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
-}
-
 impl ApiServer {
-    fn start() -> Self {
-        let bin = std::env::var("RANKVISOR_TEST_KUBE_APISERVER").unwrap_or_default();
-        assert!(
-            !bin.is_empty() && Path::new(&bin).is_file(),
-            "RANKVISOR_TEST_KUBE_APISERVER={bin:?} is not a kube-apiserver binary: run the tests with \
-             `bash scripts/test.sh`, or build it with `bash scripts/k8s/build-apiserver.sh` and export its path"
-        );
-        let dir = std::env::temp_dir().join(format!("rv-kube-events-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports = free_ports();
-        let t = Instant::now();
-        let out = Command::new("bash")
-            .arg(format!("{ROOT}/scripts/k8s/start-apiserver.sh"))
-            .arg(&bin)
-            .arg(&dir)
-            .env("API_PORT", ports[0].to_string())
-            .env("ETCD_PORT", ports[1].to_string())
-            .env("ETCD_PEER_PORT", ports[2].to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let mut s = Self { dir, env: HashMap::new() };
-        assert!(out.status.success(), "start-apiserver.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        eprintln!("kube-apiserver ready in {:?}", t.elapsed());
-        let text = std::fs::read_to_string(s.dir.join("env")).unwrap();
-        s.env = text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
-        s
-    }
-
-    fn get(&self, key: &str) -> &str {
-        self.env.get(key).map(String::as_str).unwrap_or_else(|| panic!("{key} missing from the env file"))
-    }
-
-    /// curl with the admin token; returns (HTTP code, body).
-    fn admin(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        let mut c = Command::new("curl");
-        c.args(["-sS", "--cacert", self.get("KUBE_CA"), "-X", method, "-w", "\n%{http_code}"])
-            .args(["-H", &format!("Authorization: Bearer {}", self.get("KUBE_ADMIN_TOKEN"))]);
-        if let Some(b) = body {
-            c.args(["-H", "Content-Type: application/json", "-d", b]);
-        }
-        let out = c.arg(format!("{}{path}", self.get("KUBE_URL"))).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
     fn create(&self, path: &str, body: &str) {
-        let (code, answer) = self.admin("POST", path, Some(body));
+        let (code, answer) = self.request("POST", path, "application/json", Some(body));
         assert_eq!(code, 201, "POST {path}: {answer}");
     }
 
     fn get_json(&self, path: &str) -> Value {
-        let (code, body) = self.admin("GET", path, None);
+        let (code, body) = self.request("GET", path, "application/json", None);
         assert_eq!(code, 200, "GET {path}: {body}");
         serde_json::from_str(&body).unwrap()
     }
@@ -151,17 +94,6 @@ impl ApiServer {
     }
 }
 
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(format!("{ROOT}/scripts/k8s/stop-apiserver.sh")).arg(&self.dir).status();
-        if std::thread::panicking() {
-            eprintln!("keeping {} (logs/) for inspection", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 /// Fails twice (after a moment, so every state is seen), then runs a second and succeeds.
 const FLAKY: &str = r#"n=$(cat "$DIR/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$DIR/n"
 sleep 0.3; [ "$n" -le 2 ] && exit 3; touch "$DIR/third"; sleep 1; exit 0"#;
@@ -176,7 +108,7 @@ fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn events_and_condition_with_rbac_and_one_warning_without() {
-    let api = ApiServer::start();
+    let api = ApiServer::start("kube-events");
     api.create(
         "/api/v1/namespaces",
         &format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{NS}"}}}}"#),
