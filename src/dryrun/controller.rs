@@ -15,7 +15,7 @@
 //!   restart; no `backoffLimit` means no job-wide limit, as in the operator). Then every launcher
 //!   is stopped and the pods and the PodGroup are deleted.
 //! - A deleted pod is recreated with RESTARTS 0; so is a pod whose launcher exits with a retryable
-//!   code (130, 137, 138, 143) under the ExitCode policy, as the operator does.
+//!   code (>= 128, `IsRetryableExitCode`) under the ExitCode policy, as the operator does.
 //! - Volcano admits the gang only if the queue capability holds the whole job; otherwise the
 //!   PodGroup stays `Inqueue` and every pod `Pending`, forever.
 
@@ -25,8 +25,7 @@ use super::job::{ExitStatus, PyTorchJob, ReplicaId, ReplicaType, RestartPolicy};
 use super::quantity::{format_quantity, QueueCapability};
 use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
 
-/// Exit codes the ExitCode policy treats as retryable (training operator `train_util.go`).
-const RETRYABLE_EXIT_CODES: [i32; 4] = [130, 137, 138, 143];
+use crate::supervise::is_retryable_exit_code;
 
 /// How the emulated cluster is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,7 +403,7 @@ impl Controller {
                     // Under ExitCode a retryable end is decided by the launcher's exit (the
                     // operator recreates the pod), not by the child's.
                     let retryable =
-                        p.restart_policy == RestartPolicy::ExitCode && RETRYABLE_EXIT_CODES.contains(&exit.code());
+                        p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(exit.code());
                     if !p.deleting {
                         p.phase = match (will_restart, exit.success()) {
                             (true, _) => Phase::Running,
@@ -505,7 +504,7 @@ impl Controller {
         if !matches!(p.phase, Phase::Succeeded | Phase::Failed) {
             p.phase = if status.success() { Phase::Succeeded } else { Phase::Failed };
         }
-        let retryable = p.restart_policy == RestartPolicy::ExitCode && RETRYABLE_EXIT_CODES.contains(&status.code());
+        let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(status.code());
         if p.phase == Phase::Failed && retryable && !finished {
             // The operator deletes and recreates a pod that failed with a retryable code.
             self.sync_pod(i, now, step);

@@ -82,7 +82,7 @@ pub enum RestartPolicy {
     OnFailure,
     /// Never restart.
     Never,
-    /// Restart only on the retryable exit codes 130, 137, 138 and 143.
+    /// Restart only on a retryable exit code (>= 128, `IsRetryableExitCode`).
     ExitCode,
 }
 

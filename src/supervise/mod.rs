@@ -6,4 +6,4 @@ mod policy;
 
 pub use backoff::BackoffConfig;
 pub use machine::{Action, Event, GiveUp, HangConfig, Phase, StopCause, Supervisor, SupervisorConfig};
-pub use policy::{RestartPolicy, RestartScope};
+pub use policy::{is_retryable_exit_code, RestartPolicy, RestartScope};

@@ -13,13 +13,17 @@ pub enum RestartPolicy {
     OnFailure,
     /// Restart after every exit, success included.
     Always,
-    /// Kubeflow's policy: restart only for the retryable codes 130, 137, 138, 143.
+    /// Kubeflow's policy: restart only for a retryable exit code (>= 128: killed by a signal, or a
+    /// code of 128+N such as rankvisor's own 138); every code below 128 is permanent.
     ExitCode,
 }
 
-/// Exit codes Kubeflow's ExitCode policy retries (`pkg/util/train/train_util.go`): SIGINT, SIGKILL,
-/// SIGUSR1 (reserved for user-defined retries) and SIGTERM, as 128+N.
-pub const RETRYABLE_EXIT_CODES: [i32; 4] = [130, 137, 138, 143];
+/// Whether Kubeflow's ExitCode policy retries a container that exited with `code`: the
+/// training-operator's `IsRetryableExitCode` (`pkg/util/train/train_util.go`, since v1.7) is
+/// `exitCode >= 128`. Codes below 128 are the program's own verdict and are permanent.
+pub fn is_retryable_exit_code(code: i32) -> bool {
+    code >= 128
+}
 
 impl RestartPolicy {
     /// Whether a child that ended this way (`hung`: stopped by hang detection) is started again.
@@ -30,7 +34,7 @@ impl RestartPolicy {
             Self::Always => true,
             Self::OnFailure => failed,
             // A hang is outside the program, like a kubelet kill after a failed liveness probe (137).
-            Self::ExitCode => failed && (hung || RETRYABLE_EXIT_CODES.contains(&how.code())),
+            Self::ExitCode => failed && (hung || is_retryable_exit_code(how.code())),
         }
     }
 }
@@ -87,12 +91,14 @@ mod tests {
             assert!(!Never.should_restart(how, false));
             assert!(Always.should_restart(how, false));
             assert_eq!(OnFailure.should_restart(how, false), code != 0, "OnFailure {code}");
-            assert_eq!(ExitCode.should_restart(how, false), [130, 137, 138, 143].contains(&code), "ExitCode {code}");
+            // IsRetryableExitCode: exitCode >= 128.
+            assert_eq!(ExitCode.should_restart(how, false), code >= 128, "ExitCode {code}");
         }
         for sig in 1..=64 {
             let how = ExitHow::Signaled(sig);
             assert!(OnFailure.should_restart(how, false));
-            assert_eq!(ExitCode.should_restart(how, false), [2, 9, 10, 15].contains(&sig), "signal {sig}");
+            // A signal death is 128+N: always retryable.
+            assert!(ExitCode.should_restart(how, false), "signal {sig}");
         }
         // A hung child is a failure even when it exits 0 once stopped.
         for p in [OnFailure, Always, ExitCode] {
