@@ -18,7 +18,10 @@
 //! paused time and no processes. The driver performs the actions and publishes a `LocalStatus` for
 //! the reporters. On exit, processes left below rankvisor (setsid escapees) get TERM, then KILL.
 
+pub mod app;
+pub mod config;
 pub mod driver;
+#[cfg(feature = "dry-run")]
 pub mod dryrun;
 pub mod duration;
 pub mod exit;

@@ -2,7 +2,6 @@
 
 use crate::exit::{signal_name, ExitHow};
 use crate::health::NodeVerdict;
-use crate::rank::{derive_job_name, RankEnv, Role};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -109,45 +108,6 @@ pub struct Identity {
     pub namespace: Option<String>,
     /// `NODE_NAME`.
     pub node: Option<String>,
-}
-
-/// Kubeflow's replica type (`Master`/`Worker`) of a pod named `<job>-<type>-<N>`.
-pub fn replica_type_of_pod(pod: &str) -> Option<&'static str> {
-    let (rest, index) = pod.rsplit_once('-')?;
-    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (job, kind) = rest.rsplit_once('-')?;
-    let kind = match kind {
-        "master" => "Master",
-        "worker" => "Worker",
-        _ => return None,
-    };
-    (!job.is_empty()).then_some(kind)
-}
-
-/// This replica's identity from its environment (`get` reads one variable) and its rank contract.
-pub fn identity(get: impl Fn(&str) -> Option<String>, rank: Option<&RankEnv>) -> Identity {
-    let nonempty = |k: &str| get(k).filter(|v| !v.is_empty());
-    let pod = nonempty("POD_NAME").or_else(|| nonempty("HOSTNAME"));
-    let master_addr = rank.and_then(|r| r.master_addr.clone()).or_else(|| nonempty("MASTER_ADDR"));
-    let replica_type = pod.as_deref().and_then(replica_type_of_pod).map(str::to_string).or_else(|| {
-        rank.filter(|r| r.injected).map(|r| match r.role() {
-            Role::Master => "Master".to_string(),
-            Role::Worker => "Worker".to_string(),
-        })
-    });
-    let injected = rank.filter(|r| r.injected);
-    Identity {
-        job: derive_job_name(master_addr.as_deref(), pod.as_deref()),
-        replica_type,
-        rank: injected.map(|r| r.replica_index),
-        replica_count: injected.map(|r| r.replica_count.max()),
-        world_size: injected.map(|r| r.world_size),
-        pod,
-        namespace: nonempty("POD_NAMESPACE"),
-        node: nonempty("NODE_NAME"),
-    }
 }
 
 /// Why the last child counts as ended: its own exit, or a verdict of rankvisor's.
@@ -355,13 +315,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rank::parse_rank_env;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn rfc3339_known_instants() {
@@ -372,56 +325,6 @@ mod tests {
         assert_eq!(rfc3339(at(1_735_689_599, 0)), "2024-12-31T23:59:59.000000Z");
         assert_eq!(rfc3339(at(4_102_444_800, 0)), "2100-01-01T00:00:00.000000Z");
         assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01T00:00:00.000000Z");
-    }
-
-    #[test]
-    fn replica_type_from_the_pod_name() {
-        assert_eq!(replica_type_of_pod("pytest-master-0"), Some("Master"));
-        assert_eq!(replica_type_of_pod("a-b-worker-12"), Some("Worker"));
-        for other in
-            ["-worker-1", "train-worker-", "train-worker-x", "train-launcher-1", "worker-1", "deploy-7d9f-x2", ""]
-        {
-            assert_eq!(replica_type_of_pod(other), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn identity_of_a_kubeflow_worker() {
-        let vars = [
-            ("RANK", "2"),
-            ("WORLD_SIZE", "3"),
-            ("MASTER_ADDR", "pytest-master-0"),
-            ("MASTER_PORT", "23456"),
-            ("POD_NAME", "pytest-worker-1"),
-            ("POD_NAMESPACE", "team"),
-            ("NODE_NAME", "ip-10-0-0-7"),
-            ("HOSTNAME", "ignored"),
-        ];
-        let rank = parse_rank_env(env(&vars)).unwrap();
-        let id = identity(env(&vars), Some(&rank));
-        assert_eq!(
-            id,
-            Identity {
-                job: Some("pytest".into()),
-                replica_type: Some("Worker".into()),
-                rank: Some(2),
-                replica_count: Some(3),
-                world_size: Some(3),
-                pod: Some("pytest-worker-1".into()),
-                namespace: Some("team".into()),
-                node: Some("ip-10-0-0-7".into()),
-            }
-        );
-    }
-
-    #[test]
-    fn identity_without_kubernetes() {
-        let rank = parse_rank_env(env(&[])).unwrap();
-        let id = identity(env(&[("HOSTNAME", "laptop"), ("POD_NAMESPACE", "")]), Some(&rank));
-        assert_eq!(id, Identity { pod: Some("laptop".into()), ..Identity::default() });
-        let master = parse_rank_env(env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
-        assert_eq!(identity(env(&[]), Some(&master)).replica_type.as_deref(), Some("Master"));
-        assert_eq!(identity(env(&[]), None), Identity::default());
     }
 
     #[test]
