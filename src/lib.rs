@@ -20,7 +20,6 @@
 
 pub mod app;
 pub mod config;
-pub mod driver;
 #[cfg(feature = "dry-run")]
 pub mod dryrun;
 pub mod duration;
@@ -28,13 +27,13 @@ pub mod exit;
 pub mod health;
 pub mod heartbeat;
 pub mod http;
-pub mod job_link;
 pub mod kube;
 pub mod kube_events;
 pub mod logging;
 pub mod process;
 pub mod rank;
 pub mod rendezvous;
+pub mod replica;
 pub mod report;
 pub mod reporting;
 pub mod status_sink;

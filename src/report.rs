@@ -64,6 +64,8 @@ pub struct LocalStatus {
     pub hang_detections: u32,
     /// The latest training progress from the heartbeat file.
     pub progress: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The node-health verdict; None when node-health checking is off (or before the first look).
+    pub node_health: Option<NodeHealthReport>,
 }
 
 impl Default for LocalStatus {
@@ -77,6 +79,7 @@ impl Default for LocalStatus {
             child_pid: None,
             hang_detections: 0,
             progress: None,
+            node_health: None,
         }
     }
 }
@@ -235,13 +238,7 @@ impl Timeline {
     }
 
     /// The report for `status` observed at `now`; a changed state starts at `now`.
-    pub fn report(
-        &mut self,
-        identity: &Identity,
-        status: &LocalStatus,
-        node: Option<NodeHealthReport>,
-        now: SystemTime,
-    ) -> Report {
+    pub fn report(&mut self, identity: &Identity, status: &LocalStatus, now: SystemTime) -> Report {
         if self.state != Some(status.state) {
             if self.state == Some(ReplicaState::Rendezvous) {
                 let took = now.duration_since(self.state_since).unwrap_or_default();
@@ -261,7 +258,7 @@ impl Timeline {
             child_pid: status.child_pid,
             last_exit: status.last_exit.map(|how| last_exit(how, status.last_exit_reason.as_deref(), status.state)),
             hang_detections: status.hang_detections,
-            node_health: node,
+            node_health: status.node_health.clone(),
             progress: status.progress.clone(),
             rendezvous_seconds: self.rendezvous_seconds,
             started_at: rfc3339(self.started_at),
@@ -352,20 +349,20 @@ mod tests {
         let mut tl = Timeline::new(t0);
         let id = Identity::default();
         let mut st = LocalStatus { state: ReplicaState::Rendezvous, ..LocalStatus::default() };
-        let r1 = tl.report(&id, &st, None, at(10));
+        let r1 = tl.report(&id, &st, at(10));
         assert_eq!((r1.seq, r1.rendezvous_seconds, r1.state_since.as_str()), (1, None, rfc3339(at(10)).as_str()));
-        let r2 = tl.report(&id, &st, None, at(500));
+        let r2 = tl.report(&id, &st, at(500));
         assert_eq!(r2.state_since, r1.state_since, "same state, same start");
         assert_eq!(r2.updated_at, rfc3339(at(500)));
         st.state = ReplicaState::Running;
         st.child_pid = Some(42);
-        let r3 = tl.report(&id, &st, None, at(1510));
+        let r3 = tl.report(&id, &st, at(1510));
         assert_eq!(r3.rendezvous_seconds, Some(1.5));
         assert_eq!(r3.state_since, rfc3339(at(1510)));
         assert_eq!(r3.started_at, rfc3339(t0));
         assert_eq!(r3.seq, 3);
         st.state = ReplicaState::Restarting;
-        let r4 = tl.report(&id, &st, None, at(2000));
+        let r4 = tl.report(&id, &st, at(2000));
         assert_eq!(r4.rendezvous_seconds, Some(1.5), "kept after the rendezvous");
     }
 
@@ -374,24 +371,22 @@ mod tests {
         let mut tl = Timeline::new(UNIX_EPOCH);
         let id = Identity::default();
         let mut st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
-        let a = tl.report(&id, &st, None, UNIX_EPOCH);
+        let a = tl.report(&id, &st, UNIX_EPOCH);
         assert!(is_state_change(None, &a));
         st.progress = crate::heartbeat::parse_progress(r#"{"step": 7}"#);
-        let b = tl.report(&id, &st, None, UNIX_EPOCH + Duration::from_secs(1));
+        let b = tl.report(&id, &st, UNIX_EPOCH + Duration::from_secs(1));
         assert!(!is_state_change(Some(&a), &b));
         assert_eq!(b.training_step(), Some(7));
         st.restart_count = 1;
-        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, UNIX_EPOCH)));
         st.restart_count = 0;
         st.last_exit = Some(ExitHow::Exited(1));
-        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, UNIX_EPOCH)));
         let unhealthy = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
-        let c =
-            tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, None, UNIX_EPOCH);
+        let c = tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, UNIX_EPOCH);
         let d = tl.report(
             &id,
-            &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() },
-            Some(unhealthy),
+            &LocalStatus { state: ReplicaState::Running, node_health: Some(unhealthy), ..LocalStatus::default() },
             UNIX_EPOCH,
         );
         assert!(is_state_change(Some(&c), &d));
@@ -407,7 +402,7 @@ mod tests {
             last_exit: Some(ExitHow::Exited(1)),
             ..LocalStatus::default()
         };
-        let r = tl.report(&id, &st, None, UNIX_EPOCH);
+        let r = tl.report(&id, &st, UNIX_EPOCH);
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["schema_version"], 1);
         assert_eq!(v["job"], "j", "identity is flattened");
@@ -423,6 +418,6 @@ mod tests {
     fn local_status_line_is_unchanged() {
         let v = serde_json::to_value(LocalStatus::default()).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 8, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
+        assert_eq!(keys.len(), 9, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
     }
 }

@@ -311,7 +311,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 let st = LocalStatus { restart_count: i as u32, ..LocalStatus::default() };
-                tl.report(&Identity::default(), &st, None, UNIX_EPOCH)
+                tl.report(&Identity::default(), &st, UNIX_EPOCH)
             })
             .collect()
     }
@@ -411,7 +411,7 @@ mod tests {
         let mut tl = Timeline::new(UNIX_EPOCH);
         for state in [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded] {
             let st = LocalStatus { state, ..LocalStatus::default() };
-            hook.push(tl.report(&Identity::default(), &st, None, UNIX_EPOCH));
+            hook.push(tl.report(&Identity::default(), &st, UNIX_EPOCH));
         }
         hook.flush(Duration::from_secs(5)).await;
         let mut got = Vec::new();

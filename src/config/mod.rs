@@ -8,7 +8,7 @@ mod supervise;
 
 pub use env::EnvSnapshot;
 pub use supervise::{
-    health_settings, identity, kube_settings, linger_limit, pod_name, rank_env, supervise_config, supervisor_config,
+    health_settings, identity, kube_settings, linger_limit_of, pod_name, rank_env, supervise_config, supervisor_config,
     HealthSettings, KubeEventsTarget, KubeSettings, SuperviseConfig, DEFAULT_RENDEZVOUS_PORT, MIN_RESTART_DELAY,
 };
 

@@ -6,10 +6,10 @@ use super::env::EnvSnapshot;
 use super::ConfigError;
 use crate::health::NodeHealthSource;
 use crate::http::HttpAddr;
-use crate::job_link::JobLinkConfig;
 use crate::kube::KubeOverrides;
 use crate::rank::{self, RankEnv, ReplicaCount, Role};
 use crate::rendezvous;
+use crate::replica::JobLinkConfig;
 use crate::report::Identity;
 use crate::supervise::{BackoffConfig, HangConfig, RestartScope, SupervisorConfig};
 use std::ffi::OsString;
@@ -370,9 +370,11 @@ fn link_config(
     }))
 }
 
-/// How long a master whose child succeeded keeps the control channel for its workers (job scope).
-pub fn linger_limit(a: &SuperviseArgs) -> Option<Duration> {
-    (a.restart_scope == RestartScope::Job).then_some(a.rendezvous_timeout)
+/// How long a master whose child succeeded keeps the control channel for its workers: under job
+/// scope a worker that loses the master stops its child, so the master waits (at most one
+/// rendezvous timeout) for them to finish.
+pub fn linger_limit_of(scope: RestartScope, link: &Option<JobLinkConfig>) -> Option<Duration> {
+    link.as_ref().filter(|_| scope == RestartScope::Job).map(|l| l.rendezvous.barrier_timeout)
 }
 
 #[cfg(test)]

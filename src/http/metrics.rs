@@ -136,7 +136,7 @@ mod tests {
             pod: Some("pytest-worker-0".into()),
             ..Identity::default()
         };
-        Timeline::new(UNIX_EPOCH).report(&id, &status, node, UNIX_EPOCH)
+        Timeline::new(UNIX_EPOCH).report(&id, &LocalStatus { node_health: node, ..status }, UNIX_EPOCH)
     }
 
     fn values(text: &str) -> Vec<(String, f64)> {
@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(escape_label("x\ny"), "x\\ny");
         assert_eq!(escape_label("plain-0"), "plain-0");
         let id = Identity { pod: Some("p\"od".into()), ..Identity::default() };
-        let r = Timeline::new(UNIX_EPOCH).report(&id, &LocalStatus::default(), None, UNIX_EPOCH);
+        let r = Timeline::new(UNIX_EPOCH).report(&id, &LocalStatus::default(), UNIX_EPOCH);
         assert!(render_metrics(&r, &WebhookCounts::default()).contains(r#"pod="p\"od""#));
     }
 }
