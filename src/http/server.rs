@@ -68,6 +68,7 @@ pub fn route(
         );
     }
     match path {
+        "/" => Reply::new(StatusCode::OK, super::page::CONTENT_TYPE, super::page::JOB_PAGE.to_string()),
         "/healthz" => Reply::new(StatusCode::OK, TEXT, "ok\n".into()),
         // Ready means the barrier was passed and the training process runs: a replica that waits,
         // backs off or is stopping takes no traffic and counts as not ready in `kubectl get pods`.
@@ -87,7 +88,7 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics, /status or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status or /job (master)\n"),
         ),
     }
 }
@@ -211,6 +212,9 @@ mod tests {
         assert_eq!(back, r);
         let m = route(&Method::HEAD, "/metrics", &r, &none, None);
         assert_eq!((m.status, m.content_type), (StatusCode::OK, METRICS));
+        let page = route(&Method::GET, "/", &r, &none, None);
+        assert_eq!((page.status, page.content_type), (StatusCode::OK, "text/html; charset=utf-8"));
+        assert!(page.body.contains("<title>rankvisor</title>"), "{}", page.body);
         let nf = route(&Method::GET, "/nope", &r, &none, None);
         assert_eq!(nf.status, StatusCode::NOT_FOUND);
         assert!(nf.body.contains("\"/nope\""), "{}", nf.body);
