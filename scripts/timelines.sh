@@ -24,7 +24,7 @@ for s in "${scenarios[@]}"; do
   out="examples/$name.svg"
   set +e
   # shellcheck disable=SC2086 # the arguments are words on purpose
-  "$bin" dry-run --logs "$logs/$name" --timeline "$out" $args >"$logs/$name.watch" 2>"$logs/$name.err"
+  "$bin" dry-run --master-port 0 --logs "$logs/$name" --timeline "$out" $args >"$logs/$name.watch" 2>"$logs/$name.err"
   code=$?
   set -e
   if [ "$code" != "$want" ]; then

@@ -26,7 +26,19 @@ fn a_real_run_is_drawn_with_its_pods_restarts_and_faults() {
     let job = example("pytorchjob.yaml");
     for file in [&svg, &html] {
         let file = file.to_str().unwrap();
-        let args = ["--timeout", "60s", "--logs", &logs, "--inject", "fail:worker-1@1500ms", "--timeline", file, &job];
+        let args = [
+            "--timeout",
+            "60s",
+            "--master-port",
+            "0",
+            "--logs",
+            &logs,
+            "--inject",
+            "fail:worker-1@1500ms",
+            "--timeline",
+            file,
+            &job,
+        ];
         let (code, stderr) = dry_run(&args);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains(&format!("dry-run: timeline written to {file}")), "{stderr}");

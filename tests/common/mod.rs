@@ -518,14 +518,16 @@ pub struct DryRunHttp {
 }
 
 impl DryRunHttp {
-    /// `rankvisor dry-run --http --output json --logs DIR EXTRA... MANIFEST`, with the replicas'
-    /// output in `dir/logs` and the watch stream in `dir/watch.jsonl`.
+    /// `rankvisor dry-run --http --master-port 0 --output json --logs DIR EXTRA... MANIFEST`, with
+    /// the replicas' output in `dir/logs` and the watch stream in `dir/watch.jsonl`.
     pub fn start(dir: &TestDir, manifest: &Path, extra: &[&str]) -> Self {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).expect("logs dir");
         let stdout = dir.join("watch.jsonl");
         let mut cmd = Command::new(BIN);
-        cmd.arg("dry-run").args(["--http", "--output", "json", "--logs"]).arg(&logs).args(extra).arg(manifest);
+        // --master-port 0: a free port of its own, so dry runs of parallel tests do not collide.
+        cmd.arg("dry-run").args(["--http", "--master-port", "0", "--output", "json", "--logs"]);
+        cmd.arg(&logs).args(extra).arg(manifest);
         for var in SCRUBBED {
             cmd.env_remove(var);
         }
@@ -663,6 +665,7 @@ pub fn wait_job(master_port: u16, what: &str, pred: impl Fn(&Value) -> bool) -> 
     wait_until_for(what, Duration::from_secs(60), || {
         let (code, body) = http_get(master_port, "/job")?;
         let view: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        assert_ne!(view["phase"], "Failed", "the job failed while waiting for {what}: {view:#}");
         pred(&view).then_some(view)
     })
 }
