@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    crashloop_and_hang_seen, crashloop_and_hung_manifest, http_get, required_tool, wait_job, DryRunHttp, TestDir,
+    crashloop_and_hang_seen, crashloop_and_hung_manifest, http_get, required_tool, wait_job, wait_until, DryRunHttp,
+    Rv, TestDir,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -137,4 +138,37 @@ fn a_workers_page_shows_that_replica_alone_and_links_to_the_master() {
     );
     assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 5_000), "{}", shot.display());
     eprintln!("replica page screenshot: {}", shot.display());
+}
+
+#[test]
+fn a_replica_held_by_an_unhealthy_node_is_marked_with_its_fault_labels() {
+    // A real rankvisor waiting for its node (--unhealthy-node wait), HyperPod's labels in a file.
+    let dir = TestDir::new("unhealthy-page");
+    let labels = dir.join("labels");
+    std::fs::write(
+        &labels,
+        "sagemaker.amazonaws.com/node-health-status=\"UnschedulablePendingReboot\"\nsagemaker.amazonaws.com/fault-type=\"GpuFailure\"\n",
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _run = Rv::new(&dir)
+        .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--node-health", &format!("file:{}", labels.display()), "--unhealthy-node", "wait"])
+        .env("POD_NAME", "pytest-worker-2")
+        .env("NODE_NAME", "ip-10-1-2-3")
+        .sh("sleep 600")
+        .spawn();
+    wait_until("the replica to wait for its node", || {
+        http_get(port, "/status").filter(|(_, body)| body.contains("\"NodeUnhealthy\"")).map(|_| ())
+    });
+    let dom = chromium(&dir, &["--virtual-time-budget=4000", "--dump-dom", &format!("http://127.0.0.1:{port}/")]);
+    let me = row(&dom, "pytest-worker-2");
+    assert!(me.contains("class=\"flag unhealthy-node\">unhealthy-node<"), "{me}");
+    assert!(me.contains("class=\"alarm\""), "{me}");
+    assert!(
+        me.contains("UNHEALTHY \u{b7} UnschedulablePendingReboot \u{b7} GpuFailure"),
+        "the verdict and fault labels: {me}"
+    );
+    assert!(me.contains("on ip-10-1-2-3"), "{me}");
+    assert!(me.contains("<td>NodeUnhealthy</td>"), "{me}");
 }

@@ -607,8 +607,8 @@ pub fn crashloop_and_hung_manifest(dir: &TestDir) -> PathBuf {
     let train = r#"i=0
                   while [ $i -lt 3000 ]; do
                     i=$((i + 1))
-                    awk -v s=$i 'BEGIN { printf "{\"step\": %d, \"loss\": %.4f}\n", s, 2.5 / (1 + s / 10) + (s % 3) * 0.02 }' > "$RANKVISOR_HEARTBEAT_FILE.tmp"
-                    mv "$RANKVISOR_HEARTBEAT_FILE.tmp" "$RANKVISOR_HEARTBEAT_FILE"
+                    awk -v s=$i 'BEGIN { printf "{\"step\": %d, \"loss\": %.4f}\n", s, 2.5 / (1 + s / 10) + (s % 3) * 0.02 }' > "$RANKVISOR_HEARTBEAT_FILE.$$"
+                    mv "$RANKVISOR_HEARTBEAT_FILE.$$" "$RANKVISOR_HEARTBEAT_FILE"
                     if [ $i = 5 ] && [ "$HANG_AT_FIRST_START" = yes ] && [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then exec sleep 600; fi
                     sleep 0.2
                   done"#;
