@@ -322,7 +322,6 @@ pub fn render_svg(rec: &Recording) -> String {
         );
         lx += 16.0 + state.len() as f64 * 7.0 + 14.0;
     }
-    let _ = lx;
     let _ = writeln!(
         s,
         r##"<path d="M{:.1},{:.1} l-5,-7 h10 z" fill="#212121"/><text x="{:.1}" y="{:.1}" fill="#424242">restart (its count); red dashed line: injected fault; job: Created grey, Running green, Succeeded blue, Failed red</text>"##,
