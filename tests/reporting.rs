@@ -225,7 +225,7 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(code, 200);
     let m = metrics(addr);
     assert_eq!(counter(&m, "rankvisor_restarts_total"), 0.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(1.0));
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_node_healthy"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), None, "no exit yet");
 
@@ -237,7 +237,7 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(get(addr, "/healthz").map(|r| r.0), Some(200));
     let m = metrics(addr);
     assert_eq!(counter(&m, "rankvisor_restarts_total"), 2.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(0.0));
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(0.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), Some(1.0));
     let st = status_json(addr);
     assert_eq!(st["last_exit"]["code"], 1);
@@ -474,10 +474,10 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     run.wait_status("the 41st run", |v| v["state"] == "Running" && v["restart_count"] == 40);
     let (_, body) = wait_get(addr, "/metrics", "restarts 40", |_, b| b.contains("rankvisor_restarts_total 40"));
     let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
-    let dropped = counter(&m, "rankvisor_reports_dropped_total");
+    let dropped = counter(&m, "rankvisor_webhook_reports_dropped_total");
     println!("upstream hanging, 40 restarts: {dropped} reports dropped (queue of 64)");
     assert!(dropped >= 10.0, "about 80 changes into a queue of 64: {dropped}");
-    assert_eq!(counter(&m, "rankvisor_reports_sent_total"), 0.0);
+    assert_eq!(counter(&m, "rankvisor_webhook_reports_sent_total"), 0.0);
     std::fs::write(&go, "").unwrap();
     run.wait().assert_code(0);
 }

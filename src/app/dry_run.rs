@@ -36,6 +36,7 @@ pub fn run(a: DryRunArgs, signals: &Signals) -> i32 {
         launcher_log_level: a.launcher_log_level.to_string().to_lowercase(),
         restart_scope: a.restart_scope,
         http: a.http,
+        timeline: a.timeline,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -216,6 +216,10 @@ pub struct DryRunArgs {
     /// in the output).
     #[arg(long)]
     pub http: bool,
+    /// Draw the run to FILE (.svg or .html) when it ends: one lane per pod over time, the job and
+    /// the PodGroup above, restarts and injected faults marked.
+    #[arg(long, env = "RANKVISOR_TIMELINE", value_name = "FILE")]
+    pub timeline: Option<std::path::PathBuf>,
     /// The launchers' own log level (their lines appear among the replica's output).
     #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
     pub launcher_log_level: Level,

@@ -1,7 +1,7 @@
 //! The HTTP server: a pure router from (method, path, latest report) to a reply, and a hyper 1
 //! accept loop that takes an already-bound listener and a shutdown future (so tests bind port 0).
 
-use super::metrics::{render_metrics, CONTENT_TYPE as METRICS};
+use super::metrics::{render_job_metrics, render_metrics, CONTENT_TYPE as METRICS};
 use crate::rendezvous::JobView;
 use crate::report::{ReplicaState, Report};
 use crate::webhook::{WebhookCounts, WebhookStats};
@@ -69,6 +69,7 @@ pub fn route(
         );
     }
     match path {
+        "/" => Reply::new(StatusCode::OK, super::page::CONTENT_TYPE, super::page::JOB_PAGE.to_string()),
         "/healthz" => Reply::new(StatusCode::OK, TEXT, "ok\n".into()),
         // Ready means the barrier was passed and the training process runs: a replica that waits,
         // backs off or is stopping takes no traffic and counts as not ready in `kubectl get pods`.
@@ -76,7 +77,7 @@ pub fn route(
             Reply::new(StatusCode::OK, TEXT, "ready: Running\n".into())
         }
         "/readyz" => Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("not ready: {:?}\n", report.state)),
-        "/metrics" => Reply::new(StatusCode::OK, METRICS, render_metrics(report, webhook)),
+        "/metrics" => Reply::new(StatusCode::OK, METRICS, metrics_body(report, webhook, job)),
         "/status" => match serde_json::to_string_pretty(report) {
             Ok(mut json) => {
                 json.push('\n');
@@ -88,9 +89,18 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics, /status or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status or /job (master)\n"),
         ),
     }
+}
+
+/// `/metrics`: this replica's metrics, and on the master the job-wide ones from its view.
+fn metrics_body(report: &Report, webhook: &WebhookCounts, job: Option<&Option<JobView>>) -> String {
+    let mut body = render_metrics(report, webhook);
+    if let Some(Some(view)) = job {
+        body.push_str(&render_job_metrics(view));
+    }
+    body
 }
 
 /// `/job`: the master's view of every replica; a clear 404 elsewhere, 503 before the first barrier.
@@ -203,6 +213,9 @@ mod tests {
         assert_eq!(back, r);
         let m = route(&Method::HEAD, "/metrics", &r, &none, None);
         assert_eq!((m.status, m.content_type), (StatusCode::OK, METRICS));
+        let page = route(&Method::GET, "/", &r, &none, None);
+        assert_eq!((page.status, page.content_type), (StatusCode::OK, "text/html; charset=utf-8"));
+        assert!(page.body.contains("<title>rankvisor</title>"), "{}", page.body);
         let nf = route(&Method::GET, "/nope", &r, &none, None);
         assert_eq!(nf.status, StatusCode::NOT_FOUND);
         assert!(nf.body.contains("\"/nope\""), "{}", nf.body);
@@ -254,7 +267,7 @@ mod tests {
         let ready = get(addr, "/readyz").await;
         assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
         assert!(ready.contains("content-type: text/plain"), "{ready}");
-        assert!(get(addr, "/metrics?x=1").await.contains("rankvisor_child_up 0"));
+        assert!(get(addr, "/metrics?x=1").await.contains("rankvisor_training_process_up 0"));
         stop.send(()).unwrap();
         server.await.unwrap();
         assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed after shutdown");
