@@ -11,7 +11,7 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::report::LocalStatus;
-use crate::supervise::{Phase, SupervisorConfig};
+use crate::supervise::{Action, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
@@ -220,17 +220,17 @@ impl Loop {
 
     fn act(&mut self, effect: Effect) {
         match effect {
-            Effect::Spawn { restart_count, generation } => self.spawn(restart_count, generation),
-            Effect::SignalGroup { pid, signal } => {
+            Effect::Child(Action::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
+            Effect::Child(Action::SignalGroup { pid, signal }) => {
                 info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
                     warn!(pid, signal = %exit::signal_name(signal), "cannot signal the child's group: {e}");
                 }
             }
-            Effect::KillLeftovers { pid } => {
+            Effect::Child(Action::KillLeftovers { pid }) => {
                 let _ = process::signal_group(pid, libc::SIGKILL);
             }
-            Effect::TerminationMessage(msg) => {
+            Effect::Child(Action::TerminationMessage(msg)) => {
                 error!("{msg}");
                 if let Some(path) = &self.cfg.termination_log {
                     if let Err(e) = crate::termination::write_message(path, &msg) {
@@ -250,6 +250,8 @@ impl Loop {
             Effect::SweepTerm => self.sweep_signal(libc::SIGTERM),
             Effect::SweepKill => self.sweep_signal(libc::SIGKILL),
             Effect::Exit { code } => self.exit_code = Some(code),
+            // The machine consumes these itself.
+            Effect::Child(Action::RequestGeneration | Action::Exit { .. }) => {}
         }
     }
 

@@ -82,27 +82,10 @@ pub enum Note {
 /// What the event loop must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Start the child: the `restart_count`th restart, of `generation`.
-    Spawn {
-        /// Restarts before this start.
-        restart_count: u32,
-        /// Its rendezvous generation.
-        generation: u64,
-    },
-    /// Send `signal` to the child's process group.
-    SignalGroup {
-        /// The group leader.
-        pid: i32,
-        /// The signal.
-        signal: i32,
-    },
-    /// SIGKILL what is left of a finished child's group before the next start.
-    KillLeftovers {
-        /// The group leader.
-        pid: i32,
-    },
-    /// Write this line to the termination log.
-    TerminationMessage(String),
+    /// Something for the child: spawn it, signal its group, kill its leftovers, or write the
+    /// termination message (the supervisor's own actions; never `RequestGeneration` or `Exit`,
+    /// which the machine decides on).
+    Child(Action),
     /// Start the rendezvous link (once the node's health is first known).
     StartLink,
     /// Ask the link to do something.
@@ -306,7 +289,7 @@ impl Replica {
             return;
         }
         if let Some(pid) = self.sup.child_pid() {
-            out.push(Effect::SignalGroup { pid, signal: sig });
+            out.push(Effect::Child(Action::SignalGroup { pid, signal: sig }));
         }
     }
 
@@ -499,12 +482,9 @@ impl Replica {
     fn feed(&mut self, event: Event, now: Instant, out: &mut Vec<Effect>) {
         for action in self.sup.on_event(event, now) {
             match action {
-                Action::Spawn { restart_count, generation } => out.push(Effect::Spawn { restart_count, generation }),
-                Action::SignalGroup { pid, signal } => out.push(Effect::SignalGroup { pid, signal }),
-                Action::KillLeftovers { pid } => out.push(Effect::KillLeftovers { pid }),
-                Action::TerminationMessage(m) => out.push(Effect::TerminationMessage(m)),
                 Action::RequestGeneration => self.request_generation(now, out),
                 Action::Exit { code } => self.child_done(code, now, out),
+                child => out.push(Effect::Child(child)),
             }
         }
     }

@@ -6,7 +6,7 @@ use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
 use crate::report::ReplicaState;
-use crate::supervise::{BackoffConfig, RestartPolicy, RestartScope, SupervisorConfig};
+use crate::supervise::{Action, BackoffConfig, RestartPolicy, RestartScope, SupervisorConfig};
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -80,15 +80,15 @@ impl Fake {
     fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
-                Effect::Spawn { restart_count, generation } => {
+                Effect::Child(Action::Spawn { restart_count, generation }) => {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
                     let pid = self.next_pid;
                     self.send(Input::Spawned { pid });
                 }
-                Effect::SignalGroup { pid, signal } => self.signals.push((pid, signal)),
-                Effect::KillLeftovers { .. } => {}
-                Effect::TerminationMessage(m) => self.messages.push(m),
+                Effect::Child(Action::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
+                Effect::Child(Action::TerminationMessage(m)) => self.messages.push(m),
+                Effect::Child(_) => {}
                 Effect::StartLink => self.start_link += 1,
                 Effect::Link(c) => self.links.push(c),
                 Effect::Note(n) => self.notes.push(n),
@@ -337,7 +337,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
-        Effect::Spawn { .. } => 42,
+        Effect::Child(Action::Spawn { .. }) => 42,
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Spawned { pid }, t0);
