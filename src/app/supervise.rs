@@ -40,6 +40,7 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         _ => None,
     };
     process::become_subreaper();
+    process::install_panic_hook(cfg.termination_log.clone());
     let runtime = match super::runtime() {
         Ok(r) => r,
         Err(code) => return code,

@@ -1,13 +1,15 @@
 //! Processes at the OS edge: signals, the one reaper, spawning the child, sweeping leftovers.
 
+mod fatal;
 mod procfs;
 mod reaper;
 mod signals;
 mod spawn;
 
+pub use fatal::{install_panic_hook, set_child_group};
 pub use procfs::{alive_descendants, ProcEntry};
 pub use reaper::{has_children, reap_all};
-pub use signals::{block_signals, is_shutdown, signal_group, SignalStream, Signals};
+pub use signals::{block_signals, is_shutdown, signal_group, SignalInfo, SignalStream, Signals};
 pub use spawn::{spawn_child, ChildCommand, SpawnError};
 
 /// Orphans of the child are reparented to rankvisor, not to the host's init, and reaped the same

@@ -162,8 +162,8 @@ fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
 }
 
 impl Loop {
-    fn on_signal(&mut self, sig: i32) {
-        if sig == libc::SIGCHLD {
+    fn on_signal(&mut self, sig: process::SignalInfo) {
+        if sig.signal == libc::SIGCHLD {
             for (pid, how) in process::reap_all() {
                 if Some(pid) == self.replica.supervisor().child_pid() {
                     info!(pid, "child {how}");
@@ -174,7 +174,7 @@ impl Loop {
                 self.count_descendants();
             }
         } else {
-            self.feed(Input::Signal(sig));
+            self.feed(Input::Signal { signal: sig.signal, own: sig.own });
         }
     }
 
@@ -357,6 +357,7 @@ impl Loop {
             hang_detections: sup.hang_detections(),
             progress: None,
         };
+        process::set_child_group(sup.child_pid());
         let changed = self.status.send_if_modified(|s| {
             let next = LocalStatus { progress: s.progress.clone(), ..next };
             if *s == next {

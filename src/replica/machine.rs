@@ -30,7 +30,12 @@ pub struct ReplicaConfig {
 #[derive(Debug, Clone)]
 pub enum Input {
     /// A signal other than SIGCHLD reached rankvisor.
-    Signal(i32),
+    Signal {
+        /// The signal.
+        signal: i32,
+        /// rankvisor raised it itself (its own broken pipe).
+        own: bool,
+    },
     /// The reaper collected a process: the child or anyone else.
     Exited {
         /// Its pid.
@@ -243,7 +248,7 @@ impl Replica {
     pub fn on_input(&mut self, input: Input, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
-            Input::Signal(sig) => self.on_signal(sig, now, &mut out),
+            Input::Signal { signal, own } => self.on_signal(signal, own, now, &mut out),
             Input::Exited { pid, how } => {
                 self.feed(Event::Exited { pid, how }, now, &mut out);
                 self.after_child_gone(&mut out);
@@ -265,7 +270,7 @@ impl Replica {
         out
     }
 
-    fn on_signal(&mut self, sig: i32, now: Instant, out: &mut Vec<Effect>) {
+    fn on_signal(&mut self, sig: i32, own: bool, now: Instant, out: &mut Vec<Effect>) {
         if crate::process::is_shutdown(sig) {
             match self.end {
                 End::No => {
@@ -284,8 +289,8 @@ impl Replica {
             }
             return;
         }
-        // rankvisor's own broken pipe is not the child's business.
-        if sig == libc::SIGPIPE {
+        // rankvisor's own broken pipe is not the child's business; one another process sent is.
+        if own {
             return;
         }
         if let Some(pid) = self.sup.child_pid() {

@@ -216,7 +216,7 @@ async fn a_finished_master_lingers_for_its_workers() {
     let mut h = Fake::new(job);
     h.send(Input::Link(LinkEvent::Released { generation: 0 }));
     h.exit_child(ExitHow::Exited(0));
-    h.send(Input::Signal(SIGTERM));
+    h.send(Input::Signal { signal: SIGTERM, own: false });
     assert_eq!(h.exit, Some(0));
 }
 
@@ -321,10 +321,16 @@ async fn master_rejoin_requests() {
 async fn signals_forwarded_ignored_or_stopping() {
     let mut f = Fake::new(cfg());
     let pid = f.pid();
-    f.send(Input::Signal(SIGPIPE));
-    f.send(Input::Signal(SIGUSR1));
-    assert_eq!(f.signals, [(pid, SIGUSR1)], "SIGPIPE is rankvisor's own, USR1 the child's");
-    f.send(Input::Signal(SIGTERM));
+    f.send(Input::Signal { signal: SIGPIPE, own: true });
+    f.send(Input::Signal { signal: SIGUSR1, own: false });
+    f.send(Input::Signal { signal: libc::SIGABRT, own: false });
+    f.send(Input::Signal { signal: SIGPIPE, own: false });
+    assert_eq!(
+        f.signals,
+        [(pid, SIGUSR1), (pid, libc::SIGABRT), (pid, SIGPIPE)],
+        "rankvisor's own SIGPIPE stays its own; what others send (a fatal one too) goes to the child"
+    );
+    f.send(Input::Signal { signal: SIGTERM, own: false });
     assert_eq!(f.signals.last(), Some(&(pid, SIGTERM)));
     f.exit_child(ExitHow::Signaled(SIGTERM));
     assert_eq!(f.exit, Some(143));
@@ -341,7 +347,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Spawned { pid }, t0);
-    r.on_input(Input::Signal(SIGTERM), t0);
+    r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
     tokio::time::advance(300 * MS).await;
     let out = r.on_input(Input::Exited { pid, how: ExitHow::Exited(0) }, Instant::now());
     assert_eq!(out, [Effect::SweepTerm]);
