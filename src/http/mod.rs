@@ -1,6 +1,8 @@
-//! The local HTTP endpoint: Kubernetes probes, Prometheus metrics and this replica's report.
+//! The local HTTP endpoint: Kubernetes probes, Prometheus metrics and this replica's report; and
+//! `client`, the HTTP client of the Kubernetes API and the webhook.
 
 mod addr;
+pub mod client;
 mod metrics;
 mod server;
 
