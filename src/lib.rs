@@ -18,6 +18,7 @@
 //! paused time and no processes. The driver performs the actions and publishes a `LocalStatus` for
 //! the reporters. On exit, processes left below rankvisor (setsid escapees) get TERM, then KILL.
 
+pub mod backoff;
 pub mod driver;
 pub mod dryrun;
 pub mod duration;
