@@ -214,6 +214,9 @@ struct KubeArgs {
     /// The CA bundle the API server's certificate must chain to [default: the service account's ca.crt]
     #[arg(long, env = "RANKVISOR_KUBE_CA_FILE", value_name = "PATH")]
     kube_ca_file: Option<PathBuf>,
+    /// Accept an http:// --kube-api-server: the bearer token then crosses the network in clear text
+    #[arg(long, env = "RANKVISOR_KUBE_ALLOW_INSECURE_HTTP")]
+    kube_allow_insecure_http: bool,
 }
 
 impl KubeArgs {
@@ -227,6 +230,7 @@ impl KubeArgs {
             token_file: self.kube_token_file.clone(),
             ca_file: self.kube_ca_file.clone(),
             namespace_file: None,
+            allow_insecure_http: self.kube_allow_insecure_http,
         };
         let cfg = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
         Ok((KubeClient::new(cfg).map_err(|e| e.to_string())?, node))
@@ -655,6 +659,7 @@ fn kube_events_reporter(
         token_file: a.kube.kube_token_file.clone(),
         ca_file: a.kube.kube_ca_file.clone(),
         namespace_file: None,
+        allow_insecure_http: a.kube.kube_allow_insecure_http,
     };
     let client = KubeConfig::resolve(&overrides, |k| std::env::var(k).ok())
         .map_err(|e| e.to_string())

@@ -348,6 +348,7 @@ fn term_while_retrying_the_api_at_start_exits_promptly() {
         "n1",
         "--kube-api-server",
         &format!("http://127.0.0.1:{}", free_ports()[0]),
+        "--kube-allow-insecure-http",
         "--kube-token-file",
         token.to_str().unwrap(),
     ]
@@ -363,5 +364,32 @@ fn term_while_retrying_the_api_at_start_exits_promptly() {
     assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     assert!(!dir.join("started").exists());
     assert_eq!(termination_log(&dir).trim_end(), "stopped by SIGTERM before the child started");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--kube-api-server http://...` would send the bearer token in clear text: a configuration
+/// error (64) naming the value and the opt-in, before the child starts; the same for check-node.
+/// Needs no API server: nothing is contacted.
+#[test]
+fn a_plain_http_api_server_is_refused_without_the_opt_in() {
+    let dir = scratch("insecure");
+    let token = dir.join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    let url = format!("http://127.0.0.1:{}", free_ports()[0]);
+    let flags: Vec<String> =
+        ["--node-health", "kubernetes", "--node-name", "n1", "--kube-api-server", &url, "--kube-token-file"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([token.to_string_lossy().into_owned()])
+            .collect();
+    let out = finish(spawn_rankvisor(&dir, &flags, &[]), Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("{url:?}")) && stderr.contains("--kube-allow-insecure-http"), "{stderr}");
+    assert!(!dir.join("started").exists(), "the child must not start");
+    let out = check_node(&flags);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("clear text"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
