@@ -388,6 +388,9 @@ mod tests {
         assert_eq!(parse_url("http://collector:8080/r").unwrap().port_u16(), Some(8080));
         assert!(parse_url("http://10.0.0.1/").is_ok());
         assert!(parse_url("https://collector.example/r").is_ok());
+        // Host names are ASCII (no IDNA tables in the binary): an internationalized one goes in its xn-- form.
+        assert!(parse_url("http://xn--bcher-kva.example/r").is_ok());
+        assert!(parse_url("http://bücher.example/r").is_err());
         for (bad, why) in [
             ("ftp://x/", "expected an http:// or https:// URL"),
             ("collector:8080", "expected an http:// or https:// URL"),
