@@ -18,21 +18,23 @@
 //! paused time and no processes. The driver performs the actions and publishes a `LocalStatus` for
 //! the reporters. On exit, processes left below rankvisor (setsid escapees) get TERM, then KILL.
 
+pub mod app;
 pub mod backoff;
-pub mod driver;
+pub mod config;
+#[cfg(feature = "dry-run")]
 pub mod dryrun;
 pub mod duration;
 pub mod exit;
 pub mod health;
 pub mod heartbeat;
 pub mod http;
-pub mod job_link;
 pub mod kube;
 pub mod kube_events;
 pub mod logging;
 pub mod process;
 pub mod rank;
 pub mod rendezvous;
+pub mod replica;
 pub mod report;
 pub mod reporting;
 pub mod status_sink;

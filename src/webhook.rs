@@ -64,7 +64,7 @@ impl std::fmt::Debug for WebhookConfig {
 
 impl WebhookConfig {
     /// The defaults for `url`: 30 s interval, 5 s per request, 64 reports, backoff 250 ms to 10 s,
-    /// the system's CA bundle, and the proxies of this process's environment (read now).
+    /// the system's CA bundle, no proxy (set `proxy`, e.g. `ProxySettings::from_env`).
     pub fn new(url: Uri) -> Self {
         Self {
             url,
@@ -74,7 +74,7 @@ impl WebhookConfig {
             backoff_initial: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
             ca_file: None,
-            proxy: ProxySettings::from_env(|k| std::env::var(k).ok()),
+            proxy: ProxySettings::default(),
         }
     }
 
@@ -362,7 +362,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 let st = LocalStatus { restart_count: i as u32, ..LocalStatus::default() };
-                tl.report(&Identity::default(), &st, None, UNIX_EPOCH)
+                tl.report(&Identity::default(), &st, UNIX_EPOCH)
             })
             .collect()
     }
@@ -538,7 +538,7 @@ mod tests {
         let mut tl = Timeline::new(UNIX_EPOCH);
         for state in [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded] {
             let st = LocalStatus { state, ..LocalStatus::default() };
-            hook.push(tl.report(&Identity::default(), &st, None, UNIX_EPOCH));
+            hook.push(tl.report(&Identity::default(), &st, UNIX_EPOCH));
         }
         hook.flush(Duration::from_secs(5)).await;
         let mut got = Vec::new();

@@ -163,6 +163,13 @@ fn fails_once(first: &str) -> String {
     format!(r#"if [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then sleep {first}; exit 1; fi; sleep 0.2; exit 0"#)
 }
 
+/// Fails on its first two runs (the first after `first` seconds), then succeeds.
+fn fails_twice(first: &str) -> String {
+    format!(
+        r#"case "$RANKVISOR_RESTART_COUNT" in 0) sleep {first}; exit 1;; 1) sleep 0.2; exit 1;; esac; sleep 0.2; exit 0"#
+    )
+}
+
 /// Replace the labels file at once, as the kubelet's atomic writer does.
 fn write_labels(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -184,7 +191,7 @@ fn probes_and_metrics_through_a_run() {
     let go1 = dir.file("go1");
     let go2 = dir.file("go2");
     let script = format!(
-        r#"if [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then while [ ! -e {go1} ]; do sleep 0.01; done; exit 1; fi
+        r#"if [ "$RANKVISOR_RESTART_COUNT" -lt 2 ]; then while [ ! -e {go1} ]; do sleep 0.01; done; exit 1; fi
            echo '{{"step": 42}}' > "$RANKVISOR_HEARTBEAT_FILE"; while [ ! -e {go2} ]; do sleep 0.01; done; exit 0"#
     );
     let run = Rv::new(&dir)
@@ -218,18 +225,19 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(code, 200);
     let m = metrics(addr);
     assert_eq!(counter(&m, "rankvisor_restarts_total"), 0.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(1.0));
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_node_healthy"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), None, "no exit yet");
 
-    // Backoff: not ready, alive, the counter moved, the exit is explained.
+    // Two failures (the first restart is immediate, the second waits): not ready in the backoff,
+    // alive, the counter moved, the exit is explained.
     std::fs::write(&go1, "").unwrap();
     let (code, body) = wait_get(addr, "/readyz", "not ready in backoff", |c, _| c == 503);
     assert_eq!((code, body.trim()), (503, "not ready: Restarting"));
     assert_eq!(get(addr, "/healthz").map(|r| r.0), Some(200));
     let m = metrics(addr);
-    assert_eq!(counter(&m, "rankvisor_restarts_total"), 1.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(0.0));
+    assert_eq!(counter(&m, "rankvisor_restarts_total"), 2.0);
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(0.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), Some(1.0));
     let st = status_json(addr);
     assert_eq!(st["last_exit"]["code"], 1);
@@ -239,7 +247,7 @@ fn probes_and_metrics_through_a_run() {
     wait_get(addr, "/readyz", "ready after the restart", |c, _| c == 200);
     wait_get(addr, "/metrics", "the training step", |_, b| b.contains("rankvisor_training_step 42"));
     let m = metrics(addr);
-    assert_eq!(counter(&m, "rankvisor_restarts_total"), 1.0);
+    assert_eq!(counter(&m, "rankvisor_restarts_total"), 2.0);
     assert_eq!(gauge(&m, "rankvisor_training_step"), Some(42.0));
     assert_eq!(status_json(addr)["progress"]["step"], 42);
 
@@ -250,7 +258,7 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(get(addr, "/healthz"), None, "nothing listens after exit");
     let got = got.lock().unwrap().clone();
     let last = &got.last().expect("webhook reports").report;
-    assert_eq!((last["state"].as_str(), last["restart_count"].as_u64()), (Some("Succeeded"), Some(1)));
+    assert_eq!((last["state"].as_str(), last["restart_count"].as_u64()), (Some("Succeeded"), Some(2)));
     println!("probes: 503 waiting, 200 running, 503 in backoff, 200 running, gone after exit; final report {last}");
 }
 
@@ -260,13 +268,16 @@ fn webhook_sees_running_restarting_succeeded_in_order() {
     let (url, got) = receiver(Upstream::Answers);
     let done = Rv::new(&dir)
         .args(["--http-addr", "off", "--report-url", &url, "--backoff-initial", "300ms"])
-        .sh(&fails_once("0.3"))
+        .sh(&fails_twice("0.3"))
         .run();
     done.assert_code(0);
     let got = got.lock().unwrap().clone();
     let seen = transitions(&got);
+    // The first restart is immediate (the kubelet's), the second waits out --backoff-initial.
     let want: Vec<(String, u64)> =
-        [("Running", 0), ("Restarting", 1), ("Running", 1), ("Succeeded", 1)].map(|(s, n)| (s.to_string(), n)).to_vec();
+        [("Running", 0), ("Running", 1), ("Restarting", 2), ("Running", 2), ("Succeeded", 2)]
+            .map(|(s, n)| (s.to_string(), n))
+            .to_vec();
     let seen_states: Vec<&(String, u64)> = seen.iter().filter(|t| t.0 != "Pending").collect();
     assert_eq!(seen_states, want.iter().collect::<Vec<_>>(), "all POSTs: {seen:?}");
     let seqs: Vec<u64> = got.iter().map(|r| r.report["seq"].as_u64().unwrap()).collect();
@@ -463,10 +474,10 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     run.wait_status("the 41st run", |v| v["state"] == "Running" && v["restart_count"] == 40);
     let (_, body) = wait_get(addr, "/metrics", "restarts 40", |_, b| b.contains("rankvisor_restarts_total 40"));
     let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
-    let dropped = counter(&m, "rankvisor_reports_dropped_total");
+    let dropped = counter(&m, "rankvisor_webhook_reports_dropped_total");
     println!("upstream hanging, 40 restarts: {dropped} reports dropped (queue of 64)");
     assert!(dropped >= 10.0, "about 80 changes into a queue of 64: {dropped}");
-    assert_eq!(counter(&m, "rankvisor_reports_sent_total"), 0.0);
+    assert_eq!(counter(&m, "rankvisor_webhook_reports_sent_total"), 0.0);
     std::fs::write(&go, "").unwrap();
     run.wait().assert_code(0);
 }
@@ -526,9 +537,9 @@ fn a_receiver_answering_an_endless_body_costs_bounded_memory() {
     run.wait_status("the 6th run", |v| v["state"] == "Running" && v["restart_count"] == 5);
     // Every POST is accepted (200) once its answer's first 64 KiB are read.
     let (_, body) = wait_get(addr, "/metrics", "3 reports sent", |_, b| {
-        b.contains("rankvisor_reports_sent_total") && {
+        b.contains("rankvisor_webhook_reports_sent_total") && {
             let m = prometheus_parse::Scrape::parse(b.lines().map(|l| Ok(l.to_string()))).unwrap();
-            counter(&m, "rankvisor_reports_sent_total") >= 3.0
+            counter(&m, "rankvisor_webhook_reports_sent_total") >= 3.0
         }
     });
     let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
@@ -536,7 +547,7 @@ fn a_receiver_answering_an_endless_body_costs_bounded_memory() {
     println!(
         "receiver answering 1 GB bodies: {} POSTs, {} sent, rankvisor peak RSS {peak} KiB",
         posts.lock().unwrap(),
-        counter(&m, "rankvisor_reports_sent_total")
+        counter(&m, "rankvisor_webhook_reports_sent_total")
     );
     assert!(peak < 64 * 1024, "peak RSS {peak} KiB: the answers were buffered");
     std::fs::write(&go, "").unwrap();
