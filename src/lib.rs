@@ -43,6 +43,7 @@
 //! `termination`, `logging`, `exit`, `duration`, `trainer`).
 
 pub mod app;
+pub mod backoff;
 pub mod config;
 #[cfg(feature = "dry-run")]
 pub mod dryrun;

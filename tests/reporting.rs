@@ -109,8 +109,8 @@ fn receiver(mode: Upstream) -> (String, Arc<Mutex<Vec<Received>>>) {
     (url, got)
 }
 
-/// Answer every request on one keep-alive connection with 204, recording its JSON body.
-fn serve_posts(s: &mut TcpStream, sink: &Mutex<Vec<Received>>) {
+/// Answer every request on one keep-alive connection (plain or TLS) with 204, recording its JSON body.
+fn serve_posts(s: &mut (impl Read + Write), sink: &Mutex<Vec<Received>>) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -139,7 +139,7 @@ fn serve_posts(s: &mut TcpStream, sink: &Mutex<Vec<Received>>) {
         if let Ok(report) = serde_json::from_slice(&body) {
             sink.lock().unwrap().push(Received { at, report });
         }
-        if s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").is_err() {
+        if s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").and_then(|()| s.flush()).is_err() {
             return;
         }
     }
@@ -480,4 +480,133 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     assert_eq!(counter(&m, "rankvisor_webhook_reports_sent_total"), 0.0);
     std::fs::write(&go, "").unwrap();
     run.wait().assert_code(0);
+}
+
+/// A receiver that takes each POST and answers 200 with a 1 GB body it streams until the client
+/// hangs up; returns its URL and how many POSTs it got.
+fn endless_answers() -> (String, Arc<Mutex<u64>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/reports", listener.local_addr().unwrap());
+    let posts = Arc::new(Mutex::new(0u64));
+    let seen = posts.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                *seen.lock().unwrap() += 1;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n");
+                let block = vec![b'x'; 256 * 1024];
+                while s.write_all(&block).is_ok() {}
+            });
+        }
+    });
+    (url, posts)
+}
+
+/// Peak resident memory of a process, in KiB (VmHWM).
+fn peak_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_receiver_answering_an_endless_body_costs_bounded_memory() {
+    let dir = TestDir::new("wh-endless");
+    let (url, posts) = endless_answers();
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let go = dir.file("go");
+    // Five quick failures: ten state changes, each POSTed to a receiver that answers 1 GB.
+    let script = format!(r#"[ "$RANKVISOR_RESTART_COUNT" -lt 5 ] && exit 1; while [ ! -e {go} ]; do sleep 0.01; done"#);
+    let run = Rv::new(&dir)
+        .args(["--http-addr", &addr.to_string(), "--report-url", &url])
+        .args(["--backoff-initial", "5ms", "--backoff-max", "5ms", "--backoff-limit", "10"])
+        .sh(&script)
+        .spawn();
+    // Supervision goes on whatever the receiver does: the sixth run starts.
+    run.wait_status("the 6th run", |v| v["state"] == "Running" && v["restart_count"] == 5);
+    // Every POST is accepted (200) once its answer's first 64 KiB are read.
+    let (_, body) = wait_get(addr, "/metrics", "3 reports sent", |_, b| {
+        b.contains("rankvisor_webhook_reports_sent_total") && {
+            let m = prometheus_parse::Scrape::parse(b.lines().map(|l| Ok(l.to_string()))).unwrap();
+            counter(&m, "rankvisor_webhook_reports_sent_total") >= 3.0
+        }
+    });
+    let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let peak = peak_rss_kib(run.rankvisor_pid());
+    println!(
+        "receiver answering 1 GB bodies: {} POSTs, {} sent, rankvisor peak RSS {peak} KiB",
+        posts.lock().unwrap(),
+        counter(&m, "rankvisor_webhook_reports_sent_total")
+    );
+    assert!(peak < 64 * 1024, "peak RSS {peak} KiB: the answers were buffered");
+    std::fs::write(&go, "").unwrap();
+    run.wait().assert_code(0);
+}
+
+/// An https receiver (rustls, a certificate made for the test); its CA reaches rankvisor the way
+/// it would in an image: SSL_CERT_FILE.
+#[test]
+fn an_https_webhook_is_trusted_through_its_ca() {
+    use std::sync::Arc as A;
+    let dir = TestDir::new("wh-https");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).unwrap().self_signed(&key).unwrap();
+    std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
+    let provider = A::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let tls = A::new(tls);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/reports", listener.local_addr().unwrap());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(tcp) = stream else { continue };
+            let (tls, sink) = (tls.clone(), sink.clone());
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(tls).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, tcp);
+                serve_posts(&mut s, &sink);
+            });
+        }
+    });
+    let run = Rv::new(&dir)
+        .args(["--http-addr", "off", "--report-url", &url])
+        .env("SSL_CERT_FILE", dir.join("ca.pem").to_str().unwrap())
+        .sh("exit 0")
+        .spawn();
+    run.wait().assert_code(0);
+    let states: Vec<String> =
+        got.lock().unwrap().iter().map(|r| r.report["state"].as_str().unwrap_or("?").to_string()).collect();
+    assert!(states.last().is_some_and(|s| s == "Succeeded"), "reports over https: {states:?}");
+}
+
+/// `http://user:pass@host/`: the receiver gets basic auth; rankvisor's log never shows the password.
+#[test]
+fn webhook_credentials_are_never_logged() {
+    let dir = TestDir::new("wh-creds");
+    let refused = format!("http://user:s3cret@127.0.0.1:{}/reports", free_port());
+    let done = Rv::new(&dir).args(["--http-addr", "off", "--report-url", &refused]).sh("exit 0").run();
+    done.assert_code(0);
+    assert!(done.stderr.contains("http://***@127.0.0.1:"), "the failure names the redacted URL: {}", done.stderr);
+    assert!(!done.stderr.contains("s3cret"), "the password was logged: {}", done.stderr);
 }

@@ -133,7 +133,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = crate::http::HttpAddr::DEFAULT,
           value_parser = crate::http::HttpAddr::parse)]
     pub http_addr: crate::http::HttpAddr,
-    /// POST the JSON report to this http:// URL on every state change and every --report-interval.
+    /// POST the JSON report to this http(s):// URL on every state change and every --report-interval.
     #[arg(long, env = "RANKVISOR_REPORT_URL", value_parser = crate::webhook::parse_url)]
     pub report_url: Option<hyper::Uri>,
     /// How often to POST the report to --report-url even without a change.
@@ -166,6 +166,9 @@ pub struct KubeArgs {
     /// The CA bundle the API server's certificate must chain to [default: the service account's ca.crt]
     #[arg(long, env = "RANKVISOR_KUBE_CA_FILE", value_name = "PATH")]
     pub kube_ca_file: Option<PathBuf>,
+    /// Accept an http:// --kube-api-server: the bearer token then crosses the network in clear text
+    #[arg(long, env = "RANKVISOR_KUBE_ALLOW_INSECURE_HTTP")]
+    pub kube_allow_insecure_http: bool,
 }
 
 #[cfg(feature = "dry-run")]

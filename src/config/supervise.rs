@@ -189,6 +189,7 @@ pub fn kube_settings(k: &KubeArgs) -> KubeSettings {
             token_file: k.kube_token_file.clone(),
             ca_file: k.kube_ca_file.clone(),
             namespace_file: None,
+            allow_insecure_http: k.kube_allow_insecure_http,
         },
         node_name: k.node_name.clone(),
         node_health_timeout: k.node_health_timeout,
@@ -228,6 +229,7 @@ pub fn supervise_config(
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
         interval: a.report_interval,
+        proxy: crate::http::client::ProxySettings::from_env(env.lookup()),
         ..crate::webhook::WebhookConfig::new(url)
     });
     if a.report_interval.is_zero() && webhook.is_some() {

@@ -1,7 +1,8 @@
 //! The local HTTP endpoint: Kubernetes probes, Prometheus metrics, this replica's report and the
-//! live job page.
+//! live job page; and `client`, the HTTP client of the Kubernetes API and the webhook.
 
 mod addr;
+pub mod client;
 mod metrics;
 mod page;
 mod server;
