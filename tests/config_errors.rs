@@ -96,3 +96,18 @@ fn fatal_signals_sent_by_others_reach_the_child() {
         assert_eq!(read(&dir.join("got")).trim(), name);
     }
 }
+
+/// The rendezvous secret is rankvisor's: the training program and its descendants never see it.
+#[test]
+fn the_job_token_is_removed_from_the_childs_environment() {
+    let dir = TestDir::new("cfg-token");
+    let out = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off"])
+        .env("RANKVISOR_JOB_TOKEN", "s3cret")
+        .sh(&format!("env > {}", q(&dir.file("env"))))
+        .run();
+    out.assert_code(0);
+    let env = read(&dir.join("env"));
+    assert!(env.contains("RANKVISOR_RESTART_COUNT=0"), "the child's env was captured: {env}");
+    assert!(!env.contains("s3cret") && !env.contains("RANKVISOR_JOB_TOKEN"), "{env}");
+}
