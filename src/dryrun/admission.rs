@@ -8,8 +8,8 @@ use super::job::{
     Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, RestartPolicy, DEFAULT_CONTAINER_NAME,
     DEFAULT_PORT_NAME,
 };
-use super::manifest::{ManifestError, RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec};
 use super::quantity::{parse_quantity, Resources};
+use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec};
 
 /// A local dry run starts one process per replica; more than this is refused.
 pub const MAX_DRY_RUN_REPLICAS: u32 = 256;
@@ -121,8 +121,17 @@ fn replica_type_of(key: &str) -> Option<ReplicaType> {
     [ReplicaType::Master, ReplicaType::Worker].into_iter().find(|t| t.as_str().eq_ignore_ascii_case(key))
 }
 
+/// Why admission did not produce a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The webhook (or the apiserver) refuses the job.
+    Denied(FieldErrors),
+    /// A valid job that a local dry run cannot run, and why.
+    Unsupported(String),
+}
+
 /// Default, validate and convert a raw manifest into the job the dry run runs.
-pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, ManifestError> {
+pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
     use FieldErrorType::*;
     let mut errs: Vec<FieldError> = Vec::new();
     let spec_path = "spec.pytorchReplicaSpecs";
@@ -281,10 +290,10 @@ pub(crate) fn admit(raw: &RawJob, source_name: &str) -> Result<PyTorchJob, Manif
     let elastic = raw.spec.elastic_policy.as_ref().map(|e| elastic_policy(e, worker_raw, &mut errs));
 
     if !errs.is_empty() {
-        return Err(ManifestError::Denied { source_name: source_name.to_string(), errors: FieldErrors(errs) });
+        return Err(Refusal::Denied(FieldErrors(errs)));
     }
 
-    let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
+    let unsupported = Refusal::Unsupported;
     let master = master_raw.map(|s| replica_spec(ReplicaType::Master, s)).transpose().map_err(unsupported)?;
     let worker = worker_raw.map(|s| replica_spec(ReplicaType::Worker, s)).transpose().map_err(unsupported)?;
     let nproc_per_node = match (&raw.spec.nproc_per_node, &elastic) {
@@ -436,7 +445,7 @@ fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec,
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest::parse_job;
+    use super::super::manifest::{parse_job, ManifestError};
     use super::*;
 
     const HEAD: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n";

@@ -18,6 +18,7 @@ mod job;
 mod launcher;
 mod manifest;
 mod quantity;
+mod raw;
 mod render;
 mod rows;
 #[cfg(test)]
