@@ -5,10 +5,11 @@
 use std::fmt;
 
 use super::job::{
-    Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, RestartPolicy, DEFAULT_CONTAINER_NAME,
-    DEFAULT_PORT_NAME,
+    Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME,
 };
 use super::quantity::{parse_quantity, Resources};
+use crate::supervise::RestartPolicy;
+
 use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec};
 
 /// A local dry run starts one process per replica; more than this is refused.
@@ -250,8 +251,9 @@ pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
             ));
         }
         if let Some(policy) = spec.and_then(|s| s.restart_policy.as_deref()) {
-            if RestartPolicy::parse(policy).is_none() {
-                let supported: Vec<String> = RestartPolicy::ALL.iter().map(|p| format!("{:?}", p.as_str())).collect();
+            if policy.parse::<RestartPolicy>().is_err() {
+                let supported: Vec<String> =
+                    ["Always", "OnFailure", "Never", "ExitCode"].iter().map(|p| format!("{p:?}")).collect();
                 errs.push(FieldError::new(
                     format!("{role_path}.restartPolicy"),
                     NotSupported,
@@ -398,8 +400,7 @@ fn elastic_policy(
 /// Convert one admitted replica spec; fails only on what a local run cannot do.
 fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec, String> {
     let replicas = u32::try_from(raw.replicas.unwrap_or(1)).unwrap_or(0);
-    let restart_policy =
-        raw.restart_policy.as_deref().and_then(RestartPolicy::parse).unwrap_or(RestartPolicy::OnFailure);
+    let restart_policy = raw.restart_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(RestartPolicy::OnFailure);
     let containers = &raw.template.spec.containers;
     let path = format!("spec.pytorchReplicaSpecs[{rtype}].template.spec.containers");
     let (idx, main) = containers

@@ -21,11 +21,12 @@
 
 use std::time::Duration;
 
-use super::job::{ExitStatus, PyTorchJob, ReplicaId, ReplicaType, RestartPolicy};
+use super::job::{PyTorchJob, ReplicaId, ReplicaType};
 use super::quantity::{format_quantity, QueueCapability};
 use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
+use crate::exit::ExitHow;
 
-use crate::supervise::is_retryable_exit_code;
+use crate::supervise::{is_retryable_exit_code, RestartPolicy};
 
 /// How the emulated cluster is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +74,7 @@ pub enum Event {
         /// The pod.
         pod: ReplicaId,
         /// How it ended.
-        exit: ExitStatus,
+        exit: ExitHow,
         /// Whether the launcher will start it again.
         will_restart: bool,
         /// Restarts so far in this pod (before the coming restart).
@@ -84,7 +85,7 @@ pub enum Event {
         /// The pod.
         pod: ReplicaId,
         /// The launcher's exit status.
-        status: ExitStatus,
+        status: ExitHow,
     },
     /// Fault injection: the pod is deleted (the operator will recreate it).
     PodDeleted {
@@ -163,7 +164,7 @@ enum Launcher {
     /// Running.
     Alive,
     /// Ended with this status.
-    Exited(ExitStatus),
+    Exited(ExitHow),
 }
 
 /// The training container's state, as the kubelet reports it.
@@ -174,9 +175,9 @@ enum Container {
     /// Running.
     Running,
     /// Ended.
-    Terminated(ExitStatus),
+    Terminated(ExitHow),
     /// Ended with this status, and waiting out the restart backoff.
-    BackOff(ExitStatus),
+    BackOff(ExitHow),
 }
 
 /// The pod's phase, which the operator and Volcano count.
@@ -478,7 +479,7 @@ impl Controller {
         step.actions.push(Action::StartLauncher { pod: id });
     }
 
-    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitStatus, now: Duration, step: &mut Step) {
+    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
         let p = &mut self.pods[i];
@@ -630,7 +631,7 @@ impl Controller {
             let restarts: u64 = self
                 .pods
                 .iter()
-                .filter(|p| !p.gone && p.phase == Phase::Running && p.restart_policy.counts_against_backoff_limit())
+                .filter(|p| !p.gone && p.phase == Phase::Running && p.restart_policy != RestartPolicy::Never)
                 .map(|p| u64::from(p.restarts))
                 .sum();
             // The operator: a limit of 0 fails on the first restart, else restarts >= limit.

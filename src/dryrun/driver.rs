@@ -44,7 +44,7 @@ use crate::exit;
 use super::controller::{Action, Controller, ControllerConfig, Event, Outcome};
 use super::env::{launch_spec, DRY_RUN_MASTER_ADDR};
 use super::injection::{parse_injection, Fault, Injection};
-use super::job::{ExitStatus, PyTorchJob, ReplicaId};
+use super::job::{PyTorchJob, ReplicaId};
 use super::launcher::{
     healthy_labels, is_operator_managed_var, labels_file_text, launcher_args, parse_status_line, prefixed,
     LauncherFiles, LauncherSettings, LineSplitter, StatusLine, StatusTracker,
@@ -53,6 +53,7 @@ use super::manifest::load_job;
 use super::quantity::QueueCapability;
 use super::render::{render_json, TextRenderer, WatchKinds};
 use super::rows::Change;
+use crate::exit::ExitHow;
 
 /// The dry run's first restart delay: a laptop's, not the kubelet's 10s.
 pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
@@ -349,7 +350,7 @@ struct Report {
 enum Reported {
     Status(StatusLine),
     Unreadable(String),
-    Exited(ExitStatus),
+    Exited(ExitHow),
 }
 
 /// A running launcher, as the loop knows it.
@@ -726,7 +727,7 @@ impl Driver {
                 note(&format!("cannot start the launcher of {name} ({}): {e}", self.opts.rankvisor.display()));
                 let code =
                     if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE };
-                self.feed(Event::LauncherExited { pod, status: ExitStatus::Code(code) });
+                self.feed(Event::LauncherExited { pod, status: ExitHow::Exited(code) });
             }
         }
     }
@@ -919,11 +920,11 @@ impl LauncherTask {
         }
         let exit = match status {
             Ok(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => ExitStatus::Code(code),
-                (None, Some(sig)) => ExitStatus::Signal(sig),
-                (None, None) => ExitStatus::Code(exit::EXTERNAL_FAILURE),
+                (Some(code), _) => ExitHow::Exited(code),
+                (None, Some(sig)) => ExitHow::Signaled(sig),
+                (None, None) => ExitHow::Exited(exit::EXTERNAL_FAILURE),
             },
-            Err(_) => ExitStatus::Code(exit::EXTERNAL_FAILURE),
+            Err(_) => ExitHow::Exited(exit::EXTERNAL_FAILURE),
         };
         self.send(Reported::Exited(exit));
     }

@@ -1,7 +1,8 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
-use super::job::{PyTorchJob, ReplicaId, RestartPolicy};
+use super::job::{PyTorchJob, ReplicaId};
+use crate::supervise::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.
 pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";

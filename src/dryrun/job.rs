@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::quantity::Resources;
+use crate::supervise::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
 pub const DEFAULT_MASTER_PORT: u16 = 23456;
@@ -70,83 +71,6 @@ impl ReplicaId {
 impl fmt::Display for ReplicaId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.rtype.lower(), self.index)
-    }
-}
-
-/// A replica spec's `restartPolicy`, as the training operator defines it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum RestartPolicy {
-    /// Restart whatever the exit status.
-    Always,
-    /// Restart on a non-zero exit (the operator's default).
-    OnFailure,
-    /// Never restart.
-    Never,
-    /// Restart only on a retryable exit code (>= 128, `IsRetryableExitCode`).
-    ExitCode,
-}
-
-impl RestartPolicy {
-    /// Every policy, in the order the error messages list them.
-    pub const ALL: [RestartPolicy; 4] = [Self::Always, Self::OnFailure, Self::Never, Self::ExitCode];
-
-    /// The manifest's (and the launcher flag's) spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Always => "Always",
-            Self::OnFailure => "OnFailure",
-            Self::Never => "Never",
-            Self::ExitCode => "ExitCode",
-        }
-    }
-
-    /// Read the manifest's spelling (exact, as the apiserver's enum check is).
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == text)
-    }
-
-    /// Whether the operator sums this replica's restarts against `backoffLimit`.
-    pub fn counts_against_backoff_limit(self) -> bool {
-        !matches!(self, Self::Never)
-    }
-}
-
-impl fmt::Display for RestartPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How a process ended: its exit code or the signal that killed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum ExitStatus {
-    /// Exited with this code.
-    Code(i32),
-    /// Killed by this signal number.
-    Signal(i32),
-}
-
-impl ExitStatus {
-    /// Exit code 0.
-    pub fn success(self) -> bool {
-        self == Self::Code(0)
-    }
-
-    /// The status a shell (and Kubernetes) reports: the code, or 128 + signal.
-    pub fn code(self) -> i32 {
-        match self {
-            Self::Code(c) => c,
-            Self::Signal(s) => 128 + s,
-        }
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Code(c) => write!(f, "exit code {c}"),
-            Self::Signal(s) => write!(f, "signal {s}"),
-        }
     }
 }
 
@@ -285,24 +209,5 @@ mod tests {
     fn replica_ids_render_like_pod_name_suffixes() {
         assert_eq!(ReplicaId::MASTER.to_string(), "master-0");
         assert_eq!(ReplicaId::worker(2).to_string(), "worker-2");
-    }
-
-    #[test]
-    fn exit_status_codes_follow_the_shell() {
-        assert!(ExitStatus::Code(0).success());
-        assert!(!ExitStatus::Code(1).success());
-        assert!(!ExitStatus::Signal(15).success());
-        assert_eq!(ExitStatus::Signal(15).code(), 143);
-        assert_eq!(ExitStatus::Code(3).code(), 3);
-    }
-
-    #[test]
-    fn restart_policies_parse_exactly() {
-        for p in RestartPolicy::ALL {
-            assert_eq!(RestartPolicy::parse(p.as_str()), Some(p));
-        }
-        assert_eq!(RestartPolicy::parse("onfailure"), None);
-        assert!(!RestartPolicy::Never.counts_against_backoff_limit());
-        assert!(RestartPolicy::ExitCode.counts_against_backoff_limit());
     }
 }

@@ -16,7 +16,7 @@ use crate::report::ReplicaState;
 use super::controller::Event;
 use super::env::LaunchSpec;
 use super::injection::DEFAULT_LABEL_KEY;
-use super::job::{ExitStatus, ReplicaId};
+use super::job::ReplicaId;
 
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
@@ -72,7 +72,7 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
     let backoff_limit = spec.backoff_limit.unwrap_or(UNLIMITED_RESTARTS);
     let mut args: Vec<OsString> = [
         "--restart-policy",
-        spec.restart_policy.as_str(),
+        &spec.restart_policy.to_string(),
         "--backoff-limit",
         &backoff_limit.to_string(),
         "--backoff-initial",
@@ -162,14 +162,6 @@ pub fn parse_status_line(line: &str) -> Result<StatusLine, StatusLineError> {
     serde_json::from_str(line).map_err(|source| StatusLineError { line: line.chars().take(200).collect(), source })
 }
 
-/// The controller's spelling of how a process ended.
-pub fn exit_status(how: ExitHow) -> ExitStatus {
-    match how {
-        ExitHow::Exited(code) => ExitStatus::Code(code),
-        ExitHow::Signaled(sig) => ExitStatus::Signal(sig),
-    }
-}
-
 /// Follows one launcher's status lines and says what the kubelet would have seen.
 ///
 /// A launcher restarting with no backoff goes from one `Running` to the next without a
@@ -188,7 +180,7 @@ impl StatusTracker {
     /// The events one status line of `pod`'s launcher means, in order.
     pub fn observe(&mut self, pod: ReplicaId, line: &StatusLine) -> Vec<Event> {
         self.child_pid = line.child_pid;
-        let exit = line.last_exit.map(exit_status);
+        let exit = line.last_exit;
         let ended = |will_restart: bool, restart_count: u32| {
             exit.map(|exit| Event::ChildExited { pod, exit, will_restart, restart_count })
         };
@@ -317,10 +309,10 @@ pub fn prefixed(pod: &str, width: usize, line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::env::launch_spec;
-    use super::super::job::RestartPolicy;
     use super::super::manifest::parse_job;
     use super::*;
     use crate::health::parse_labels_file;
+    use crate::supervise::RestartPolicy;
 
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
@@ -435,7 +427,7 @@ mod tests {
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))), vec![], "no change");
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Restarting, 1, e1, None)),
-            vec![Event::ChildExited { pod: MASTER, exit: ExitStatus::Code(1), will_restart: true, restart_count: 0 }],
+            vec![Event::ChildExited { pod: MASTER, exit: ExitHow::Exited(1), will_restart: true, restart_count: 0 }],
             "RESTARTS goes up when the container runs again, not when it fails"
         );
         assert_eq!(t.child_pid(), None);
@@ -447,7 +439,7 @@ mod tests {
         assert!(!t.ended());
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Failed, 1, e1, None)),
-            vec![Event::ChildExited { pod: MASTER, exit: ExitStatus::Code(1), will_restart: false, restart_count: 1 }]
+            vec![Event::ChildExited { pod: MASTER, exit: ExitHow::Exited(1), will_restart: false, restart_count: 1 }]
         );
         assert_eq!(t.running(), None);
         assert!(t.ended());
@@ -460,7 +452,7 @@ mod tests {
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(9)), Some(11))),
             vec![
-                Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(9), will_restart: true, restart_count: 0 },
+                Event::ChildExited { pod: MASTER, exit: ExitHow::Signaled(9), will_restart: true, restart_count: 0 },
                 Event::ChildRunning { pod: MASTER, restart_count: 1 },
             ]
         );
@@ -476,7 +468,7 @@ mod tests {
             t.observe(MASTER, &line(ReplicaState::NodeUnhealthy, 0, Some(ExitHow::Signaled(15)), None)),
             vec![Event::ChildExited {
                 pod: MASTER,
-                exit: ExitStatus::Signal(15),
+                exit: ExitHow::Signaled(15),
                 will_restart: false,
                 restart_count: 0
             }]

@@ -156,7 +156,8 @@ spec:
 
     #[test]
     fn seed_manifest_parses() {
-        use crate::dryrun::job::{ReplicaId, RestartPolicy};
+        use crate::dryrun::job::ReplicaId;
+        use crate::supervise::RestartPolicy;
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");
         assert_eq!(job.namespace, "default");

@@ -33,11 +33,11 @@ pub use driver::{
 pub use env::{launch_spec, operator_env, LaunchSpec, DRY_RUN_MASTER_ADDR};
 pub use injection::{parse_injection, Fault, Injection, InjectionError, DEFAULT_LABEL_KEY};
 pub use job::{
-    Container, ElasticPolicy, ExitStatus, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, RestartPolicy,
-    DEFAULT_CONTAINER_NAME, DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,
+    Container, ElasticPolicy, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME,
+    DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,
 };
 pub use launcher::{
-    exit_status, healthy_labels, is_operator_managed_var, labels_file_text, launcher_args, parse_status_line, prefixed,
+    healthy_labels, is_operator_managed_var, labels_file_text, launcher_args, parse_status_line, prefixed,
     LauncherFiles, LauncherSettings, LineSplitter, StatusLine, StatusLineError, StatusTracker, HEALTHY_NODE,
     MAX_OUTPUT_LINE, UNLIMITED_RESTARTS,
 };

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use super::controller::{Action, Controller, ControllerConfig, Event, Outcome};
-use super::job::{ExitStatus, ReplicaId, ReplicaType};
+use super::job::{ReplicaId, ReplicaType};
 use super::manifest::parse_job;
 use super::quantity::QueueCapability;
 use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEvent};
+use crate::exit::ExitHow;
 
 const NORMAL: &str = include_str!("../../examples/pytorchjob.yaml");
 const WORKER_FAILS: &str = include_str!("../../examples/pytorchjob-worker-fails.yaml");
@@ -80,13 +81,13 @@ impl Run {
     }
 
     fn exit(&mut self, secs: f64, pod: ReplicaId, code: i32, will_restart: bool, restart_count: u32) -> Vec<Action> {
-        self.at(secs, Event::ChildExited { pod, exit: ExitStatus::Code(code), will_restart, restart_count })
+        self.at(secs, Event::ChildExited { pod, exit: ExitHow::Exited(code), will_restart, restart_count })
     }
 
     /// The child exits and its launcher with it.
     fn complete(&mut self, secs: f64, pod: ReplicaId, code: i32) {
         self.exit(secs, pod, code, false, 0);
-        self.at(secs, Event::LauncherExited { pod, status: ExitStatus::Code(code) });
+        self.at(secs, Event::LauncherExited { pod, status: ExitHow::Exited(code) });
     }
 
     fn pod(&self, id: ReplicaId) -> Option<PodRow> {
@@ -201,7 +202,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Running, "workers are left to finish");
     assert!(!r.c.is_settled());
 
-    r.at(3.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(0) });
+    r.at(3.3, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(0) });
     for pod in workers() {
         r.complete(3.6, pod, 0);
     }
@@ -295,9 +296,9 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
     assert!(r.pod(MASTER).unwrap().ready, "the master was still running when stopped");
 
     // The driver stops everything; the stops do not restart anything or decide again.
-    r.at(2.5, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 0 });
+    r.at(2.5, Event::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 0 });
     for pod in all_pods() {
-        r.at(2.6, Event::LauncherExited { pod, status: ExitStatus::Code(143) });
+        r.at(2.6, Event::LauncherExited { pod, status: ExitHow::Exited(143) });
     }
     assert!(r.c.is_settled());
     assert!(r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))), "pods and PodGroup deleted");
@@ -349,7 +350,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
         assert_eq!(r.pod(pod), None, "completed workers are deleted");
         assert_eq!(r.pod_history(pod).last(), Some(&(WatchEvent::Deleted, PodStatus::Completed, 0)));
     }
-    r.at(t, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
+    r.at(t, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
     assert_eq!(r.pod(MASTER), None);
     assert!(r.c.is_settled());
 }
@@ -405,9 +406,9 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     let actions = r.at(8.0, Event::PodDeleted { pod: MASTER });
     assert_eq!(actions, vec![Action::StopPod { pod: MASTER }]);
     assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Terminating);
-    r.at(8.2, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 2 });
+    r.at(8.2, Event::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 2 });
     assert_eq!(r.c.state(), Some(JobState::Running), "a deletion is not a failure");
-    let actions = r.at(8.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
+    let actions = r.at(8.3, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
     assert_eq!(actions, vec![Action::StartLauncher { pod: MASTER }]);
     let tail: Vec<_> = r.pod_history(MASTER).into_iter().rev().take(3).collect();
     assert_eq!(
@@ -499,7 +500,7 @@ fn master_giving_up_fails_the_job() {
     let mut r = Run::new(NORMAL);
     r.at(0.0, Event::Submitted);
     r.at(0.1, Event::LauncherStarted { pod: MASTER });
-    r.at(0.5, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(138) });
+    r.at(0.5, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(138) });
     assert_eq!(r.c.state(), Some(JobState::Failed));
     assert_eq!(r.pod_history(MASTER).last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
 }
@@ -529,7 +530,7 @@ fn exit_code_policy_recreates_a_pod_whose_launcher_exits_retryable() {
     r.start_all();
     // A node turned unhealthy: the launcher stops its child and exits 138.
     r.exit(2.0, W0, 143, false, 0);
-    let actions = r.at(2.1, Event::LauncherExited { pod: W0, status: ExitStatus::Code(138) });
+    let actions = r.at(2.1, Event::LauncherExited { pod: W0, status: ExitHow::Exited(138) });
     assert_eq!(actions, vec![Action::StartLauncher { pod: W0 }]);
     assert_eq!(r.c.state(), Some(JobState::Running));
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Pending);
