@@ -1,7 +1,7 @@
 //! The training operator, Volcano and the kubelet, emulated as one synchronous state machine.
 //!
-//! The driver starts real launchers and feeds what it observes as [`Event`]s, with the time since
-//! its start; each call returns the rows that changed (for the watch output) and the [`Action`]s
+//! The driver starts real launchers and feeds what it observes as [`ClusterEvent`]s, with the time since
+//! its start; each call returns the rows that changed (for the watch output) and the [`ClusterAction`]s
 //! the driver must carry out. Nothing here reads a clock or touches a process.
 //!
 //! Semantics (seed 000, checked against the training operator's source):
@@ -21,9 +21,9 @@
 
 use std::time::Duration;
 
-use super::job::{PyTorchJob, ReplicaId, ReplicaType};
+use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
 use super::quantity::{format_quantity, QueueCapability};
-use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
+use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEventType};
 use crate::exit::ExitHow;
 
 use crate::supervise::{is_retryable_exit_code, RestartPolicy};
@@ -54,7 +54,7 @@ impl Default for ControllerConfig {
 
 /// What the driver observed. `restart_count` is the launcher's own count for this pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub enum ClusterEvent {
     /// The manifest was submitted (call once, first).
     Submitted,
     /// The pod's launcher process was started.
@@ -117,7 +117,7 @@ impl Outcome {
 
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum ClusterAction {
     /// Start this pod's launcher (also for a recreated pod: a fresh launcher, restart count 0).
     StartLauncher {
         /// The pod.
@@ -151,12 +151,12 @@ pub struct Step {
     /// Watch lines, in order.
     pub changes: Vec<Change>,
     /// What the driver must do, in order.
-    pub actions: Vec<Action>,
+    pub actions: Vec<ClusterAction>,
 }
 
 /// The launcher process of a pod, as the controller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Launcher {
+enum LauncherProcess {
     /// Not asked for (not scheduled).
     NotStarted,
     /// `StartLauncher` sent; not yet reported started.
@@ -169,7 +169,7 @@ enum Launcher {
 
 /// The training container's state, as the kubelet reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Container {
+enum ContainerState {
     /// Never started in this pod.
     Waiting,
     /// Running.
@@ -182,7 +182,7 @@ enum Container {
 
 /// The pod's phase, which the operator and Volcano count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum PodPhase {
     Pending,
     Running,
     Succeeded,
@@ -197,9 +197,9 @@ struct Pod {
     restart_policy: RestartPolicy,
     created_at: Duration,
     scheduled: bool,
-    launcher: Launcher,
-    container: Container,
-    phase: Phase,
+    launcher: LauncherProcess,
+    container: ContainerState,
+    phase: PodPhase,
     restarts: u32,
     /// The latest run's end: kubelet's `state.terminated`.
     current_termination: Option<Duration>,
@@ -221,9 +221,9 @@ impl Pod {
             restart_policy,
             created_at: now,
             scheduled: false,
-            launcher: Launcher::NotStarted,
-            container: Container::Waiting,
-            phase: Phase::Pending,
+            launcher: LauncherProcess::NotStarted,
+            container: ContainerState::Waiting,
+            phase: PodPhase::Pending,
             restarts: 0,
             current_termination: None,
             last_termination: None,
@@ -237,7 +237,7 @@ impl Pod {
     }
 
     fn launcher_live(&self) -> bool {
-        matches!(self.launcher, Launcher::Requested | Launcher::Alive)
+        matches!(self.launcher, LauncherProcess::Requested | LauncherProcess::Alive)
     }
 
     fn status(&self) -> PodStatus {
@@ -245,14 +245,18 @@ impl Pod {
             return PodStatus::Terminating;
         }
         match (self.container, self.launcher) {
-            (Container::Running, _) => PodStatus::Running,
-            (Container::Terminated(e), _) | (Container::Waiting, Launcher::Exited(e)) if e.success() => {
+            (ContainerState::Running, _) => PodStatus::Running,
+            (ContainerState::Terminated(e), _) | (ContainerState::Waiting, LauncherProcess::Exited(e))
+                if e.success() =>
+            {
                 PodStatus::Completed
             }
-            (Container::Terminated(_), _) | (Container::Waiting, Launcher::Exited(_)) => PodStatus::Error,
-            (Container::BackOff(_), _) => PodStatus::CrashLoopBackOff,
-            (Container::Waiting, Launcher::Alive) => PodStatus::ContainerCreating,
-            (Container::Waiting, Launcher::NotStarted | Launcher::Requested) => PodStatus::Pending,
+            (ContainerState::Terminated(_), _) | (ContainerState::Waiting, LauncherProcess::Exited(_)) => {
+                PodStatus::Error
+            }
+            (ContainerState::BackOff(_), _) => PodStatus::CrashLoopBackOff,
+            (ContainerState::Waiting, LauncherProcess::Alive) => PodStatus::ContainerCreating,
+            (ContainerState::Waiting, LauncherProcess::NotStarted | LauncherProcess::Requested) => PodStatus::Pending,
         }
     }
 
@@ -264,7 +268,7 @@ impl Pod {
         PodRow {
             name: self.name.clone(),
             replica: self.id,
-            ready: self.container == Container::Running && self.launcher_live(),
+            ready: self.container == ContainerState::Running && self.launcher_live(),
             status: self.status(),
             restarts: self.restarts,
             last_restart_ago,
@@ -298,7 +302,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// A controller for an admitted job; nothing happens until `Event::Submitted`.
+    /// A controller for an admitted job; nothing happens until `ClusterEvent::Submitted`.
     pub fn new(job: PyTorchJob, config: ControllerConfig) -> Self {
         Self {
             job,
@@ -340,11 +344,11 @@ impl Controller {
         self.outcome.is_some() && self.live_launchers().is_empty()
     }
 
-    /// When the next `Event::Tick` would change a row (a failed pod due to show CrashLoopBackOff).
+    /// When the next `ClusterEvent::Tick` would change a row (a failed pod due to show CrashLoopBackOff).
     pub fn next_tick(&self) -> Option<Duration> {
         self.pods
             .iter()
-            .filter(|p| !p.gone && !p.deleting && matches!(p.container, Container::Terminated(_)))
+            .filter(|p| !p.gone && !p.deleting && matches!(p.container, ContainerState::Terminated(_)))
             .filter_map(|p| p.restart_pending_since)
             .map(|t| t.saturating_add(self.config.crash_loop_after))
             .min()
@@ -364,40 +368,40 @@ impl Controller {
     }
 
     /// Apply one observation made at `now` (time since the driver started).
-    pub fn handle(&mut self, now: Duration, event: Event) -> Step {
+    pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
         let mut step = Step::default();
-        if self.submitted_at.is_none() && event != Event::Submitted {
+        if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
             return step;
         }
         match event {
-            Event::Submitted => self.submit(now, &mut step),
-            Event::LauncherStarted { pod } => {
+            ClusterEvent::Submitted => self.submit(now, &mut step),
+            ClusterEvent::LauncherStarted { pod } => {
                 if let Some(i) = self.live_pod(pod) {
-                    self.pods[i].launcher = Launcher::Alive;
+                    self.pods[i].launcher = LauncherProcess::Alive;
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::ChildRunning { pod, restart_count } => {
+            ClusterEvent::ChildRunning { pod, restart_count } => {
                 if let Some(i) = self.live_pod(pod) {
                     let p = &mut self.pods[i];
                     p.shift_termination();
-                    p.container = Container::Running;
+                    p.container = ContainerState::Running;
                     p.restarts = restart_count;
                     p.restart_pending_since = None;
                     p.latest_exit_failed = false;
-                    if matches!(p.launcher, Launcher::NotStarted | Launcher::Requested) {
-                        p.launcher = Launcher::Alive;
+                    if matches!(p.launcher, LauncherProcess::NotStarted | LauncherProcess::Requested) {
+                        p.launcher = LauncherProcess::Alive;
                     }
                     if !p.deleting {
-                        p.phase = Phase::Running;
+                        p.phase = PodPhase::Running;
                     }
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::ChildExited { pod, exit, will_restart, restart_count } => {
+            ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
                 if let Some(i) = self.live_pod(pod) {
                     let p = &mut self.pods[i];
-                    p.container = Container::Terminated(exit);
+                    p.container = ContainerState::Terminated(exit);
                     p.current_termination = Some(now);
                     p.restarts = restart_count;
                     p.latest_exit_failed = !exit.success();
@@ -406,19 +410,19 @@ impl Controller {
                     let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(exit.code());
                     if !p.deleting {
                         p.phase = match (will_restart, exit.success()) {
-                            (true, _) => Phase::Running,
-                            (false, true) => Phase::Succeeded,
+                            (true, _) => PodPhase::Running,
+                            (false, true) => PodPhase::Succeeded,
                             (false, false) if retryable => p.phase,
-                            (false, false) => Phase::Failed,
+                            (false, false) => PodPhase::Failed,
                         };
                         p.restart_pending_since = will_restart.then_some(now);
                     }
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
-            Event::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
-            Event::Tick => self.tick(now, &mut step),
+            ClusterEvent::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
+            ClusterEvent::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
+            ClusterEvent::Tick => self.tick(now, &mut step),
         }
         self.evaluate(now, &mut step);
         self.sync_podgroup(now, &mut step);
@@ -434,21 +438,21 @@ impl Controller {
             return;
         }
         self.submitted_at = Some(now);
-        self.sync_job(now, WatchEvent::Added, step);
+        self.sync_job(now, WatchEventType::Added, step);
         self.state = Some(JobState::Created);
-        self.sync_job(now, WatchEvent::Modified, step);
-        self.sync_podgroup_as(now, WatchEvent::Added, step);
+        self.sync_job(now, WatchEventType::Modified, step);
+        self.sync_podgroup_as(now, WatchEventType::Added, step);
         for id in self.job.replicas() {
             let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
             self.pods.push(Pod::new(id, self.job.pod_name(id), policy, now));
             let i = self.pods.len() - 1;
-            self.sync_pod_as(i, now, WatchEvent::Added, step);
+            self.sync_pod_as(i, now, WatchEventType::Added, step);
         }
         self.podgroup_status = Some(PodGroupPhase::Inqueue);
         self.sync_podgroup(now, step);
         let demand = self.job.total_resources();
         if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
-            step.actions.push(Action::Unschedulable {
+            step.actions.push(ClusterAction::Unschedulable {
                 message: format!(
                     "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
                     self.config.queue,
@@ -473,25 +477,25 @@ impl Controller {
             return;
         };
         p.scheduled = true;
-        p.launcher = Launcher::Requested;
+        p.launcher = LauncherProcess::Requested;
         let id = p.id;
         self.sync_pod(i, now, step);
-        step.actions.push(Action::StartLauncher { pod: id });
+        step.actions.push(ClusterAction::StartLauncher { pod: id });
     }
 
     fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
         let p = &mut self.pods[i];
-        p.launcher = Launcher::Exited(status);
+        p.launcher = LauncherProcess::Exited(status);
         p.restart_pending_since = None;
-        if p.container == Container::Running {
+        if p.container == ContainerState::Running {
             // The launcher died under its child: the container ends with it.
-            p.container = Container::Terminated(status);
+            p.container = ContainerState::Terminated(status);
             p.current_termination = Some(now);
         }
-        if let Container::BackOff(last) = p.container {
-            p.container = Container::Terminated(last);
+        if let ContainerState::BackOff(last) = p.container {
+            p.container = ContainerState::Terminated(last);
         }
         if p.deleting {
             let recreate = p.recreate && !finished;
@@ -501,11 +505,11 @@ impl Controller {
             }
             return;
         }
-        if !matches!(p.phase, Phase::Succeeded | Phase::Failed) {
-            p.phase = if status.success() { Phase::Succeeded } else { Phase::Failed };
+        if !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) {
+            p.phase = if status.success() { PodPhase::Succeeded } else { PodPhase::Failed };
         }
         let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(status.code());
-        if p.phase == Phase::Failed && retryable && !finished {
+        if p.phase == PodPhase::Failed && retryable && !finished {
             // The operator deletes and recreates a pod that failed with a retryable code.
             self.sync_pod(i, now, step);
             self.remove_pod(i, now, step);
@@ -526,7 +530,7 @@ impl Controller {
         if p.launcher_live() {
             p.deleting = true;
             self.sync_pod(i, now, step);
-            step.actions.push(Action::StopPod { pod });
+            step.actions.push(ClusterAction::StopPod { pod });
         } else {
             self.remove_pod(i, now, step);
             if !finished {
@@ -543,14 +547,14 @@ impl Controller {
         p.gone = true;
         let row = Row::Pod(p.row(now, &self.config.node));
         p.shown = Some(row.clone());
-        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row });
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row });
     }
 
     /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
     fn recreate_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
         let Some(old) = self.pods.get(i) else { return };
         self.pods[i] = Pod::new(old.id, old.name.clone(), old.restart_policy, now);
-        self.sync_pod_as(i, now, WatchEvent::Added, step);
+        self.sync_pod_as(i, now, WatchEventType::Added, step);
         if self.admitted {
             self.schedule(i, now, step);
         }
@@ -560,8 +564,8 @@ impl Controller {
         for i in 0..self.pods.len() {
             let p = &mut self.pods[i];
             let due = p.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
-            if let (true, false, false, Container::Terminated(last)) = (due, p.gone, p.deleting, p.container) {
-                p.container = Container::BackOff(last);
+            if let (true, false, false, ContainerState::Terminated(last)) = (due, p.gone, p.deleting, p.container) {
+                p.container = ContainerState::BackOff(last);
                 p.shift_termination();
                 self.sync_pod(i, now, step);
             }
@@ -576,7 +580,7 @@ impl Controller {
         let (leader_runs, decision) = self.decide();
         if self.state == Some(JobState::Created) && leader_runs {
             self.state = Some(JobState::Running);
-            self.sync_job(now, WatchEvent::Modified, step);
+            self.sync_job(now, WatchEventType::Modified, step);
         }
         if let Some((outcome, reason)) = decision {
             self.finish(outcome, reason, now, step);
@@ -589,13 +593,13 @@ impl Controller {
         let has_master = self.job.master.is_some();
         let of_type = |t: ReplicaType| self.pods.iter().filter(move |p| !p.gone && !p.deleting && p.id.rtype == t);
         let leader = if has_master { ReplicaType::Master } else { ReplicaType::Worker };
-        let leader_runs = of_type(leader).any(|p| p.container == Container::Running);
+        let leader_runs = of_type(leader).any(|p| p.container == ContainerState::Running);
 
         let succeeded = if has_master {
-            of_type(ReplicaType::Master).any(|p| p.phase == Phase::Succeeded)
+            of_type(ReplicaType::Master).any(|p| p.phase == PodPhase::Succeeded)
         } else {
             let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
-            !workers.is_empty() && workers.iter().all(|p| p.phase == Phase::Succeeded)
+            !workers.is_empty() && workers.iter().all(|p| p.phase == PodPhase::Succeeded)
         };
         if succeeded {
             let reason = format!("PyTorchJob {name} is successfully completed.");
@@ -603,22 +607,23 @@ impl Controller {
         }
 
         for rtype in [ReplicaType::Master, ReplicaType::Worker] {
-            let failed = of_type(rtype).filter(|p| p.phase == Phase::Failed).count();
+            let failed = of_type(rtype).filter(|p| p.phase == PodPhase::Failed).count();
             if failed > 0 {
                 let reason = format!("PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed.");
                 return (leader_runs, Some((Outcome::Failed, reason)));
             }
         }
 
-        let master_lives = of_type(ReplicaType::Master).any(|p| matches!(p.phase, Phase::Pending | Phase::Running));
+        let master_lives =
+            of_type(ReplicaType::Master).any(|p| matches!(p.phase, PodPhase::Pending | PodPhase::Running));
         let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
         let worker_count = self.job.worker.as_ref().map_or(0, |w| w.replicas) as usize;
         let all_workers_failed = worker_count > 0
             && workers.len() == worker_count
             && workers.iter().all(|p| {
                 p.latest_exit_failed
-                    && matches!(p.container, Container::Terminated(_) | Container::BackOff(_))
-                    && p.phase != Phase::Succeeded
+                    && matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_))
+                    && p.phase != PodPhase::Succeeded
             });
         if has_master && master_lives && all_workers_failed {
             let reason = format!(
@@ -631,7 +636,7 @@ impl Controller {
             let restarts: u64 = self
                 .pods
                 .iter()
-                .filter(|p| !p.gone && p.phase == Phase::Running && p.restart_policy != RestartPolicy::Never)
+                .filter(|p| !p.gone && p.phase == PodPhase::Running && p.restart_policy != RestartPolicy::Never)
                 .map(|p| u64::from(p.restarts))
                 .sum();
             // The operator: a limit of 0 fails on the first restart, else restarts >= limit.
@@ -649,10 +654,10 @@ impl Controller {
             Outcome::Succeeded => JobState::Succeeded,
             Outcome::Failed => JobState::Failed,
         });
-        self.sync_job(now, WatchEvent::Modified, step);
+        self.sync_job(now, WatchEventType::Modified, step);
         self.sync_podgroup(now, step);
         self.podgroup_deleted = true;
-        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row: self.podgroup_row(now) });
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
         if outcome == Outcome::Failed {
             for i in 0..self.pods.len() {
                 let Some(p) = self.pods.get_mut(i) else {
@@ -669,9 +674,9 @@ impl Controller {
                     self.remove_pod(i, now, step);
                 }
             }
-            step.actions.push(Action::StopAll);
+            step.actions.push(ClusterAction::StopAll);
         }
-        step.actions.push(Action::Finish { outcome, reason });
+        step.actions.push(ClusterAction::Finish { outcome, reason });
     }
 
     fn job_row(&self, now: Duration) -> Row {
@@ -687,22 +692,22 @@ impl Controller {
             name: self.job.name.clone(),
             status: self.podgroup_status,
             min_member: self.job.total_replicas(),
-            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == Phase::Running).count() as u32,
+            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == PodPhase::Running).count() as u32,
             age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
             queue: self.config.queue.clone(),
         })
     }
 
-    fn sync_job(&mut self, now: Duration, event: WatchEvent, step: &mut Step) {
+    fn sync_job(&mut self, now: Duration, event: WatchEventType, step: &mut Step) {
         let row = self.job_row(now);
         push_if_changed(&mut self.shown_job, row, now, event, step);
     }
 
     fn sync_podgroup(&mut self, now: Duration, step: &mut Step) {
-        self.sync_podgroup_as(now, WatchEvent::Modified, step);
+        self.sync_podgroup_as(now, WatchEventType::Modified, step);
     }
 
-    fn sync_podgroup_as(&mut self, now: Duration, event: WatchEvent, step: &mut Step) {
+    fn sync_podgroup_as(&mut self, now: Duration, event: WatchEventType, step: &mut Step) {
         if self.podgroup_deleted {
             return;
         }
@@ -711,10 +716,10 @@ impl Controller {
     }
 
     fn sync_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        self.sync_pod_as(i, now, WatchEvent::Modified, step);
+        self.sync_pod_as(i, now, WatchEventType::Modified, step);
     }
 
-    fn sync_pod_as(&mut self, i: usize, now: Duration, event: WatchEvent, step: &mut Step) {
+    fn sync_pod_as(&mut self, i: usize, now: Duration, event: WatchEventType, step: &mut Step) {
         let node = self.config.node.clone();
         let Some(p) = self.pods.get_mut(i) else {
             return;
@@ -723,7 +728,7 @@ impl Controller {
             return;
         }
         let row = Row::Pod(p.row(now, &node));
-        if event == WatchEvent::Added {
+        if event == WatchEventType::Added {
             p.shown = None;
         }
         push_if_changed(&mut p.shown, row, now, event, step);
@@ -731,7 +736,7 @@ impl Controller {
 }
 
 /// Record `row` as shown and emit it, unless only its clock-driven columns changed.
-fn push_if_changed(shown: &mut Option<Row>, row: Row, now: Duration, event: WatchEvent, step: &mut Step) {
+fn push_if_changed(shown: &mut Option<Row>, row: Row, now: Duration, event: WatchEventType, step: &mut Step) {
     if shown.as_ref().is_some_and(|s| s.same_content(&row)) {
         return;
     }

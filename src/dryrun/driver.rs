@@ -41,17 +41,17 @@ use tokio::time::{sleep_until, Instant};
 use crate::duration::format_duration;
 use crate::exit;
 
-use super::controller::{Action, Controller, ControllerConfig, Event, Outcome};
+use super::controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome};
 use super::env::{launch_spec, DRY_RUN_MASTER_ADDR};
 use super::injection::{parse_injection, Fault, Injection};
-use super::job::{PyTorchJob, ReplicaId};
+use super::kubectl::{render_json, TextRenderer, WatchKinds};
 use super::launcher::{
     healthy_labels, is_operator_managed_var, labels_file_text, launcher_args, parse_status_line, prefixed,
     LauncherFiles, LauncherSettings, LineSplitter, StatusLine, StatusTracker,
 };
 use super::manifest::load_job;
+use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::QueueCapability;
-use super::render::{render_json, TextRenderer, WatchKinds};
 use super::rows::Change;
 use crate::exit::ExitHow;
 
@@ -178,7 +178,7 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
         }
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut driver = Driver::new(opts, setup, tx);
+    let mut driver = DryRunLoop::new(opts, setup, tx);
     let code = driver.run(rx).await;
     driver.drain_output().await;
     code
@@ -340,14 +340,14 @@ fn note(message: &str) {
 
 /// What a launcher's task reports to the loop.
 #[derive(Debug)]
-struct Report {
+struct LauncherReport {
     pod: ReplicaId,
     instance: u64,
-    what: Reported,
+    what: LauncherNews,
 }
 
 #[derive(Debug)]
-enum Reported {
+enum LauncherNews {
     Status(StatusLine),
     Unreadable(String),
     Exited(ExitHow),
@@ -355,7 +355,7 @@ enum Reported {
 
 /// A running launcher, as the loop knows it.
 #[derive(Debug)]
-struct Launcher {
+struct LiveLauncher {
     instance: u64,
     tracker: StatusTracker,
     signals: mpsc::UnboundedSender<i32>,
@@ -371,7 +371,7 @@ struct Abort {
     by_signal: bool,
 }
 
-struct Driver {
+struct DryRunLoop {
     opts: DryRunOptions,
     job: PyTorchJob,
     controller: Controller,
@@ -383,9 +383,9 @@ struct Driver {
     start: Instant,
     labels: BTreeMap<ReplicaId, BTreeMap<String, String>>,
     injections: VecDeque<Injection>,
-    launchers: BTreeMap<ReplicaId, Launcher>,
+    launchers: BTreeMap<ReplicaId, LiveLauncher>,
     next_instance: u64,
-    tx: mpsc::UnboundedSender<Report>,
+    tx: mpsc::UnboundedSender<LauncherReport>,
     output_tasks: Vec<JoinHandle<()>>,
     /// `fail:` injections waiting for their replica's child to run.
     deferred_fails: Vec<ReplicaId>,
@@ -395,8 +395,8 @@ struct Driver {
     abort: Option<Abort>,
 }
 
-impl Driver {
-    fn new(opts: DryRunOptions, setup: Setup, tx: mpsc::UnboundedSender<Report>) -> Self {
+impl DryRunLoop {
+    fn new(opts: DryRunOptions, setup: Setup, tx: mpsc::UnboundedSender<LauncherReport>) -> Self {
         let Setup { job, injections, master_port, workdir } = setup;
         let config = ControllerConfig { capability: opts.queue_capability.clone(), ..ControllerConfig::default() };
         let settings = LauncherSettings {
@@ -431,7 +431,7 @@ impl Driver {
         }
     }
 
-    async fn run(&mut self, mut reports: mpsc::UnboundedReceiver<Report>) -> i32 {
+    async fn run(&mut self, mut reports: mpsc::UnboundedReceiver<LauncherReport>) -> i32 {
         let (mut interrupt, mut terminate) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
             (Ok(i), Ok(t)) => (i, t),
             (Err(e), _) | (_, Err(e)) => {
@@ -444,7 +444,7 @@ impl Driver {
             self.master_port
         ));
         self.start = Instant::now();
-        self.feed(Event::Submitted);
+        self.feed(ClusterEvent::Submitted);
         while !self.done() {
             let wake = self.next_wake();
             tokio::select! {
@@ -484,7 +484,7 @@ impl Driver {
     fn on_wake(&mut self) {
         let now = Instant::now();
         if self.abort.is_none() && self.controller.next_tick().is_some_and(|d| self.start + d <= now) {
-            self.feed(Event::Tick);
+            self.feed(ClusterEvent::Tick);
         }
         while self.abort.is_none() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
             if let Some(injection) = self.injections.pop_front() {
@@ -548,21 +548,21 @@ impl Driver {
         }
     }
 
-    fn on_report(&mut self, report: Report) {
-        let Report { pod, instance, what } = report;
+    fn on_report(&mut self, report: LauncherReport) {
+        let LauncherReport { pod, instance, what } = report;
         let Some(launcher) = self.launchers.get_mut(&pod).filter(|l| l.instance == instance) else {
             return;
         };
         if self.abort.is_some() {
             // The run was cut short: what the stops do is not the job's doing, so the emulation
             // (and the watch) ends where it was; only the launchers' exits are awaited.
-            if let Reported::Exited(_) = what {
+            if let LauncherNews::Exited(_) = what {
                 self.launchers.remove(&pod);
             }
             return;
         }
         match what {
-            Reported::Status(line) => {
+            LauncherNews::Status(line) => {
                 let events = launcher.tracker.observe(pod, &line);
                 let child = launcher.tracker.child_pid();
                 if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
@@ -573,17 +573,17 @@ impl Driver {
                     self.feed(event);
                 }
             }
-            Reported::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
-            Reported::Exited(status) => {
+            LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
+            LauncherNews::Exited(status) => {
                 self.launchers.remove(&pod);
                 self.deferred_fails.retain(|p| *p != pod);
-                self.feed(Event::LauncherExited { pod, status });
+                self.feed(ClusterEvent::LauncherExited { pod, status });
             }
         }
     }
 
     /// Hand one observation to the controller; print its changes, carry out its actions.
-    fn feed(&mut self, event: Event) {
+    fn feed(&mut self, event: ClusterEvent) {
         let step = self.controller.handle(self.now(), event);
         for change in &step.changes {
             self.print(change);
@@ -608,9 +608,9 @@ impl Driver {
         let _ = out.flush();
     }
 
-    fn perform(&mut self, action: Action) {
+    fn perform(&mut self, action: ClusterAction) {
         match action {
-            Action::StartLauncher { pod } => {
+            ClusterAction::StartLauncher { pod } => {
                 if self.abort.is_some() {
                     return;
                 }
@@ -619,13 +619,13 @@ impl Driver {
                     self.stop(pod);
                 }
             }
-            Action::StopPod { pod } => self.stop(pod),
-            Action::StopAll => {
+            ClusterAction::StopPod { pod } => self.stop(pod),
+            ClusterAction::StopAll => {
                 self.stop_all = true;
                 self.stop_every_launcher();
             }
-            Action::Unschedulable { message } => note(&message),
-            Action::Finish { outcome, reason } => {
+            ClusterAction::Unschedulable { message } => note(&message),
+            ClusterAction::Finish { outcome, reason } => {
                 note(&reason);
                 if outcome == Outcome::Succeeded {
                     self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
@@ -684,7 +684,7 @@ impl Driver {
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
                 self.kill(pod);
-                self.feed(Event::PodDeleted { pod });
+                self.feed(ClusterEvent::PodDeleted { pod });
             }
             Fault::Label { key, value } => {
                 let labels = self.labels.entry(pod).or_insert_with(healthy_labels);
@@ -714,20 +714,20 @@ impl Driver {
             Ok((child, status_pipe)) => {
                 let (signals, signal_rx) = mpsc::unbounded_channel();
                 self.launchers
-                    .insert(pod, Launcher { instance, tracker: StatusTracker::default(), signals, kill_at: None });
+                    .insert(pod, LiveLauncher { instance, tracker: StatusTracker::default(), signals, kill_at: None });
                 let mut child = child;
                 for out in [child.stdout.take().map(boxed), child.stderr.take().map(boxed)].into_iter().flatten() {
                     self.output_tasks.push(tokio::spawn(relay_output(out, name.clone(), self.pod_width)));
                 }
                 let task = LauncherTask { pod, instance, reports: self.tx.clone() };
                 tokio::spawn(task.follow(child, status_pipe, signal_rx));
-                self.feed(Event::LauncherStarted { pod });
+                self.feed(ClusterEvent::LauncherStarted { pod });
             }
             Err(e) => {
                 note(&format!("cannot start the launcher of {name} ({}): {e}", self.opts.rankvisor.display()));
                 let code =
                     if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE };
-                self.feed(Event::LauncherExited { pod, status: ExitHow::Exited(code) });
+                self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
             }
         }
     }
@@ -862,14 +862,14 @@ fn write_lines(pod: &str, width: usize, lines: impl IntoIterator<Item = String>)
 struct LauncherTask {
     pod: ReplicaId,
     instance: u64,
-    reports: mpsc::UnboundedSender<Report>,
+    reports: mpsc::UnboundedSender<LauncherReport>,
 }
 
 type StatusLines = Lines<BufReader<pipe::Receiver>>;
 
 impl LauncherTask {
-    fn send(&self, what: Reported) {
-        let _ = self.reports.send(Report { pod: self.pod, instance: self.instance, what });
+    fn send(&self, what: LauncherNews) {
+        let _ = self.reports.send(LauncherReport { pod: self.pod, instance: self.instance, what });
     }
 
     fn send_line(&self, line: &str) {
@@ -877,8 +877,8 @@ impl LauncherTask {
             return;
         }
         match parse_status_line(line) {
-            Ok(status) => self.send(Reported::Status(status)),
-            Err(e) => self.send(Reported::Unreadable(e.to_string())),
+            Ok(status) => self.send(LauncherNews::Status(status)),
+            Err(e) => self.send(LauncherNews::Unreadable(e.to_string())),
         }
     }
 
@@ -888,7 +888,7 @@ impl LauncherTask {
         let mut lines: Option<StatusLines> = match pipe::Receiver::from_owned_fd(status_pipe) {
             Ok(r) => Some(BufReader::new(r).lines()),
             Err(e) => {
-                self.send(Reported::Unreadable(format!("cannot read the status pipe: {e}")));
+                self.send(LauncherNews::Unreadable(format!("cannot read the status pipe: {e}")));
                 None
             }
         };
@@ -926,7 +926,7 @@ impl LauncherTask {
             },
             Err(_) => ExitHow::Exited(exit::EXTERNAL_FAILURE),
         };
-        self.send(Reported::Exited(exit));
+        self.send(LauncherNews::Exited(exit));
     }
 }
 

@@ -1,7 +1,7 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
-use super::job::{PyTorchJob, ReplicaId};
+use super::pytorchjob::{PyTorchJob, ReplicaId};
 use crate::supervise::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 
-use super::job::{PyTorchJob, ReplicaId, ReplicaType};
+use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
 
 /// The HyperPod label a `label:` injection sets when it names no key.
 pub const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";

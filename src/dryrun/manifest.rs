@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use super::admission::{admit, FieldErrors, Refusal};
-use super::job::PyTorchJob;
+use super::pytorchjob::PyTorchJob;
 use super::raw::RawJob;
+use super::webhook_admission::{admit, FieldErrors, Refusal};
 
 /// The `apiVersion` the dry run accepts.
 pub const API_VERSION: &str = "kubeflow.org/v1";
@@ -156,7 +156,7 @@ spec:
 
     #[test]
     fn seed_manifest_parses() {
-        use crate::dryrun::job::ReplicaId;
+        use crate::dryrun::pytorchjob::ReplicaId;
         use crate::supervise::RestartPolicy;
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::job::ReplicaId;
+use super::pytorchjob::ReplicaId;
 
 /// The PyTorchJob's STATE column (its latest condition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -175,7 +175,7 @@ impl Row {
 
 /// What happened to the object, as `kubectl get -w --output-watch-events` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum WatchEvent {
+pub enum WatchEventType {
     /// Created.
     Added,
     /// Changed.
@@ -184,7 +184,7 @@ pub enum WatchEvent {
     Deleted,
 }
 
-impl WatchEvent {
+impl WatchEventType {
     /// kubectl's spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -201,7 +201,7 @@ pub struct Change {
     /// When, on the driver's clock.
     pub at: Duration,
     /// Added, Modified or Deleted.
-    pub event: WatchEvent,
+    pub event: WatchEventType,
     /// The object's row.
     pub row: Row,
 }

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use super::controller::{Action, Controller, ControllerConfig, Event, Outcome};
-use super::job::{ReplicaId, ReplicaType};
+use super::controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome};
 use super::manifest::parse_job;
+use super::pytorchjob::{ReplicaId, ReplicaType};
 use super::quantity::QueueCapability;
-use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEvent};
+use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
 use crate::exit::ExitHow;
 
 const NORMAL: &str = include_str!("../../examples/pytorchjob.yaml");
@@ -33,7 +33,7 @@ struct Run {
     c: Controller,
     now: Duration,
     changes: Vec<Change>,
-    actions: Vec<Action>,
+    actions: Vec<ClusterAction>,
     states: Vec<Option<JobState>>,
 }
 
@@ -54,7 +54,7 @@ impl Run {
     }
 
     /// Feed `event` at `secs` after submit; return the actions it caused.
-    fn at(&mut self, secs: f64, event: Event) -> Vec<Action> {
+    fn at(&mut self, secs: f64, event: ClusterEvent) -> Vec<ClusterAction> {
         self.now = Duration::from_secs_f64(secs);
         let step = self.c.handle(self.now, event);
         self.changes.extend(step.changes);
@@ -65,29 +65,37 @@ impl Run {
 
     /// Submit, start every launcher, run every training process.
     fn start_all(&mut self) {
-        let actions = self.at(0.0, Event::Submitted);
-        let started: Vec<Action> = all_pods().into_iter().map(|pod| Action::StartLauncher { pod }).collect();
+        let actions = self.at(0.0, ClusterEvent::Submitted);
+        let started: Vec<ClusterAction> =
+            all_pods().into_iter().map(|pod| ClusterAction::StartLauncher { pod }).collect();
         assert_eq!(actions, started);
         for pod in all_pods() {
-            self.at(0.1, Event::LauncherStarted { pod });
+            self.at(0.1, ClusterEvent::LauncherStarted { pod });
         }
         for pod in all_pods() {
-            self.at(1.0, Event::ChildRunning { pod, restart_count: 0 });
+            self.at(1.0, ClusterEvent::ChildRunning { pod, restart_count: 0 });
         }
     }
 
     fn run(&mut self, secs: f64, pod: ReplicaId, restart_count: u32) {
-        self.at(secs, Event::ChildRunning { pod, restart_count });
+        self.at(secs, ClusterEvent::ChildRunning { pod, restart_count });
     }
 
-    fn exit(&mut self, secs: f64, pod: ReplicaId, code: i32, will_restart: bool, restart_count: u32) -> Vec<Action> {
-        self.at(secs, Event::ChildExited { pod, exit: ExitHow::Exited(code), will_restart, restart_count })
+    fn exit(
+        &mut self,
+        secs: f64,
+        pod: ReplicaId,
+        code: i32,
+        will_restart: bool,
+        restart_count: u32,
+    ) -> Vec<ClusterAction> {
+        self.at(secs, ClusterEvent::ChildExited { pod, exit: ExitHow::Exited(code), will_restart, restart_count })
     }
 
     /// The child exits and its launcher with it.
     fn complete(&mut self, secs: f64, pod: ReplicaId, code: i32) {
         self.exit(secs, pod, code, false, 0);
-        self.at(secs, Event::LauncherExited { pod, status: ExitHow::Exited(code) });
+        self.at(secs, ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
     }
 
     fn pod(&self, id: ReplicaId) -> Option<PodRow> {
@@ -97,7 +105,7 @@ impl Run {
         })
     }
 
-    fn pod_history(&self, id: ReplicaId) -> Vec<(WatchEvent, PodStatus, u32)> {
+    fn pod_history(&self, id: ReplicaId) -> Vec<(WatchEventType, PodStatus, u32)> {
         self.changes
             .iter()
             .filter_map(|c| match &c.row {
@@ -107,7 +115,7 @@ impl Run {
             .collect()
     }
 
-    fn podgroup_history(&self) -> Vec<(WatchEvent, Option<PodGroupPhase>, u32, u32)> {
+    fn podgroup_history(&self) -> Vec<(WatchEventType, Option<PodGroupPhase>, u32, u32)> {
         self.changes
             .iter()
             .filter_map(|c| match &c.row {
@@ -131,7 +139,7 @@ impl Run {
         self.actions
             .iter()
             .filter_map(|a| match a {
-                Action::Finish { outcome, reason } => Some((*outcome, reason.clone())),
+                ClusterAction::Finish { outcome, reason } => Some((*outcome, reason.clone())),
                 _ => None,
             })
             .collect()
@@ -145,7 +153,7 @@ impl Run {
 #[test]
 fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     let mut r = Run::new(NORMAL);
-    r.at(0.0, Event::Submitted);
+    r.at(0.0, ClusterEvent::Submitted);
     // Submit: the job appears blank then Created; the PodGroup blank, Inqueue, then Running once
     // the gang is placed; every pod Pending, first unscheduled then on the node.
     let kinds: Vec<String> = r
@@ -176,7 +184,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
         ]
     );
     for pod in all_pods() {
-        r.at(0.1, Event::LauncherStarted { pod });
+        r.at(0.1, ClusterEvent::LauncherStarted { pod });
     }
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::ContainerCreating);
     r.run(2.0, MASTER, 0);
@@ -191,7 +199,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     let actions = r.exit(3.3, MASTER, 0, false, 0);
     assert_eq!(
         actions,
-        vec![Action::Finish {
+        vec![ClusterAction::Finish {
             outcome: Outcome::Succeeded,
             reason: "PyTorchJob pytest is successfully completed.".into()
         }]
@@ -202,7 +210,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Running, "workers are left to finish");
     assert!(!r.c.is_settled());
 
-    r.at(3.3, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(0) });
+    r.at(3.3, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(0) });
     for pod in workers() {
         r.complete(3.6, pod, 0);
     }
@@ -210,19 +218,19 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     assert_eq!(r.c.rows(r.now).iter().filter(|row| matches!(row, Row::Pod(_))).count(), 4, "pods are kept");
     for pod in all_pods() {
         assert_eq!(r.pod(pod).unwrap().status, PodStatus::Completed);
-        assert!(r.pod_history(pod).iter().all(|(e, _, _)| *e != WatchEvent::Deleted));
+        assert!(r.pod_history(pod).iter().all(|(e, _, _)| *e != WatchEventType::Deleted));
     }
     assert_eq!(
         r.job_history(),
         vec![None, Some(JobState::Created), Some(JobState::Running), Some(JobState::Succeeded)]
     );
     let pg = r.podgroup_history();
-    assert_eq!(pg.first(), Some(&(WatchEvent::Added, None, 4, 0)));
-    assert!(pg.contains(&(WatchEvent::Modified, Some(PodGroupPhase::Running), 4, 1)));
-    assert!(pg.contains(&(WatchEvent::Modified, Some(PodGroupPhase::Running), 4, 4)));
+    assert_eq!(pg.first(), Some(&(WatchEventType::Added, None, 4, 0)));
+    assert!(pg.contains(&(WatchEventType::Modified, Some(PodGroupPhase::Running), 4, 1)));
+    assert!(pg.contains(&(WatchEventType::Modified, Some(PodGroupPhase::Running), 4, 4)));
     assert_eq!(
         pg.last(),
-        Some(&(WatchEvent::Deleted, Some(PodGroupPhase::Running), 4, 3)),
+        Some(&(WatchEventType::Deleted, Some(PodGroupPhase::Running), 4, 3)),
         "deleted as the master completes"
     );
     assert_eq!(r.finishes().len(), 1);
@@ -242,9 +250,9 @@ fn one_worker_failing_restarts_and_the_job_still_succeeds() {
     assert_eq!(row.last_restart_ago, Some(Duration::from_millis(300)), "time since the previous run ended");
     assert_eq!(r.c.state(), Some(JobState::Running));
     r.exit(3.3, W0, 1, true, 1);
-    r.at(4.0, Event::Tick);
+    r.at(4.0, ClusterEvent::Tick);
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error, "CrashLoopBackOff only after crash_loop_after");
-    r.at(4.4, Event::Tick);
+    r.at(4.4, ClusterEvent::Tick);
     let row = r.pod(W0).unwrap();
     assert_eq!((row.status, row.restarts), (PodStatus::CrashLoopBackOff, 1));
     assert_eq!(row.last_restart_ago, Some(Duration::from_millis(1100)), "kubelet moved the last run to lastState");
@@ -261,7 +269,7 @@ fn one_worker_failing_restarts_and_the_job_still_succeeds() {
     assert_eq!(r.pod(W0).unwrap().restarts, 5);
     assert_eq!(r.c.state(), Some(JobState::Succeeded));
     assert_eq!(r.finishes().len(), 1);
-    assert!(!r.actions.contains(&Action::StopAll));
+    assert!(!r.actions.contains(&ClusterAction::StopAll));
     for pod in [ReplicaId::worker(1), ReplicaId::worker(2)] {
         r.complete(11.0, pod, 0);
         assert_eq!(r.pod(pod).unwrap().status, PodStatus::Completed);
@@ -279,8 +287,8 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
     assert_eq!(
         actions,
         vec![
-            Action::StopAll,
-            Action::Finish {
+            ClusterAction::StopAll,
+            ClusterAction::Finish {
                 outcome: Outcome::Failed,
                 reason:
                     "PyTorchJob pytest is failed because all 3 Worker replica(s) failed while the Master was running."
@@ -296,16 +304,19 @@ fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
     assert!(r.pod(MASTER).unwrap().ready, "the master was still running when stopped");
 
     // The driver stops everything; the stops do not restart anything or decide again.
-    r.at(2.5, Event::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 0 });
+    r.at(
+        2.5,
+        ClusterEvent::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 0 },
+    );
     for pod in all_pods() {
-        r.at(2.6, Event::LauncherExited { pod, status: ExitHow::Exited(143) });
+        r.at(2.6, ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(143) });
     }
     assert!(r.c.is_settled());
     assert!(r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))), "pods and PodGroup deleted");
     let master = r.pod_history(MASTER);
-    assert_eq!(master.last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
-    assert!(master.contains(&(WatchEvent::Modified, PodStatus::Terminating, 0)));
-    let starts = r.actions.iter().filter(|a| matches!(a, Action::StartLauncher { .. })).count();
+    assert_eq!(master.last(), Some(&(WatchEventType::Deleted, PodStatus::Error, 0)));
+    assert!(master.contains(&(WatchEventType::Modified, PodStatus::Terminating, 0)));
+    let starts = r.actions.iter().filter(|a| matches!(a, ClusterAction::StartLauncher { .. })).count();
     assert_eq!(starts, 4, "nothing is started again");
     assert_eq!(r.finishes().len(), 1);
 }
@@ -324,7 +335,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
     for k in 0..3u32 {
         r.exit(t, MASTER, 1, true, k);
         assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Error);
-        r.at(t + 1.0, Event::Tick);
+        r.at(t + 1.0, ClusterEvent::Tick);
         assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::CrashLoopBackOff);
         assert_eq!(r.c.state(), Some(JobState::Running), "Running through the master's restarts");
         r.run(t + 2.0, MASTER, k + 1);
@@ -341,16 +352,16 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
             "PyTorchJob pytest has failed because it has reached the specified backoff limit".into()
         )]
     );
-    assert!(r.actions.contains(&Action::StopAll));
+    assert!(r.actions.contains(&ClusterAction::StopAll));
     assert!(r.states[..r.states.len() - 1].iter().all(|s| *s != Some(JobState::Failed)));
     let master = r.pod(MASTER).unwrap();
     assert_eq!((master.status, master.restarts), (PodStatus::Terminating, 3));
     assert!(!r.podgroup_exists());
     for pod in workers() {
         assert_eq!(r.pod(pod), None, "completed workers are deleted");
-        assert_eq!(r.pod_history(pod).last(), Some(&(WatchEvent::Deleted, PodStatus::Completed, 0)));
+        assert_eq!(r.pod_history(pod).last(), Some(&(WatchEventType::Deleted, PodStatus::Completed, 0)));
     }
-    r.at(t, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
+    r.at(t, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
     assert_eq!(r.pod(MASTER), None);
     assert!(r.c.is_settled());
 }
@@ -361,24 +372,24 @@ fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
         GANG,
         ControllerConfig { capability: Some(QueueCapability::parse("cpu=2").unwrap()), ..ControllerConfig::default() },
     );
-    let actions = r.at(0.0, Event::Submitted);
+    let actions = r.at(0.0, ClusterEvent::Submitted);
     assert_eq!(actions.len(), 1);
-    let Action::Unschedulable { message } = &actions[0] else {
+    let ClusterAction::Unschedulable { message } = &actions[0] else {
         panic!("{actions:?}");
     };
     assert!(message.contains("capability cpu=2"), "{message}");
     assert!(message.contains("4 pods need cpu=4"), "{message}");
     for t in [1.0, 2.0, 60.0, 3600.0] {
-        assert!(r.at(t, Event::Tick).is_empty());
+        assert!(r.at(t, ClusterEvent::Tick).is_empty());
     }
     assert_eq!(r.c.state(), Some(JobState::Created));
-    assert_eq!(r.podgroup_history().last(), Some(&(WatchEvent::Modified, Some(PodGroupPhase::Inqueue), 4, 0)));
+    assert_eq!(r.podgroup_history().last(), Some(&(WatchEventType::Modified, Some(PodGroupPhase::Inqueue), 4, 0)));
     for pod in all_pods() {
         let row = r.pod(pod).unwrap();
         assert_eq!((row.status, row.node), (PodStatus::Pending, None));
         assert_eq!(row.age, Duration::from_secs(3600));
     }
-    assert!(!r.actions.iter().any(|a| matches!(a, Action::StartLauncher { .. })));
+    assert!(!r.actions.iter().any(|a| matches!(a, ClusterAction::StartLauncher { .. })));
     assert_eq!(r.c.outcome(), None);
 
     let mut roomy = Run::with(
@@ -403,20 +414,23 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     r.run(7.0, MASTER, 2);
     assert_eq!(r.pod(MASTER).unwrap().restarts, 2);
     // ...then is deleted: Terminating, stopped, deleted, created anew at RESTARTS 0.
-    let actions = r.at(8.0, Event::PodDeleted { pod: MASTER });
-    assert_eq!(actions, vec![Action::StopPod { pod: MASTER }]);
+    let actions = r.at(8.0, ClusterEvent::PodDeleted { pod: MASTER });
+    assert_eq!(actions, vec![ClusterAction::StopPod { pod: MASTER }]);
     assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Terminating);
-    r.at(8.2, Event::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 2 });
+    r.at(
+        8.2,
+        ClusterEvent::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 2 },
+    );
     assert_eq!(r.c.state(), Some(JobState::Running), "a deletion is not a failure");
-    let actions = r.at(8.3, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
-    assert_eq!(actions, vec![Action::StartLauncher { pod: MASTER }]);
+    let actions = r.at(8.3, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });
+    assert_eq!(actions, vec![ClusterAction::StartLauncher { pod: MASTER }]);
     let tail: Vec<_> = r.pod_history(MASTER).into_iter().rev().take(3).collect();
     assert_eq!(
         tail,
         vec![
-            (WatchEvent::Modified, PodStatus::Pending, 0),
-            (WatchEvent::Added, PodStatus::Pending, 0),
-            (WatchEvent::Deleted, PodStatus::Error, 2),
+            (WatchEventType::Modified, PodStatus::Pending, 0),
+            (WatchEventType::Added, PodStatus::Pending, 0),
+            (WatchEventType::Deleted, PodStatus::Error, 2),
         ]
     );
     let row = r.pod(MASTER).unwrap();
@@ -424,7 +438,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
 
     // The recreated master restarts twice more: 2 + 2 would pass backoffLimit 3, but the deleted
     // pod's restarts are gone, so the job keeps running.
-    r.at(8.4, Event::LauncherStarted { pod: MASTER });
+    r.at(8.4, ClusterEvent::LauncherStarted { pod: MASTER });
     r.run(9.0, MASTER, 0);
     r.exit(10.0, MASTER, 1, true, 0);
     r.run(11.0, MASTER, 1);
@@ -442,15 +456,15 @@ fn deleting_a_pod_that_has_no_launcher_recreates_it_at_once() {
         GANG,
         ControllerConfig { capability: Some(QueueCapability::parse("cpu=1").unwrap()), ..ControllerConfig::default() },
     );
-    r.at(0.0, Event::Submitted);
-    let actions = r.at(5.0, Event::PodDeleted { pod: W0 });
+    r.at(0.0, ClusterEvent::Submitted);
+    let actions = r.at(5.0, ClusterEvent::PodDeleted { pod: W0 });
     assert!(actions.is_empty(), "still unschedulable: nothing to start");
     let row = r.pod(W0).unwrap();
     assert_eq!((row.status, row.age), (PodStatus::Pending, Duration::ZERO));
     let h = r.pod_history(W0);
     assert_eq!(
         &h[h.len() - 2..],
-        &[(WatchEvent::Deleted, PodStatus::Pending, 0), (WatchEvent::Added, PodStatus::Pending, 0)]
+        &[(WatchEventType::Deleted, PodStatus::Pending, 0), (WatchEventType::Added, PodStatus::Pending, 0)]
     );
 }
 
@@ -486,8 +500,8 @@ fn master_giving_up_fails_the_job() {
     assert_eq!(
         actions,
         vec![
-            Action::StopAll,
-            Action::Finish {
+            ClusterAction::StopAll,
+            ClusterAction::Finish {
                 outcome: Outcome::Failed,
                 reason: "PyTorchJob pytest is failed because 1 Master replica(s) failed.".into()
             }
@@ -498,11 +512,11 @@ fn master_giving_up_fails_the_job() {
 
     // Same when the launcher itself exits non-zero before its child ever ran (rendezvous, node health).
     let mut r = Run::new(NORMAL);
-    r.at(0.0, Event::Submitted);
-    r.at(0.1, Event::LauncherStarted { pod: MASTER });
-    r.at(0.5, Event::LauncherExited { pod: MASTER, status: ExitHow::Exited(138) });
+    r.at(0.0, ClusterEvent::Submitted);
+    r.at(0.1, ClusterEvent::LauncherStarted { pod: MASTER });
+    r.at(0.5, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(138) });
     assert_eq!(r.c.state(), Some(JobState::Failed));
-    assert_eq!(r.pod_history(MASTER).last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
+    assert_eq!(r.pod_history(MASTER).last(), Some(&(WatchEventType::Deleted, PodStatus::Error, 0)));
 }
 
 #[test]
@@ -530,13 +544,13 @@ fn exit_code_policy_recreates_a_pod_whose_launcher_exits_retryable() {
     r.start_all();
     // A node turned unhealthy: the launcher stops its child and exits 138.
     r.exit(2.0, W0, 143, false, 0);
-    let actions = r.at(2.1, Event::LauncherExited { pod: W0, status: ExitHow::Exited(138) });
-    assert_eq!(actions, vec![Action::StartLauncher { pod: W0 }]);
+    let actions = r.at(2.1, ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Exited(138) });
+    assert_eq!(actions, vec![ClusterAction::StartLauncher { pod: W0 }]);
     assert_eq!(r.c.state(), Some(JobState::Running));
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::Pending);
 
     // A permanent code fails the pod, and the job.
-    r.at(2.2, Event::LauncherStarted { pod: W0 });
+    r.at(2.2, ClusterEvent::LauncherStarted { pod: W0 });
     r.run(2.5, W0, 0);
     r.exit(3.0, W0, 1, false, 0);
     assert_eq!(r.c.state(), Some(JobState::Failed));
@@ -561,7 +575,7 @@ fn restarts_column_reads_the_previous_run_like_kubectl() {
     assert_eq!(ago(&r), (PodStatus::Running, 1, Some(2)));
     r.exit(27.0, W0, 1, true, 1);
     assert_eq!(ago(&r), (PodStatus::Error, 1, Some(12)));
-    r.at(38.0, Event::Tick);
+    r.at(38.0, ClusterEvent::Tick);
     assert_eq!(ago(&r), (PodStatus::CrashLoopBackOff, 1, Some(11)));
     r.run(39.0, W0, 2);
     assert_eq!(ago(&r), (PodStatus::Running, 2, Some(12)));
@@ -570,13 +584,13 @@ fn restarts_column_reads_the_previous_run_like_kubectl() {
 #[test]
 fn events_before_submit_and_for_unknown_pods_are_ignored() {
     let mut r = Run::new(NORMAL);
-    assert!(r.at(0.0, Event::LauncherStarted { pod: MASTER }).is_empty());
+    assert!(r.at(0.0, ClusterEvent::LauncherStarted { pod: MASTER }).is_empty());
     assert!(r.changes.is_empty());
     r.start_all();
     let before = r.changes.len();
-    r.at(1.0, Event::ChildRunning { pod: ReplicaId::worker(9), restart_count: 0 });
-    r.at(1.0, Event::PodDeleted { pod: ReplicaId::worker(9) });
-    r.at(1.0, Event::Submitted);
+    r.at(1.0, ClusterEvent::ChildRunning { pod: ReplicaId::worker(9), restart_count: 0 });
+    r.at(1.0, ClusterEvent::PodDeleted { pod: ReplicaId::worker(9) });
+    r.at(1.0, ClusterEvent::Submitted);
     assert_eq!(r.changes.len(), before);
 }
 
@@ -585,7 +599,7 @@ fn only_real_changes_are_emitted() {
     let mut r = Run::new(NORMAL);
     r.start_all();
     let before = r.changes.len();
-    r.at(5.0, Event::Tick);
+    r.at(5.0, ClusterEvent::Tick);
     r.run(6.0, MASTER, 0);
     assert_eq!(r.changes.len(), before, "time passing alone changes no row");
 }
@@ -597,7 +611,7 @@ fn next_tick_says_when_crash_loop_back_off_is_due() {
     assert_eq!(r.c.next_tick(), None);
     r.exit(2.0, W0, 1, true, 0);
     assert_eq!(r.c.next_tick(), Some(Duration::from_secs(3)));
-    r.at(3.0, Event::Tick);
+    r.at(3.0, ClusterEvent::Tick);
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::CrashLoopBackOff);
     assert_eq!(r.c.next_tick(), None);
 }

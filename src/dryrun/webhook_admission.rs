@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::job::{
+use super::pytorchjob::{
     Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME,
 };
 use super::quantity::{parse_quantity, Resources};
