@@ -10,26 +10,29 @@
 #![warn(missing_docs)]
 
 mod controller;
-mod driver;
 mod env;
+mod event_loop;
 mod injection;
 mod kubectl;
 mod launcher;
+mod launcher_process;
 mod manifest;
+mod options;
+mod output;
+mod ports;
 mod pytorchjob;
 mod quantity;
 mod raw;
 mod rows;
 #[cfg(test)]
 mod scenarios;
+mod setup;
 mod webhook_admission;
+mod workdir;
 
 pub use controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome, Step};
-pub use driver::{
-    run_dry_run, DryRunOptions, OutputFormat, OutputFormatError, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
-    DEFAULT_GRACE_PERIOD, DEFAULT_LAUNCHER_LOG_LEVEL, LAUNCHERS_READ_NODE_LABELS,
-};
 pub use env::{launch_spec, operator_env, LaunchSpec, DRY_RUN_MASTER_ADDR};
+pub use event_loop::run_dry_run;
 pub use injection::{parse_injection, Fault, Injection, InjectionError, DEFAULT_LABEL_KEY};
 pub use kubectl::{kube_age, qualified_name, render_json, TextRenderer, WatchKinds, WatchKindsError};
 pub use launcher::{
@@ -38,6 +41,10 @@ pub use launcher::{
     MAX_OUTPUT_LINE, UNLIMITED_RESTARTS,
 };
 pub use manifest::{load_job, parse_job, ManifestError, API_VERSION, KIND};
+pub use options::{
+    DryRunOptions, OutputFormat, OutputFormatError, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_GRACE_PERIOD,
+    DEFAULT_LAUNCHER_LOG_LEVEL, LAUNCHERS_READ_NODE_LABELS,
+};
 pub use pytorchjob::{
     Container, ElasticPolicy, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME,
     DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,

@@ -1,0 +1,76 @@
+//! What is checked and prepared before any launcher starts: the manifest, the injections, the
+//! timing options, MASTER_PORT and the work directory with every node's labels file.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crate::duration::format_duration;
+use crate::exit;
+
+use super::injection::{parse_injection, Injection};
+use super::launcher::{healthy_labels, labels_file_text};
+use super::manifest::load_job;
+use super::options::DryRunOptions;
+use super::output::note;
+use super::ports::choose_master_port;
+use super::pytorchjob::PyTorchJob;
+use super::workdir::{write_atomically, WorkDir};
+
+/// A reason not to start, with the exit status it means.
+#[derive(Debug)]
+pub(super) struct SetupError {
+    pub(super) message: String,
+    pub(super) code: i32,
+}
+
+impl SetupError {
+    pub(super) fn config(message: impl fmt::Display) -> Self {
+        Self { message: message.to_string(), code: exit::CONFIG_ERROR }
+    }
+}
+
+/// What is known before anything starts.
+#[derive(Debug)]
+pub(super) struct Setup {
+    pub(super) job: PyTorchJob,
+    pub(super) injections: VecDeque<Injection>,
+    pub(super) master_port: u16,
+    pub(super) workdir: WorkDir,
+}
+
+impl Setup {
+    pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
+        let job = load_job(&opts.manifest).map_err(SetupError::config)?;
+        let mut injections = opts
+            .inject
+            .iter()
+            .map(|spec| parse_injection(spec, &job))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(SetupError::config)?;
+        injections.sort_by_key(|i| i.at);
+        if opts.backoff_max < opts.backoff_initial {
+            return Err(SetupError::config(format!(
+                "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
+                format_duration(opts.backoff_max),
+                format_duration(opts.backoff_initial)
+            )));
+        }
+        if let Some(dir) = &opts.logs {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                SetupError::config(format!("--logs {}: cannot create the directory: {e}", dir.display()))
+            })?;
+        }
+        let (master_port, port_note) =
+            choose_master_port(job.master_port(), opts.master_port).map_err(|e| SetupError { message: e, code: 1 })?;
+        if let Some(n) = port_note {
+            note(&n);
+        }
+        let workdir = WorkDir::create().map_err(|e| SetupError { message: e, code: 1 })?;
+        for id in job.replicas() {
+            let path = workdir.labels(&job.pod_name(id));
+            write_atomically(&path, &labels_file_text(&healthy_labels()))
+                .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
+        }
+        Ok(Self { job, injections: injections.into(), master_port, workdir })
+    }
+}
