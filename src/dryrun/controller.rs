@@ -1,8 +1,8 @@
 //! The training operator, Volcano and the kubelet, emulated as one synchronous state machine.
 //!
-//! The driver starts real launchers and feeds what it observes as [`ClusterEvent`]s, with the time since
+//! The event loop starts real launchers and feeds what it observes as [`ClusterEvent`]s, with the time since
 //! its start; each call returns the rows that changed (for the watch output) and the [`ClusterAction`]s
-//! the driver must carry out. Nothing here reads a clock or touches a process.
+//! the event loop must carry out. Nothing here reads a clock or touches a process.
 //!
 //! Semantics (seed 000, checked against the training operator's source):
 //! - The job is `Created` at submit, `Running` once the master's training process runs,
@@ -21,9 +21,11 @@
 
 use std::time::Duration;
 
-use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
+use super::operator::decide;
+use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
+use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::{format_quantity, QueueCapability};
-use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEventType};
+use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, Row, WatchEventType};
 use crate::exit::ExitHow;
 
 use crate::supervise::{is_retryable_exit_code, RestartPolicy};
@@ -52,7 +54,7 @@ impl Default for ControllerConfig {
     }
 }
 
-/// What the driver observed. `restart_count` is the launcher's own count for this pod.
+/// What the event loop observed. `restart_count` is the launcher's own count for this pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterEvent {
     /// The manifest was submitted (call once, first).
@@ -115,7 +117,7 @@ impl Outcome {
     }
 }
 
-/// What the driver must do.
+/// What the event loop must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterAction {
     /// Start this pod's launcher (also for a recreated pod: a fresh launcher, restart count 0).
@@ -150,139 +152,8 @@ pub enum ClusterAction {
 pub struct Step {
     /// Watch lines, in order.
     pub changes: Vec<Change>,
-    /// What the driver must do, in order.
+    /// What the event loop must do, in order.
     pub actions: Vec<ClusterAction>,
-}
-
-/// The launcher process of a pod, as the controller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LauncherProcess {
-    /// Not asked for (not scheduled).
-    NotStarted,
-    /// `StartLauncher` sent; not yet reported started.
-    Requested,
-    /// Running.
-    Alive,
-    /// Ended with this status.
-    Exited(ExitHow),
-}
-
-/// The training container's state, as the kubelet reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ContainerState {
-    /// Never started in this pod.
-    Waiting,
-    /// Running.
-    Running,
-    /// Ended.
-    Terminated(ExitHow),
-    /// Ended with this status, and waiting out the restart backoff.
-    BackOff(ExitHow),
-}
-
-/// The pod's phase, which the operator and Volcano count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PodPhase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-/// One pod's state.
-#[derive(Debug, Clone)]
-struct Pod {
-    id: ReplicaId,
-    name: String,
-    restart_policy: RestartPolicy,
-    created_at: Duration,
-    scheduled: bool,
-    launcher: LauncherProcess,
-    container: ContainerState,
-    phase: PodPhase,
-    restarts: u32,
-    /// The latest run's end: kubelet's `state.terminated`.
-    current_termination: Option<Duration>,
-    /// The run before: kubelet's `lastState.terminated`, which kubectl's "(2s ago)" reads.
-    last_termination: Option<Duration>,
-    restart_pending_since: Option<Duration>,
-    latest_exit_failed: bool,
-    deleting: bool,
-    recreate: bool,
-    gone: bool,
-    shown: Option<Row>,
-}
-
-impl Pod {
-    fn new(id: ReplicaId, name: String, restart_policy: RestartPolicy, now: Duration) -> Self {
-        Self {
-            id,
-            name,
-            restart_policy,
-            created_at: now,
-            scheduled: false,
-            launcher: LauncherProcess::NotStarted,
-            container: ContainerState::Waiting,
-            phase: PodPhase::Pending,
-            restarts: 0,
-            current_termination: None,
-            last_termination: None,
-            restart_pending_since: None,
-            latest_exit_failed: false,
-            deleting: false,
-            recreate: false,
-            gone: false,
-            shown: None,
-        }
-    }
-
-    fn launcher_live(&self) -> bool {
-        matches!(self.launcher, LauncherProcess::Requested | LauncherProcess::Alive)
-    }
-
-    fn status(&self) -> PodStatus {
-        if self.deleting && self.launcher_live() {
-            return PodStatus::Terminating;
-        }
-        match (self.container, self.launcher) {
-            (ContainerState::Running, _) => PodStatus::Running,
-            (ContainerState::Terminated(e), _) | (ContainerState::Waiting, LauncherProcess::Exited(e))
-                if e.success() =>
-            {
-                PodStatus::Completed
-            }
-            (ContainerState::Terminated(_), _) | (ContainerState::Waiting, LauncherProcess::Exited(_)) => {
-                PodStatus::Error
-            }
-            (ContainerState::BackOff(_), _) => PodStatus::CrashLoopBackOff,
-            (ContainerState::Waiting, LauncherProcess::Alive) => PodStatus::ContainerCreating,
-            (ContainerState::Waiting, LauncherProcess::NotStarted | LauncherProcess::Requested) => PodStatus::Pending,
-        }
-    }
-
-    fn row(&self, now: Duration, node: &str) -> PodRow {
-        let last_restart_ago = match (self.restarts, self.last_termination) {
-            (0, _) | (_, None) => None,
-            (_, Some(t)) => Some(now.saturating_sub(t)),
-        };
-        PodRow {
-            name: self.name.clone(),
-            replica: self.id,
-            ready: self.container == ContainerState::Running && self.launcher_live(),
-            status: self.status(),
-            restarts: self.restarts,
-            last_restart_ago,
-            age: now.saturating_sub(self.created_at),
-            node: self.scheduled.then(|| node.to_string()),
-        }
-    }
-
-    /// kubelet moves the ended run to `lastState` when the container waits or runs again.
-    fn shift_termination(&mut self) {
-        if let Some(t) = self.current_termination.take() {
-            self.last_termination = Some(t);
-        }
-    }
 }
 
 /// The emulated controllers of one dry-run job.
@@ -339,7 +210,7 @@ impl Controller {
         self.pods.iter().filter(|p| p.launcher_live()).map(|p| p.id).collect()
     }
 
-    /// The outcome is decided and no launcher is left: the driver may exit.
+    /// The outcome is decided and no launcher is left: the event loop may exit.
     pub fn is_settled(&self) -> bool {
         self.outcome.is_some() && self.live_launchers().is_empty()
     }
@@ -367,7 +238,7 @@ impl Controller {
         rows
     }
 
-    /// Apply one observation made at `now` (time since the driver started).
+    /// Apply one observation made at `now` (time since the event loop started).
     pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
         let mut step = Step::default();
         if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
@@ -577,7 +448,7 @@ impl Controller {
         if self.outcome.is_some() || !self.admitted {
             return;
         }
-        let (leader_runs, decision) = self.decide();
+        let (leader_runs, decision) = decide(&self.job, &self.pods);
         if self.state == Some(JobState::Created) && leader_runs {
             self.state = Some(JobState::Running);
             self.sync_job(now, WatchEventType::Modified, step);
@@ -585,67 +456,6 @@ impl Controller {
         if let Some((outcome, reason)) = decision {
             self.finish(outcome, reason, now, step);
         }
-    }
-
-    /// Whether the leader (master, else a worker) runs, and the outcome if the job is decided.
-    fn decide(&self) -> (bool, Option<(Outcome, String)>) {
-        let name = &self.job.name;
-        let has_master = self.job.master.is_some();
-        let of_type = |t: ReplicaType| self.pods.iter().filter(move |p| !p.gone && !p.deleting && p.id.rtype == t);
-        let leader = if has_master { ReplicaType::Master } else { ReplicaType::Worker };
-        let leader_runs = of_type(leader).any(|p| p.container == ContainerState::Running);
-
-        let succeeded = if has_master {
-            of_type(ReplicaType::Master).any(|p| p.phase == PodPhase::Succeeded)
-        } else {
-            let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
-            !workers.is_empty() && workers.iter().all(|p| p.phase == PodPhase::Succeeded)
-        };
-        if succeeded {
-            let reason = format!("PyTorchJob {name} is successfully completed.");
-            return (leader_runs, Some((Outcome::Succeeded, reason)));
-        }
-
-        for rtype in [ReplicaType::Master, ReplicaType::Worker] {
-            let failed = of_type(rtype).filter(|p| p.phase == PodPhase::Failed).count();
-            if failed > 0 {
-                let reason = format!("PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed.");
-                return (leader_runs, Some((Outcome::Failed, reason)));
-            }
-        }
-
-        let master_lives =
-            of_type(ReplicaType::Master).any(|p| matches!(p.phase, PodPhase::Pending | PodPhase::Running));
-        let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
-        let worker_count = self.job.worker.as_ref().map_or(0, |w| w.replicas) as usize;
-        let all_workers_failed = worker_count > 0
-            && workers.len() == worker_count
-            && workers.iter().all(|p| {
-                p.latest_exit_failed
-                    && matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_))
-                    && p.phase != PodPhase::Succeeded
-            });
-        if has_master && master_lives && all_workers_failed {
-            let reason = format!(
-                "PyTorchJob {name} is failed because all {worker_count} Worker replica(s) failed while the Master was running."
-            );
-            return (leader_runs, Some((Outcome::Failed, reason)));
-        }
-
-        if let Some(limit) = self.job.backoff_limit {
-            let restarts: u64 = self
-                .pods
-                .iter()
-                .filter(|p| !p.gone && p.phase == PodPhase::Running && p.restart_policy != RestartPolicy::Never)
-                .map(|p| u64::from(p.restarts))
-                .sum();
-            // The operator: a limit of 0 fails on the first restart, else restarts >= limit.
-            if restarts >= u64::from(limit.max(1)) {
-                let reason = format!("PyTorchJob {name} has failed because it has reached the specified backoff limit");
-                return (leader_runs, Some((Outcome::Failed, reason)));
-            }
-        }
-        (leader_runs, None)
     }
 
     fn finish(&mut self, outcome: Outcome, reason: String, now: Duration, step: &mut Step) {

@@ -7,7 +7,7 @@ use crate::supervise::RestartPolicy;
 /// Where every replica finds the master in a dry run.
 pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
 
-/// Everything the driver needs to start one replica's launcher.
+/// Everything the event loop needs to start one replica's launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSpec {
     /// The replica.
@@ -26,7 +26,7 @@ pub struct LaunchSpec {
 }
 
 /// The launch of `replica`, with MASTER_PORT (and the rendezvous port unless the manifest sets
-/// one) set to `master_port` (the manifest's `job.master_port()`, or a free port the driver chose).
+/// one) set to `master_port` (the manifest's `job.master_port()`, or a free port the event loop chose).
 /// Returns `None` for a replica the job does not have.
 pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Option<LaunchSpec> {
     if !job.contains(replica) {

@@ -61,9 +61,9 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
         }
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut driver = DryRunLoop::new(opts, setup, tx);
-    let code = driver.run(rx).await;
-    driver.drain_output().await;
+    let mut event_loop = DryRunLoop::new(opts, setup, tx);
+    let code = event_loop.run(rx).await;
+    event_loop.drain_output().await;
     code
 }
 

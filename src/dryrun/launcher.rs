@@ -1,6 +1,6 @@
 //! One replica's launcher as the dry run sees it: the command line it is started with, the status
 //! lines it writes on `--status-fd` (turned into the controller's events), its node's labels
-//! file, and its output cut into lines. No processes here: the driver does the I/O.
+//! file, and its output cut into lines. No processes here: the event loop does the I/O.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -1,8 +1,15 @@
 //! `rankvisor dry-run`: manifest admission, the operator's env, the emulated controllers
 //! (training operator, Volcano, kubelet), the `kubectl get -w` rendering (all pure), and the
-//! driver that runs the job with one real launcher per replica.
+//! event loop that runs the job with one real launcher per replica.
 //!
-//! The driver ([`run_dry_run`]: processes, timers, signals; the only I/O here) loads the job with [`load_job`],
+//! Module map: `raw` (the manifest as written) -> `webhook_admission` (defaulting and the
+//! validating webhook) -> `manifest` (load and admit) -> `pytorchjob` (the admitted job);
+//! `env` (the operator's env) and `launcher` (a launcher's command line and status lines);
+//! `controller` (the cluster: `pod` is the kubelet's view, `operator` the reconcile rules) and
+//! `rows`/`kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
+//! `launcher_process`, `output`, `event_loop`.
+//!
+//! The event loop ([`run_dry_run`]: processes, timers, signals; the only I/O here) loads the job with [`load_job`],
 //! feeds a [`Controller`] the [`ClusterEvent`]s it observes, carries out the returned [`ClusterAction`]s
 //! (starting each launcher from [`launch_spec`]) and prints each [`Change`] with a
 //! [`TextRenderer`] or [`render_json`].
@@ -17,8 +24,10 @@ mod kubectl;
 mod launcher;
 mod launcher_process;
 mod manifest;
+mod operator;
 mod options;
 mod output;
+mod pod;
 mod ports;
 mod pytorchjob;
 mod quantity;

@@ -198,7 +198,7 @@ impl WatchEventType {
 /// One line of the watch: an object's row at the time of a change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
-    /// When, on the driver's clock.
+    /// When, on the event loop's clock.
     pub at: Duration,
     /// Added, Modified or Deleted.
     pub event: WatchEventType,
