@@ -1,11 +1,14 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
-use super::pytorchjob::{PyTorchJob, ReplicaId};
+use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
 use crate::supervise::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.
 pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
+
+/// The node every pod of the dry run is placed on (`spec.nodeName`, the NODE column).
+pub const DRY_RUN_NODE: &str = "localhost";
 
 /// Everything the event loop needs to start one replica's launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +22,8 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// The container's `command` followed by its `args`.
     pub command: Vec<String>,
+    /// The container's `workingDir`, if it sets one.
+    pub working_dir: Option<String>,
     /// The replica spec's restart policy, for the launcher's `--restart-policy`.
     pub restart_policy: RestartPolicy,
     /// The job's `runPolicy.backoffLimit`, for the launcher's `--backoff-limit` (None: keep its default).
@@ -34,17 +39,71 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
     }
     let spec = job.spec(replica.rtype)?;
     let mut env: Vec<(String, String)> = Vec::new();
-    for (k, v) in spec.container.env.iter().cloned().chain(operator_env(job, replica, master_port)) {
+    let own = spec.container.env.iter().map(|(k, source)| (k.clone(), resolve(job, replica, source)));
+    for (k, v) in own.chain(operator_env(job, replica, master_port)) {
         set(&mut env, k, v);
     }
     Some(LaunchSpec {
         replica,
         pod: job.pod_name(replica),
         env,
-        command: spec.container.command.clone(),
+        command: spec.container.argv(),
+        working_dir: spec.container.working_dir.clone(),
         restart_policy: spec.restart_policy,
-        backoff_limit: job.backoff_limit,
+        backoff_limit: job.run_policy.backoff_limit.map(|l| u32::try_from(l).unwrap_or(0)),
     })
+}
+
+/// The labels the operator puts on a replica's pod (`GenLabels`, `SetReplicaType`,
+/// `SetReplicaIndex`, `SetJobRole`), after the template's own.
+pub fn pod_labels(job: &PyTorchJob, replica: ReplicaId) -> Vec<(String, String)> {
+    let mut labels = job.spec(replica.rtype).map(|s| s.labels.clone()).unwrap_or_default();
+    let mut put = |k: &str, v: String| set(&mut labels, k.to_string(), v);
+    put("training.kubeflow.org/job-name", job.name.clone());
+    put("training.kubeflow.org/operator-name", "pytorchjob-controller".to_string());
+    put("training.kubeflow.org/replica-type", replica.rtype.lower().to_string());
+    put("training.kubeflow.org/replica-index", replica.index.to_string());
+    if replica.rtype == ReplicaType::Master {
+        put("training.kubeflow.org/job-role", "master".to_string());
+    }
+    labels
+}
+
+/// A variable's value in `replica`'s pod: a literal, or what the downward API gives a pod on this
+/// machine (admission let through only the paths the apiserver accepts).
+fn resolve(job: &PyTorchJob, replica: ReplicaId, source: &EnvSource) -> String {
+    let path = match source {
+        EnvSource::Value(v) => return v.clone(),
+        EnvSource::FieldRef(path) => path.as_str(),
+    };
+    let spec = job.spec(replica.rtype);
+    let keyed = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix("['").and_then(|r| r.strip_suffix("']")))
+            .map(str::to_string)
+    };
+    if let Some(key) = keyed("metadata.labels") {
+        return pod_labels(job, replica).into_iter().find(|(k, _)| *k == key).map(|(_, v)| v).unwrap_or_default();
+    }
+    if let Some(key) = keyed("metadata.annotations") {
+        // Volcano's gang scheduling names the PodGroup on every pod.
+        if key == "scheduling.k8s.io/group-name" {
+            return job.name.clone();
+        }
+        let annotations = spec.map(|s| s.annotations.clone()).unwrap_or_default();
+        return annotations.into_iter().find(|(k, _)| *k == key).map(|(_, v)| v).unwrap_or_default();
+    }
+    match path {
+        "metadata.name" => job.pod_name(replica),
+        "metadata.namespace" => job.namespace.clone(),
+        "metadata.uid" => format!("dry-run-{}-{}", job.namespace, job.pod_name(replica)),
+        "spec.nodeName" => DRY_RUN_NODE.to_string(),
+        "spec.serviceAccountName" => {
+            spec.and_then(|s| s.service_account.clone()).unwrap_or_else(|| "default".to_string())
+        }
+        "status.hostIP" | "status.hostIPs" | "status.podIP" | "status.podIPs" => DRY_RUN_MASTER_ADDR.to_string(),
+        _ => String::new(),
+    }
 }
 
 /// Set `key` in `env`, replacing an earlier value where it stands.
@@ -79,7 +138,8 @@ pub fn operator_env(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> V
     match &job.elastic {
         None => push("PET_NNODES", job.total_replicas().to_string()),
         Some(e) => {
-            let port = e.rdzv_port.unwrap_or(master_port);
+            // rdzvHost (else `<job>-worker-0`) is a cluster name: here every replica is on this machine.
+            let port = e.rdzv_port.map_or_else(|| master_port.to_string(), |p| p.to_string());
             push("PET_RDZV_ENDPOINT", format!("{DRY_RUN_MASTER_ADDR}:{port}"));
             push("PET_RDZV_BACKEND", e.rdzv_backend.clone());
             push("PET_NNODES", format!("{}:{}", e.min_replicas, e.max_replicas));

@@ -31,7 +31,8 @@ use tokio::time::{sleep_until, Instant};
 use crate::duration::format_duration;
 use crate::exit::{self, ExitHow};
 
-use super::controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome};
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
+use super::controller::Controller;
 use super::env::{launch_spec, DRY_RUN_MASTER_ADDR};
 use super::injection::{Fault, Injection};
 use super::kubectl::{render_json, TextRenderer};
@@ -112,7 +113,12 @@ struct DryRunLoop {
 impl DryRunLoop {
     fn new(opts: DryRunOptions, setup: Setup, tx: mpsc::UnboundedSender<LauncherReport>) -> Self {
         let Setup { job, injections, master_port, workdir } = setup;
-        let config = ControllerConfig { capability: opts.queue_capability.clone(), ..ControllerConfig::default() };
+        let config = ControllerConfig {
+            capability: opts.queue_capability.clone(),
+            backoff_initial: opts.backoff_initial,
+            backoff_max: opts.backoff_max,
+            ..ControllerConfig::default()
+        };
         let settings = LauncherSettings {
             backoff_initial: opts.backoff_initial,
             backoff_max: opts.backoff_max,
@@ -170,8 +176,7 @@ impl DryRunLoop {
         }
         match (&self.abort, self.controller.outcome()) {
             (Some(a), _) => a.code,
-            (None, Some(o)) => o.exit_code(),
-            (None, None) => 1,
+            (None, _) => self.controller.exit_code(),
         }
     }
 
@@ -215,7 +220,8 @@ impl DryRunLoop {
                 .collect();
             if !running.is_empty() && self.abort.is_none() {
                 note(&format!(
-                    "the job succeeded; waiting for {} still running: {} (Ctrl-C stops them)",
+                    "the job {}; waiting for {} still running (cleanPodPolicy keeps them): {} (Ctrl-C stops them)",
+                    self.controller.state().map_or("finished", |s| s.as_str()),
                     running.len(),
                     running.join(", ")
                 ));
@@ -227,7 +233,7 @@ impl DryRunLoop {
                 "timeout: the job did not settle within {} (job {state}); the dry run ends here, stopping every launcher",
                 format_duration(t)
             ));
-            let code = self.controller.outcome().map_or(1, Outcome::exit_code);
+            let code = self.controller.exit_code();
             self.abort = Some(Abort { code, by_signal: false });
             self.stop_every_launcher();
         }
@@ -338,12 +344,10 @@ impl DryRunLoop {
                 self.stop_all = true;
                 self.stop_every_launcher();
             }
-            ClusterAction::Unschedulable { message } => note(&message),
-            ClusterAction::Finish { outcome, reason } => {
+            ClusterAction::Unschedulable { message } | ClusterAction::Note { message } => note(&message),
+            ClusterAction::Finish { outcome: _, reason } => {
                 note(&reason);
-                if outcome == Outcome::Succeeded {
-                    self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
-                }
+                self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
             }
         }
     }

@@ -179,7 +179,7 @@ impl TextRenderer {
         let longest_status = PodStatus::ContainerCreating.as_str().len();
         Self {
             kinds,
-            job_widths: widths(&[job_name, JobState::Succeeded.as_str().len(), age]),
+            job_widths: widths(&[job_name, JobState::Restarting.as_str().len(), age]),
             podgroup_widths: widths(&[pg_name, "Inqueue".len(), "MINMEMBER".len(), "RUNNINGS".len(), age, 0]),
             pod_widths: widths(&[pod_name, "READY".len(), longest_status, "99 (59m59s ago)".len(), age, 0]),
             headers_shown: [false; 3],
@@ -351,8 +351,8 @@ mod tests {
             event: WatchEventType::Added,
             row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
         });
-        assert_eq!(job_lines[0], "NAME                             STATE       AGE");
-        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest               0s");
+        assert_eq!(job_lines[0], "NAME                             STATE        AGE");
+        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest                0s");
         let pg = Change {
             at: secs(4),
             event: WatchEventType::Modified,

@@ -13,7 +13,7 @@ use crate::duration::format_duration;
 use crate::exit::ExitHow;
 use crate::report::ReplicaState;
 
-use super::controller::ClusterEvent;
+use super::cluster::ClusterEvent;
 use super::env::LaunchSpec;
 use super::injection::DEFAULT_LABEL_KEY;
 use super::pytorchjob::ReplicaId;

@@ -45,7 +45,15 @@ pub enum ManifestError {
         /// The `kind` seen.
         kind: String,
     },
-    /// The operator's admission webhook (or the apiserver) refuses the job.
+    /// The apiserver's schema validation refuses the object.
+    #[error("The PyTorchJob {name:?} is invalid: {errors}")]
+    Invalid {
+        /// The job's name as written.
+        name: String,
+        /// Every refusal, in the apiserver's `field.ErrorList` form.
+        errors: FieldErrors,
+    },
+    /// The operator's admission webhook refuses the job.
     #[error("error when creating {source_name:?}: admission webhook \"validator.pytorchjob.training-operator.kubeflow.org\" denied the request: {errors}")]
     Denied {
         /// The file name.
@@ -63,25 +71,42 @@ pub enum ManifestError {
     },
 }
 
+/// A job that passed admission, with the webhook's warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedJob {
+    /// The admitted, defaulted job.
+    pub job: PyTorchJob,
+    /// What the webhook warned about (kubectl prints each as `Warning: ...`).
+    pub warnings: Vec<String>,
+}
+
 /// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
-pub fn load_job(path: &Path) -> Result<PyTorchJob, ManifestError> {
+pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ManifestError::Read { path: path.display().to_string(), source })?;
-    parse_job(&text, &path.display().to_string())
+    admit_text(&text, &path.display().to_string())
 }
 
 /// Parse and admit a manifest's text; `source_name` is used in messages.
 pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestError> {
+    admit_text(text, source_name).map(|loaded| loaded.job)
+}
+
+/// Parse and admit a manifest's text, keeping the webhook's warnings.
+pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestError> {
     let raw = parse_raw(text, source_name)?;
     let api_version = raw.api_version.clone().unwrap_or_default();
     let kind = raw.kind.clone().unwrap_or_default();
     if api_version != API_VERSION || kind != KIND {
         return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind });
     }
-    admit(&raw).map_err(|refusal| match refusal {
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let admitted = admit(&raw).map_err(|refusal| match refusal {
+        Refusal::Invalid(errors) => ManifestError::Invalid { name, errors },
         Refusal::Denied(errors) => ManifestError::Denied { source_name: source_name.to_string(), errors },
         Refusal::Unsupported(reason) => ManifestError::Unsupported { source_name: source_name.to_string(), reason },
-    })
+    })?;
+    Ok(LoadedJob { job: admitted.job, warnings: admitted.warnings })
 }
 
 /// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
@@ -161,7 +186,7 @@ spec:
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");
         assert_eq!(job.namespace, "default");
-        assert_eq!(job.backoff_limit, Some(3));
+        assert_eq!(job.run_policy.backoff_limit, Some(3));
         assert_eq!(job.total_replicas(), 4);
         let names: Vec<String> = job.replicas().iter().map(|r| job.pod_name(*r)).collect();
         assert_eq!(names, ["pytest-master-0", "pytest-worker-0", "pytest-worker-1", "pytest-worker-2"]);

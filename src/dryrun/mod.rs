@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+mod cluster;
 mod controller;
 mod env;
 mod event_loop;
@@ -39,7 +40,8 @@ mod setup;
 mod webhook_admission;
 mod workdir;
 
-pub use controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome, Step};
+pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+pub use controller::Controller;
 pub use env::{launch_spec, operator_env, LaunchSpec, DRY_RUN_MASTER_ADDR};
 pub use event_loop::run_dry_run;
 pub use injection::{parse_injection, Fault, Injection, InjectionError, DEFAULT_LABEL_KEY};
@@ -49,14 +51,15 @@ pub use launcher::{
     LauncherFiles, LauncherSettings, LineSplitter, StatusLine, StatusLineError, StatusTracker, HEALTHY_NODE,
     MAX_OUTPUT_LINE, UNLIMITED_RESTARTS,
 };
-pub use manifest::{load_job, parse_job, ManifestError, API_VERSION, KIND};
+pub use manifest::{admit_text, load_job, parse_job, LoadedJob, ManifestError, API_VERSION, KIND};
 pub use options::{
     DryRunOptions, OutputFormat, OutputFormatError, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_GRACE_PERIOD,
     DEFAULT_LAUNCHER_LOG_LEVEL, LAUNCHERS_READ_NODE_LABELS,
 };
 pub use pytorchjob::{
-    Container, ElasticPolicy, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME,
-    DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME,
+    CleanPodPolicy, Container, ElasticPolicy, EnvSource, PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType, RunPolicy,
+    SchedulingPolicy, DEFAULT_CONTAINER_NAME, DEFAULT_MASTER_PORT, DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER,
+    MULTIKUEUE_CONTROLLER,
 };
 pub use quantity::{format_quantity, parse_quantity, CapabilityError, QuantityError, QueueCapability, Resources};
 pub use rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEventType};

@@ -37,9 +37,14 @@ pub(super) enum ContainerState {
 /// The pod's phase, which the operator and Volcano count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PodPhase {
+    /// Not running yet (the dry run counts a launcher still before its child as Pending).
     Pending,
+    /// The training process runs, or the kubelet is restarting the container.
     Running,
+    /// The container ended with 0 and will not be restarted.
     Succeeded,
+    /// The container ended non-zero and the pod's restartPolicy (Never: replica policies Never and
+    /// ExitCode) does not restart it; or a Never pod was deleted.
     Failed,
 }
 
@@ -55,6 +60,11 @@ pub(super) struct Pod {
     pub(super) container: ContainerState,
     pub(super) phase: PodPhase,
     pub(super) restarts: u32,
+    /// Restarts by the kubelet (of the launcher, the container's PID 1) before the current
+    /// launcher: the current launcher's own restart count adds to it.
+    pub(super) restart_base: u32,
+    /// When the kubelet starts the crashed container (launcher) again.
+    pub(super) relaunch_at: Option<Duration>,
     /// The latest run's end: kubelet's `state.terminated`.
     pub(super) current_termination: Option<Duration>,
     /// The run before: kubelet's `lastState.terminated`, which kubectl's "(2s ago)" reads.
@@ -79,6 +89,8 @@ impl Pod {
             container: ContainerState::Waiting,
             phase: PodPhase::Pending,
             restarts: 0,
+            restart_base: 0,
+            relaunch_at: None,
             current_termination: None,
             last_termination: None,
             restart_pending_since: None,
@@ -87,6 +99,21 @@ impl Pod {
             recreate: false,
             gone: false,
             shown: None,
+        }
+    }
+
+    /// `FilterActivePods`: neither Succeeded nor Failed, and not being deleted.
+    pub(super) fn is_active(&self) -> bool {
+        !self.deleting && matches!(self.phase, PodPhase::Pending | PodPhase::Running)
+    }
+
+    /// The kubelet's restart policy for the pod (`SetRestartPolicy`: ExitCode becomes Never, the
+    /// operator restarts such a pod by recreating it).
+    pub(super) fn kubelet_restarts(&self, how: ExitHow) -> bool {
+        match self.restart_policy {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => !how.success(),
+            RestartPolicy::Never | RestartPolicy::ExitCode => false,
         }
     }
 

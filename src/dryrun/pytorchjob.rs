@@ -74,15 +74,37 @@ impl fmt::Display for ReplicaId {
     }
 }
 
+/// Where an env variable of the container gets its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvSource {
+    /// `value`.
+    Value(String),
+    /// `valueFrom.fieldRef.fieldPath`: the downward API, resolved per pod.
+    FieldRef(String),
+}
+
 /// The training container of one replica type, as the dry run runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Container {
-    /// The container's `command` followed by its `args`.
+    /// The image (not pulled: named in messages).
+    pub image: String,
+    /// The container's `command` (empty: the image's entrypoint).
     pub command: Vec<String>,
-    /// The container's own `env` (name, value), in manifest order.
-    pub env: Vec<(String, String)>,
+    /// The container's `args`.
+    pub args: Vec<String>,
+    /// The container's own `env` (name, source), in manifest order.
+    pub env: Vec<(String, EnvSource)>,
     /// The `pytorchjob-port` container port, if the manifest names one.
     pub port: Option<u16>,
+    /// `workingDir`.
+    pub working_dir: Option<String>,
+}
+
+impl Container {
+    /// `command` followed by `args`, what the container runs.
+    pub fn argv(&self) -> Vec<String> {
+        self.command.iter().chain(self.args.iter()).cloned().collect()
+    }
 }
 
 /// One entry of `spec.pytorchReplicaSpecs`, defaulted and validated.
@@ -96,21 +118,29 @@ pub struct ReplicaSpec {
     pub restart_policy: RestartPolicy,
     /// The `pytorch` container.
     pub container: Container,
-    /// What one pod asks of the queue: every container's limits (requests where no limit).
+    /// What one pod asks of the queue: every container's requests (limits where no request).
     pub resources: Resources,
+    /// The pod template's labels (the operator adds its own).
+    pub labels: Vec<(String, String)>,
+    /// The pod template's annotations.
+    pub annotations: Vec<(String, String)>,
+    /// `serviceAccountName` (default `default`).
+    pub service_account: Option<String>,
 }
 
 /// `spec.elasticPolicy`, after the operator's defaulting (min and max are always set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElasticPolicy {
     /// Fewest replicas torchrun accepts.
-    pub min_replicas: u32,
+    pub min_replicas: i64,
     /// Most replicas torchrun accepts.
-    pub max_replicas: u32,
+    pub max_replicas: i64,
     /// `rdzvBackend` (default c10d).
     pub rdzv_backend: String,
     /// `rdzvPort`, if given.
-    pub rdzv_port: Option<u16>,
+    pub rdzv_port: Option<i64>,
+    /// `rdzvHost`, if given (a cluster name: the dry run's endpoint is on this machine).
+    pub rdzv_host: Option<String>,
     /// `rdzvId`, if given.
     pub rdzv_id: Option<String>,
     /// `rdzvConf` as (key, value) pairs.
@@ -118,9 +148,83 @@ pub struct ElasticPolicy {
     /// `standalone: true`.
     pub standalone: bool,
     /// `maxRestarts`, if given.
-    pub max_restarts: Option<u32>,
+    pub max_restarts: Option<i64>,
     /// The deprecated `elasticPolicy.nProcPerNode`, if given.
-    pub nproc_per_node: Option<u32>,
+    pub nproc_per_node: Option<i64>,
+}
+
+/// `spec.runPolicy.cleanPodPolicy`: which pods the operator deletes once the job has finished.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CleanPodPolicy {
+    /// Keep every pod (the operator's default): pods still running go on running.
+    #[default]
+    None,
+    /// Delete the pods still running (or pending).
+    Running,
+    /// Delete every pod.
+    All,
+    /// A value the API does not define: the operator's comparisons treat it as `All`.
+    Other(String),
+}
+
+impl CleanPodPolicy {
+    /// Whether a finished job's pod in this state is deleted (`DeletePodsAndServices`).
+    pub fn deletes(&self, running_or_pending: bool) -> bool {
+        match self {
+            Self::None => false,
+            Self::Running => running_or_pending,
+            Self::All | Self::Other(_) => true,
+        }
+    }
+}
+
+/// `spec.runPolicy.schedulingPolicy`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchedulingPolicy {
+    /// `minAvailable`: the PodGroup's minMember (default: every replica).
+    pub min_available: Option<i32>,
+    /// `queue` (default `default`).
+    pub queue: Option<String>,
+    /// `priorityClass`, set on the PodGroup.
+    pub priority_class: Option<String>,
+    /// `minResources`, the PodGroup's (default: what the first minMember pods ask).
+    pub min_resources: Option<Resources>,
+    /// `scheduleTimeoutSeconds` (scheduler-plugins only; Volcano ignores it).
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// `spec.runPolicy`, as written (the operator defaults only cleanPodPolicy).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunPolicy {
+    /// `backoffLimit`; absent: no job-wide limit. The webhook admits a negative one, which fails
+    /// the job at its first reconcile (`PastBackoffLimit`: 0 restarts >= the limit).
+    pub backoff_limit: Option<i32>,
+    /// `cleanPodPolicy` (default None).
+    pub clean_pod_policy: CleanPodPolicy,
+    /// `activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<i64>,
+    /// `ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// `suspend`.
+    pub suspend: bool,
+    /// `managedBy` (the webhook admits only the operator's own name and Kueue's MultiKueue).
+    pub managed_by: Option<String>,
+    /// `schedulingPolicy`.
+    pub scheduling: SchedulingPolicy,
+}
+
+/// The `managedBy` value under which the training operator runs the job itself.
+pub const KUBEFLOW_JOBS_CONTROLLER: &str = "kubeflow.org/training-operator";
+
+/// The other `managedBy` value the webhook admits: the job is left to Kueue's MultiKueue.
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+
+impl RunPolicy {
+    /// The controller that manages the job instead of the training operator
+    /// (`ManagedByExternalController`), if any.
+    pub fn external_manager(&self) -> Option<&str> {
+        self.managed_by.as_deref().filter(|m| *m != KUBEFLOW_JOBS_CONTROLLER)
+    }
 }
 
 /// A PyTorchJob that passed admission: what the dry run runs.
@@ -130,8 +234,8 @@ pub struct PyTorchJob {
     pub name: String,
     /// `metadata.namespace` (default `default`).
     pub namespace: String,
-    /// `spec.runPolicy.backoffLimit`; absent means the operator sets no job-wide limit.
-    pub backoff_limit: Option<u32>,
+    /// `spec.runPolicy`.
+    pub run_policy: RunPolicy,
     /// `spec.nprocPerNode` (default `auto`), absent when the deprecated elastic field is used.
     pub nproc_per_node: Option<String>,
     /// `spec.elasticPolicy`.
@@ -165,6 +269,19 @@ impl PyTorchJob {
         self.spec(id.rtype).is_some_and(|s| id.index < s.replicas)
     }
 
+    /// The PodGroup's minMember: `schedulingPolicy.minAvailable`, else every replica.
+    pub fn min_member(&self) -> u32 {
+        match self.run_policy.scheduling.min_available {
+            Some(n) => u32::try_from(n).unwrap_or(0),
+            None => self.total_replicas(),
+        }
+    }
+
+    /// The Volcano queue: `schedulingPolicy.queue`, else `default`.
+    pub fn queue(&self) -> &str {
+        self.run_policy.scheduling.queue.as_deref().filter(|q| !q.is_empty()).unwrap_or("default")
+    }
+
     /// The sum of all replicas: the PodGroup's minMember and the default PET_NNODES.
     pub fn total_replicas(&self) -> u32 {
         self.master.iter().chain(self.worker.iter()).map(|s| s.replicas).sum()
@@ -184,9 +301,10 @@ impl PyTorchJob {
         }
     }
 
-    /// The master's `pytorchjob-port`, else the operator's default 23456.
+    /// The master's `pytorchjob-port` (the Worker's in a job without a master: elastic jobs'
+    /// rendezvous port), else the operator's default 23456.
     pub fn master_port(&self) -> u16 {
-        self.master.as_ref().and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
+        self.master.as_ref().or(self.worker.as_ref()).and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
     }
 
     /// What the whole job asks of the queue: the sum over every pod.
@@ -196,6 +314,21 @@ impl PyTorchJob {
             for _ in 0..spec.replicas {
                 total.add(&spec.resources);
             }
+        }
+        total
+    }
+
+    /// The PodGroup's minResources: `schedulingPolicy.minResources`, else what the first
+    /// minMember pods ask, Master first (`CalcPGMinResources`).
+    pub fn min_resources(&self) -> Resources {
+        if let Some(r) = &self.run_policy.scheduling.min_resources {
+            return r.clone();
+        }
+        let mut total = Resources::default();
+        let pods =
+            self.master.iter().chain(self.worker.iter()).flat_map(|s| (0..s.replicas).map(move |_| &s.resources));
+        for r in pods.take(self.min_member() as usize) {
+            total.add(r);
         }
         total
     }

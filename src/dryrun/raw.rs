@@ -104,6 +104,35 @@ pub(crate) struct RawSpec {
 pub(crate) struct RawRunPolicy {
     /// `backoffLimit`.
     pub backoff_limit: Option<i64>,
+    /// `cleanPodPolicy`.
+    pub clean_pod_policy: Option<String>,
+    /// `activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<i64>,
+    /// `ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// `suspend`.
+    pub suspend: Option<bool>,
+    /// `managedBy`.
+    pub managed_by: Option<String>,
+    /// `schedulingPolicy`.
+    pub scheduling_policy: Option<RawSchedulingPolicy>,
+}
+
+/// `spec.runPolicy.schedulingPolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawSchedulingPolicy {
+    /// `minAvailable`.
+    pub min_available: Option<i64>,
+    /// `queue`.
+    pub queue: Option<String>,
+    /// `priorityClass`.
+    pub priority_class: Option<String>,
+    /// `minResources`.
+    #[serde(default)]
+    pub min_resources: BTreeMap<String, Scalar>,
+    /// `scheduleTimeoutSeconds`.
+    pub schedule_timeout_seconds: Option<i64>,
 }
 
 /// `spec.elasticPolicy`.
@@ -118,6 +147,8 @@ pub(crate) struct RawElasticPolicy {
     pub rdzv_backend: Option<String>,
     /// `rdzvPort`.
     pub rdzv_port: Option<i64>,
+    /// `rdzvHost`.
+    pub rdzv_host: Option<String>,
     /// `rdzvId`.
     pub rdzv_id: Option<String>,
     /// `rdzvConf`.
@@ -157,21 +188,39 @@ pub(crate) struct RawReplicaSpec {
 /// `template`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct RawTemplate {
+    /// `metadata`.
+    #[serde(default)]
+    pub metadata: RawPodMetadata,
     /// `spec`.
     #[serde(default)]
     pub spec: RawPodSpec,
 }
 
+/// `template.metadata`: what the downward API's `metadata.labels[...]`/`annotations[...]` read.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RawPodMetadata {
+    /// `labels`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, Scalar>,
+    /// `annotations`.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, Scalar>,
+}
+
 /// `template.spec`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct RawPodSpec {
     /// `containers`.
     #[serde(default)]
     pub containers: Vec<RawContainer>,
+    /// `serviceAccountName` (the downward API's `spec.serviceAccountName`).
+    pub service_account_name: Option<String>,
 }
 
 /// One container.
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct RawContainer {
     /// `name`.
     #[serde(default)]
@@ -194,6 +243,8 @@ pub(crate) struct RawContainer {
     /// `resources`.
     #[serde(default)]
     pub resources: RawResources,
+    /// `workingDir`.
+    pub working_dir: Option<String>,
 }
 
 /// One `env` entry.
@@ -204,8 +255,31 @@ pub(crate) struct RawEnvVar {
     pub name: String,
     /// `value`.
     pub value: Option<Scalar>,
-    /// `valueFrom` (only its presence matters: the dry run cannot resolve it).
-    pub value_from: Option<IgnoredAny>,
+    /// `valueFrom`.
+    pub value_from: Option<RawEnvVarSource>,
+}
+
+/// `env[].valueFrom`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawEnvVarSource {
+    /// `fieldRef`: the downward API.
+    pub field_ref: Option<RawFieldRef>,
+    /// `resourceFieldRef`: a container's requests or limits (not resolved locally).
+    pub resource_field_ref: Option<IgnoredAny>,
+    /// `secretKeyRef` (needs a cluster).
+    pub secret_key_ref: Option<IgnoredAny>,
+    /// `configMapKeyRef` (needs a cluster).
+    pub config_map_key_ref: Option<IgnoredAny>,
+}
+
+/// `valueFrom.fieldRef`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawFieldRef {
+    /// `fieldPath`, e.g. `metadata.name`.
+    #[serde(default)]
+    pub field_path: String,
 }
 
 /// One `ports` entry.

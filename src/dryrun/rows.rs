@@ -10,14 +10,18 @@ use super::pytorchjob::ReplicaId;
 /// The PyTorchJob's STATE column (its latest condition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum JobState {
-    /// Accepted; pods created.
+    /// Accepted by the operator.
     Created,
-    /// The master runs.
+    /// The master runs (in a job without a master, a worker).
     Running,
-    /// The master completed.
+    /// The master completed (without a master: every worker; with elasticPolicy: any worker).
     Succeeded,
-    /// Every worker failed, the master gave up, or the backoff limit was reached.
+    /// A replica failed for good, or the backoff limit or the active deadline was reached.
     Failed,
+    /// A failed pod is being recreated.
+    Restarting,
+    /// `runPolicy.suspend`: no pods.
+    Suspended,
 }
 
 impl JobState {
@@ -28,6 +32,8 @@ impl JobState {
             Self::Running => "Running",
             Self::Succeeded => "Succeeded",
             Self::Failed => "Failed",
+            Self::Restarting => "Restarting",
+            Self::Suspended => "Suspended",
         }
     }
 }

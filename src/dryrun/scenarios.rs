@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::controller::{ClusterAction, ClusterEvent, Controller, ControllerConfig, Outcome};
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use super::controller::Controller;
 use super::manifest::parse_job;
 use super::pytorchjob::{ReplicaId, ReplicaType};
 use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
@@ -74,6 +75,17 @@ impl Run {
         }
         for pod in all_pods() {
             self.at(1.0, ClusterEvent::ChildRunning { pod, restart_count: 0 });
+        }
+    }
+
+    /// Submit, start these launchers and run their training processes.
+    pub(super) fn start_all_of(&mut self, pods: &[ReplicaId]) {
+        self.at(0.0, ClusterEvent::Submitted);
+        for pod in pods {
+            self.at(0.1, ClusterEvent::LauncherStarted { pod: *pod });
+        }
+        for pod in pods {
+            self.at(1.0, ClusterEvent::ChildRunning { pod: *pod, restart_count: 0 });
         }
     }
 

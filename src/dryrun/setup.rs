@@ -40,7 +40,12 @@ pub(super) struct Setup {
 
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
-        let job = load_job(&opts.manifest).map_err(SetupError::config)?;
+        let loaded = load_job(&opts.manifest).map_err(SetupError::config)?;
+        for warning in &loaded.warnings {
+            // As kubectl prints an admission webhook's warnings.
+            eprintln!("Warning: {warning}");
+        }
+        let job = loaded.job;
         let mut injections = opts
             .inject
             .iter()

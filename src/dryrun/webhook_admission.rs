@@ -1,16 +1,20 @@
-//! Admission as the training operator does it: defaulting, then the validating webhook's checks
-//! with its own messages (`pkg/webhooks/pytorch/pytorchjob_webhook.go`), in the apiserver's
-//! `field.ErrorList` form, plus the schema checks the apiserver makes first.
+//! Admission as a cluster does it: the apiserver's schema checks (the CRD's required fields and
+//! quantity pattern), then the validating webhook (`validatePyTorchJob` in
+//! `pkg/webhooks/pytorch/pytorchjob_webhook.go`, release-1.9) in its order and wording, on the job
+//! as written; then the operator's defaulting (`SetDefaults_PyTorchJob`), which runs in the
+//! controller after admission. Nothing the webhook admits is refused here: what a local run cannot
+//! do is [`Refusal::Unsupported`], named as such.
 
 use std::fmt;
 
 use super::pytorchjob::{
-    Container, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME,
+    CleanPodPolicy, Container, ElasticPolicy, EnvSource, PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy,
+    SchedulingPolicy, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
 };
-use super::quantity::{parse_quantity, Resources};
+use super::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
 use crate::supervise::RestartPolicy;
 
-use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec};
+use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy, Scalar};
 
 /// A local dry run starts one process per replica; more than this is refused.
 pub const MAX_DRY_RUN_REPLICAS: u32 = 256;
@@ -98,7 +102,6 @@ impl fmt::Display for FieldErrors {
     }
 }
 
-const NON_NEGATIVE: &str = "must be greater than or equal to 0";
 const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
 /// apimachinery's `IsDNS1035Label`: the reasons `name` is not a DNS-1035 label.
@@ -117,97 +120,116 @@ fn dns1035_problems(name: &str) -> Vec<String> {
     problems
 }
 
-/// Map a `pytorchReplicaSpecs` key to its type, case-insensitively as the operator's defaulting does.
-fn replica_type_of(key: &str) -> Option<ReplicaType> {
-    [ReplicaType::Master, ReplicaType::Worker].into_iter().find(|t| t.as_str().eq_ignore_ascii_case(key))
-}
+/// The replica types the webhook supports, in its message's order.
+const REPLICA_TYPES: [ReplicaType; 2] = [ReplicaType::Master, ReplicaType::Worker];
+
+/// The downward API's `fieldRef` paths a pod's env may use (the apiserver's list), and so the
+/// dry run resolves.
+pub const FIELD_REF_PATHS: [&str; 11] = [
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+    "metadata.labels",
+    "metadata.annotations",
+];
 
 /// Why admission did not produce a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// The webhook (or the apiserver) refuses the job.
+    /// The apiserver's schema validation refuses the object (before any webhook).
+    Invalid(FieldErrors),
+    /// The webhook refuses the job.
     Denied(FieldErrors),
-    /// A valid job that a local dry run cannot run, and why.
+    /// A job the cluster admits but a local dry run cannot run, and why.
     Unsupported(String),
 }
 
-/// Default, validate and convert a raw manifest into the job the dry run runs.
-pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
+/// What admission says besides yes: the webhook's warnings (kubectl prints them as `Warning: ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// The job, defaulted.
+    pub job: PyTorchJob,
+    /// `admission.Warnings`.
+    pub warnings: Vec<String>,
+}
+
+/// The apiserver's structural-schema checks of the PyTorchJob CRD (`required: pytorchReplicaSpecs`,
+/// the quantity pattern of `resources`), with its `<path> in body should match` wording.
+fn schema_errors(raw: &RawJob) -> Vec<FieldError> {
     use FieldErrorType::*;
-    let mut errs: Vec<FieldError> = Vec::new();
-    let spec_path = "spec.pytorchReplicaSpecs";
-
-    let name = raw.metadata.name.clone().unwrap_or_default();
-    if name.is_empty() {
+    let mut errs = Vec::new();
+    if raw.metadata.name.as_deref().unwrap_or_default().is_empty() {
         errs.push(FieldError::new("metadata.name", Required, None, "name or generateName is required"));
-    } else {
-        let problems = dns1035_problems(&name);
-        if !problems.is_empty() {
-            let detail = format!("should match: {}", problems.join(","));
-            errs.push(FieldError::new("metadata.name", Invalid, Some(BadValue::Str(name.clone())), detail));
-        }
     }
-
-    let backoff_limit = match raw.spec.run_policy.backoff_limit {
-        Some(b) if b < 0 => {
-            errs.push(FieldError::new("spec.runPolicy.backoffLimit", Invalid, Some(BadValue::Int(b)), NON_NEGATIVE));
-            None
-        }
-        Some(b) => Some(u32::try_from(b).unwrap_or(u32::MAX)),
-        None => None,
+    let Some(specs) = &raw.spec.pytorch_replica_specs else {
+        errs.push(FieldError::new("spec.pytorchReplicaSpecs", Required, None, ""));
+        return errs;
     };
-
-    // Defaulting renames keys to camel case; a key that is neither type stays as written.
-    let mut master_raw: Option<&RawReplicaSpec> = None;
-    let mut worker_raw: Option<&RawReplicaSpec> = None;
-    let mut typed: Vec<(String, Option<ReplicaType>, Option<&RawReplicaSpec>)> = Vec::new();
-    match &raw.spec.pytorch_replica_specs {
-        None => errs.push(FieldError::new(spec_path, Required, None, "must be required")),
-        Some(map) => {
-            for (key, spec) in map {
-                let rtype = replica_type_of(key);
-                let canonical = rtype.map_or_else(|| key.clone(), |t| t.as_str().to_string());
-                match rtype {
-                    Some(ReplicaType::Master) => master_raw = master_raw.or(spec.as_ref()),
-                    Some(ReplicaType::Worker) => worker_raw = worker_raw.or(spec.as_ref()),
-                    None => {}
+    let mut quantity = |path: String, value: &Scalar| {
+        let text = value.text();
+        if parse_quantity(&text).is_err() {
+            let detail = format!("{path} in body should match '{QUANTITY_SCHEMA_PATTERN}'");
+            errs.push(FieldError::new(path, Invalid, Some(BadValue::Str(text)), detail));
+        }
+    };
+    for (key, spec) in specs {
+        let Some(spec) = spec else { continue };
+        for (idx, c) in spec.template.spec.containers.iter().enumerate() {
+            for (kind, map) in [("limits", &c.resources.limits), ("requests", &c.resources.requests)] {
+                for (res, value) in map {
+                    quantity(
+                        format!(
+                            "spec.pytorchReplicaSpecs.{key}.template.spec.containers[{idx}].resources.{kind}.{res}"
+                        ),
+                        value,
+                    );
                 }
-                typed.push((canonical, rtype, spec.as_ref()));
             }
         }
     }
-    // Master first, then Worker, then the rest: a stable order for the messages.
-    typed.sort_by_key(|(key, rtype, _)| (rtype.map_or(2, |t| t as u8), key.clone()));
-
-    if let Some(elastic) = &raw.spec.elastic_policy {
-        match worker_raw {
-            None => errs.push(FieldError::new(
-                "spec.pytorchReplicaSpecs.Worker",
-                Required,
-                None,
-                "must be configured if elastic policy is used",
-            )),
-            Some(w) if w.replicas.is_some_and(|r| r < 1) => errs.push(FieldError::new(
-                "spec.pytorchReplicaSpecs.Worker.replicas",
-                Forbidden,
-                None,
-                "must be at least 1 worker if elastic policy is used",
-            )),
-            Some(_) => {}
+    if let Some(sp) = &raw.spec.run_policy.scheduling_policy {
+        for (res, value) in &sp.min_resources {
+            quantity(format!("spec.runPolicy.schedulingPolicy.minResources.{res}"), value);
         }
-        if elastic.nproc_per_node.is_some() && raw.spec.nproc_per_node.is_some() {
+    }
+    errs
+}
+
+/// `ValidateRunPolicy` (`pkg/common/util/webhooks.go`): only `managedBy` is checked.
+fn validate_run_policy(run_policy: &RawRunPolicy, errs: &mut Vec<FieldError>) {
+    if let Some(manager) = &run_policy.managed_by {
+        if manager != KUBEFLOW_JOBS_CONTROLLER && manager != MULTIKUEUE_CONTROLLER {
             errs.push(FieldError::new(
-                "spec.elasticPolicy.nProcPerNode",
-                Forbidden,
-                None,
-                "must not be used with spec.nprocPerNode",
+                "spec.runPolicy.managedBy",
+                FieldErrorType::NotSupported,
+                Some(BadValue::Str(manager.clone())),
+                format!("supported values: {KUBEFLOW_JOBS_CONTROLLER:?}, {MULTIKUEUE_CONTROLLER:?}"),
             ));
         }
     }
+}
 
-    for (key, rtype, spec) in &typed {
-        let role_path = format!("{spec_path}[{key}]");
+/// `validatePyTorchReplicaSpecs`: the keys exactly as written (defaulting comes later), Master
+/// then Worker then the rest (Go ranges over the map in no fixed order).
+fn validate_replica_specs(raw: &RawJob, errs: &mut Vec<FieldError>) {
+    use FieldErrorType::*;
+    let Some(specs) = &raw.spec.pytorch_replica_specs else {
+        errs.push(FieldError::new("spec.pytorchReplicaSpecs", Required, None, "must be required"));
+        return;
+    };
+    let mut keys: Vec<&String> = specs.keys().collect();
+    keys.sort_by_key(|k| (REPLICA_TYPES.iter().position(|t| t.as_str() == k.as_str()).unwrap_or(2), k.to_string()));
+    for key in keys {
+        let spec = specs.get(key).and_then(Option::as_ref);
+        let role_path = format!("spec.pytorchReplicaSpecs[{key}]");
         let containers_path = format!("{role_path}.template.spec.containers");
+        let rtype = REPLICA_TYPES.into_iter().find(|t| t.as_str() == key.as_str());
         if rtype.is_none() {
             errs.push(FieldError::new(
                 role_path.clone(),
@@ -238,66 +260,74 @@ pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
                 format!("must have at least one container with name {DEFAULT_CONTAINER_NAME}"),
             ));
         }
-        let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
-        if *rtype == Some(ReplicaType::Master) && replicas != 1 {
-            errs.push(FieldError::new(format!("{role_path}.replicas"), Forbidden, None, "must be 1"));
+        let replicas = spec.and_then(|s| s.replicas);
+        if rtype == Some(ReplicaType::Master) {
+            if replicas != Some(1) {
+                errs.push(FieldError::new(format!("{role_path}.replicas"), Forbidden, None, "must be 1"));
+            }
+        } else if replicas.is_some_and(|r| r < 1) {
+            errs.push(FieldError::new(format!("{role_path}.replicas"), Forbidden, None, "must be at least 1"));
         }
-        if replicas < 0 {
+    }
+}
+
+/// `validatePyTorchJob` then `SetDefaults_PyTorchJob`: the job the dry run runs, or why not.
+pub(crate) fn admit(raw: &RawJob) -> Result<Admitted, Refusal> {
+    use FieldErrorType::*;
+    let schema = schema_errors(raw);
+    if !schema.is_empty() {
+        return Err(Refusal::Invalid(FieldErrors(schema)));
+    }
+    let mut errs: Vec<FieldError> = Vec::new();
+    let mut warnings = Vec::new();
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let problems = dns1035_problems(&name);
+    if !problems.is_empty() {
+        let detail = format!("should match: {}", problems.join(","));
+        errs.push(FieldError::new("metadata.name", Invalid, Some(BadValue::Str(name.clone())), detail));
+    }
+    validate_run_policy(&raw.spec.run_policy, &mut errs);
+    // validateSpec
+    let specs = raw.spec.pytorch_replica_specs.as_ref();
+    if let Some(elastic) = &raw.spec.elastic_policy {
+        if !specs.is_some_and(|m| m.contains_key(ReplicaType::Worker.as_str())) {
             errs.push(FieldError::new(
-                format!("{role_path}.replicas"),
-                Invalid,
-                Some(BadValue::Int(replicas)),
-                NON_NEGATIVE,
+                "spec.pytorchReplicaSpecs[Worker]",
+                Required,
+                None,
+                "must be configured if elastic policy is used",
             ));
         }
-        if let Some(policy) = spec.and_then(|s| s.restart_policy.as_deref()) {
-            if policy.parse::<RestartPolicy>().is_err() {
-                let supported: Vec<String> =
-                    ["Always", "OnFailure", "Never", "ExitCode"].iter().map(|p| format!("{p:?}")).collect();
+        if elastic.nproc_per_node.is_some() {
+            warnings.push("spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead".to_string());
+            if raw.spec.nproc_per_node.is_some() {
                 errs.push(FieldError::new(
-                    format!("{role_path}.restartPolicy"),
-                    NotSupported,
-                    Some(BadValue::Str(policy.to_string())),
-                    format!("supported values: {}", supported.join(", ")),
+                    "spec.elasticPolicy.nProcPerNode",
+                    Forbidden,
+                    None,
+                    "must not be used with spec.nprocPerNode",
                 ));
             }
         }
-        for (idx, c) in containers.iter().enumerate() {
-            for (kind, map) in [("limits", &c.resources.limits), ("requests", &c.resources.requests)] {
-                for (res, value) in map {
-                    let text = value.text();
-                    if let Err(e) = parse_quantity(&text) {
-                        errs.push(FieldError::new(
-                            format!("{containers_path}[{idx}].resources.{kind}[{res}]"),
-                            Invalid,
-                            Some(BadValue::Str(text)),
-                            e.reason,
-                        ));
-                    }
-                }
-            }
-            for (pidx, port) in c.ports.iter().enumerate() {
-                if !(1..=65535).contains(&port.container_port) {
-                    errs.push(FieldError::new(
-                        format!("{containers_path}[{idx}].ports[{pidx}].containerPort"),
-                        Invalid,
-                        Some(BadValue::Int(port.container_port)),
-                        "must be between 1 and 65535, inclusive",
-                    ));
-                }
-            }
-        }
     }
-
-    let elastic = raw.spec.elastic_policy.as_ref().map(|e| elastic_policy(e, worker_raw, &mut errs));
-
+    validate_replica_specs(raw, &mut errs);
     if !errs.is_empty() {
         return Err(Refusal::Denied(FieldErrors(errs)));
     }
+    let job = defaulted(raw, name)?;
+    Ok(Admitted { job, warnings })
+}
 
-    let unsupported = Refusal::Unsupported;
-    let master = master_raw.map(|s| replica_spec(ReplicaType::Master, s)).transpose().map_err(unsupported)?;
-    let worker = worker_raw.map(|s| replica_spec(ReplicaType::Worker, s)).transpose().map_err(unsupported)?;
+/// `SetDefaults_PyTorchJob` on an admitted job, and the conversion to the dry run's model; fails
+/// only on what a local run cannot do.
+fn defaulted(raw: &RawJob, name: String) -> Result<PyTorchJob, Refusal> {
+    let specs = raw.spec.pytorch_replica_specs.as_ref();
+    let raw_of = |t: ReplicaType| specs.and_then(|m| m.get(t.as_str())).and_then(Option::as_ref);
+    let master = raw_of(ReplicaType::Master).map(|s| replica_spec(ReplicaType::Master, s)).transpose()?;
+    let worker = raw_of(ReplicaType::Worker).map(|s| replica_spec(ReplicaType::Worker, s)).transpose()?;
+    let elastic =
+        raw.spec.elastic_policy.as_ref().map(|e| elastic_policy(e, worker.as_ref().map_or(1, |w| w.replicas)));
+    // setDefaultNprocPerNode: "auto" unless the deprecated elastic field is used.
     let nproc_per_node = match (&raw.spec.nproc_per_node, &elastic) {
         (Some(n), _) => Some(n.text()),
         (None, Some(ElasticPolicy { nproc_per_node: Some(_), .. })) => None,
@@ -306,7 +336,7 @@ pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
     let job = PyTorchJob {
         name,
         namespace: raw.metadata.namespace.clone().unwrap_or_else(|| "default".to_string()),
-        backoff_limit,
+        run_policy: run_policy(&raw.spec.run_policy),
         nproc_per_node,
         elastic,
         master,
@@ -314,77 +344,66 @@ pub(crate) fn admit(raw: &RawJob) -> Result<PyTorchJob, Refusal> {
     };
     let total = job.total_replicas();
     if total == 0 {
-        return Err(unsupported("the job has no replicas: nothing to run".to_string()));
+        return Err(Refusal::Unsupported("the job has no replicas: nothing to run".to_string()));
     }
     if total > MAX_DRY_RUN_REPLICAS {
-        return Err(unsupported(format!(
+        return Err(Refusal::Unsupported(format!(
             "{total} replicas would start {total} local processes: at most {MAX_DRY_RUN_REPLICAS} are allowed"
         )));
     }
     Ok(job)
 }
 
-/// Default and check `spec.elasticPolicy` (the operator sets a missing min/max from the other, or
-/// from the Worker replicas).
-fn elastic_policy(
-    raw: &RawElasticPolicy,
-    worker: Option<&RawReplicaSpec>,
-    errs: &mut Vec<FieldError>,
-) -> ElasticPolicy {
-    let mut count = |field: &str, v: Option<i64>| -> Option<u32> {
-        let v = v?;
-        match u32::try_from(v) {
-            Ok(n) => Some(n),
-            Err(_) => {
-                errs.push(FieldError::new(
-                    format!("spec.elasticPolicy.{field}"),
-                    FieldErrorType::Invalid,
-                    Some(BadValue::Int(v)),
-                    NON_NEGATIVE,
-                ));
-                None
-            }
-        }
+/// `spec.runPolicy`, with `cleanPodPolicy` defaulted to None.
+fn run_policy(raw: &RawRunPolicy) -> RunPolicy {
+    let int32 = |v: i64| i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX });
+    let clean_pod_policy = match raw.clean_pod_policy.as_deref() {
+        None | Some("None") => CleanPodPolicy::None,
+        Some("Running") => CleanPodPolicy::Running,
+        Some("All") => CleanPodPolicy::All,
+        Some(other) => CleanPodPolicy::Other(other.to_string()),
     };
-    let min = count("minReplicas", raw.min_replicas);
-    let max = count("maxReplicas", raw.max_replicas);
-    let max_restarts = count("maxRestarts", raw.max_restarts);
-    let nproc_per_node = count("nProcPerNode", raw.nproc_per_node);
-    let rdzv_port = match raw.rdzv_port {
-        Some(p) => match u16::try_from(p) {
-            Ok(p) if p > 0 => Some(p),
-            _ => {
-                errs.push(FieldError::new(
-                    "spec.elasticPolicy.rdzvPort",
-                    FieldErrorType::Invalid,
-                    Some(BadValue::Int(p)),
-                    "must be between 1 and 65535, inclusive",
-                ));
-                None
+    let scheduling = raw.scheduling_policy.as_ref().map_or_else(SchedulingPolicy::default, |s| SchedulingPolicy {
+        min_available: s.min_available.map(int32),
+        queue: s.queue.clone(),
+        priority_class: s.priority_class.clone(),
+        min_resources: (!s.min_resources.is_empty()).then(|| {
+            let mut r = Resources::default();
+            for (k, v) in &s.min_resources {
+                if let Ok(q) = parse_quantity(&v.text()) {
+                    r.0.insert(k.clone(), q);
+                }
             }
-        },
-        None => None,
-    };
-    let workers = worker.and_then(|w| w.replicas).map_or(1, |r| u32::try_from(r).unwrap_or(0));
-    let (min_replicas, max_replicas) = match (min, max) {
+            r
+        }),
+        schedule_timeout_seconds: s.schedule_timeout_seconds.map(int32),
+    });
+    RunPolicy {
+        backoff_limit: raw.backoff_limit.map(int32),
+        clean_pod_policy,
+        active_deadline_seconds: raw.active_deadline_seconds,
+        ttl_seconds_after_finished: raw.ttl_seconds_after_finished.map(int32),
+        suspend: raw.suspend.unwrap_or(false),
+        managed_by: raw.managed_by.clone(),
+        scheduling,
+    }
+}
+
+/// `setElasticPolicy`: a missing min or max is the other one, or the Worker replicas.
+fn elastic_policy(raw: &RawElasticPolicy, workers: u32) -> ElasticPolicy {
+    let workers = i64::from(workers);
+    let (min_replicas, max_replicas) = match (raw.min_replicas, raw.max_replicas) {
         (Some(a), Some(b)) => (a, b),
         (Some(a), None) => (a, a),
         (None, Some(b)) => (b, b),
         (None, None) => (workers, workers),
     };
-    if min_replicas > max_replicas {
-        errs.push(FieldError::new(
-            "spec.elasticPolicy.minReplicas",
-            FieldErrorType::Invalid,
-            Some(BadValue::Int(i64::from(min_replicas))),
-            format!("must be less than or equal to maxReplicas ({max_replicas})"),
-        ));
-    }
     ElasticPolicy {
         min_replicas,
         max_replicas,
         rdzv_backend: raw.rdzv_backend.clone().unwrap_or_else(|| "c10d".to_string()),
-        rdzv_port,
+        rdzv_port: raw.rdzv_port,
+        rdzv_host: raw.rdzv_host.clone(),
         rdzv_id: raw.rdzv_id.clone(),
         rdzv_conf: raw
             .rdzv_conf
@@ -392,39 +411,77 @@ fn elastic_policy(
             .map(|kv| (kv.key.clone(), kv.value.as_ref().map(|v| v.text()).unwrap_or_default()))
             .collect(),
         standalone: raw.standalone.unwrap_or(false),
-        max_restarts,
-        nproc_per_node,
+        max_restarts: raw.max_restarts,
+        nproc_per_node: raw.nproc_per_node,
     }
 }
 
-/// Convert one admitted replica spec; fails only on what a local run cannot do.
-fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec, String> {
-    let replicas = u32::try_from(raw.replicas.unwrap_or(1)).unwrap_or(0);
-    let restart_policy = raw.restart_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(RestartPolicy::OnFailure);
-    let containers = &raw.template.spec.containers;
-    let path = format!("spec.pytorchReplicaSpecs[{rtype}].template.spec.containers");
-    let (idx, main) = containers
-        .iter()
-        .enumerate()
-        .find(|(_, c)| c.name == DEFAULT_CONTAINER_NAME)
-        .ok_or_else(|| format!("{path}: no container named {DEFAULT_CONTAINER_NAME}"))?;
-    let mut env = Vec::new();
+/// The pod the apiserver would refuse to create for this replica spec (the operator then retries
+/// forever, and the job never runs): the restart policy and the env's downward API paths.
+fn pod_refusal(rtype: ReplicaType, raw: &RawReplicaSpec, idx: usize, main: &RawContainer) -> Option<String> {
+    let policy = raw.restart_policy.as_deref().unwrap_or("OnFailure");
+    let pod = format!("pod of replica type {rtype}");
+    if policy.parse::<RestartPolicy>().is_err() {
+        return Some(format!(
+            "the webhook admits it, but the operator cannot create any {pod}: the apiserver refuses its spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
+        ));
+    }
     for (i, var) in main.env.iter().enumerate() {
-        if var.value_from.is_some() {
-            return Err(format!(
-                "{path}[{idx}].env[{i}] ({}) uses valueFrom, which needs a cluster: give it a literal value",
+        let Some(from) = &var.value_from else { continue };
+        let path = format!("spec.containers[{idx}].env[{i}].valueFrom");
+        if let Some(f) = &from.field_ref {
+            let known = FIELD_REF_PATHS.iter().any(|p| {
+                f.field_path == *p || (p.starts_with("metadata.") && f.field_path.starts_with(&format!("{p}[")))
+            });
+            if !known || matches!(f.field_path.as_str(), "metadata.labels" | "metadata.annotations") {
+                return Some(format!(
+                    "the webhook admits it, but the operator cannot create any {pod}: the apiserver refuses its {path}.fieldRef.fieldPath: Unsupported value: {:?}",
+                    f.field_path
+                ));
+            }
+        } else {
+            let what = if from.resource_field_ref.is_some() {
+                "resourceFieldRef"
+            } else if from.secret_key_ref.is_some() {
+                "secretKeyRef (a Secret of the cluster)"
+            } else if from.config_map_key_ref.is_some() {
+                "configMapKeyRef (a ConfigMap of the cluster)"
+            } else {
+                "an empty valueFrom"
+            };
+            return Some(format!(
+                "spec.pytorchReplicaSpecs[{rtype}].template.{path} ({}) uses {what}, which a local run cannot resolve: give it a literal value",
                 var.name
             ));
         }
-        env.push((var.name.clone(), var.value.as_ref().map(|v| v.text()).unwrap_or_default()));
     }
-    let command: Vec<String> = main.command.iter().chain(main.args.iter()).cloned().collect();
-    if main.command.is_empty() {
-        return Err(format!(
-            "{path}[{idx}].command is empty: the dry run does not pull image {:?}, so it cannot run its entrypoint; give the command",
-            main.image
-        ));
+    None
+}
+
+/// Convert one admitted replica spec (`setDefaultReplicas`, `setDefaultRestartPolicy`,
+/// `setPyTorchDefaultPort`); fails only on what a local run cannot do.
+fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec, Refusal> {
+    let replicas = u32::try_from(raw.replicas.unwrap_or(1)).unwrap_or(0);
+    let containers = &raw.template.spec.containers;
+    let (idx, main) =
+        containers.iter().enumerate().find(|(_, c)| c.name == DEFAULT_CONTAINER_NAME).ok_or_else(|| {
+            Refusal::Unsupported(format!("replica type {rtype} has no container named {DEFAULT_CONTAINER_NAME}"))
+        })?;
+    if let Some(why) = pod_refusal(rtype, raw, idx, main) {
+        return Err(Refusal::Unsupported(why));
     }
+    let restart_policy = raw.restart_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(RestartPolicy::OnFailure);
+    let env = main
+        .env
+        .iter()
+        .map(|var| {
+            let source = match var.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
+                Some(f) => EnvSource::FieldRef(f.field_path.clone()),
+                None => EnvSource::Value(var.value.as_ref().map(|v| v.text()).unwrap_or_default()),
+            };
+            (var.name.clone(), source)
+        })
+        .collect();
     let port = main
         .ports
         .iter()
@@ -433,15 +490,32 @@ fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec,
     let mut resources = Resources::default();
     for c in containers {
         let mut per = Resources::default();
-        // A limit wins; a request counts where no limit is set, as Kubernetes defaults requests from limits.
-        for (name, value) in c.resources.requests.iter().chain(c.resources.limits.iter()) {
+        // A request wins; a limit counts where no request is set, as Kubernetes defaults requests from limits.
+        for (name, value) in c.resources.limits.iter().chain(c.resources.requests.iter()) {
             if let Ok(amount) = parse_quantity(&value.text()) {
                 per.0.insert(name.clone(), amount);
             }
         }
         resources.add(&per);
     }
-    Ok(ReplicaSpec { rtype, replicas, restart_policy, container: Container { command, env, port }, resources })
+    let pairs = |m: &std::collections::BTreeMap<String, Scalar>| m.iter().map(|(k, v)| (k.clone(), v.text())).collect();
+    Ok(ReplicaSpec {
+        rtype,
+        replicas,
+        restart_policy,
+        container: Container {
+            image: main.image.clone(),
+            command: main.command.clone(),
+            args: main.args.clone(),
+            env,
+            port,
+            working_dir: main.working_dir.clone(),
+        },
+        resources,
+        labels: pairs(&raw.template.metadata.labels),
+        annotations: pairs(&raw.template.metadata.annotations),
+        service_account: raw.template.spec.service_account_name.clone(),
+    })
 }
 
 #[cfg(test)]

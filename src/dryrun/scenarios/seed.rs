@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::super::controller::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use super::super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
 use super::super::pytorchjob::ReplicaId;
 use super::super::quantity::QueueCapability;
 use super::super::rows::{JobState, PodGroupPhase, PodStatus, Row, WatchEventType};
@@ -136,33 +136,35 @@ fn one_worker_failing_restarts_and_the_job_still_succeeds() {
 }
 
 #[test]
-fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
+fn all_workers_failing_reach_the_backoff_limit_and_stop_the_master() {
+    // Seed 000's all-workers-fail trace is `PastBackoffLimit` at work: each worker restarts once,
+    // 3 workers x 1 restart = 3 = backoffLimit; there is no "all workers failed" rule.
     let mut r = Run::new(ALL_WORKERS_FAIL);
     r.start_all();
-    r.exit(2.0, ReplicaId::worker(0), 1, true, 0);
-    r.exit(2.0, ReplicaId::worker(1), 1, true, 0);
-    assert_eq!(r.c.state(), Some(JobState::Running), "one worker still runs");
-    let actions = r.exit(2.0, ReplicaId::worker(2), 1, true, 0);
-    assert_eq!(
-        actions,
-        vec![
-            ClusterAction::StopAll,
-            ClusterAction::Finish {
-                outcome: Outcome::Failed,
-                reason:
-                    "PyTorchJob pytest is failed because all 3 Worker replica(s) failed while the Master was running."
-                        .into()
-            }
-        ]
-    );
+    for w in 0..3 {
+        r.exit(2.0, ReplicaId::worker(w), 1, true, 0);
+    }
+    assert_eq!(r.c.state(), Some(JobState::Running), "failures under OnFailure restart in place");
+    r.run(2.1, ReplicaId::worker(0), 1);
+    r.run(2.1, ReplicaId::worker(1), 1);
+    assert_eq!(r.c.state(), Some(JobState::Running), "2 restarts < backoffLimit 3");
+    let actions = r.at(2.1, ClusterEvent::ChildRunning { pod: ReplicaId::worker(2), restart_count: 1 });
+    let stops: Vec<ClusterAction> = all_pods().into_iter().map(|pod| ClusterAction::StopPod { pod }).collect();
+    let mut want = stops;
+    want.push(ClusterAction::StopAll);
+    want.push(ClusterAction::Finish {
+        outcome: Outcome::Failed,
+        reason: "Job pytest has failed because it has reached the specified backoff limit".into(),
+    });
+    assert_eq!(actions, want);
     assert_eq!(r.c.state(), Some(JobState::Failed));
     assert!(!r.podgroup_exists());
     for pod in all_pods() {
-        assert_eq!(r.pod(pod).unwrap().status, PodStatus::Terminating);
+        assert_eq!(r.pod(pod).unwrap().status, PodStatus::Terminating, "every pod is deleted, cleanPodPolicy or not");
     }
     assert!(r.pod(MASTER).unwrap().ready, "the master was still running when stopped");
 
-    // The driver stops everything; the stops do not restart anything or decide again.
+    // The event loop stops everything; the stops do not restart anything or decide again.
     r.at(
         2.5,
         ClusterEvent::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 0 },
@@ -195,7 +197,9 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
         r.exit(t, MASTER, 1, true, k);
         assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Error);
         r.at(t + 1.0, ClusterEvent::Tick);
-        assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::CrashLoopBackOff);
+        // The kubelet restarts at once after the first crash: CrashLoopBackOff from the second on.
+        let waiting = if k == 0 { PodStatus::Error } else { PodStatus::CrashLoopBackOff };
+        assert_eq!(r.pod(MASTER).unwrap().status, waiting, "crash {k}");
         assert_eq!(r.c.state(), Some(JobState::Running), "Running through the master's restarts");
         r.run(t + 2.0, MASTER, k + 1);
         runs += 1;
@@ -206,10 +210,7 @@ fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit()
     assert_eq!(r.c.state(), Some(JobState::Failed));
     assert_eq!(
         r.finishes(),
-        vec![(
-            Outcome::Failed,
-            "PyTorchJob pytest has failed because it has reached the specified backoff limit".into()
-        )]
+        vec![(Outcome::Failed, "Job pytest has failed because it has reached the specified backoff limit".into())]
     );
     assert!(r.actions.contains(&ClusterAction::StopAll));
     assert!(r.states[..r.states.len() - 1].iter().all(|s| *s != Some(JobState::Failed)));
