@@ -115,6 +115,14 @@ struct DryRunArgs {
     /// The launchers' own log level (their lines appear among the replica's output).
     #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
     launcher_log_level: Level,
+    /// A replica type's command instead of its image's entrypoint (repeatable), run by `sh -c`
+    /// with the container's args after it: TYPE=COMMAND, e.g. Worker='python train.py'.
+    #[arg(long = "command", value_name = "TYPE=COMMAND")]
+    commands: Vec<String>,
+    /// A path inside the image mapped onto a local one in the command, args, env values and
+    /// workingDir (repeatable): IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples.
+    #[arg(long = "path-map", value_name = "IMAGE_PATH=LOCAL_PATH")]
+    path_maps: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -372,6 +380,8 @@ fn cmd_dry_run(a: DryRunArgs, signals: &Signals) -> i32 {
         launcher_log_level: a.launcher_log_level.to_string().to_lowercase(),
         restart_scope: a.restart_scope,
         http: a.http,
+        commands: a.commands,
+        path_maps: a.path_maps,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -17,6 +17,8 @@ pub struct LaunchSpec {
     pub replica: ReplicaId,
     /// The pod's name, `<job>-worker-1`.
     pub pod: String,
+    /// The job's namespace (`POD_NAMESPACE`).
+    pub namespace: String,
     /// The container's environment: its own `env`, then the operator's (a later duplicate
     /// replaces an earlier one in place, as the kubelet resolves duplicates).
     pub env: Vec<(String, String)>,
@@ -46,6 +48,7 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
     Some(LaunchSpec {
         replica,
         pod: job.pod_name(replica),
+        namespace: job.namespace.clone(),
         env,
         command: spec.container.argv(),
         working_dir: spec.container.working_dir.clone(),

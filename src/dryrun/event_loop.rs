@@ -387,6 +387,10 @@ impl DryRunLoop {
         let pod = injection.replica;
         let name = self.job.pod_name(pod);
         match injection.fault {
+            Fault::Resume => {
+                note(&format!("injected: PyTorchJob {} gets spec.runPolicy.suspend: false", self.job.name));
+                self.feed(ClusterEvent::Resumed);
+            }
             Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
                 Some((Some(pid), _)) => fail_child(&name, pid),
                 Some((None, false)) => {

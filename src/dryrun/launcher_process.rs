@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::exit::{self, ExitHow};
 
-use super::env::{LaunchSpec, DRY_RUN_MASTER_ADDR};
+use super::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use super::launcher::{
     is_operator_managed_var, launcher_args, parse_status_line, LauncherFiles, LauncherSettings, StatusLine,
 };
@@ -74,9 +74,13 @@ pub(super) fn spawn_launcher(
             cmd.env_remove(name);
         }
     }
+    // What the downward API gives a real pod (examples/k8s/pytorchjob.yaml asks for these): the
+    // launcher names its job and itself from them. The container's own env comes after, and wins.
+    cmd.env("POD_NAME", &spec.pod).env("POD_NAMESPACE", &spec.namespace).env("NODE_NAME", DRY_RUN_NODE);
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    // What the downward API gives a real pod: the launcher names its job and itself from it.
-    cmd.env("POD_NAME", &spec.pod).env("POD_NAMESPACE", "default").env("NODE_NAME", "localhost");
+    if let Some(dir) = &spec.working_dir {
+        cmd.current_dir(dir);
+    }
     cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(false);
     match &opts.logs {
         Some(dir) => {

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::not_emulated::not_emulated;
 use super::pytorchjob::PyTorchJob;
 use super::raw::RawJob;
 use super::webhook_admission::{admit, FieldErrors, Refusal};
@@ -78,6 +79,8 @@ pub struct LoadedJob {
     pub job: PyTorchJob,
     /// What the webhook warned about (kubectl prints each as `Warning: ...`).
     pub warnings: Vec<String>,
+    /// The fields the dry run does not emulate, each named (one warning line).
+    pub not_emulated: Vec<String>,
 }
 
 /// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
@@ -106,7 +109,12 @@ pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestEr
         Refusal::Denied(errors) => ManifestError::Denied { source_name: source_name.to_string(), errors },
         Refusal::Unsupported(reason) => ManifestError::Unsupported { source_name: source_name.to_string(), reason },
     })?;
-    Ok(LoadedJob { job: admitted.job, warnings: admitted.warnings })
+    let doc: serde_json::Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        serde_yaml_ng::from_str(text).unwrap_or_default()
+    };
+    Ok(LoadedJob { job: admitted.job, warnings: admitted.warnings, not_emulated: not_emulated(&doc) })
 }
 
 /// Parse JSON (a document starting with `{`) or YAML into the raw manifest.

@@ -24,7 +24,9 @@ mod injection;
 mod kubectl;
 mod launcher;
 mod launcher_process;
+mod local;
 mod manifest;
+mod not_emulated;
 mod operator;
 mod options;
 mod output;
@@ -51,6 +53,7 @@ pub use launcher::{
     LauncherFiles, LauncherSettings, LineSplitter, StatusLine, StatusLineError, StatusTracker, HEALTHY_NODE,
     MAX_OUTPUT_LINE, UNLIMITED_RESTARTS,
 };
+pub use local::{localize, parse_command_override, parse_path_map, CommandOverride, PathMap};
 pub use manifest::{admit_text, load_job, parse_job, LoadedJob, ManifestError, API_VERSION, KIND};
 pub use options::{
     DryRunOptions, OutputFormat, OutputFormatError, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_GRACE_PERIOD,

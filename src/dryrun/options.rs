@@ -83,6 +83,10 @@ pub struct DryRunOptions {
     pub rankvisor: PathBuf,
     /// `--restart-scope`, passed to every launcher.
     pub restart_scope: crate::supervise::RestartScope,
+    /// `--command TYPE=CMD` specs, as given: a replica type's command instead of its image's entrypoint.
+    pub commands: Vec<String>,
+    /// `--path-map IMAGE_PATH=LOCAL_PATH` specs, as given: paths inside the image mapped onto local ones.
+    pub path_maps: Vec<String>,
     /// `--http`: every launcher serves /healthz, /readyz, /metrics and /status on a free loopback
     /// port, said in the output (off: `--http-addr off`).
     pub http: bool,
@@ -107,6 +111,8 @@ impl DryRunOptions {
             rankvisor,
             restart_scope: crate::supervise::RestartScope::Replica,
             http: false,
+            commands: Vec::new(),
+            path_maps: Vec::new(),
         }
     }
 }

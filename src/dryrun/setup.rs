@@ -9,6 +9,7 @@ use crate::exit;
 
 use super::injection::{parse_injection, Injection};
 use super::launcher::{healthy_labels, labels_file_text};
+use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, PathMap};
 use super::manifest::load_job;
 use super::options::DryRunOptions;
 use super::output::note;
@@ -45,7 +46,29 @@ impl Setup {
             // As kubectl prints an admission webhook's warnings.
             eprintln!("Warning: {warning}");
         }
-        let job = loaded.job;
+        let mut job = loaded.job;
+        let commands: Vec<CommandOverride> = opts
+            .commands
+            .iter()
+            .map(|c| parse_command_override(c))
+            .collect::<Result<_, _>>()
+            .map_err(SetupError::config)?;
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let maps: Vec<PathMap> = opts
+            .path_maps
+            .iter()
+            .map(|m| parse_path_map(m, &cwd))
+            .collect::<Result<_, _>>()
+            .map_err(SetupError::config)?;
+        let notes = localize(&mut job, &commands, &maps).map_err(|e| {
+            SetupError::config(format!("{}: the dry run cannot run this job: {e}", opts.manifest.display()))
+        })?;
+        for n in notes {
+            note(&n);
+        }
+        if !loaded.not_emulated.is_empty() {
+            note(&format!("warning: not emulated here: {}", loaded.not_emulated.join("; ")));
+        }
         let mut injections = opts
             .inject
             .iter()
