@@ -169,7 +169,13 @@ impl Controller {
             ClusterEvent::Resumed => self.resume(now, &mut step),
             ClusterEvent::LauncherStarted { pod } => {
                 if let Some(i) = self.live_pod(pod) {
-                    self.pods[i].launcher = LauncherProcess::Alive;
+                    let p = &mut self.pods[i];
+                    p.launcher = LauncherProcess::Alive;
+                    if matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
+                        // A restarted container: its previous run moves to lastState.
+                        p.shift_termination();
+                        p.container = ContainerState::Waiting;
+                    }
                     self.sync_pod(i, now, &mut step);
                 }
             }
@@ -414,10 +420,9 @@ impl Controller {
                 p.relaunch_at = None;
                 p.restarts = p.restarts.saturating_add(1);
                 p.restart_base = p.restarts;
-                p.shift_termination();
-                p.container = ContainerState::Waiting;
                 p.restart_pending_since = None;
                 let id = p.id;
+                // The row keeps the last crash until the new container is there.
                 p.launcher = LauncherProcess::Requested;
                 self.sync_pod(i, now, step);
                 step.actions.push(ClusterAction::StartLauncher { pod: id });

@@ -282,4 +282,53 @@ mod tests {
             "min and max default to the Worker replicas"
         );
     }
+
+    #[test]
+    fn a_worker_only_elastic_job_gets_exactly_what_set_pod_env_and_the_elastic_generator_give() {
+        // Kubeflow's elastic echo example's shape: no Master, elasticPolicy min 1 max 2.
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: echo\nspec:\n  elasticPolicy:\n    rdzvBackend: c10d\n    minReplicas: 1\n    maxReplicas: 2\n    maxRestarts: 100\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: echo\n              env: [{name: LOGLEVEL, value: DEBUG}]\n              command: [python, echo.py]\n";
+        let job = parse_job(text, "echo.yaml").unwrap();
+        let launch = launch_spec(&job, ReplicaId::worker(1), job.master_port()).unwrap();
+        assert_eq!(
+            launch.env,
+            pairs(&[
+                ("LOGLEVEL", "DEBUG"),
+                ("PYTHONUNBUFFERED", "1"),
+                ("PET_NPROC_PER_NODE", "auto"),
+                ("PET_RDZV_ENDPOINT", "127.0.0.1:23456"),
+                ("PET_RDZV_BACKEND", "c10d"),
+                ("PET_NNODES", "1:2"),
+                ("PET_MAX_RESTARTS", "100"),
+            ]),
+            "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK without a Master"
+        );
+    }
+
+    #[test]
+    fn a_worker_only_job_without_elastic_policy_gets_pet_nnodes_only() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: w\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 3\n      template:\n        spec:\n          containers:\n            - {name: pytorch, image: x, command: [\"true\"]}\n";
+        let job = parse_job(text, "w.yaml").unwrap();
+        let env = operator_env(&job, ReplicaId::worker(2), 23456);
+        assert_eq!(env, pairs(&[("PYTHONUNBUFFERED", "1"), ("PET_NPROC_PER_NODE", "auto"), ("PET_NNODES", "3")]));
+    }
+
+    #[test]
+    fn field_refs_resolve_to_what_this_pod_would_see() {
+        let text = JOB.replacen(
+            "              command: [\"sh\", \"-c\", \"sleep 3\"]\n",
+            "              command: [\"sh\", \"-c\", \"sleep 3\"]\n              env:\n                - {name: ME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n                - {name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}\n                - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}\n                - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n                - {name: TYPE, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['training.kubeflow.org/replica-type']\"}}}\n                - {name: SA, valueFrom: {fieldRef: {fieldPath: spec.serviceAccountName}}}\n",
+            1,
+        )
+        .replace("namespace: default", "namespace: research");
+        let job = parse_job(&text, "j.yaml").unwrap();
+        let launch = launch_spec(&job, ReplicaId::MASTER, 23456).unwrap();
+        let get = |k: &str| launch.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("ME"), Some("pytest-master-0"));
+        assert_eq!(get("NS"), Some("research"));
+        assert_eq!(get("NODE"), Some("localhost"));
+        assert_eq!(get("IP"), Some("127.0.0.1"));
+        assert_eq!(get("TYPE"), Some("master"));
+        assert_eq!(get("SA"), Some("default"));
+        assert_eq!(launch.namespace, "research", "POD_NAMESPACE follows metadata.namespace");
+    }
 }

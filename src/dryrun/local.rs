@@ -46,8 +46,8 @@ pub fn parse_path_map(spec: &str, cwd: &Path) -> Result<PathMap, String> {
         format!("invalid --path-map {spec:?}: {why}: expected IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples")
     };
     let (image, local) = spec.split_once('=').ok_or_else(|| bad("no '='"))?;
-    if !image.starts_with('/') {
-        return Err(bad(&format!("{image:?} is not an absolute path inside the image")));
+    if !image.starts_with('/') || image.trim_end_matches('/').is_empty() {
+        return Err(bad(&format!("{image:?} is not an absolute directory below / inside the image")));
     }
     if local.is_empty() {
         return Err(bad("the local path is empty"));
@@ -82,12 +82,18 @@ fn runs_rankvisor(argv: &[String]) -> bool {
 
 /// Apply the overrides to every replica type; returns the notes to print, or why a replica type
 /// cannot run here.
-pub fn localize(job: &mut PyTorchJob, commands: &[CommandOverride], maps: &[PathMap]) -> Result<Vec<String>, String> {
+pub fn localize(
+    job: &mut PyTorchJob,
+    commands: &[CommandOverride],
+    maps: &[PathMap],
+    cwd: &Path,
+) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     for spec in [job.master.as_mut(), job.worker.as_mut()].into_iter().flatten() {
         let rtype = spec.rtype;
         let c: &mut Container = &mut spec.container;
-        if let Some(o) = commands.iter().rev().find(|o| o.rtype == rtype) {
+        let overridden = commands.iter().rev().find(|o| o.rtype == rtype);
+        if let Some(o) = overridden {
             c.command = if c.args.is_empty() {
                 vec!["sh".into(), "-c".into(), o.command.clone()]
             } else {
@@ -124,8 +130,26 @@ pub fn localize(job: &mut PyTorchJob, commands: &[CommandOverride], maps: &[Path
                 c.image
             ));
         }
+        // A command given on the command line is the user's to get right.
+        if let Some(missing) = missing_file(c, cwd).filter(|_| overridden.is_none()) {
+            return Err(format!(
+                "replica type {rtype} runs {missing}, which is not on this machine (a path inside image {:?}?): map its directory with --path-map IMAGE_DIR=LOCAL_DIR, or give the command with --command {rtype}='...'",
+                c.image
+            ));
+        }
     }
     Ok(notes)
+}
+
+/// The program or the Python script a container runs, if it names a file this machine lacks:
+/// an absolute program path, or the first `*.py` word (relative ones from `workingDir`, else
+/// from `cwd`, as the image's WORKDIR is unknown here).
+fn missing_file(c: &Container, cwd: &Path) -> Option<String> {
+    let argv = c.argv();
+    let base = c.working_dir.as_deref().map_or_else(|| cwd.to_path_buf(), |w| cwd.join(w));
+    let program = argv.first().filter(|p| p.starts_with('/')).cloned();
+    let script = argv.iter().skip(1).find(|w| w.ends_with(".py") && !w.contains('=')).cloned();
+    [program, script].into_iter().flatten().find(|w| !base.join(w).exists())
 }
 
 #[cfg(test)]
@@ -138,7 +162,7 @@ mod tests {
     #[test]
     fn a_missing_entrypoint_is_named_with_the_flag_that_gives_it() {
         let mut job = parse_job(IMAGE_ONLY, "echo.yaml").unwrap();
-        let e = localize(&mut job, &[], &[]).unwrap_err();
+        let e = localize(&mut job, &[], &[], Path::new("/")).unwrap_err();
         assert!(
             e.contains("replica type Worker runs the entrypoint of image \"kubeflow/pytorch-elastic-example-echo\""),
             "{e}"
@@ -150,12 +174,21 @@ mod tests {
     fn a_command_takes_the_entrypoints_place_and_paths_are_mapped() {
         let mut job = parse_job(IMAGE_ONLY, "echo.yaml").unwrap();
         let commands = [parse_command_override("worker=torchrun").unwrap()];
-        let maps = [parse_path_map("/workspace=examples", Path::new("/src")).unwrap()];
-        assert!(localize(&mut job, &commands, &maps).unwrap().is_empty());
+        let dir = std::env::temp_dir().join(format!("rankvisor-localize-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("examples")).unwrap();
+        std::fs::write(dir.join("examples/echo.py"), "").unwrap();
+        let maps = [parse_path_map("/workspace=examples", &dir).unwrap()];
+        assert!(localize(&mut job, &commands, &maps, &dir).unwrap().is_empty());
+        let src = dir.display().to_string();
         let c = &job.worker.as_ref().unwrap().container;
-        assert_eq!(c.argv(), ["sh", "-c", "torchrun \"$@\"", "sh", "--rdzv_backend=c10d", "/src/examples/echo.py"]);
-        assert_eq!(c.working_dir.as_deref(), Some("/src/examples"));
-        assert_eq!(map_word("--data=/workspace/d", &maps), "--data=/src/examples/d");
+        let echo = format!("{src}/examples/echo.py");
+        assert_eq!(c.argv(), ["sh", "-c", "torchrun \"$@\"", "sh", "--rdzv_backend=c10d", echo.as_str()]);
+        assert_eq!(c.working_dir, Some(format!("{src}/examples")));
+        assert_eq!(map_word("--data=/workspace/d", &maps), format!("--data={src}/examples/d"));
+        let mut unmapped = parse_job(IMAGE_ONLY, "echo.yaml").unwrap();
+        let e = localize(&mut unmapped, &commands, &[], &dir).unwrap_err();
+        assert!(e.contains("runs /workspace/echo.py, which is not on this machine"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
         assert_eq!(map_word("/workspaces/x", &maps), "/workspaces/x", "a prefix ends at a path separator");
     }
 
@@ -163,7 +196,7 @@ mod tests {
     fn rankvisor_as_the_command_hands_its_child_to_the_launcher() {
         let text = include_str!("../../examples/k8s/pytorchjob.yaml");
         let mut job = parse_job(text, "pytorchjob.yaml").unwrap();
-        let notes = localize(&mut job, &[], &[]).unwrap();
+        let notes = localize(&mut job, &[], &[], Path::new("/")).unwrap();
         assert_eq!(job.master.as_ref().unwrap().container.argv(), ["sh", "-c", "sleep 30s"]);
         assert!(notes[0].contains("rankvisor itself (/rankvisor)"), "{notes:?}");
         assert!(notes[0].contains("--restart-policy OnFailure --grace-period 30s"), "{notes:?}");
@@ -173,6 +206,7 @@ mod tests {
     fn bad_flags_name_the_value_and_the_form() {
         assert!(parse_command_override("Launcher=x").unwrap_err().contains("\"Launcher\" is not a replica type"));
         assert!(parse_command_override("Worker").unwrap_err().contains("expected TYPE=COMMAND"));
-        assert!(parse_path_map("workspace=.", Path::new("/")).unwrap_err().contains("not an absolute path"));
+        assert!(parse_path_map("workspace=.", Path::new("/")).unwrap_err().contains("not an absolute directory"));
+        assert!(parse_path_map("/=.", Path::new("/")).is_err(), "/ would map every path");
     }
 }

@@ -67,6 +67,15 @@ pub fn not_emulated(doc: &Value) -> Vec<String> {
                     out.push(format!("{cpath}.{field}"));
                 }
             }
+            for kind in ["limits", "requests"] {
+                if let Some(res) = c["resources"][kind].as_object() {
+                    for name in res.keys().filter(|r| !matches!(r.as_str(), "cpu" | "memory")) {
+                        out.push(format!(
+                            "{cpath}.resources.{kind}[{name}] (counted against --queue-capability; no device is given to a local process)"
+                        ));
+                    }
+                }
+            }
         }
     }
     out

@@ -60,7 +60,7 @@ impl Setup {
             .map(|m| parse_path_map(m, &cwd))
             .collect::<Result<_, _>>()
             .map_err(SetupError::config)?;
-        let notes = localize(&mut job, &commands, &maps).map_err(|e| {
+        let notes = localize(&mut job, &commands, &maps, &cwd).map_err(|e| {
             SetupError::config(format!("{}: the dry run cannot run this job: {e}", opts.manifest.display()))
         })?;
         for n in notes {
