@@ -185,8 +185,9 @@ mod tests {
         assert_eq!(c.argv(), ["sh", "-c", "torchrun \"$@\"", "sh", "--rdzv_backend=c10d", echo.as_str()]);
         assert_eq!(c.working_dir, Some(format!("{src}/examples")));
         assert_eq!(map_word("--data=/workspace/d", &maps), format!("--data={src}/examples/d"));
-        let mut unmapped = parse_job(IMAGE_ONLY, "echo.yaml").unwrap();
-        let e = localize(&mut unmapped, &commands, &[], &dir).unwrap_err();
+        let with_command = IMAGE_ONLY.replace("args:", "command: [python]\n              args:");
+        let mut unmapped = parse_job(&with_command, "echo.yaml").unwrap();
+        let e = localize(&mut unmapped, &[], &[], &dir).unwrap_err();
         assert!(e.contains("runs /workspace/echo.py, which is not on this machine"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
         assert_eq!(map_word("/workspaces/x", &maps), "/workspaces/x", "a prefix ends at a path separator");
