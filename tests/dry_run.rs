@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+mod common;
+use common::{TestDir, BIN};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
@@ -19,12 +20,18 @@ fn example_text(name: &str) -> String {
     std::fs::read_to_string(example(name)).expect("example manifest")
 }
 
-/// A scratch directory of this test, emptied first.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rankvisor-dry-run-test-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// `rankvisor dry-run --logs LOGS ARGS... MANIFEST` (each replica's output to LOGS/<pod>.log):
+/// its exit status and stderr.
+fn logged_dry_run(args: &[&str], logs: &Path, manifest: &Path) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .arg("dry-run")
+        .args(args)
+        .arg("--logs")
+        .arg(logs)
+        .arg(manifest)
+        .output()
+        .expect("run rankvisor dry-run");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -243,7 +250,8 @@ fn gang_that_does_not_fit_the_queue_starts_nothing() {
 
 #[test]
 fn a_deleted_pod_is_recreated_with_zero_restarts() {
-    let dir = scratch("delete");
+    let tmp = TestDir::new("dry-run-delete");
+    let dir = tmp.path();
     let marker = dir.join("recreated");
     // The master fails twice, then waits; deleted at 4s, its new pod finds the marker and completes.
     let command = format!(
@@ -255,7 +263,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     let text = example_text("pytorchjob.yaml")
         .replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1)
         .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", "command: [\"sh\", \"-c\", \"sleep 7\"]");
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &["--backoff-max", "1s", "--inject", "delete:master-0@4s"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "a deletion is not a failure");
@@ -268,7 +276,6 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     assert!(recreated.iter().all(|e| e.restarts == 0), "the new pod starts at RESTARTS 0: {recreated:?}");
     assert_eq!(recreated.last().map(|e| e.status.as_str()), Some("Completed"));
     assert!(r.stderr.contains("injected: pytest-master-0 is deleted"), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -285,9 +292,10 @@ fn an_injected_failure_kills_the_training_process_and_it_restarts() {
 fn an_unhealthy_node_label_crash_loops_the_replica_until_the_backoff_limit() {
     // The launcher gives up (138) under OnFailure: a container crash the kubelet restarts in
     // place; the restarts reach backoffLimit 1 and the operator fails the job.
-    let dir = scratch("label");
+    let tmp = TestDir::new("dry-run-label");
+    let dir = tmp.path();
     let text = example_text("pytorchjob.yaml").replace("backoffLimit: 3", "backoffLimit: 1");
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &["--inject", "label:worker-1@1s=UnschedulablePendingReboot"]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -296,16 +304,16 @@ fn an_unhealthy_node_label_crash_loops_the_replica_until_the_backoff_limit() {
     assert!(w1.iter().any(|e| e.status == "Error" && e.kind == "MODIFIED"), "{w1:?}");
     assert!(r.stderr.contains("reached the specified backoff limit"), "{}", r.stderr);
     assert!(r.stderr.contains("UnschedulablePendingReboot"), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_file() {
-    let dir = scratch("env");
+    let tmp = TestDir::new("dry-run-env");
+    let dir = tmp.path();
     let logs = dir.join("logs");
     let command = "command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort; grep -E '^Sig(Blk|Ign)' /proc/self/status\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let out = Command::new(BIN)
         .args(["dry-run", "--watch", "job", "--master-port", "0", "--logs"])
         .arg(&logs)
@@ -330,21 +338,20 @@ fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_fil
     assert!(worker.contains("SigBlk:\t0000000000000000"), "{worker}");
     let master = std::fs::read_to_string(logs.join("pytest-master-0.log")).expect("master's log");
     assert!(master.contains("RANK=0\n"), "{master}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn replica_output_is_prefixed_with_its_pod() {
-    let dir = scratch("prefix");
+    let tmp = TestDir::new("dry-run-prefix");
+    let dir = tmp.path();
     let command = "command: [\"sh\", \"-c\", \"echo hello from rank $RANK; echo oops >&2\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let r = dry_run(&["--watch", "pods", manifest.to_str().unwrap_or_default()]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.stderr.contains("pytest-worker-2 | hello from rank 3\n"), "{}", r.stderr);
     assert!(r.stderr.contains("pytest-master-0 | oops\n"), "{}", r.stderr);
     assert!(r.stdout.lines().skip(1).all(|l| l.starts_with("pytest-")), "only pod rows on stdout: {}", r.stdout);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The pids of processes whose command line is exactly `cmdline` (arguments joined by spaces).
@@ -377,11 +384,12 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn ctrl_c_stops_every_replica_and_exits_130() {
-    let dir = scratch("interrupt");
+    let tmp = TestDir::new("dry-run-interrupt");
+    let dir = tmp.path();
     // A sleep no other test (or earlier run) uses, to count this run's replicas exactly.
     let sleep = format!("sleep 41.{}", std::process::id());
     let text = example_text("pytorchjob.yaml").replace("sleep 3", &sleep);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let mut run = KillOnDrop(
         Command::new(BIN)
             .args(["dry-run", "--output", "json", "--watch", "job", "--timeout", "50s"])
@@ -409,15 +417,13 @@ fn ctrl_c_stops_every_replica_and_exits_130() {
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("SIGINT: the dry run ends here (job Running)"), "{stderr}");
     assert!(processes_running(&sleep).is_empty(), "no replica is left behind");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Admission: the operator's webhook messages, exit 64, nothing started.
 fn refused(test: &str, text: &str) -> Run {
-    let dir = scratch(test);
-    let manifest = write(&dir, "job.yaml", text);
+    let tmp = TestDir::new(&format!("dry-run-{test}"));
+    let manifest = write(tmp.path(), "job.yaml", text);
     let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
-    let _ = std::fs::remove_dir_all(dir);
     assert_eq!(r.code, 64, "{}", r.explain());
     assert!(r.stdout.is_empty(), "nothing is watched: {}", r.stdout);
     assert!(!r.stderr.contains("images are not pulled"), "nothing is started: {}", r.stderr);
@@ -489,10 +495,11 @@ const IMAGE_ENTRYPOINT_JOB: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJo
 
 #[test]
 fn an_image_entrypoint_is_named_then_given_with_command_and_path_map() {
-    let dir = scratch("entrypoint");
+    let tmp = TestDir::new("dry-run-entrypoint");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("data")).expect("data dir");
     std::fs::write(dir.join("data").join("hello"), "hi").expect("data file");
-    let manifest = write(&dir, "job.yaml", IMAGE_ENTRYPOINT_JOB);
+    let manifest = write(dir, "job.yaml", IMAGE_ENTRYPOINT_JOB);
     let path = manifest.to_str().unwrap_or_default();
     let r = dry_run(&[path]);
     assert_eq!(r.code, 64, "{}", r.explain());
@@ -510,13 +517,13 @@ fn an_image_entrypoint_is_named_then_given_with_command_and_path_map() {
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     assert!(r.stderr.contains("entry-master-0 | hi"), "the args follow the command, mapped: {}", r.stderr);
     assert!(r.stderr.contains("entry-worker-0 | hello"), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn the_k8s_example_runs_with_its_downward_api_env_and_rankvisor_as_its_command() {
     // examples/k8s/pytorchjob.yaml: valueFrom.fieldRef env, and /rankvisor ... -- as the command.
-    let dir = scratch("k8s-example");
+    let tmp = TestDir::new("dry-run-k8s-example");
+    let dir = tmp.path();
     let logs = dir.join("logs");
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/pytorchjob.yaml"))
         .expect("examples/k8s/pytorchjob.yaml")
@@ -525,57 +532,51 @@ fn the_k8s_example_runs_with_its_downward_api_env_and_rankvisor_as_its_command()
             "args: [\"sh\", \"-c\", \"sleep 30s\"]",
             "args: [\"sh\", \"-c\", \"env | grep -E '^(POD_NAME|POD_NAMESPACE|NODE_NAME)=' | sort\"]",
         );
-    let manifest = write(&dir, "job.yaml", &text);
-    let out = Command::new(BIN)
-        .args(["dry-run", "--watch", "job", "--timeout", "50s", "--logs"])
-        .arg(&logs)
-        .arg(&manifest)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let manifest = write(dir, "job.yaml", &text);
+    let (code, stderr) = logged_dry_run(&["--watch", "job", "--timeout", "50s"], &logs, &manifest);
+    assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("Master's command is rankvisor itself (/rankvisor)"), "{stderr}");
     assert!(stderr.contains("warning: not emulated here: ") && stderr.contains("livenessProbe"), "{stderr}");
     let worker = std::fs::read_to_string(logs.join("pytest-worker-1.log")).expect("worker-1's log");
     for want in ["NODE_NAME=localhost\n", "POD_NAME=pytest-worker-1\n", "POD_NAMESPACE=research\n"] {
         assert!(worker.contains(want), "{want:?} in\n{worker}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_job_managed_by_another_controller_is_not_run() {
     let text = example_text("pytorchjob.yaml")
         .replace("  runPolicy:\n", "  runPolicy:\n    managedBy: kueue.x-k8s.io/multikueue\n");
-    let dir = scratch("managed-by");
-    let manifest = write(&dir, "job.yaml", &text);
+    let tmp = TestDir::new("dry-run-managed-by");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.job_states().is_empty(), "the operator never reconciles it: {}", r.explain());
     assert_eq!(r.of_kind("Pod").count(), 0);
     assert!(r.stderr.contains("the training operator leaves this job to that controller"), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_suspended_job_starts_once_resumed() {
     let text = example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    suspend: true\n");
-    let dir = scratch("suspend");
-    let manifest = write(&dir, "job.yaml", &text);
+    let tmp = TestDir::new("dry-run-suspend");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &["--inject", "resume:job@1s"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Suspended", "Running", "Succeeded"], "{}", r.explain());
     let resumed = r.stderr.find("PyTorchJob pytest is resumed.").expect("resumed");
     assert!(r.stderr.find("is suspended").is_some_and(|s| s < resumed), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn the_active_deadline_fails_the_job_and_deletes_its_pods() {
     let text =
         example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    activeDeadlineSeconds: 1\n");
-    let dir = scratch("deadline");
-    let manifest = write(&dir, "job.yaml", &text);
+    let tmp = TestDir::new("dry-run-deadline");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -588,7 +589,6 @@ fn the_active_deadline_fails_the_job_and_deletes_its_pods() {
         "{}",
         r.stderr
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -597,8 +597,9 @@ fn a_never_worker_failing_fails_the_job_and_clean_pod_policy_none_keeps_the_rest
         "    Worker:\n      replicas: 3\n      restartPolicy: OnFailure",
         "    Worker:\n      replicas: 3\n      restartPolicy: Never",
     );
-    let dir = scratch("never");
-    let manifest = write(&dir, "job.yaml", &text);
+    let tmp = TestDir::new("dry-run-never");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -610,7 +611,6 @@ fn a_never_worker_failing_fails_the_job_and_clean_pod_policy_none_keeps_the_rest
         "the master ran on after the job failed: {master:?}"
     );
     assert!(r.of_kind("Pod").all(|e| e["type"] != "DELETED"), "cleanPodPolicy None keeps every pod");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Kubeflow's elastic echo job's shape: no Master, an elasticPolicy, torchrun's rendezvous.
@@ -619,17 +619,12 @@ const ELASTIC_WORKERS: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nme
 #[test]
 #[ignore = "waits for the launcher to accept a Worker-only elastic env (issue 12 item 1, src/rank.rs): today it exits 64, WORLD_SIZE is not set"]
 fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_env() {
-    let dir = scratch("elastic");
+    let tmp = TestDir::new("dry-run-elastic");
+    let dir = tmp.path();
     let logs = dir.join("logs");
-    let manifest = write(&dir, "job.yaml", ELASTIC_WORKERS);
-    let out = Command::new(BIN)
-        .args(["dry-run", "--output", "json", "--timeout", "50s", "--logs"])
-        .arg(&logs)
-        .arg(&manifest)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let manifest = write(dir, "job.yaml", ELASTIC_WORKERS);
+    let (code, stderr) = logged_dry_run(&["--output", "json", "--timeout", "50s"], &logs, &manifest);
+    assert_eq!(code, Some(0), "{stderr}");
     let worker = std::fs::read_to_string(logs.join("echo-worker-1.log")).expect("worker-1's log");
     let env: Vec<&str> = worker.lines().filter(|l| !l.contains("[rankvisor]")).collect();
     assert_eq!(
@@ -643,7 +638,6 @@ fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_
         ],
         "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK without a Master:\n{worker}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
