@@ -328,3 +328,18 @@ fn next_tick_says_when_crash_loop_back_off_is_due() {
     assert_eq!(r.pod(W0).unwrap().status, PodStatus::CrashLoopBackOff);
     assert_eq!(r.c.next_tick(), None);
 }
+
+#[test]
+fn a_new_failure_with_backoff_limit_zero_exceeds_it_reconcile_jobs_exceeds_backoff_limit() {
+    // jobHasNewFailure && active != totalReplicas && previousRetry (0) + 1 > backoffLimit (0).
+    let manifest = worker_policy(NORMAL, "Never").replace("backoffLimit: 3", "backoffLimit: 0");
+    let mut r = Run::new(&manifest);
+    r.start_all();
+    r.exit(2.0, W0, 1, false, 0);
+    let actions = r.at(2.0, ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Exited(1) });
+    assert!(actions.contains(&ClusterAction::StopAll), "every pod is deleted: {actions:?}");
+    assert_eq!(
+        r.finishes(),
+        vec![(Outcome::Failed, "Job pytest has failed because it has reached the specified backoff limit".into())]
+    );
+}
