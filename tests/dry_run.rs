@@ -648,3 +648,36 @@ fn a_normal_completion_prints_no_warnings() {
     let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("WARN") || l.contains("warning")).collect();
     assert!(warnings.is_empty(), "{warnings:?}");
 }
+
+#[test]
+fn what_a_local_run_cannot_do_is_said_in_one_line() {
+    // The shapes of Kubeflow's examples: a script relative to the image's WORKDIR (elastic echo,
+    // cpu-demo), a GPU limit (mnist nccl, deepspeed), the HPA's metrics (elastic imagenet).
+    let tmp = TestDir::new("dry-run-cannot");
+    let script_job = IMAGE_ENTRYPOINT_JOB.replace("args: [\"/workspace/data\"]", "command: [python3, ./train.py]");
+    let manifest = write(tmp.path(), "script.yaml", &script_job);
+    let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("replica type Master runs ./train.py, which is not on this machine"), "{}", r.stderr);
+
+    let gpu_job = ELASTIC_WORKERS
+        .replace("    maxRestarts: 100\n", "    maxRestarts: 100\n    metrics: []\n")
+        .replace(
+            "              image: echo\n",
+            "              image: echo\n              resources: {limits: {nvidia.com/gpu: 1}}\n",
+        )
+        .replace("replicas: 2", "replicas: 1")
+        .replace("minReplicas: 1\n    maxReplicas: 2", "minReplicas: 1\n    maxReplicas: 1");
+    let manifest = write(tmp.path(), "gpu.yaml", &gpu_job);
+    let r = json_run(&manifest, &["--timeout", "1s"]);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warning: not emulated here:")).collect();
+    assert_eq!(warnings.len(), 1, "one line: {}", r.stderr);
+    assert!(
+        warnings[0].contains("spec.elasticPolicy.metrics (the operator's HorizontalPodAutoscaler)"),
+        "{}",
+        r.stderr
+    );
+    assert!(warnings[0].contains("resources.limits[nvidia.com/gpu] (counted against --queue-capability; no device is given to a local process)"), "{}", r.stderr);
+}
