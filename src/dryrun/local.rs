@@ -148,7 +148,8 @@ fn missing_file(c: &Container, cwd: &Path) -> Option<String> {
     let argv = c.argv();
     let base = c.working_dir.as_deref().map_or_else(|| cwd.to_path_buf(), |w| cwd.join(w));
     let program = argv.first().filter(|p| p.starts_with('/')).cloned();
-    let script = argv.iter().skip(1).find(|w| w.ends_with(".py") && !w.contains('=')).cloned();
+    // A shell's `-c` string is not a path: only a word that is one file name counts.
+    let script = argv.iter().skip(1).find(|w| w.ends_with(".py") && !w.contains(['=', ' ', '\t', '\n'])).cloned();
     [program, script].into_iter().flatten().find(|w| !base.join(w).exists())
 }
 
@@ -189,6 +190,10 @@ mod tests {
         let mut unmapped = parse_job(&with_command, "echo.yaml").unwrap();
         let e = localize(&mut unmapped, &[], &[], &dir).unwrap_err();
         assert!(e.contains("runs /workspace/echo.py, which is not on this machine"), "{e}");
+        let shell = IMAGE_ONLY.replace("args:", "command: [sh, -c, \"python missing.py\"]\n              args:");
+        let mut shell = parse_job(&shell, "echo.yaml").unwrap();
+        let maps = [parse_path_map("/workspace=examples", &dir).unwrap()];
+        assert!(localize(&mut shell, &[], &maps, &dir).is_ok(), "a -c string is not a file name");
         let _ = std::fs::remove_dir_all(dir);
         assert_eq!(map_word("/workspaces/x", &maps), "/workspaces/x", "a prefix ends at a path separator");
     }

@@ -2,11 +2,13 @@
 //! (training operator, Volcano, kubelet), the `kubectl get -w` rendering (all pure), and the
 //! event loop that runs the job with one real launcher per replica.
 //!
-//! Module map: `raw` (the manifest as written) -> `webhook_admission` (defaulting and the
-//! validating webhook) -> `manifest` (load and admit) -> `pytorchjob` (the admitted job);
-//! `env` (the operator's env) and `launcher` (a launcher's command line and status lines);
-//! `controller` (the cluster: `pod` is the kubelet's view, `operator` the reconcile rules) and
-//! `rows`/`kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
+//! Module map: `raw` (the manifest as written) -> `webhook_admission` (the CRD schema, the
+//! validating webhook, then the defaulting) -> `manifest` (load and admit; `not_emulated` names
+//! the fields the dry run leaves out) -> `pytorchjob` (the admitted job) -> `local` (`--command`,
+//! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
+//! command line and status lines); `cluster` (events in, actions out) and `controller` (the
+//! cluster: `pod` is the kubelet's view, `operator` the training operator's rules); `rows` and
+//! `kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
 //! `launcher_process`, `output`, `event_loop`.
 //!
 //! The event loop ([`run_dry_run`]: processes, timers, signals; the only I/O here) loads the job with [`load_job`],
