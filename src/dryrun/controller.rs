@@ -354,6 +354,9 @@ impl Controller {
                 p.container = ContainerState::BackOff(status);
                 p.shift_termination();
             }
+            // The container started and crashed: a pod restarting its container is Running
+            // (and its restarts count towards backoffLimit).
+            p.phase = PodPhase::Running;
         } else if !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) {
             // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
             // after the outcome the dry run restarts nothing, so it ends here too.

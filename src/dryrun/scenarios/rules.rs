@@ -73,8 +73,18 @@ fn a_launcher_giving_up_under_on_failure_is_a_container_crash_the_kubelet_restar
     r.at(0.0, ClusterEvent::Submitted);
     r.at(0.1, ClusterEvent::LauncherStarted { pod: MASTER });
     r.at(0.5, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(127) });
-    assert_eq!(r.c.state(), Some(JobState::Created));
+    assert_eq!(r.c.state(), Some(JobState::Running), "a pod restarting its crashed container is Running");
     assert_eq!(r.at(0.5, ClusterEvent::Tick), vec![ClusterAction::StartLauncher { pod: MASTER }]);
+    // Its restarts count: backoffLimit 3 is reached when the kubelet restarts it the third time.
+    r.at(0.6, ClusterEvent::LauncherStarted { pod: MASTER });
+    r.at(0.7, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(127) });
+    r.at(1.7, ClusterEvent::Tick);
+    assert_eq!(r.pod(MASTER).unwrap().restarts, 2);
+    r.at(1.8, ClusterEvent::LauncherStarted { pod: MASTER });
+    r.at(1.9, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(127) });
+    assert_eq!(r.c.state(), Some(JobState::Running));
+    r.at(3.9, ClusterEvent::Tick);
+    assert_eq!(r.c.state(), Some(JobState::Failed), "PastBackoffLimit: {:?}", r.pod(MASTER));
 }
 
 #[test]
