@@ -27,9 +27,11 @@ use super::operator::{self, Condition};
 use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
-use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, Row, WatchEventType};
+use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use crate::exit::ExitHow;
 use crate::supervise::RestartPolicy;
+
+mod watch;
 
 /// The emulated controllers of one dry-run job.
 #[derive(Debug, Clone)]
@@ -553,68 +555,4 @@ impl Controller {
             }
         }
     }
-
-    fn job_row(&self, now: Duration) -> Row {
-        Row::Job(JobRow {
-            name: self.job.name.clone(),
-            state: self.state,
-            age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
-        })
-    }
-
-    fn podgroup_row(&self, now: Duration) -> Row {
-        Row::PodGroup(PodGroupRow {
-            name: self.job.name.clone(),
-            status: self.podgroup_status,
-            min_member: self.job.min_member(),
-            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == PodPhase::Running).count() as u32,
-            age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
-            queue: self.job.queue().to_string(),
-        })
-    }
-
-    fn sync_job(&mut self, now: Duration, event: WatchEventType, step: &mut Step) {
-        let row = self.job_row(now);
-        push_if_changed(&mut self.shown_job, row, now, event, step);
-    }
-
-    fn sync_podgroup(&mut self, now: Duration, step: &mut Step) {
-        self.sync_podgroup_as(now, WatchEventType::Modified, step);
-    }
-
-    fn sync_podgroup_as(&mut self, now: Duration, event: WatchEventType, step: &mut Step) {
-        if self.podgroup_deleted || !self.podgroup_created {
-            return;
-        }
-        let row = self.podgroup_row(now);
-        push_if_changed(&mut self.shown_podgroup, row, now, event, step);
-    }
-
-    fn sync_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        self.sync_pod_as(i, now, WatchEventType::Modified, step);
-    }
-
-    fn sync_pod_as(&mut self, i: usize, now: Duration, event: WatchEventType, step: &mut Step) {
-        let node = self.config.node.clone();
-        let Some(p) = self.pods.get_mut(i) else {
-            return;
-        };
-        if p.gone {
-            return;
-        }
-        let row = Row::Pod(p.row(now, &node));
-        if event == WatchEventType::Added {
-            p.shown = None;
-        }
-        push_if_changed(&mut p.shown, row, now, event, step);
-    }
-}
-
-/// Record `row` as shown and emit it, unless only its clock-driven columns changed.
-fn push_if_changed(shown: &mut Option<Row>, row: Row, now: Duration, event: WatchEventType, step: &mut Step) {
-    if shown.as_ref().is_some_and(|s| s.same_content(&row)) {
-        return;
-    }
-    *shown = Some(row.clone());
-    step.changes.push(Change { at: now, event, row });
 }
