@@ -27,10 +27,17 @@ fn never_policy_failure() {
 }
 
 #[test]
-fn killed_child_under_exit_code_policy() {
+fn killed_child_under_never_policy() {
     let dir = TestDir::new("tl-sig");
-    rv(&dir).args(["--restart-policy", "ExitCode"]).sh("kill -SEGV $$").run().assert_code(139);
-    assert_eq!(message(&dir), "child killed by signal 11 (SIGSEGV); restart policy ExitCode does not restart it\n");
+    rv(&dir).args(["--restart-policy", "Never"]).sh("kill -SEGV $$").run().assert_code(139);
+    assert_eq!(message(&dir), "child killed by signal 11 (SIGSEGV); restart policy Never does not restart it\n");
+}
+
+#[test]
+fn permanent_code_under_exit_code_policy() {
+    let dir = TestDir::new("tl-perm");
+    rv(&dir).args(["--restart-policy", "ExitCode"]).sh("exit 3").run().assert_code(3);
+    assert_eq!(message(&dir), "child exited with code 3; restart policy ExitCode does not restart it\n");
 }
 
 #[test]

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -43,6 +44,7 @@ use super::output::{boxed, note, relay_output};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::rows::Change;
 use super::setup::{Setup, SetupError};
+use super::timeline::{render as render_timeline, FaultMark, Recording, TimelineFormat};
 use super::workdir::{write_atomically, WorkDir};
 
 /// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
@@ -65,7 +67,32 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
     let mut event_loop = DryRunLoop::new(opts, setup, tx);
     let code = event_loop.run(rx).await;
     event_loop.drain_output().await;
-    code
+    match event_loop.opts.timeline.clone() {
+        Some(path) => write_timeline(&path, event_loop.recording(), code),
+        None => code,
+    }
+}
+
+/// Write the timeline; a file that cannot be written turns a success into exit 1.
+fn write_timeline(path: &Path, recording: Recording, code: i32) -> i32 {
+    let failed = if code == 0 { 1 } else { code };
+    let text = match TimelineFormat::from_path(path) {
+        Ok(format) => render_timeline(&recording, format),
+        Err(e) => {
+            eprintln!("dry-run: {e}");
+            return failed;
+        }
+    };
+    match std::fs::write(path, text) {
+        Ok(()) => {
+            note(&format!("timeline written to {}", path.display()));
+            code
+        }
+        Err(e) => {
+            eprintln!("dry-run: cannot write the timeline to {}: {e}", path.display());
+            failed
+        }
+    }
 }
 
 /// A running launcher, as the loop knows it.
@@ -108,6 +135,8 @@ struct DryRunLoop {
     straggler_note_at: Option<Instant>,
     stop_all: bool,
     abort: Option<Abort>,
+    /// What `--timeline` draws: every change and fault (empty without `--timeline`).
+    recorded: (Vec<Change>, Vec<FaultMark>),
 }
 
 impl DryRunLoop {
@@ -148,6 +177,7 @@ impl DryRunLoop {
             straggler_note_at: None,
             stop_all: false,
             abort: None,
+            recorded: (Vec::new(), Vec::new()),
         }
     }
 
@@ -305,6 +335,9 @@ impl DryRunLoop {
     /// Hand one observation to the controller; print its changes, carry out its actions.
     fn feed(&mut self, event: ClusterEvent) {
         let step = self.controller.handle(self.now(), event);
+        if self.opts.timeline.is_some() {
+            self.recorded.0.extend(step.changes.iter().cloned());
+        }
         for change in &step.changes {
             self.print(change);
         }
@@ -386,6 +419,10 @@ impl DryRunLoop {
     fn inject(&mut self, injection: Injection) {
         let pod = injection.replica;
         let name = self.job.pod_name(pod);
+        if self.opts.timeline.is_some() {
+            let target = if injection.fault == Fault::Resume { self.job.name.clone() } else { name.clone() };
+            self.recorded.1.push(FaultMark::new(self.now(), target, &injection));
+        }
         match injection.fault {
             Fault::Resume => {
                 note(&format!("injected: PyTorchJob {} gets spec.runPolicy.suspend: false", self.job.name));
@@ -452,6 +489,12 @@ impl DryRunLoop {
                 self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
             }
         }
+    }
+
+    /// The run as `--timeline` draws it, ending now.
+    fn recording(&mut self) -> Recording {
+        let (changes, faults) = std::mem::take(&mut self.recorded);
+        Recording { job: self.job.name.clone(), changes, faults, end: self.now() }
     }
 
     /// Give the replicas' last output lines a moment to arrive before the dry run exits.

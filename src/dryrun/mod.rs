@@ -41,6 +41,7 @@ mod rows;
 #[cfg(test)]
 mod scenarios;
 mod setup;
+mod timeline;
 mod webhook_admission;
 mod workdir;
 
@@ -68,4 +69,5 @@ pub use pytorchjob::{
 };
 pub use quantity::{format_quantity, parse_quantity, CapabilityError, QuantityError, QueueCapability, Resources};
 pub use rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEventType};
+pub use timeline::{render as render_timeline, FaultMark, Recording, TimelineFormat, TimelineFormatError};
 pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors, MAX_DRY_RUN_REPLICAS};

@@ -83,6 +83,9 @@ pub struct DryRunOptions {
     pub rankvisor: PathBuf,
     /// `--restart-scope`, passed to every launcher.
     pub restart_scope: crate::supervise::RestartScope,
+    /// `--timeline FILE`: draw the run (every pod's status over time, the job, the PodGroup and
+    /// the injected faults) to FILE, `.svg` or `.html`, when it ends.
+    pub timeline: Option<PathBuf>,
     /// `--command TYPE=CMD` specs, as given: a replica type's command instead of its image's entrypoint.
     pub commands: Vec<String>,
     /// `--path-map IMAGE_PATH=LOCAL_PATH` specs, as given: paths inside the image mapped onto local ones.
@@ -111,6 +114,7 @@ impl DryRunOptions {
             rankvisor,
             restart_scope: crate::supervise::RestartScope::Replica,
             http: false,
+            timeline: None,
             commands: Vec::new(),
             path_maps: Vec::new(),
         }

@@ -15,6 +15,7 @@ use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
 use super::pytorchjob::PyTorchJob;
+use super::timeline::TimelineFormat;
 use super::workdir::{write_atomically, WorkDir};
 
 /// A reason not to start, with the exit status it means.
@@ -76,6 +77,9 @@ impl Setup {
             .collect::<Result<Vec<_>, _>>()
             .map_err(SetupError::config)?;
         injections.sort_by_key(|i| i.at);
+        if let Some(path) = &opts.timeline {
+            TimelineFormat::from_path(path).map_err(SetupError::config)?;
+        }
         if opts.backoff_max < opts.backoff_initial {
             return Err(SetupError::config(format!(
                 "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
