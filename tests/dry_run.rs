@@ -48,12 +48,17 @@ struct Run {
     stderr: String,
 }
 
-/// `rankvisor dry-run ARGS...` with a safety `--timeout` unless the test sets one.
+/// `rankvisor dry-run ARGS...` with a safety `--timeout` and `--master-port 0` unless the test
+/// sets them.
 fn dry_run(args: &[&str]) -> Run {
     let mut cmd = Command::new(BIN);
     cmd.arg("dry-run").args(args);
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", "50s"]);
+    }
+    // Parallel tests share the machine: each run on a free port of its own.
+    if !args.contains(&"--master-port") {
+        cmd.args(["--master-port", "0"]);
     }
     let out = cmd.output().expect("run rankvisor dry-run");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -623,19 +628,18 @@ fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_
     let dir = tmp.path();
     let logs = dir.join("logs");
     let manifest = write(dir, "job.yaml", ELASTIC_WORKERS);
-    let (code, stderr) = logged_dry_run(&["--output", "json", "--timeout", "50s"], &logs, &manifest);
+    // Its own free port (the rendezvous endpoint's), as parallel tests share the machine.
+    let (code, stderr) =
+        logged_dry_run(&["--output", "json", "--timeout", "50s", "--master-port", "0"], &logs, &manifest);
     assert_eq!(code, Some(0), "{stderr}");
     let worker = std::fs::read_to_string(logs.join("echo-worker-1.log")).expect("worker-1's log");
     let env: Vec<&str> = worker.lines().filter(|l| !l.contains("[rankvisor]")).collect();
+    let endpoint = env.iter().find_map(|l| l.strip_prefix("PET_RDZV_ENDPOINT=127.0.0.1:"));
+    assert!(endpoint.is_some_and(|p| p.parse::<u16>().is_ok()), "the endpoint is on this machine: {worker}");
+    let rest: Vec<&str> = env.iter().copied().filter(|l| !l.starts_with("PET_RDZV_ENDPOINT=")).collect();
     assert_eq!(
-        env,
-        [
-            "PET_MAX_RESTARTS=100",
-            "PET_NNODES=1:2",
-            "PET_NPROC_PER_NODE=auto",
-            "PET_RDZV_BACKEND=c10d",
-            "PET_RDZV_ENDPOINT=127.0.0.1:23456",
-        ],
+        rest,
+        ["PET_MAX_RESTARTS=100", "PET_NNODES=1:2", "PET_NPROC_PER_NODE=auto", "PET_RDZV_BACKEND=c10d"],
         "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK without a Master:\n{worker}"
     );
 }
