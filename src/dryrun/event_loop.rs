@@ -121,6 +121,8 @@ struct DryRunLoop {
     settings: LauncherSettings,
     master_port: u16,
     workdir: WorkDir,
+    /// Every replica's `RANKVISOR_JOB_TOKEN`.
+    job_token: String,
     pod_width: usize,
     start: Instant,
     labels: BTreeMap<ReplicaId, BTreeMap<String, String>>,
@@ -141,7 +143,7 @@ struct DryRunLoop {
 
 impl DryRunLoop {
     fn new(opts: DryRunOptions, setup: Setup, tx: mpsc::UnboundedSender<LauncherReport>) -> Self {
-        let Setup { job, injections, master_port, workdir } = setup;
+        let Setup { job, injections, master_port, workdir, job_token } = setup;
         let config = ControllerConfig {
             capability: opts.queue_capability.clone(),
             backoff_initial: opts.backoff_initial,
@@ -165,6 +167,7 @@ impl DryRunLoop {
             settings,
             master_port,
             workdir,
+            job_token,
             pod_width,
             start: Instant::now(),
             labels: BTreeMap::new(),
@@ -469,7 +472,7 @@ impl DryRunLoop {
         let name = spec.pod.clone();
         let instance = self.next_instance;
         self.next_instance += 1;
-        match spawn_launcher(&self.opts, &self.settings, &self.workdir, &spec) {
+        match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {
             Ok((child, status_pipe)) => {
                 let (signals, signal_rx) = mpsc::unbounded_channel();
                 self.launchers

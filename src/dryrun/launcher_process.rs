@@ -47,6 +47,7 @@ pub(super) fn spawn_launcher(
     opts: &DryRunOptions,
     settings: &LauncherSettings,
     workdir: &WorkDir,
+    job_token: &str,
     spec: &LaunchSpec,
 ) -> std::io::Result<(Child, OwnedFd)> {
     let (status_read, status_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -77,6 +78,7 @@ pub(super) fn spawn_launcher(
     // What the downward API gives a real pod (examples/k8s/pytorchjob.yaml asks for these): the
     // launcher names its job and itself from them. The container's own env comes after, and wins.
     cmd.env("POD_NAME", &spec.pod).env("POD_NAMESPACE", &spec.namespace).env("NODE_NAME", DRY_RUN_NODE);
+    cmd.env("RANKVISOR_JOB_TOKEN", job_token);
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(dir) = &spec.working_dir {
         cmd.current_dir(dir);

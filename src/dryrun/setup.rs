@@ -38,6 +38,9 @@ pub(super) struct Setup {
     pub(super) injections: VecDeque<Injection>,
     pub(super) master_port: u16,
     pub(super) workdir: WorkDir,
+    /// `RANKVISOR_JOB_TOKEN` for every replica of this run: a fresh secret, as a cluster's
+    /// Secret would give them, so the barrier admits only this run's replicas.
+    pub(super) job_token: String,
 }
 
 impl Setup {
@@ -103,6 +106,10 @@ impl Setup {
             write_atomically(&path, &labels_file_text(&healthy_labels()))
                 .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
         }
-        Ok(Self { job, injections: injections.into(), master_port, workdir })
+        let mut secret = [0u8; 16];
+        getrandom::fill(&mut secret)
+            .map_err(|e| SetupError { message: format!("cannot draw the job token: {e}"), code: 1 })?;
+        let job_token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
     }
 }
