@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+mod common;
+use common::{TestDir, BIN};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
@@ -19,12 +20,18 @@ fn example_text(name: &str) -> String {
     std::fs::read_to_string(example(name)).expect("example manifest")
 }
 
-/// A scratch directory of this test, emptied first.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rankvisor-dry-run-test-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// `rankvisor dry-run --logs LOGS ARGS... MANIFEST` (each replica's output to LOGS/<pod>.log):
+/// its exit status and stderr.
+fn logged_dry_run(args: &[&str], logs: &Path, manifest: &Path) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .arg("dry-run")
+        .args(args)
+        .arg("--logs")
+        .arg(logs)
+        .arg(manifest)
+        .output()
+        .expect("run rankvisor dry-run");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -41,12 +48,17 @@ struct Run {
     stderr: String,
 }
 
-/// `rankvisor dry-run ARGS...` with a safety `--timeout` unless the test sets one.
+/// `rankvisor dry-run ARGS...` with a safety `--timeout` and `--master-port 0` unless the test
+/// sets them.
 fn dry_run(args: &[&str]) -> Run {
     let mut cmd = Command::new(BIN);
     cmd.arg("dry-run").args(args);
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", "50s"]);
+    }
+    // Parallel tests share the machine: each run on a free port of its own.
+    if !args.contains(&"--master-port") {
+        cmd.args(["--master-port", "0"]);
     }
     let out = cmd.output().expect("run rankvisor dry-run");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -181,20 +193,28 @@ fn one_failing_worker_restarts_and_the_job_still_succeeds() {
 }
 
 #[test]
-fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
+fn all_workers_failing_reach_the_backoff_limit_and_stop_the_master() {
+    // Seed 000: each worker restarts once, 3 x 1 = backoffLimit 3 (PastBackoffLimit).
     let r = json_run(&example("pytorchjob-all-workers-fail.yaml"), &[]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
-    let failed = r.job_time("Failed").expect("Failed");
+    for pod in &PODS[1..] {
+        assert_eq!(r.runs(pod).first(), Some(&0), "{pod}");
+        assert!(r.pod(pod).iter().any(|e| e.restarts == 1), "{pod} restarted once: {:?}", r.pod(pod));
+    }
     let master = r.pod("pytest-master-0");
     assert!(master.iter().any(|e| e.status == "Terminating"), "{master:?}");
     assert!(master.iter().all(|e| e.status != "Completed"), "the master (sleep 3) was stopped early: {master:?}");
-    assert!(failed < 2900, "Failed at once, before the master's 3s were over: {failed}ms");
     for pod in PODS {
         assert_eq!(r.pod(pod).last().map(|e| e.kind.clone()).as_deref(), Some("DELETED"), "{pod}");
     }
     assert_eq!(r.podgroup().last().map(|g| g["type"].clone()), Some(Value::from("DELETED")));
-    assert!(r.stderr.contains("all 3 Worker replica(s) failed while the Master was running"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("Job pytest has failed because it has reached the specified backoff limit"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("all 3 Worker replica(s) failed"), "{}", r.stderr);
 }
 
 #[test]
@@ -235,7 +255,8 @@ fn gang_that_does_not_fit_the_queue_starts_nothing() {
 
 #[test]
 fn a_deleted_pod_is_recreated_with_zero_restarts() {
-    let dir = scratch("delete");
+    let tmp = TestDir::new("dry-run-delete");
+    let dir = tmp.path();
     let marker = dir.join("recreated");
     // The master fails twice, then waits; deleted at 4s, its new pod finds the marker and completes.
     let command = format!(
@@ -247,7 +268,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     let text = example_text("pytorchjob.yaml")
         .replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1)
         .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", "command: [\"sh\", \"-c\", \"sleep 7\"]");
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let r = json_run(&manifest, &["--backoff-max", "1s", "--inject", "delete:master-0@4s"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "a deletion is not a failure");
@@ -260,7 +281,6 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     assert!(recreated.iter().all(|e| e.restarts == 0), "the new pod starts at RESTARTS 0: {recreated:?}");
     assert_eq!(recreated.last().map(|e| e.status.as_str()), Some("Completed"));
     assert!(r.stderr.contains("injected: pytest-master-0 is deleted"), "{}", r.stderr);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -274,23 +294,31 @@ fn an_injected_failure_kills_the_training_process_and_it_restarts() {
 }
 
 #[test]
-fn an_unhealthy_node_label_stops_the_replica_and_fails_the_job() {
-    let r = json_run(&example("pytorchjob.yaml"), &["--inject", "label:worker-1@1s=UnschedulablePendingReboot"]);
+fn an_unhealthy_node_label_crash_loops_the_replica_until_the_backoff_limit() {
+    // The launcher gives up (138) under OnFailure: a container crash the kubelet restarts in
+    // place; the restarts reach backoffLimit 1 and the operator fails the job.
+    let tmp = TestDir::new("dry-run-label");
+    let dir = tmp.path();
+    let text = example_text("pytorchjob.yaml").replace("backoffLimit: 3", "backoffLimit: 1");
+    let manifest = write(dir, "job.yaml", &text);
+    let r = json_run(&manifest, &["--inject", "label:worker-1@1s=UnschedulablePendingReboot"]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
     let w1 = r.pod("pytest-worker-1");
     assert!(w1.iter().all(|e| e.status != "Completed"), "stopped before its 3s were over: {w1:?}");
-    assert!(r.stderr.contains("1 Worker replica(s) failed"), "{}", r.stderr);
+    assert!(w1.iter().any(|e| e.status == "Error" && e.kind == "MODIFIED"), "{w1:?}");
+    assert!(r.stderr.contains("reached the specified backoff limit"), "{}", r.stderr);
     assert!(r.stderr.contains("UnschedulablePendingReboot"), "{}", r.stderr);
 }
 
 #[test]
 fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_file() {
-    let dir = scratch("env");
+    let tmp = TestDir::new("dry-run-env");
+    let dir = tmp.path();
     let logs = dir.join("logs");
     let command = "command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort; grep -E '^Sig(Blk|Ign)' /proc/self/status\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let out = Command::new(BIN)
         .args(["dry-run", "--watch", "job", "--master-port", "0", "--logs"])
         .arg(&logs)
@@ -315,21 +343,20 @@ fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_fil
     assert!(worker.contains("SigBlk:\t0000000000000000"), "{worker}");
     let master = std::fs::read_to_string(logs.join("pytest-master-0.log")).expect("master's log");
     assert!(master.contains("RANK=0\n"), "{master}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn replica_output_is_prefixed_with_its_pod() {
-    let dir = scratch("prefix");
+    let tmp = TestDir::new("dry-run-prefix");
+    let dir = tmp.path();
     let command = "command: [\"sh\", \"-c\", \"echo hello from rank $RANK; echo oops >&2\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let r = dry_run(&["--watch", "pods", manifest.to_str().unwrap_or_default()]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.stderr.contains("pytest-worker-2 | hello from rank 3\n"), "{}", r.stderr);
     assert!(r.stderr.contains("pytest-master-0 | oops\n"), "{}", r.stderr);
     assert!(r.stdout.lines().skip(1).all(|l| l.starts_with("pytest-")), "only pod rows on stdout: {}", r.stdout);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The pids of processes whose command line is exactly `cmdline` (arguments joined by spaces).
@@ -362,11 +389,12 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn ctrl_c_stops_every_replica_and_exits_130() {
-    let dir = scratch("interrupt");
+    let tmp = TestDir::new("dry-run-interrupt");
+    let dir = tmp.path();
     // A sleep no other test (or earlier run) uses, to count this run's replicas exactly.
     let sleep = format!("sleep 41.{}", std::process::id());
     let text = example_text("pytorchjob.yaml").replace("sleep 3", &sleep);
-    let manifest = write(&dir, "job.yaml", &text);
+    let manifest = write(dir, "job.yaml", &text);
     let mut run = KillOnDrop(
         Command::new(BIN)
             .args(["dry-run", "--output", "json", "--watch", "job", "--timeout", "50s"])
@@ -394,15 +422,13 @@ fn ctrl_c_stops_every_replica_and_exits_130() {
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("SIGINT: the dry run ends here (job Running)"), "{stderr}");
     assert!(processes_running(&sleep).is_empty(), "no replica is left behind");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Admission: the operator's webhook messages, exit 64, nothing started.
 fn refused(test: &str, text: &str) -> Run {
-    let dir = scratch(test);
-    let manifest = write(&dir, "job.yaml", text);
+    let tmp = TestDir::new(&format!("dry-run-{test}"));
+    let manifest = write(tmp.path(), "job.yaml", text);
     let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
-    let _ = std::fs::remove_dir_all(dir);
     assert_eq!(r.code, 64, "{}", r.explain());
     assert!(r.stdout.is_empty(), "nothing is watched: {}", r.stdout);
     assert!(!r.stderr.contains("images are not pulled"), "nothing is started: {}", r.stderr);
@@ -428,11 +454,12 @@ fn admission_refuses_a_container_not_named_pytorch() {
 }
 
 #[test]
-fn admission_refuses_an_unknown_restart_policy() {
+fn an_unknown_restart_policy_is_admitted_but_its_pods_cannot_be_created() {
     let text = example_text("pytorchjob.yaml").replacen("restartPolicy: OnFailure", "restartPolicy: Sometimes", 1);
     let r = refused("restart-policy", &text);
+    assert!(!r.stderr.contains("denied the request"), "the webhook admits it: {}", r.stderr);
     assert!(
-        r.stderr.contains("spec.pytorchReplicaSpecs[Master].restartPolicy: Unsupported value: \"Sometimes\""),
+        r.stderr.contains("the operator cannot create any pod of replica type Master: the apiserver refuses its spec.restartPolicy: Unsupported value: \"Sometimes\""),
         "{}",
         r.stderr
     );
@@ -465,4 +492,196 @@ fn bad_options_exit_64() {
     let r = dry_run(&["/no/such/job.yaml"]);
     assert_eq!(r.code, 64, "{}", r.explain());
     assert!(r.stderr.contains("cannot read manifest /no/such/job.yaml"), "{}", r.stderr);
+}
+
+/// A job in the shape of Kubeflow's examples: no command (the image's entrypoint), args and
+/// paths inside the image.
+const IMAGE_ENTRYPOINT_JOB: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: entry\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: example/trainer:latest\n              args: [\"/workspace/data\"]\n    Worker:\n      replicas: 1\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: example/trainer:latest\n              args: [\"/workspace/data\"]\n";
+
+#[test]
+fn an_image_entrypoint_is_named_then_given_with_command_and_path_map() {
+    let tmp = TestDir::new("dry-run-entrypoint");
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("data")).expect("data dir");
+    std::fs::write(dir.join("data").join("hello"), "hi").expect("data file");
+    let manifest = write(dir, "job.yaml", IMAGE_ENTRYPOINT_JOB);
+    let path = manifest.to_str().unwrap_or_default();
+    let r = dry_run(&[path]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(
+        r.stderr.contains("replica type Master runs the entrypoint of image \"example/trainer:latest\", which the dry run cannot run (it pulls no image): give its command with --command Master='...'"),
+        "{}",
+        r.stderr
+    );
+    let map = format!("/workspace={}", dir.display());
+    let r = json_run(
+        &manifest,
+        &["--command", "Master=cat \"$1\"/hello; echo", "--command", "worker=ls", "--path-map", &map],
+    );
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert!(r.stderr.contains("entry-master-0 | hi"), "the args follow the command, mapped: {}", r.stderr);
+    assert!(r.stderr.contains("entry-worker-0 | hello"), "{}", r.stderr);
+}
+
+#[test]
+fn the_k8s_example_runs_with_its_downward_api_env_and_rankvisor_as_its_command() {
+    // examples/k8s/pytorchjob.yaml: valueFrom.fieldRef env, and /rankvisor ... -- as the command.
+    let tmp = TestDir::new("dry-run-k8s-example");
+    let dir = tmp.path();
+    let logs = dir.join("logs");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/k8s/pytorchjob.yaml"))
+        .expect("examples/k8s/pytorchjob.yaml")
+        .replace("namespace: default", "namespace: research")
+        .replace(
+            "args: [\"sh\", \"-c\", \"sleep 30s\"]",
+            "args: [\"sh\", \"-c\", \"env | grep -E '^(POD_NAME|POD_NAMESPACE|NODE_NAME)=' | sort\"]",
+        );
+    let manifest = write(dir, "job.yaml", &text);
+    let (code, stderr) = logged_dry_run(&["--watch", "job", "--timeout", "50s"], &logs, &manifest);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("Master's command is rankvisor itself (/rankvisor)"), "{stderr}");
+    assert!(stderr.contains("warning: not emulated here: ") && stderr.contains("livenessProbe"), "{stderr}");
+    let worker = std::fs::read_to_string(logs.join("pytest-worker-1.log")).expect("worker-1's log");
+    for want in ["NODE_NAME=localhost\n", "POD_NAME=pytest-worker-1\n", "POD_NAMESPACE=research\n"] {
+        assert!(worker.contains(want), "{want:?} in\n{worker}");
+    }
+}
+
+#[test]
+fn a_job_managed_by_another_controller_is_not_run() {
+    let text = example_text("pytorchjob.yaml")
+        .replace("  runPolicy:\n", "  runPolicy:\n    managedBy: kueue.x-k8s.io/multikueue\n");
+    let tmp = TestDir::new("dry-run-managed-by");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.job_states().is_empty(), "the operator never reconciles it: {}", r.explain());
+    assert_eq!(r.of_kind("Pod").count(), 0);
+    assert!(r.stderr.contains("the training operator leaves this job to that controller"), "{}", r.stderr);
+}
+
+#[test]
+fn a_suspended_job_starts_once_resumed() {
+    let text = example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    suspend: true\n");
+    let tmp = TestDir::new("dry-run-suspend");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
+    // Its own free port: the launchers start a second after the port was chosen.
+    let r = json_run(&manifest, &["--inject", "resume:job@1s", "--master-port", "0"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Suspended", "Running", "Succeeded"], "{}", r.explain());
+    let resumed = r.stderr.find("PyTorchJob pytest is resumed.").expect("resumed");
+    assert!(r.stderr.find("is suspended").is_some_and(|s| s < resumed), "{}", r.stderr);
+}
+
+#[test]
+fn the_active_deadline_fails_the_job_and_deletes_its_pods() {
+    let text =
+        example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    activeDeadlineSeconds: 1\n");
+    let tmp = TestDir::new("dry-run-deadline");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
+    for pod in PODS {
+        assert_eq!(r.pod(pod).last().map(|e| e.kind.clone()).as_deref(), Some("DELETED"), "{pod}");
+        assert!(r.pod(pod).iter().all(|e| e.status != "Completed"), "{pod} stopped before its 3s");
+    }
+    assert!(
+        r.stderr.contains("Job pytest has failed because it was active longer than specified deadline"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_never_worker_failing_fails_the_job_and_clean_pod_policy_none_keeps_the_rest_running() {
+    let text = example_text("pytorchjob-worker-fails.yaml").replace(
+        "    Worker:\n      replicas: 3\n      restartPolicy: OnFailure",
+        "    Worker:\n      replicas: 3\n      restartPolicy: Never",
+    );
+    let tmp = TestDir::new("dry-run-never");
+    let dir = tmp.path();
+    let manifest = write(dir, "job.yaml", &text);
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
+    assert!(r.stderr.contains("PyTorchJob pytest is failed because 1 Worker replica(s) failed."), "{}", r.stderr);
+    let failed = r.job_time("Failed").expect("Failed");
+    let master = r.pod("pytest-master-0");
+    assert!(
+        master.iter().any(|e| e.status == "Completed" && e.at > failed),
+        "the master ran on after the job failed: {master:?}"
+    );
+    assert!(r.of_kind("Pod").all(|e| e["type"] != "DELETED"), "cleanPodPolicy None keeps every pod");
+}
+
+/// Kubeflow's elastic echo job's shape: no Master, an elasticPolicy, torchrun's rendezvous.
+const ELASTIC_WORKERS: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: echo\nspec:\n  elasticPolicy:\n    rdzvBackend: c10d\n    minReplicas: 1\n    maxReplicas: 2\n    maxRestarts: 100\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: echo\n              command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort\"]\n";
+
+#[test]
+fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_env() {
+    let tmp = TestDir::new("dry-run-elastic");
+    let dir = tmp.path();
+    let logs = dir.join("logs");
+    let manifest = write(dir, "job.yaml", ELASTIC_WORKERS);
+    // Its own free port (the rendezvous endpoint's), as parallel tests share the machine.
+    let (code, stderr) =
+        logged_dry_run(&["--output", "json", "--timeout", "50s", "--master-port", "0"], &logs, &manifest);
+    assert_eq!(code, Some(0), "{stderr}");
+    let worker = std::fs::read_to_string(logs.join("echo-worker-1.log")).expect("worker-1's log");
+    let env: Vec<&str> = worker.lines().filter(|l| !l.contains("[rankvisor]")).collect();
+    let endpoint = env.iter().find_map(|l| l.strip_prefix("PET_RDZV_ENDPOINT=127.0.0.1:"));
+    assert!(endpoint.is_some_and(|p| p.parse::<u16>().is_ok()), "the endpoint is on this machine: {worker}");
+    let rest: Vec<&str> = env.iter().copied().filter(|l| !l.starts_with("PET_RDZV_ENDPOINT=")).collect();
+    assert_eq!(
+        rest,
+        ["PET_MAX_RESTARTS=100", "PET_NNODES=1:2", "PET_NPROC_PER_NODE=auto", "PET_RDZV_BACKEND=c10d"],
+        "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK without a Master:\n{worker}"
+    );
+}
+
+#[test]
+#[ignore = "waits for the launcher (src/job_link.rs, src/rendezvous): a replica that ends normally closes its control connection and its peers log WARN 'lost the rendezvous master' / 'rendezvous peer lost'"]
+fn a_normal_completion_prints_no_warnings() {
+    let r = json_run(&example("pytorchjob.yaml"), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("WARN") || l.contains("warning")).collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn what_a_local_run_cannot_do_is_said_in_one_line() {
+    // The shapes of Kubeflow's examples: a script relative to the image's WORKDIR (elastic echo,
+    // cpu-demo), a GPU limit (mnist nccl, deepspeed), the HPA's metrics (elastic imagenet).
+    let tmp = TestDir::new("dry-run-cannot");
+    let script_job = IMAGE_ENTRYPOINT_JOB.replace("args: [\"/workspace/data\"]", "command: [python3, ./train.py]");
+    let manifest = write(tmp.path(), "script.yaml", &script_job);
+    let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("replica type Master runs ./train.py, which is not on this machine"), "{}", r.stderr);
+
+    let gpu_job = ELASTIC_WORKERS
+        .replace("    maxRestarts: 100\n", "    maxRestarts: 100\n    metrics: []\n")
+        .replace(
+            "              image: echo\n",
+            "              image: echo\n              resources: {limits: {nvidia.com/gpu: 1}}\n",
+        )
+        .replace("replicas: 2", "replicas: 1")
+        .replace("minReplicas: 1\n    maxReplicas: 2", "minReplicas: 1\n    maxReplicas: 1");
+    let manifest = write(tmp.path(), "gpu.yaml", &gpu_job);
+    let r = json_run(&manifest, &["--timeout", "1s"]);
+    let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warning: not emulated here:")).collect();
+    assert_eq!(warnings.len(), 1, "one line: {}", r.stderr);
+    assert!(
+        warnings[0].contains("spec.elasticPolicy.metrics (the operator's HorizontalPodAutoscaler)"),
+        "{}",
+        r.stderr
+    );
+    assert!(warnings[0].contains("resources.limits[nvidia.com/gpu] (counted against --queue-capability; no device is given to a local process)"), "{}", r.stderr);
 }

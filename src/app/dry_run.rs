@@ -37,6 +37,8 @@ pub fn run(a: DryRunArgs, signals: &Signals) -> i32 {
         restart_scope: a.restart_scope,
         http: a.http,
         timeline: a.timeline,
+        commands: a.commands,
+        path_maps: a.path_maps,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

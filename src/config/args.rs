@@ -226,4 +226,12 @@ pub struct DryRunArgs {
     /// The launchers' own log level (their lines appear among the replica's output).
     #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
     pub launcher_log_level: Level,
+    /// A replica type's command instead of its image's entrypoint (repeatable), run by `sh -c`
+    /// with the container's args after it: TYPE=COMMAND, e.g. Worker='python train.py'.
+    #[arg(long = "command", value_name = "TYPE=COMMAND")]
+    pub commands: Vec<String>,
+    /// A path inside the image mapped onto a local one in the command, args, env values and
+    /// workingDir (repeatable): IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples.
+    #[arg(long = "path-map", value_name = "IMAGE_PATH=LOCAL_PATH")]
+    pub path_maps: Vec<String>,
 }

@@ -1,284 +1,37 @@
 //! The training operator, Volcano and the kubelet, emulated as one synchronous state machine.
 //!
-//! The driver starts real launchers and feeds what it observes as [`Event`]s, with the time since
-//! its start; each call returns the rows that changed (for the watch output) and the [`Action`]s
-//! the driver must carry out. Nothing here reads a clock or touches a process.
+//! The event loop starts real launchers and feeds what it observes as [`ClusterEvent`]s, with
+//! the time since its start; each call returns the rows that changed (for the watch output) and
+//! the [`ClusterAction`]s the event loop must carry out. Nothing here reads a clock or touches a
+//! process. The operator's rules are in [`super::operator`], each named after its Go function.
 //!
-//! Semantics (seed 000, checked against the training operator's source):
-//! - The job is `Created` at submit, `Running` once the master's training process runs,
-//!   `Succeeded` once the master completes (workers still running are left to finish; the
-//!   PodGroup is deleted, the pods are kept).
-//! - The job is `Failed` when a replica's pod fails for good (its launcher gave up: the operator's
-//!   "N Master/Worker replica(s) failed"), when every worker has failed at the same time while the
-//!   master lives, or when the restarts summed over the running pods whose restartPolicy is not
-//!   Never reach `runPolicy.backoffLimit` (`pastBackoffLimit`; a limit of 0 fails on the first
-//!   restart; no `backoffLimit` means no job-wide limit, as in the operator). Then every launcher
-//!   is stopped and the pods and the PodGroup are deleted.
-//! - A deleted pod is recreated with RESTARTS 0; so is a pod whose launcher exits with a retryable
-//!   code (>= 128, `IsRetryableExitCode`) under the ExitCode policy, as the operator does.
-//! - Volcano admits the gang only if the queue capability holds the whole job; otherwise the
-//!   PodGroup stays `Inqueue` and every pod `Pending`, forever.
+//! - The kubelet: a replica's launcher is its container's PID 1. A launcher that exits under
+//!   OnFailure (non-zero) or Always is a container crash: the kubelet restarts it in place (the
+//!   first restart at once, then `backoff_initial` doubling), the pod stays Running and its
+//!   RESTARTS go on counting. Under Never and ExitCode (the pod's policy is Never) the pod ends
+//!   Succeeded or Failed with the launcher.
+//! - The operator (`ReconcileJobs`): the backoff limit and the active deadline fail the job and
+//!   delete every pod; a Failed pod is recreated (ExitCode retryable, OnFailure, Always: the job
+//!   shows Restarting) or fails the job (ExitCode permanent); `UpdateJobStatus` sets Running,
+//!   Succeeded, Restarting or Failed. A finished job's pods are cleaned up by `cleanPodPolicy`
+//!   (default None: kept, running on), its PodGroup deleted, the job itself deleted
+//!   `ttlSecondsAfterFinished` later. A suspended job has no pods until resumed; a job managed by
+//!   another controller is left alone.
+//! - Volcano admits the gang only if the queue capability holds the PodGroup's minResources;
+//!   otherwise the PodGroup stays `Inqueue` and every pod `Pending`, forever.
 
 use std::time::Duration;
 
-use super::job::{ExitStatus, PyTorchJob, ReplicaId, ReplicaType, RestartPolicy};
-use super::quantity::{format_quantity, QueueCapability};
-use super::rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use super::operator::{self, Condition};
+use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
+use super::pytorchjob::{PyTorchJob, ReplicaId};
+use super::quantity::format_quantity;
+use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
+use crate::exit::ExitHow;
+use crate::supervise::RestartPolicy;
 
-use crate::supervise::is_retryable_exit_code;
-
-/// How the emulated cluster is set up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControllerConfig {
-    /// The Volcano queue (QUEUE column).
-    pub queue: String,
-    /// The node every pod is placed on (NODE column).
-    pub node: String,
-    /// `--queue-capability`; None admits any job.
-    pub capability: Option<QueueCapability>,
-    /// How long a failed pod waiting for its restart shows `Error` before `CrashLoopBackOff`.
-    pub crash_loop_after: Duration,
-}
-
-impl Default for ControllerConfig {
-    fn default() -> Self {
-        Self {
-            queue: "default".to_string(),
-            node: "localhost".to_string(),
-            capability: None,
-            crash_loop_after: Duration::from_secs(1),
-        }
-    }
-}
-
-/// What the driver observed. `restart_count` is the launcher's own count for this pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// The manifest was submitted (call once, first).
-    Submitted,
-    /// The pod's launcher process was started.
-    LauncherStarted {
-        /// The pod.
-        pod: ReplicaId,
-    },
-    /// The pod's training process started (again).
-    ChildRunning {
-        /// The pod.
-        pod: ReplicaId,
-        /// Restarts so far in this pod.
-        restart_count: u32,
-    },
-    /// The pod's training process ended.
-    ChildExited {
-        /// The pod.
-        pod: ReplicaId,
-        /// How it ended.
-        exit: ExitStatus,
-        /// Whether the launcher will start it again.
-        will_restart: bool,
-        /// Restarts so far in this pod (before the coming restart).
-        restart_count: u32,
-    },
-    /// The pod's launcher process ended (deliver it for every launcher started, also after a stop).
-    LauncherExited {
-        /// The pod.
-        pod: ReplicaId,
-        /// The launcher's exit status.
-        status: ExitStatus,
-    },
-    /// Fault injection: the pod is deleted (the operator will recreate it).
-    PodDeleted {
-        /// The pod.
-        pod: ReplicaId,
-    },
-    /// Time passed (lets `Error` turn into `CrashLoopBackOff`).
-    Tick,
-}
-
-/// How the job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Outcome {
-    /// The master completed.
-    Succeeded,
-    /// See the reason.
-    Failed,
-}
-
-impl Outcome {
-    /// The dry run's exit status: 0 Succeeded, 1 Failed.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Self::Succeeded => 0,
-            Self::Failed => 1,
-        }
-    }
-}
-
-/// What the driver must do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Start this pod's launcher (also for a recreated pod: a fresh launcher, restart count 0).
-    StartLauncher {
-        /// The pod.
-        pod: ReplicaId,
-    },
-    /// Stop this pod's launcher (TERM, grace period); then report `LauncherExited`.
-    StopPod {
-        /// The pod.
-        pod: ReplicaId,
-    },
-    /// Stop every launcher (started, or started later); then report each `LauncherExited`.
-    StopAll,
-    /// Volcano cannot place the gang: nothing will start (tell the user why).
-    Unschedulable {
-        /// Names the resource, the capability and the demand.
-        message: String,
-    },
-    /// The job's outcome is decided (sent once). Launchers still running (workers after a success,
-    /// or ones being stopped) will still report; exit when `Controller::is_settled()`.
-    Finish {
-        /// Succeeded or Failed.
-        outcome: Outcome,
-        /// The operator's condition message.
-        reason: String,
-    },
-}
-
-/// The result of one event: rows that changed, and actions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Step {
-    /// Watch lines, in order.
-    pub changes: Vec<Change>,
-    /// What the driver must do, in order.
-    pub actions: Vec<Action>,
-}
-
-/// The launcher process of a pod, as the controller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Launcher {
-    /// Not asked for (not scheduled).
-    NotStarted,
-    /// `StartLauncher` sent; not yet reported started.
-    Requested,
-    /// Running.
-    Alive,
-    /// Ended with this status.
-    Exited(ExitStatus),
-}
-
-/// The training container's state, as the kubelet reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Container {
-    /// Never started in this pod.
-    Waiting,
-    /// Running.
-    Running,
-    /// Ended.
-    Terminated(ExitStatus),
-    /// Ended with this status, and waiting out the restart backoff.
-    BackOff(ExitStatus),
-}
-
-/// The pod's phase, which the operator and Volcano count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-/// One pod's state.
-#[derive(Debug, Clone)]
-struct Pod {
-    id: ReplicaId,
-    name: String,
-    restart_policy: RestartPolicy,
-    created_at: Duration,
-    scheduled: bool,
-    launcher: Launcher,
-    container: Container,
-    phase: Phase,
-    restarts: u32,
-    /// The latest run's end: kubelet's `state.terminated`.
-    current_termination: Option<Duration>,
-    /// The run before: kubelet's `lastState.terminated`, which kubectl's "(2s ago)" reads.
-    last_termination: Option<Duration>,
-    restart_pending_since: Option<Duration>,
-    latest_exit_failed: bool,
-    deleting: bool,
-    recreate: bool,
-    gone: bool,
-    shown: Option<Row>,
-}
-
-impl Pod {
-    fn new(id: ReplicaId, name: String, restart_policy: RestartPolicy, now: Duration) -> Self {
-        Self {
-            id,
-            name,
-            restart_policy,
-            created_at: now,
-            scheduled: false,
-            launcher: Launcher::NotStarted,
-            container: Container::Waiting,
-            phase: Phase::Pending,
-            restarts: 0,
-            current_termination: None,
-            last_termination: None,
-            restart_pending_since: None,
-            latest_exit_failed: false,
-            deleting: false,
-            recreate: false,
-            gone: false,
-            shown: None,
-        }
-    }
-
-    fn launcher_live(&self) -> bool {
-        matches!(self.launcher, Launcher::Requested | Launcher::Alive)
-    }
-
-    fn status(&self) -> PodStatus {
-        if self.deleting && self.launcher_live() {
-            return PodStatus::Terminating;
-        }
-        match (self.container, self.launcher) {
-            (Container::Running, _) => PodStatus::Running,
-            (Container::Terminated(e), _) | (Container::Waiting, Launcher::Exited(e)) if e.success() => {
-                PodStatus::Completed
-            }
-            (Container::Terminated(_), _) | (Container::Waiting, Launcher::Exited(_)) => PodStatus::Error,
-            (Container::BackOff(_), _) => PodStatus::CrashLoopBackOff,
-            (Container::Waiting, Launcher::Alive) => PodStatus::ContainerCreating,
-            (Container::Waiting, Launcher::NotStarted | Launcher::Requested) => PodStatus::Pending,
-        }
-    }
-
-    fn row(&self, now: Duration, node: &str) -> PodRow {
-        let last_restart_ago = match (self.restarts, self.last_termination) {
-            (0, _) | (_, None) => None,
-            (_, Some(t)) => Some(now.saturating_sub(t)),
-        };
-        PodRow {
-            name: self.name.clone(),
-            replica: self.id,
-            ready: self.container == Container::Running && self.launcher_live(),
-            status: self.status(),
-            restarts: self.restarts,
-            last_restart_ago,
-            age: now.saturating_sub(self.created_at),
-            node: self.scheduled.then(|| node.to_string()),
-        }
-    }
-
-    /// kubelet moves the ended run to `lastState` when the container waits or runs again.
-    fn shift_termination(&mut self) {
-        if let Some(t) = self.current_termination.take() {
-            self.last_termination = Some(t);
-        }
-    }
-}
+mod watch;
 
 /// The emulated controllers of one dry-run job.
 #[derive(Debug, Clone)]
@@ -286,10 +39,18 @@ pub struct Controller {
     job: PyTorchJob,
     config: ControllerConfig,
     submitted_at: Option<Duration>,
+    /// The job's `status.startTime` (reset on resume), from which the active deadline runs.
+    started_at: Option<Duration>,
     admitted: bool,
+    suspended: bool,
     state: Option<JobState>,
     outcome: Option<Outcome>,
+    finished_at: Option<Duration>,
+    job_deleted: bool,
+    /// Pods in phase Failed at the previous reconcile (`GetTotalFailedReplicas`).
+    failed_before: usize,
     podgroup_status: Option<PodGroupPhase>,
+    podgroup_created: bool,
     podgroup_deleted: bool,
     pods: Vec<Pod>,
     shown_job: Option<Row>,
@@ -297,16 +58,22 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// A controller for an admitted job; nothing happens until `Event::Submitted`.
+    /// A controller for an admitted job; nothing happens until `ClusterEvent::Submitted`.
     pub fn new(job: PyTorchJob, config: ControllerConfig) -> Self {
         Self {
             job,
             config,
             submitted_at: None,
+            started_at: None,
             admitted: false,
+            suspended: false,
             state: None,
             outcome: None,
+            finished_at: None,
+            job_deleted: false,
+            failed_before: 0,
             podgroup_status: None,
+            podgroup_created: false,
             podgroup_deleted: false,
             pods: Vec::new(),
             shown_job: None,
@@ -329,97 +96,114 @@ impl Controller {
         self.outcome
     }
 
+    /// The dry run's exit status: the outcome's, 0 for a job another controller manages (the
+    /// training operator does nothing wrong by leaving it alone), 1 while undecided.
+    pub fn exit_code(&self) -> i32 {
+        match (self.outcome, self.job.run_policy.external_manager()) {
+            (Some(o), _) => o.exit_code(),
+            (None, Some(_)) => 0,
+            (None, None) => 1,
+        }
+    }
+
     /// Pods whose launcher was asked to start and has not been reported exited.
     pub fn live_launchers(&self) -> Vec<ReplicaId> {
         self.pods.iter().filter(|p| p.launcher_live()).map(|p| p.id).collect()
     }
 
-    /// The outcome is decided and no launcher is left: the driver may exit.
+    /// Nothing more will happen: the outcome is decided (and the TTL, if any, has deleted the
+    /// job) or the job is another controller's, and no launcher is left.
     pub fn is_settled(&self) -> bool {
-        self.outcome.is_some() && self.live_launchers().is_empty()
+        let over = match (self.outcome, self.job.run_policy.ttl_seconds_after_finished) {
+            (Some(_), Some(_)) => self.job_deleted,
+            (Some(_), None) => true,
+            (None, _) => self.submitted_at.is_some() && self.job.run_policy.external_manager().is_some(),
+        };
+        over && self.live_launchers().is_empty()
     }
 
-    /// When the next `Event::Tick` would change a row (a failed pod due to show CrashLoopBackOff).
+    /// When the next `ClusterEvent::Tick` is due: a pod to show CrashLoopBackOff, a container
+    /// to restart, the active deadline, the TTL after finishing.
     pub fn next_tick(&self) -> Option<Duration> {
-        self.pods
+        let crash_loop = self
+            .pods
             .iter()
-            .filter(|p| !p.gone && !p.deleting && matches!(p.container, Container::Terminated(_)))
+            .filter(|p| {
+                !p.gone && !p.deleting && p.restarts > 0 && matches!(p.container, ContainerState::Terminated(_))
+            })
             .filter_map(|p| p.restart_pending_since)
-            .map(|t| t.saturating_add(self.config.crash_loop_after))
-            .min()
+            .map(|t| t.saturating_add(self.config.crash_loop_after));
+        let relaunch = self.pods.iter().filter(|p| !p.gone).filter_map(|p| p.relaunch_at);
+        let deadline = match (self.outcome, self.job.run_policy.active_deadline_seconds, self.started_at) {
+            (None, Some(secs), Some(start)) => Some(start.saturating_add(operator::deadline(secs))),
+            _ => None,
+        };
+        let ttl = match (self.finished_at, self.job.run_policy.ttl_seconds_after_finished, self.job_deleted) {
+            (Some(at), Some(ttl), false) => {
+                Some(at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))))
+            }
+            _ => None,
+        };
+        crash_loop.chain(relaunch).chain(deadline).chain(ttl).min()
     }
 
     /// Every existing object's row at `now` (job, PodGroup unless deleted, pods not deleted).
     pub fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
-        if self.submitted_at.is_some() {
+        if self.submitted_at.is_some() && !self.job_deleted {
             rows.push(self.job_row(now));
-            if !self.podgroup_deleted {
-                rows.push(self.podgroup_row(now));
-            }
+        }
+        if self.podgroup_created && !self.podgroup_deleted {
+            rows.push(self.podgroup_row(now));
         }
         rows.extend(self.pods.iter().filter(|p| !p.gone).map(|p| Row::Pod(p.row(now, &self.config.node))));
         rows
     }
 
-    /// Apply one observation made at `now` (time since the driver started).
-    pub fn handle(&mut self, now: Duration, event: Event) -> Step {
+    /// Apply one observation made at `now` (time since the event loop started).
+    pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
         let mut step = Step::default();
-        if self.submitted_at.is_none() && event != Event::Submitted {
+        if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
             return step;
         }
         match event {
-            Event::Submitted => self.submit(now, &mut step),
-            Event::LauncherStarted { pod } => {
-                if let Some(i) = self.live_pod(pod) {
-                    self.pods[i].launcher = Launcher::Alive;
-                    self.sync_pod(i, now, &mut step);
-                }
-            }
-            Event::ChildRunning { pod, restart_count } => {
+            ClusterEvent::Submitted => self.submit(now, &mut step),
+            ClusterEvent::Resumed => self.resume(now, &mut step),
+            ClusterEvent::LauncherStarted { pod } => {
                 if let Some(i) = self.live_pod(pod) {
                     let p = &mut self.pods[i];
-                    p.shift_termination();
-                    p.container = Container::Running;
-                    p.restarts = restart_count;
-                    p.restart_pending_since = None;
-                    p.latest_exit_failed = false;
-                    if matches!(p.launcher, Launcher::NotStarted | Launcher::Requested) {
-                        p.launcher = Launcher::Alive;
-                    }
-                    if !p.deleting {
-                        p.phase = Phase::Running;
+                    p.launcher = LauncherProcess::Alive;
+                    if matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
+                        // A restarted container: its previous run moves to lastState.
+                        p.shift_termination();
+                        p.container = ContainerState::Waiting;
                     }
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::ChildExited { pod, exit, will_restart, restart_count } => {
+            ClusterEvent::ChildRunning { pod, restart_count } => self.child_running(pod, restart_count, now, &mut step),
+            ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
                 if let Some(i) = self.live_pod(pod) {
                     let p = &mut self.pods[i];
-                    p.container = Container::Terminated(exit);
+                    p.container = ContainerState::Terminated(exit);
                     p.current_termination = Some(now);
-                    p.restarts = restart_count;
+                    p.restarts = p.restart_base.saturating_add(restart_count);
                     p.latest_exit_failed = !exit.success();
-                    // Under ExitCode a retryable end is decided by the launcher's exit (the
-                    // operator recreates the pod), not by the child's.
-                    let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(exit.code());
-                    if !p.deleting {
-                        p.phase = match (will_restart, exit.success()) {
-                            (true, _) => Phase::Running,
-                            (false, true) => Phase::Succeeded,
-                            (false, false) if retryable => p.phase,
-                            (false, false) => Phase::Failed,
-                        };
-                        p.restart_pending_since = will_restart.then_some(now);
+                    // A child that succeeded for good is the replica's verdict (the launcher exits 0
+                    // next, or lingers for the workers' sake); a failure is decided by the
+                    // launcher's exit, the container's end that the kubelet sees.
+                    if !will_restart && exit.success() && !p.deleting {
+                        p.phase = PodPhase::Succeeded;
                     }
+                    p.restart_pending_since = (will_restart && !p.deleting).then_some(now);
                     self.sync_pod(i, now, &mut step);
                 }
             }
-            Event::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
-            Event::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
-            Event::Tick => self.tick(now, &mut step),
+            ClusterEvent::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
+            ClusterEvent::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
+            ClusterEvent::Tick => self.tick(now, &mut step),
         }
-        self.evaluate(now, &mut step);
+        self.reconcile(now, &mut step);
         self.sync_podgroup(now, &mut step);
         step
     }
@@ -428,31 +212,93 @@ impl Controller {
         self.pods.iter().position(|p| p.id == id && !p.gone)
     }
 
+    fn child_running(&mut self, pod: ReplicaId, restart_count: u32, now: Duration, step: &mut Step) {
+        let Some(i) = self.live_pod(pod) else { return };
+        let p = &mut self.pods[i];
+        p.shift_termination();
+        p.container = ContainerState::Running;
+        p.restarts = p.restart_base.saturating_add(restart_count);
+        p.restart_pending_since = None;
+        p.latest_exit_failed = false;
+        if matches!(p.launcher, LauncherProcess::NotStarted | LauncherProcess::Requested) {
+            p.launcher = LauncherProcess::Alive;
+        }
+        if !p.deleting && p.phase == PodPhase::Pending {
+            p.phase = PodPhase::Running;
+        }
+        self.sync_pod(i, now, step);
+    }
+
+    fn set_state(&mut self, state: JobState, now: Duration, step: &mut Step) {
+        if self.state != Some(state) {
+            self.state = Some(state);
+            self.sync_job(now, WatchEventType::Modified, step);
+        }
+    }
+
     fn submit(&mut self, now: Duration, step: &mut Step) {
         if self.submitted_at.is_some() {
             return;
         }
         self.submitted_at = Some(now);
-        self.sync_job(now, WatchEvent::Added, step);
-        self.state = Some(JobState::Created);
-        self.sync_job(now, WatchEvent::Modified, step);
-        self.sync_podgroup_as(now, WatchEvent::Added, step);
+        self.sync_job(now, WatchEventType::Added, step);
+        if let Some(manager) = self.job.run_policy.external_manager() {
+            // `ManagedByExternalController`: the operator skips the job; its status stays empty.
+            step.actions.push(ClusterAction::Note {
+                message: format!(
+                    "spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing runs here"
+                ),
+            });
+            return;
+        }
+        self.set_state(JobState::Created, now, step);
+        self.started_at = Some(now);
+        if self.job.run_policy.suspend {
+            self.suspended = true;
+            self.set_state(JobState::Suspended, now, step);
+            step.actions.push(ClusterAction::Note {
+                message: format!(
+                    "PyTorchJob {} is suspended: no PodGroup and no pods until spec.runPolicy.suspend is false (--inject resume:job@TIME)",
+                    self.job.name
+                ),
+            });
+            return;
+        }
+        self.create_pods(now, step);
+    }
+
+    /// `ReconcileJobs` on a resumed job: the Suspended condition turns False (still the latest,
+    /// so STATE still reads Suspended), the start time is reset, pods are created.
+    fn resume(&mut self, now: Duration, step: &mut Step) {
+        if !self.suspended || self.outcome.is_some() {
+            return;
+        }
+        self.suspended = false;
+        self.started_at = Some(now);
+        step.actions.push(ClusterAction::Note { message: format!("PyTorchJob {} is resumed.", self.job.name) });
+        self.create_pods(now, step);
+    }
+
+    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission.
+    fn create_pods(&mut self, now: Duration, step: &mut Step) {
+        self.podgroup_created = true;
+        self.sync_podgroup_as(now, WatchEventType::Added, step);
         for id in self.job.replicas() {
             let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
             self.pods.push(Pod::new(id, self.job.pod_name(id), policy, now));
             let i = self.pods.len() - 1;
-            self.sync_pod_as(i, now, WatchEvent::Added, step);
+            self.sync_pod_as(i, now, WatchEventType::Added, step);
         }
         self.podgroup_status = Some(PodGroupPhase::Inqueue);
         self.sync_podgroup(now, step);
-        let demand = self.job.total_resources();
+        let demand = self.job.min_resources();
         if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
-            step.actions.push(Action::Unschedulable {
+            step.actions.push(ClusterAction::Unschedulable {
                 message: format!(
                     "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
-                    self.config.queue,
+                    self.job.queue(),
                     format_quantity(&resource, cap),
-                    self.pods.len(),
+                    self.job.min_member(),
                     format_quantity(&resource, need),
                 ),
             });
@@ -472,25 +318,25 @@ impl Controller {
             return;
         };
         p.scheduled = true;
-        p.launcher = Launcher::Requested;
+        p.launcher = LauncherProcess::Requested;
         let id = p.id;
         self.sync_pod(i, now, step);
-        step.actions.push(Action::StartLauncher { pod: id });
+        step.actions.push(ClusterAction::StartLauncher { pod: id });
     }
 
-    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitStatus, now: Duration, step: &mut Step) {
+    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
         let p = &mut self.pods[i];
-        p.launcher = Launcher::Exited(status);
+        p.launcher = LauncherProcess::Exited(status);
         p.restart_pending_since = None;
-        if p.container == Container::Running {
-            // The launcher died under its child: the container ends with it.
-            p.container = Container::Terminated(status);
+        if matches!(p.container, ContainerState::Running | ContainerState::Waiting) {
+            // The launcher is the container: it ends with it.
+            p.container = ContainerState::Terminated(status);
             p.current_termination = Some(now);
         }
-        if let Container::BackOff(last) = p.container {
-            p.container = Container::Terminated(last);
+        if let ContainerState::BackOff(last) = p.container {
+            p.container = ContainerState::Terminated(last);
         }
         if p.deleting {
             let recreate = p.recreate && !finished;
@@ -500,16 +346,23 @@ impl Controller {
             }
             return;
         }
-        if !matches!(p.phase, Phase::Succeeded | Phase::Failed) {
-            p.phase = if status.success() { Phase::Succeeded } else { Phase::Failed };
-        }
-        let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(status.code());
-        if p.phase == Phase::Failed && retryable && !finished {
-            // The operator deletes and recreates a pod that failed with a retryable code.
-            self.sync_pod(i, now, step);
-            self.remove_pod(i, now, step);
-            self.recreate_pod(i, now, step);
-            return;
+        if p.kubelet_restarts(status) && !finished {
+            // A container crash: the kubelet starts the container again in this pod.
+            let delay =
+                operator::kubelet_restart_delay(p.restarts, self.config.backoff_initial, self.config.backoff_max);
+            p.relaunch_at = Some(now.saturating_add(delay));
+            if !delay.is_zero() {
+                // Waiting out the back-off: kubectl shows CrashLoopBackOff.
+                p.container = ContainerState::BackOff(status);
+                p.shift_termination();
+            }
+            // The container started and crashed: a pod restarting its container is Running
+            // (and its restarts count towards backoffLimit).
+            p.phase = PodPhase::Running;
+        } else if !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) {
+            // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
+            // after the outcome the dry run restarts nothing, so it ends here too.
+            p.phase = if status.success() { PodPhase::Succeeded } else { PodPhase::Failed };
         }
         self.sync_pod(i, now, step);
     }
@@ -521,14 +374,21 @@ impl Controller {
         if p.deleting {
             return;
         }
-        p.recreate = !finished;
+        // A Never pod's container is killed (137/143): the pod ends Failed, which fails the job.
+        let never = p.restart_policy == RestartPolicy::Never;
+        if never && !matches!(p.phase, PodPhase::Succeeded) {
+            p.phase = PodPhase::Failed;
+        }
+        p.recreate = !finished && !never;
+        p.relaunch_at = None;
         if p.launcher_live() {
             p.deleting = true;
             self.sync_pod(i, now, step);
-            step.actions.push(Action::StopPod { pod });
+            step.actions.push(ClusterAction::StopPod { pod });
         } else {
+            let recreate = p.recreate;
             self.remove_pod(i, now, step);
-            if !finished {
+            if recreate {
                 self.recreate_pod(i, now, step);
             }
         }
@@ -542,14 +402,14 @@ impl Controller {
         p.gone = true;
         let row = Row::Pod(p.row(now, &self.config.node));
         p.shown = Some(row.clone());
-        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row });
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row });
     }
 
     /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
     fn recreate_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
         let Some(old) = self.pods.get(i) else { return };
         self.pods[i] = Pod::new(old.id, old.name.clone(), old.restart_policy, now);
-        self.sync_pod_as(i, now, WatchEvent::Added, step);
+        self.sync_pod_as(i, now, WatchEventType::Added, step);
         if self.admitted {
             self.schedule(i, now, step);
         }
@@ -558,182 +418,141 @@ impl Controller {
     fn tick(&mut self, now: Duration, step: &mut Step) {
         for i in 0..self.pods.len() {
             let p = &mut self.pods[i];
+            if p.gone || p.deleting {
+                continue;
+            }
+            if p.relaunch_at.is_some_and(|t| t <= now) && self.outcome.is_none() {
+                p.relaunch_at = None;
+                p.restarts = p.restarts.saturating_add(1);
+                p.restart_base = p.restarts;
+                p.restart_pending_since = None;
+                let id = p.id;
+                // The row keeps the last crash until the new container is there.
+                p.launcher = LauncherProcess::Requested;
+                self.sync_pod(i, now, step);
+                step.actions.push(ClusterAction::StartLauncher { pod: id });
+                continue;
+            }
+            // The kubelet shows CrashLoopBackOff from the second crash on (the first restart is immediate).
             let due = p.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
-            if let (true, false, false, Container::Terminated(last)) = (due, p.gone, p.deleting, p.container) {
-                p.container = Container::BackOff(last);
+            if let (true, true, ContainerState::Terminated(last)) = (due, p.restarts > 0, p.container) {
+                p.container = ContainerState::BackOff(last);
                 p.shift_termination();
                 self.sync_pod(i, now, step);
             }
         }
+        self.expire_ttl(now, step);
     }
 
-    /// The operator's reconcile: apply Running, Succeeded or Failed.
-    fn evaluate(&mut self, now: Duration, step: &mut Step) {
-        if self.outcome.is_some() || !self.admitted {
+    /// `CleanupJob`: `ttlSecondsAfterFinished` after the finish the job is deleted, and with it
+    /// (by their owner references) every pod left.
+    fn expire_ttl(&mut self, now: Duration, step: &mut Step) {
+        let (Some(at), Some(ttl)) = (self.finished_at, self.job.run_policy.ttl_seconds_after_finished) else {
+            return;
+        };
+        if self.job_deleted || now < at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))) {
             return;
         }
-        let (leader_runs, decision) = self.decide();
-        if self.state == Some(JobState::Created) && leader_runs {
-            self.state = Some(JobState::Running);
-            self.sync_job(now, WatchEvent::Modified, step);
+        self.job_deleted = true;
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.job_row(now) });
+        step.actions.push(ClusterAction::Note {
+            message: format!("PyTorchJob {} is deleted: ttlSecondsAfterFinished ({ttl}s) has passed", self.job.name),
+        });
+        self.delete_pods(now, step, |_| true);
+    }
+
+    /// `ReconcileJobs` (after the pods' and the job's own changes), unless the job is finished,
+    /// suspended or someone else's.
+    fn reconcile(&mut self, now: Duration, step: &mut Step) {
+        if self.outcome.is_some() || self.suspended || self.submitted_at.is_none() || !self.podgroup_created {
+            return;
         }
-        if let Some((outcome, reason)) = decision {
-            self.finish(outcome, reason, now, step);
+        let failed_now = operator::failed_pods(&self.pods);
+        let exceeds = operator::exceeds_backoff_limit(&self.job, &self.pods, self.failed_before);
+        self.failed_before = failed_now;
+        if exceeds || operator::past_backoff_limit(&self.job, &self.pods) {
+            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
+        }
+        if operator::past_active_deadline(&self.job, self.started_at, now) {
+            return self.finish(Outcome::Failed, operator::deadline_message(&self.job), true, now, step);
+        }
+        if !self.admitted {
+            return;
+        }
+        // ReconcilePods: a Failed pod is recreated, or fails the job (ExitCode, permanent code).
+        // UpdateJobStatus then counts the replica statuses as listed, the failed pod included.
+        let mut conditions = Vec::new();
+        let mut recreate = Vec::new();
+        for (i, p) in self.pods.iter().enumerate() {
+            if p.gone || p.phase != PodPhase::Failed {
+                continue;
+            }
+            let code = match p.launcher {
+                LauncherProcess::Exited(how) => how.code(),
+                _ => 0xbeef,
+            };
+            let Some(restart) = operator::restart_failed_pod(p.restart_policy, code) else { continue };
+            conditions.push(operator::failed_pod_condition(&self.job, p.id.rtype, restart));
+            if restart && !p.deleting {
+                recreate.push(i);
+            }
+        }
+        conditions.extend(operator::update_job_status(&self.job, &self.pods));
+        for i in recreate {
+            self.remove_pod(i, now, step);
+            self.recreate_pod(i, now, step);
+        }
+        // `setCondition` ignores everything once Failed is set.
+        for condition in conditions {
+            match condition {
+                Condition::Running => self.set_state(JobState::Running, now, step),
+                Condition::Restarting(_) => self.set_state(JobState::Restarting, now, step),
+                Condition::Succeeded(reason) => return self.finish(Outcome::Succeeded, reason, false, now, step),
+                Condition::Failed(reason) => return self.finish(Outcome::Failed, reason, false, now, step),
+            }
         }
     }
 
-    /// Whether the leader (master, else a worker) runs, and the outcome if the job is decided.
-    fn decide(&self) -> (bool, Option<(Outcome, String)>) {
-        let name = &self.job.name;
-        let has_master = self.job.master.is_some();
-        let of_type = |t: ReplicaType| self.pods.iter().filter(move |p| !p.gone && !p.deleting && p.id.rtype == t);
-        let leader = if has_master { ReplicaType::Master } else { ReplicaType::Worker };
-        let leader_runs = of_type(leader).any(|p| p.container == Container::Running);
-
-        let succeeded = if has_master {
-            of_type(ReplicaType::Master).any(|p| p.phase == Phase::Succeeded)
-        } else {
-            let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
-            !workers.is_empty() && workers.iter().all(|p| p.phase == Phase::Succeeded)
-        };
-        if succeeded {
-            let reason = format!("PyTorchJob {name} is successfully completed.");
-            return (leader_runs, Some((Outcome::Succeeded, reason)));
-        }
-
-        for rtype in [ReplicaType::Master, ReplicaType::Worker] {
-            let failed = of_type(rtype).filter(|p| p.phase == Phase::Failed).count();
-            if failed > 0 {
-                let reason = format!("PyTorchJob {name} is failed because {failed} {rtype} replica(s) failed.");
-                return (leader_runs, Some((Outcome::Failed, reason)));
-            }
-        }
-
-        let master_lives = of_type(ReplicaType::Master).any(|p| matches!(p.phase, Phase::Pending | Phase::Running));
-        let workers: Vec<&Pod> = of_type(ReplicaType::Worker).collect();
-        let worker_count = self.job.worker.as_ref().map_or(0, |w| w.replicas) as usize;
-        let all_workers_failed = worker_count > 0
-            && workers.len() == worker_count
-            && workers.iter().all(|p| {
-                p.latest_exit_failed
-                    && matches!(p.container, Container::Terminated(_) | Container::BackOff(_))
-                    && p.phase != Phase::Succeeded
-            });
-        if has_master && master_lives && all_workers_failed {
-            let reason = format!(
-                "PyTorchJob {name} is failed because all {worker_count} Worker replica(s) failed while the Master was running."
-            );
-            return (leader_runs, Some((Outcome::Failed, reason)));
-        }
-
-        if let Some(limit) = self.job.backoff_limit {
-            let restarts: u64 = self
-                .pods
-                .iter()
-                .filter(|p| !p.gone && p.phase == Phase::Running && p.restart_policy.counts_against_backoff_limit())
-                .map(|p| u64::from(p.restarts))
-                .sum();
-            // The operator: a limit of 0 fails on the first restart, else restarts >= limit.
-            if restarts >= u64::from(limit.max(1)) {
-                let reason = format!("PyTorchJob {name} has failed because it has reached the specified backoff limit");
-                return (leader_runs, Some((Outcome::Failed, reason)));
-            }
-        }
-        (leader_runs, None)
-    }
-
-    fn finish(&mut self, outcome: Outcome, reason: String, now: Duration, step: &mut Step) {
+    /// The job is Succeeded or Failed: the PodGroup is deleted, and the pods: every one after
+    /// the backoff limit or the deadline (`DeletePodsAndServices` before the condition is set),
+    /// else those `cleanPodPolicy` names.
+    fn finish(&mut self, outcome: Outcome, reason: String, delete_all: bool, now: Duration, step: &mut Step) {
         self.outcome = Some(outcome);
-        self.state = Some(match outcome {
+        self.finished_at = Some(now);
+        let state = match outcome {
             Outcome::Succeeded => JobState::Succeeded,
             Outcome::Failed => JobState::Failed,
-        });
-        self.sync_job(now, WatchEvent::Modified, step);
+        };
+        self.set_state(state, now, step);
         self.sync_podgroup(now, step);
         self.podgroup_deleted = true;
-        step.changes.push(Change { at: now, event: WatchEvent::Deleted, row: self.podgroup_row(now) });
-        if outcome == Outcome::Failed {
-            for i in 0..self.pods.len() {
-                let Some(p) = self.pods.get_mut(i) else {
-                    continue;
-                };
-                if p.gone {
-                    continue;
-                }
-                p.recreate = false;
-                if p.launcher_live() {
-                    p.deleting = true;
-                    self.sync_pod(i, now, step);
-                } else {
-                    self.remove_pod(i, now, step);
-                }
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
+        let policy = self.job.run_policy.clean_pod_policy.clone();
+        let deletes_all = delete_all || self.pods.iter().all(|p| p.gone || policy.deletes(p.is_active()));
+        self.delete_pods(now, step, |p| delete_all || policy.deletes(p.is_active()));
+        if deletes_all {
+            step.actions.push(ClusterAction::StopAll);
+        }
+        step.actions.push(ClusterAction::Finish { outcome, reason });
+    }
+
+    /// Delete the pods `which` picks, for good: stop their launchers, or remove them at once.
+    fn delete_pods(&mut self, now: Duration, step: &mut Step, which: impl Fn(&Pod) -> bool) {
+        for i in 0..self.pods.len() {
+            let p = &mut self.pods[i];
+            if p.gone || p.deleting || !which(p) {
+                continue;
             }
-            step.actions.push(Action::StopAll);
+            p.recreate = false;
+            p.relaunch_at = None;
+            if p.launcher_live() {
+                p.deleting = true;
+                let pod = p.id;
+                self.sync_pod(i, now, step);
+                step.actions.push(ClusterAction::StopPod { pod });
+            } else {
+                self.remove_pod(i, now, step);
+            }
         }
-        step.actions.push(Action::Finish { outcome, reason });
     }
-
-    fn job_row(&self, now: Duration) -> Row {
-        Row::Job(JobRow {
-            name: self.job.name.clone(),
-            state: self.state,
-            age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
-        })
-    }
-
-    fn podgroup_row(&self, now: Duration) -> Row {
-        Row::PodGroup(PodGroupRow {
-            name: self.job.name.clone(),
-            status: self.podgroup_status,
-            min_member: self.job.total_replicas(),
-            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == Phase::Running).count() as u32,
-            age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
-            queue: self.config.queue.clone(),
-        })
-    }
-
-    fn sync_job(&mut self, now: Duration, event: WatchEvent, step: &mut Step) {
-        let row = self.job_row(now);
-        push_if_changed(&mut self.shown_job, row, now, event, step);
-    }
-
-    fn sync_podgroup(&mut self, now: Duration, step: &mut Step) {
-        self.sync_podgroup_as(now, WatchEvent::Modified, step);
-    }
-
-    fn sync_podgroup_as(&mut self, now: Duration, event: WatchEvent, step: &mut Step) {
-        if self.podgroup_deleted {
-            return;
-        }
-        let row = self.podgroup_row(now);
-        push_if_changed(&mut self.shown_podgroup, row, now, event, step);
-    }
-
-    fn sync_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        self.sync_pod_as(i, now, WatchEvent::Modified, step);
-    }
-
-    fn sync_pod_as(&mut self, i: usize, now: Duration, event: WatchEvent, step: &mut Step) {
-        let node = self.config.node.clone();
-        let Some(p) = self.pods.get_mut(i) else {
-            return;
-        };
-        if p.gone {
-            return;
-        }
-        let row = Row::Pod(p.row(now, &node));
-        if event == WatchEvent::Added {
-            p.shown = None;
-        }
-        push_if_changed(&mut p.shown, row, now, event, step);
-    }
-}
-
-/// Record `row` as shown and emit it, unless only its clock-driven columns changed.
-fn push_if_changed(shown: &mut Option<Row>, row: Row, now: Duration, event: WatchEvent, step: &mut Step) {
-    if shown.as_ref().is_some_and(|s| s.same_content(&row)) {
-        return;
-    }
-    *shown = Some(row.clone());
-    step.changes.push(Change { at: now, event, row });
 }

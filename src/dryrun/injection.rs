@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use crate::duration::parse_duration;
 
-use super::job::{PyTorchJob, ReplicaId, ReplicaType};
+use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
 
 /// The HyperPod label a `label:` injection sets when it names no key.
 pub const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
 
 /// The forms an injection may take, for error messages.
-const EXPECTED: &str = "expected fail:REPLICA@TIME, delete:REPLICA@TIME or label:REPLICA@TIME=VALUE (or =KEY=VALUE), with REPLICA like master-0 or worker-1 and TIME like 5s";
+const EXPECTED: &str = "expected fail:REPLICA@TIME, delete:REPLICA@TIME, label:REPLICA@TIME=VALUE (or =KEY=VALUE) or resume:job@TIME, with REPLICA like master-0 or worker-1 and TIME like 5s";
 
 /// What to do to the replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +20,9 @@ pub enum Fault {
     Fail,
     /// Delete the pod: kill its launcher; the operator recreates it with restart count 0.
     Delete,
+    /// Set `spec.runPolicy.suspend` to false on the (suspended) job; `resume:job@TIME`, the replica
+    /// is unused.
+    Resume,
     /// Set a label on the replica's node (the launcher's node-health source sees it).
     Label {
         /// The label key (default `sagemaker.amazonaws.com/node-health-status`).
@@ -60,6 +63,12 @@ pub fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, Inject
         None => (when, None),
     };
     let at = parse_duration(time).map_err(|e| err(format!("{e}; {EXPECTED}")))?;
+    if verb == "resume" {
+        if target != "job" || label.is_some() {
+            return Err(err(format!("resume acts on the job: resume:job@TIME; {EXPECTED}")));
+        }
+        return Ok(Injection { at, replica: ReplicaId::MASTER, fault: Fault::Resume });
+    }
     let replica = parse_replica(target, job).map_err(&err)?;
     let fault = match (verb, label) {
         ("fail", None) => Fault::Fail,
@@ -137,6 +146,13 @@ mod tests {
             Fault::Label { key: "sagemaker.amazonaws.com/deep-health-check-status".into(), value: "Failed".into() }
         );
         assert_eq!(parse_injection("fail:pytest-worker-2@1s", &j).unwrap().replica, ReplicaId::worker(2));
+    }
+
+    #[test]
+    fn resume_acts_on_the_job() {
+        let j = job();
+        assert_eq!(parse_injection("resume:job@2s", &j).unwrap().fault, Fault::Resume);
+        assert!(parse_injection("resume:worker-1@2s", &j).unwrap_err().to_string().contains("resume:job@TIME"));
     }
 
     #[test]

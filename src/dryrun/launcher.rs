@@ -1,6 +1,6 @@
 //! One replica's launcher as the dry run sees it: the command line it is started with, the status
 //! lines it writes on `--status-fd` (turned into the controller's events), its node's labels
-//! file, and its output cut into lines. No processes here: the driver does the I/O.
+//! file, and its output cut into lines. No processes here: the event loop does the I/O.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -13,10 +13,10 @@ use crate::duration::format_duration;
 use crate::exit::ExitHow;
 use crate::report::ReplicaState;
 
-use super::controller::Event;
+use super::cluster::ClusterEvent;
 use super::env::LaunchSpec;
 use super::injection::DEFAULT_LABEL_KEY;
-use super::job::{ExitStatus, ReplicaId};
+use super::pytorchjob::ReplicaId;
 
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
@@ -72,7 +72,7 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
     let backoff_limit = spec.backoff_limit.unwrap_or(UNLIMITED_RESTARTS);
     let mut args: Vec<OsString> = [
         "--restart-policy",
-        spec.restart_policy.as_str(),
+        &spec.restart_policy.to_string(),
         "--backoff-limit",
         &backoff_limit.to_string(),
         "--backoff-initial",
@@ -162,14 +162,6 @@ pub fn parse_status_line(line: &str) -> Result<StatusLine, StatusLineError> {
     serde_json::from_str(line).map_err(|source| StatusLineError { line: line.chars().take(200).collect(), source })
 }
 
-/// The controller's spelling of how a process ended.
-pub fn exit_status(how: ExitHow) -> ExitStatus {
-    match how {
-        ExitHow::Exited(code) => ExitStatus::Code(code),
-        ExitHow::Signaled(sig) => ExitStatus::Signal(sig),
-    }
-}
-
 /// Follows one launcher's status lines and says what the kubelet would have seen.
 ///
 /// A launcher restarting with no backoff goes from one `Running` to the next without a
@@ -186,11 +178,11 @@ pub struct StatusTracker {
 
 impl StatusTracker {
     /// The events one status line of `pod`'s launcher means, in order.
-    pub fn observe(&mut self, pod: ReplicaId, line: &StatusLine) -> Vec<Event> {
+    pub fn observe(&mut self, pod: ReplicaId, line: &StatusLine) -> Vec<ClusterEvent> {
         self.child_pid = line.child_pid;
-        let exit = line.last_exit.map(exit_status);
+        let exit = line.last_exit;
         let ended = |will_restart: bool, restart_count: u32| {
-            exit.map(|exit| Event::ChildExited { pod, exit, will_restart, restart_count })
+            exit.map(|exit| ClusterEvent::ChildExited { pod, exit, will_restart, restart_count })
         };
         let mut events = Vec::new();
         match line.state {
@@ -199,9 +191,9 @@ impl StatusTracker {
                     Some(n) if n == line.restart_count => {}
                     Some(n) => {
                         events.extend(ended(true, n));
-                        events.push(Event::ChildRunning { pod, restart_count: line.restart_count });
+                        events.push(ClusterEvent::ChildRunning { pod, restart_count: line.restart_count });
                     }
-                    None => events.push(Event::ChildRunning { pod, restart_count: line.restart_count }),
+                    None => events.push(ClusterEvent::ChildRunning { pod, restart_count: line.restart_count }),
                 }
                 self.run = Some(line.restart_count);
             }
@@ -317,10 +309,10 @@ pub fn prefixed(pod: &str, width: usize, line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::env::launch_spec;
-    use super::super::job::RestartPolicy;
     use super::super::manifest::parse_job;
     use super::*;
     use crate::health::parse_labels_file;
+    use crate::supervise::RestartPolicy;
 
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
@@ -429,25 +421,35 @@ mod tests {
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Pending, 0, None, None)), vec![]);
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))),
-            vec![Event::ChildRunning { pod: MASTER, restart_count: 0 }]
+            vec![ClusterEvent::ChildRunning { pod: MASTER, restart_count: 0 }]
         );
         assert_eq!(t.child_pid(), Some(10));
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))), vec![], "no change");
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Restarting, 1, e1, None)),
-            vec![Event::ChildExited { pod: MASTER, exit: ExitStatus::Code(1), will_restart: true, restart_count: 0 }],
+            vec![ClusterEvent::ChildExited {
+                pod: MASTER,
+                exit: ExitHow::Exited(1),
+                will_restart: true,
+                restart_count: 0
+            }],
             "RESTARTS goes up when the container runs again, not when it fails"
         );
         assert_eq!(t.child_pid(), None);
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Running, 1, e1, Some(11))),
-            vec![Event::ChildRunning { pod: MASTER, restart_count: 1 }]
+            vec![ClusterEvent::ChildRunning { pod: MASTER, restart_count: 1 }]
         );
         assert_eq!(t.running(), Some(1));
         assert!(!t.ended());
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Failed, 1, e1, None)),
-            vec![Event::ChildExited { pod: MASTER, exit: ExitStatus::Code(1), will_restart: false, restart_count: 1 }]
+            vec![ClusterEvent::ChildExited {
+                pod: MASTER,
+                exit: ExitHow::Exited(1),
+                will_restart: false,
+                restart_count: 1
+            }]
         );
         assert_eq!(t.running(), None);
         assert!(t.ended());
@@ -460,8 +462,13 @@ mod tests {
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(9)), Some(11))),
             vec![
-                Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(9), will_restart: true, restart_count: 0 },
-                Event::ChildRunning { pod: MASTER, restart_count: 1 },
+                ClusterEvent::ChildExited {
+                    pod: MASTER,
+                    exit: ExitHow::Signaled(9),
+                    will_restart: true,
+                    restart_count: 0
+                },
+                ClusterEvent::ChildRunning { pod: MASTER, restart_count: 1 },
             ]
         );
     }
@@ -474,9 +481,9 @@ mod tests {
         assert_eq!(t.child_pid(), Some(10), "a stopping child is still there to kill");
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::NodeUnhealthy, 0, Some(ExitHow::Signaled(15)), None)),
-            vec![Event::ChildExited {
+            vec![ClusterEvent::ChildExited {
                 pod: MASTER,
-                exit: ExitStatus::Signal(15),
+                exit: ExitHow::Signaled(15),
                 will_restart: false,
                 restart_count: 0
             }]
@@ -537,6 +544,6 @@ mod tests {
         stop.last_exit_reason = Some("NewGeneration".into());
         assert!(t.observe(MASTER, &stop).is_empty(), "no ChildExited for a job-scope stop");
         let events = t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(15)), Some(11)));
-        assert!(matches!(events.as_slice(), [Event::ChildRunning { restart_count: 1, .. }]), "{events:?}");
+        assert!(matches!(events.as_slice(), [ClusterEvent::ChildRunning { restart_count: 1, .. }]), "{events:?}");
     }
 }

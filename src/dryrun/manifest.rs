@@ -1,13 +1,11 @@
 //! Reading a PyTorchJob manifest (YAML or JSON) into its raw shape, before admission.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::de::IgnoredAny;
-use serde::Deserialize;
-
-use super::admission::{admit, FieldErrors};
-use super::job::PyTorchJob;
+use super::not_emulated::not_emulated;
+use super::pytorchjob::PyTorchJob;
+use super::raw::RawJob;
+use super::webhook_admission::{admit, FieldErrors, Refusal};
 
 /// The `apiVersion` the dry run accepts.
 pub const API_VERSION: &str = "kubeflow.org/v1";
@@ -48,7 +46,15 @@ pub enum ManifestError {
         /// The `kind` seen.
         kind: String,
     },
-    /// The operator's admission webhook (or the apiserver) refuses the job.
+    /// The apiserver's schema validation refuses the object.
+    #[error("The PyTorchJob {name:?} is invalid: {errors}")]
+    Invalid {
+        /// The job's name as written.
+        name: String,
+        /// Every refusal, in the apiserver's `field.ErrorList` form.
+        errors: FieldErrors,
+    },
+    /// The operator's admission webhook refuses the job.
     #[error("error when creating {source_name:?}: admission webhook \"validator.pytorchjob.training-operator.kubeflow.org\" denied the request: {errors}")]
     Denied {
         /// The file name.
@@ -66,22 +72,49 @@ pub enum ManifestError {
     },
 }
 
+/// A job that passed admission, with the webhook's warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedJob {
+    /// The admitted, defaulted job.
+    pub job: PyTorchJob,
+    /// What the webhook warned about (kubectl prints each as `Warning: ...`).
+    pub warnings: Vec<String>,
+    /// The fields the dry run does not emulate, each named (one warning line).
+    pub not_emulated: Vec<String>,
+}
+
 /// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
-pub fn load_job(path: &Path) -> Result<PyTorchJob, ManifestError> {
+pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ManifestError::Read { path: path.display().to_string(), source })?;
-    parse_job(&text, &path.display().to_string())
+    admit_text(&text, &path.display().to_string())
 }
 
 /// Parse and admit a manifest's text; `source_name` is used in messages.
 pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestError> {
+    admit_text(text, source_name).map(|loaded| loaded.job)
+}
+
+/// Parse and admit a manifest's text, keeping the webhook's warnings.
+pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestError> {
     let raw = parse_raw(text, source_name)?;
     let api_version = raw.api_version.clone().unwrap_or_default();
     let kind = raw.kind.clone().unwrap_or_default();
     if api_version != API_VERSION || kind != KIND {
         return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind });
     }
-    admit(&raw, source_name)
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let admitted = admit(&raw).map_err(|refusal| match refusal {
+        Refusal::Invalid(errors) => ManifestError::Invalid { name, errors },
+        Refusal::Denied(errors) => ManifestError::Denied { source_name: source_name.to_string(), errors },
+        Refusal::Unsupported(reason) => ManifestError::Unsupported { source_name: source_name.to_string(), reason },
+    })?;
+    let doc: serde_json::Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        serde_yaml_ng::from_str(text).unwrap_or_default()
+    };
+    Ok(LoadedJob { job: admitted.job, warnings: admitted.warnings, not_emulated: not_emulated(&doc) })
 }
 
 /// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
@@ -108,230 +141,6 @@ fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
 /// Drop the parser's own copy of the position, which the error already carries.
 fn strip_position(message: &str, position: &str) -> String {
     message.replacen(position, "", 1)
-}
-
-/// A number or string where Kubernetes accepts either (quantities, env values, nprocPerNode).
-#[derive(Debug, Clone)]
-pub(crate) enum Scalar {
-    /// A string.
-    Str(String),
-    /// An integer.
-    Int(i64),
-    /// A float.
-    Float(f64),
-    /// A boolean.
-    Bool(bool),
-}
-
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ScalarVisitor;
-        impl serde::de::Visitor<'_> for ScalarVisitor {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string or a number")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar::Str(v.to_string()))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
-                Ok(Scalar::Int(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
-                i64::try_from(v).map(Scalar::Int).or(Ok(Scalar::Str(v.to_string())))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar::Float(v))
-            }
-            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Scalar, E> {
-                Ok(Scalar::Bool(v))
-            }
-        }
-        deserializer.deserialize_any(ScalarVisitor)
-    }
-}
-
-impl Scalar {
-    /// The value as the apiserver would store it, a string.
-    pub(crate) fn text(&self) -> String {
-        match self {
-            Self::Str(s) => s.clone(),
-            Self::Int(i) => i.to_string(),
-            Self::Float(f) => f.to_string(),
-            Self::Bool(b) => b.to_string(),
-        }
-    }
-}
-
-/// The whole manifest, as written.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawJob {
-    /// `apiVersion`.
-    pub api_version: Option<String>,
-    /// `kind`.
-    pub kind: Option<String>,
-    /// `metadata`.
-    #[serde(default)]
-    pub metadata: RawMetadata,
-    /// `spec`.
-    #[serde(default)]
-    pub spec: RawSpec,
-}
-
-/// `metadata`.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct RawMetadata {
-    /// `name`.
-    pub name: Option<String>,
-    /// `namespace`.
-    pub namespace: Option<String>,
-}
-
-/// `spec`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawSpec {
-    /// `runPolicy`.
-    #[serde(default)]
-    pub run_policy: RawRunPolicy,
-    /// `elasticPolicy`.
-    pub elastic_policy: Option<RawElasticPolicy>,
-    /// `nprocPerNode`.
-    pub nproc_per_node: Option<Scalar>,
-    /// `pytorchReplicaSpecs`, keyed by replica type as written.
-    pub pytorch_replica_specs: Option<BTreeMap<String, Option<RawReplicaSpec>>>,
-}
-
-/// `spec.runPolicy`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawRunPolicy {
-    /// `backoffLimit`.
-    pub backoff_limit: Option<i64>,
-}
-
-/// `spec.elasticPolicy`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawElasticPolicy {
-    /// `minReplicas`.
-    pub min_replicas: Option<i64>,
-    /// `maxReplicas`.
-    pub max_replicas: Option<i64>,
-    /// `rdzvBackend`.
-    pub rdzv_backend: Option<String>,
-    /// `rdzvPort`.
-    pub rdzv_port: Option<i64>,
-    /// `rdzvId`.
-    pub rdzv_id: Option<String>,
-    /// `rdzvConf`.
-    #[serde(default)]
-    pub rdzv_conf: Vec<RawKeyValue>,
-    /// `standalone`.
-    pub standalone: Option<bool>,
-    /// `nProcPerNode` (deprecated).
-    #[serde(rename = "nProcPerNode")]
-    pub nproc_per_node: Option<i64>,
-    /// `maxRestarts`.
-    pub max_restarts: Option<i64>,
-}
-
-/// `{key, value}` of `rdzvConf`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawKeyValue {
-    /// `key`.
-    pub key: String,
-    /// `value`.
-    pub value: Option<Scalar>,
-}
-
-/// One entry of `pytorchReplicaSpecs`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawReplicaSpec {
-    /// `replicas`.
-    pub replicas: Option<i64>,
-    /// `restartPolicy`.
-    pub restart_policy: Option<String>,
-    /// `template`.
-    #[serde(default)]
-    pub template: RawTemplate,
-}
-
-/// `template`.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct RawTemplate {
-    /// `spec`.
-    #[serde(default)]
-    pub spec: RawPodSpec,
-}
-
-/// `template.spec`.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct RawPodSpec {
-    /// `containers`.
-    #[serde(default)]
-    pub containers: Vec<RawContainer>,
-}
-
-/// One container.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct RawContainer {
-    /// `name`.
-    #[serde(default)]
-    pub name: String,
-    /// `image`.
-    #[serde(default)]
-    pub image: String,
-    /// `command`.
-    #[serde(default)]
-    pub command: Vec<String>,
-    /// `args`.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// `env`.
-    #[serde(default)]
-    pub env: Vec<RawEnvVar>,
-    /// `ports`.
-    #[serde(default)]
-    pub ports: Vec<RawPort>,
-    /// `resources`.
-    #[serde(default)]
-    pub resources: RawResources,
-}
-
-/// One `env` entry.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawEnvVar {
-    /// `name`.
-    pub name: String,
-    /// `value`.
-    pub value: Option<Scalar>,
-    /// `valueFrom` (only its presence matters: the dry run cannot resolve it).
-    pub value_from: Option<IgnoredAny>,
-}
-
-/// One `ports` entry.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawPort {
-    /// `name`.
-    pub name: Option<String>,
-    /// `containerPort`.
-    pub container_port: i64,
-}
-
-/// `resources`.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct RawResources {
-    /// `limits`.
-    #[serde(default)]
-    pub limits: BTreeMap<String, Scalar>,
-    /// `requests`.
-    #[serde(default)]
-    pub requests: BTreeMap<String, Scalar>,
 }
 
 #[cfg(test)]
@@ -380,11 +189,12 @@ spec:
 
     #[test]
     fn seed_manifest_parses() {
-        use crate::dryrun::job::{ReplicaId, RestartPolicy};
+        use crate::dryrun::pytorchjob::ReplicaId;
+        use crate::supervise::RestartPolicy;
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");
         assert_eq!(job.namespace, "default");
-        assert_eq!(job.backoff_limit, Some(3));
+        assert_eq!(job.run_policy.backoff_limit, Some(3));
         assert_eq!(job.total_replicas(), 4);
         let names: Vec<String> = job.replicas().iter().map(|r| job.pod_name(*r)).collect();
         assert_eq!(names, ["pytest-master-0", "pytest-worker-0", "pytest-worker-1", "pytest-worker-2"]);

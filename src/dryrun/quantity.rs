@@ -7,6 +7,9 @@ use std::fmt;
 /// The pattern the apiserver quotes when it refuses a quantity.
 pub const QUANTITY_PATTERN: &str = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
 
+/// The pattern the PyTorchJob CRD's schema gives every `resources` quantity.
+pub const QUANTITY_SCHEMA_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
 /// A quantity that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid quantity {value:?}: {reason}")]

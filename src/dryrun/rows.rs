@@ -5,19 +5,23 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::job::ReplicaId;
+use super::pytorchjob::ReplicaId;
 
 /// The PyTorchJob's STATE column (its latest condition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum JobState {
-    /// Accepted; pods created.
+    /// Accepted by the operator.
     Created,
-    /// The master runs.
+    /// The master runs (in a job without a master, a worker).
     Running,
-    /// The master completed.
+    /// The master completed (without a master: every worker; with elasticPolicy: any worker).
     Succeeded,
-    /// Every worker failed, the master gave up, or the backoff limit was reached.
+    /// A replica failed for good, or the backoff limit or the active deadline was reached.
     Failed,
+    /// A failed pod is being recreated.
+    Restarting,
+    /// `runPolicy.suspend`: no pods.
+    Suspended,
 }
 
 impl JobState {
@@ -28,6 +32,8 @@ impl JobState {
             Self::Running => "Running",
             Self::Succeeded => "Succeeded",
             Self::Failed => "Failed",
+            Self::Restarting => "Restarting",
+            Self::Suspended => "Suspended",
         }
     }
 }
@@ -175,7 +181,7 @@ impl Row {
 
 /// What happened to the object, as `kubectl get -w --output-watch-events` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum WatchEvent {
+pub enum WatchEventType {
     /// Created.
     Added,
     /// Changed.
@@ -184,7 +190,7 @@ pub enum WatchEvent {
     Deleted,
 }
 
-impl WatchEvent {
+impl WatchEventType {
     /// kubectl's spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -198,10 +204,10 @@ impl WatchEvent {
 /// One line of the watch: an object's row at the time of a change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
-    /// When, on the driver's clock.
+    /// When, on the event loop's clock.
     pub at: Duration,
     /// Added, Modified or Deleted.
-    pub event: WatchEvent,
+    pub event: WatchEventType,
     /// The object's row.
     pub row: Row,
 }

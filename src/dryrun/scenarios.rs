@@ -1,47 +1,49 @@
-//! Seed 000's scenarios replayed through the controller as the driver would feed them.
+//! The controller driven on a fake clock as the event loop would feed it: seed 000's scenarios
+//! ([`seed`]) and the operator's rules one by one ([`rules`]).
 
 use std::time::Duration;
 
-use super::controller::{Action, Controller, ControllerConfig, Event, Outcome};
-use super::job::{ExitStatus, ReplicaId, ReplicaType};
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use super::controller::Controller;
 use super::manifest::parse_job;
-use super::quantity::QueueCapability;
-use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEvent};
+use super::pytorchjob::{ReplicaId, ReplicaType};
+use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
+use crate::exit::ExitHow;
 
-const NORMAL: &str = include_str!("../../examples/pytorchjob.yaml");
-const WORKER_FAILS: &str = include_str!("../../examples/pytorchjob-worker-fails.yaml");
-const ALL_WORKERS_FAIL: &str = include_str!("../../examples/pytorchjob-all-workers-fail.yaml");
-const MASTER_FAILS: &str = include_str!("../../examples/pytorchjob-master-fails.yaml");
-const GANG: &str = include_str!("../../examples/pytorchjob-gang.yaml");
+pub(super) const NORMAL: &str = include_str!("../../examples/pytorchjob.yaml");
+pub(super) const WORKER_FAILS: &str = include_str!("../../examples/pytorchjob-worker-fails.yaml");
+pub(super) const ALL_WORKERS_FAIL: &str = include_str!("../../examples/pytorchjob-all-workers-fail.yaml");
+pub(super) const MASTER_FAILS: &str = include_str!("../../examples/pytorchjob-master-fails.yaml");
+pub(super) const GANG: &str = include_str!("../../examples/pytorchjob-gang.yaml");
 
-const MASTER: ReplicaId = ReplicaId::MASTER;
-const W0: ReplicaId = ReplicaId { rtype: ReplicaType::Worker, index: 0 };
+pub(super) const MASTER: ReplicaId = ReplicaId::MASTER;
+pub(super) const W0: ReplicaId = ReplicaId { rtype: ReplicaType::Worker, index: 0 };
 
-fn workers() -> Vec<ReplicaId> {
+pub(super) fn workers() -> Vec<ReplicaId> {
     (0..3).map(ReplicaId::worker).collect()
 }
 
-fn all_pods() -> Vec<ReplicaId> {
+pub(super) fn all_pods() -> Vec<ReplicaId> {
     let mut v = vec![MASTER];
     v.extend(workers());
     v
 }
 
 /// A controller plus everything it said, driven on a fake clock.
-struct Run {
-    c: Controller,
-    now: Duration,
-    changes: Vec<Change>,
-    actions: Vec<Action>,
-    states: Vec<Option<JobState>>,
+pub(super) struct Run {
+    pub(super) c: Controller,
+    pub(super) now: Duration,
+    pub(super) changes: Vec<Change>,
+    pub(super) actions: Vec<ClusterAction>,
+    pub(super) states: Vec<Option<JobState>>,
 }
 
 impl Run {
-    fn new(manifest: &str) -> Self {
+    pub(super) fn new(manifest: &str) -> Self {
         Self::with(manifest, ControllerConfig { node: "las1".into(), ..ControllerConfig::default() })
     }
 
-    fn with(manifest: &str, config: ControllerConfig) -> Self {
+    pub(super) fn with(manifest: &str, config: ControllerConfig) -> Self {
         let job = parse_job(manifest, "pytorchjob.yaml").unwrap();
         Self {
             c: Controller::new(job, config),
@@ -53,7 +55,7 @@ impl Run {
     }
 
     /// Feed `event` at `secs` after submit; return the actions it caused.
-    fn at(&mut self, secs: f64, event: Event) -> Vec<Action> {
+    pub(super) fn at(&mut self, secs: f64, event: ClusterEvent) -> Vec<ClusterAction> {
         self.now = Duration::from_secs_f64(secs);
         let step = self.c.handle(self.now, event);
         self.changes.extend(step.changes);
@@ -63,40 +65,59 @@ impl Run {
     }
 
     /// Submit, start every launcher, run every training process.
-    fn start_all(&mut self) {
-        let actions = self.at(0.0, Event::Submitted);
-        let started: Vec<Action> = all_pods().into_iter().map(|pod| Action::StartLauncher { pod }).collect();
+    pub(super) fn start_all(&mut self) {
+        let actions = self.at(0.0, ClusterEvent::Submitted);
+        let started: Vec<ClusterAction> =
+            all_pods().into_iter().map(|pod| ClusterAction::StartLauncher { pod }).collect();
         assert_eq!(actions, started);
         for pod in all_pods() {
-            self.at(0.1, Event::LauncherStarted { pod });
+            self.at(0.1, ClusterEvent::LauncherStarted { pod });
         }
         for pod in all_pods() {
-            self.at(1.0, Event::ChildRunning { pod, restart_count: 0 });
+            self.at(1.0, ClusterEvent::ChildRunning { pod, restart_count: 0 });
         }
     }
 
-    fn run(&mut self, secs: f64, pod: ReplicaId, restart_count: u32) {
-        self.at(secs, Event::ChildRunning { pod, restart_count });
+    /// Submit, start these launchers and run their training processes.
+    pub(super) fn start_all_of(&mut self, pods: &[ReplicaId]) {
+        self.at(0.0, ClusterEvent::Submitted);
+        for pod in pods {
+            self.at(0.1, ClusterEvent::LauncherStarted { pod: *pod });
+        }
+        for pod in pods {
+            self.at(1.0, ClusterEvent::ChildRunning { pod: *pod, restart_count: 0 });
+        }
     }
 
-    fn exit(&mut self, secs: f64, pod: ReplicaId, code: i32, will_restart: bool, restart_count: u32) -> Vec<Action> {
-        self.at(secs, Event::ChildExited { pod, exit: ExitStatus::Code(code), will_restart, restart_count })
+    pub(super) fn run(&mut self, secs: f64, pod: ReplicaId, restart_count: u32) {
+        self.at(secs, ClusterEvent::ChildRunning { pod, restart_count });
+    }
+
+    pub(super) fn exit(
+        &mut self,
+        secs: f64,
+        pod: ReplicaId,
+        code: i32,
+        will_restart: bool,
+        restart_count: u32,
+    ) -> Vec<ClusterAction> {
+        self.at(secs, ClusterEvent::ChildExited { pod, exit: ExitHow::Exited(code), will_restart, restart_count })
     }
 
     /// The child exits and its launcher with it.
-    fn complete(&mut self, secs: f64, pod: ReplicaId, code: i32) {
+    pub(super) fn complete(&mut self, secs: f64, pod: ReplicaId, code: i32) {
         self.exit(secs, pod, code, false, 0);
-        self.at(secs, Event::LauncherExited { pod, status: ExitStatus::Code(code) });
+        self.at(secs, ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
     }
 
-    fn pod(&self, id: ReplicaId) -> Option<PodRow> {
+    pub(super) fn pod(&self, id: ReplicaId) -> Option<PodRow> {
         self.c.rows(self.now).into_iter().find_map(|r| match r {
             Row::Pod(p) if p.replica == id => Some(p),
             _ => None,
         })
     }
 
-    fn pod_history(&self, id: ReplicaId) -> Vec<(WatchEvent, PodStatus, u32)> {
+    pub(super) fn pod_history(&self, id: ReplicaId) -> Vec<(WatchEventType, PodStatus, u32)> {
         self.changes
             .iter()
             .filter_map(|c| match &c.row {
@@ -106,7 +127,7 @@ impl Run {
             .collect()
     }
 
-    fn podgroup_history(&self) -> Vec<(WatchEvent, Option<PodGroupPhase>, u32, u32)> {
+    pub(super) fn podgroup_history(&self) -> Vec<(WatchEventType, Option<PodGroupPhase>, u32, u32)> {
         self.changes
             .iter()
             .filter_map(|c| match &c.row {
@@ -116,7 +137,7 @@ impl Run {
             .collect()
     }
 
-    fn job_history(&self) -> Vec<Option<JobState>> {
+    pub(super) fn job_history(&self) -> Vec<Option<JobState>> {
         self.changes
             .iter()
             .filter_map(|c| match &c.row {
@@ -126,477 +147,20 @@ impl Run {
             .collect()
     }
 
-    fn finishes(&self) -> Vec<(Outcome, String)> {
+    pub(super) fn finishes(&self) -> Vec<(Outcome, String)> {
         self.actions
             .iter()
             .filter_map(|a| match a {
-                Action::Finish { outcome, reason } => Some((*outcome, reason.clone())),
+                ClusterAction::Finish { outcome, reason } => Some((*outcome, reason.clone())),
                 _ => None,
             })
             .collect()
     }
 
-    fn podgroup_exists(&self) -> bool {
+    pub(super) fn podgroup_exists(&self) -> bool {
         self.c.rows(self.now).iter().any(|r| matches!(r, Row::PodGroup(_)))
     }
 }
 
-#[test]
-fn normal_job_succeeds_podgroup_deleted_pods_kept() {
-    let mut r = Run::new(NORMAL);
-    r.at(0.0, Event::Submitted);
-    // Submit: the job appears blank then Created; the PodGroup blank, Inqueue, then Running once
-    // the gang is placed; every pod Pending, first unscheduled then on the node.
-    let kinds: Vec<String> = r
-        .changes
-        .iter()
-        .map(|c| match &c.row {
-            Row::Job(j) => format!("job {:?}", j.state),
-            Row::PodGroup(g) => format!("pg {:?} {}", g.status, g.min_member),
-            Row::Pod(p) => format!("{} {} {:?}", p.name, p.status, p.node),
-        })
-        .collect();
-    assert_eq!(
-        kinds,
-        vec![
-            "job None",
-            "job Some(Created)",
-            "pg None 4",
-            "pytest-master-0 Pending None",
-            "pytest-worker-0 Pending None",
-            "pytest-worker-1 Pending None",
-            "pytest-worker-2 Pending None",
-            "pg Some(Inqueue) 4",
-            "pytest-master-0 Pending Some(\"las1\")",
-            "pytest-worker-0 Pending Some(\"las1\")",
-            "pytest-worker-1 Pending Some(\"las1\")",
-            "pytest-worker-2 Pending Some(\"las1\")",
-            "pg Some(Running) 4",
-        ]
-    );
-    for pod in all_pods() {
-        r.at(0.1, Event::LauncherStarted { pod });
-    }
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::ContainerCreating);
-    r.run(2.0, MASTER, 0);
-    assert_eq!(r.c.state(), Some(JobState::Running), "Running once the master runs, workers still starting");
-    for pod in workers() {
-        r.run(2.5, pod, 0);
-    }
-    let master = r.pod(MASTER).unwrap();
-    assert!(master.ready);
-    assert_eq!(master.status, PodStatus::Running);
-
-    let actions = r.exit(3.3, MASTER, 0, false, 0);
-    assert_eq!(
-        actions,
-        vec![Action::Finish {
-            outcome: Outcome::Succeeded,
-            reason: "PyTorchJob pytest is successfully completed.".into()
-        }]
-    );
-    assert_eq!(r.c.state(), Some(JobState::Succeeded));
-    assert!(!r.podgroup_exists(), "the PodGroup is deleted on success");
-    assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Completed);
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Running, "workers are left to finish");
-    assert!(!r.c.is_settled());
-
-    r.at(3.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(0) });
-    for pod in workers() {
-        r.complete(3.6, pod, 0);
-    }
-    assert!(r.c.is_settled());
-    assert_eq!(r.c.rows(r.now).iter().filter(|row| matches!(row, Row::Pod(_))).count(), 4, "pods are kept");
-    for pod in all_pods() {
-        assert_eq!(r.pod(pod).unwrap().status, PodStatus::Completed);
-        assert!(r.pod_history(pod).iter().all(|(e, _, _)| *e != WatchEvent::Deleted));
-    }
-    assert_eq!(
-        r.job_history(),
-        vec![None, Some(JobState::Created), Some(JobState::Running), Some(JobState::Succeeded)]
-    );
-    let pg = r.podgroup_history();
-    assert_eq!(pg.first(), Some(&(WatchEvent::Added, None, 4, 0)));
-    assert!(pg.contains(&(WatchEvent::Modified, Some(PodGroupPhase::Running), 4, 1)));
-    assert!(pg.contains(&(WatchEvent::Modified, Some(PodGroupPhase::Running), 4, 4)));
-    assert_eq!(
-        pg.last(),
-        Some(&(WatchEvent::Deleted, Some(PodGroupPhase::Running), 4, 3)),
-        "deleted as the master completes"
-    );
-    assert_eq!(r.finishes().len(), 1);
-}
-
-#[test]
-fn one_worker_failing_restarts_and_the_job_still_succeeds() {
-    let mut r = Run::new(WORKER_FAILS);
-    r.start_all();
-    // worker-0 (RANK 1) fails after 1s and restarts; the job is unaffected.
-    r.exit(2.0, W0, 1, true, 0);
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error);
-    assert_eq!(r.pod(W0).unwrap().restarts, 0);
-    r.run(2.3, W0, 1);
-    let row = r.pod(W0).unwrap();
-    assert_eq!((row.status, row.restarts), (PodStatus::Running, 1));
-    assert_eq!(row.last_restart_ago, Some(Duration::from_millis(300)), "time since the previous run ended");
-    assert_eq!(r.c.state(), Some(JobState::Running));
-    r.exit(3.3, W0, 1, true, 1);
-    r.at(4.0, Event::Tick);
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error, "CrashLoopBackOff only after crash_loop_after");
-    r.at(4.4, Event::Tick);
-    let row = r.pod(W0).unwrap();
-    assert_eq!((row.status, row.restarts), (PodStatus::CrashLoopBackOff, 1));
-    assert_eq!(row.last_restart_ago, Some(Duration::from_millis(1100)), "kubelet moved the last run to lastState");
-
-    r.complete(4.5, MASTER, 0);
-    assert_eq!(r.c.state(), Some(JobState::Succeeded), "Succeeded while the worker restarts");
-    assert_eq!(r.finishes(), vec![(Outcome::Succeeded, "PyTorchJob pytest is successfully completed.".into())]);
-
-    // After the success the worker goes on restarting; passing backoffLimit changes nothing now.
-    for k in 2..=5 {
-        r.run(4.5 + f64::from(k), W0, k);
-        r.exit(5.0 + f64::from(k), W0, 1, true, k);
-    }
-    assert_eq!(r.pod(W0).unwrap().restarts, 5);
-    assert_eq!(r.c.state(), Some(JobState::Succeeded));
-    assert_eq!(r.finishes().len(), 1);
-    assert!(!r.actions.contains(&Action::StopAll));
-    for pod in [ReplicaId::worker(1), ReplicaId::worker(2)] {
-        r.complete(11.0, pod, 0);
-        assert_eq!(r.pod(pod).unwrap().status, PodStatus::Completed);
-    }
-}
-
-#[test]
-fn all_workers_failing_fails_the_job_at_once_and_stops_the_master() {
-    let mut r = Run::new(ALL_WORKERS_FAIL);
-    r.start_all();
-    r.exit(2.0, ReplicaId::worker(0), 1, true, 0);
-    r.exit(2.0, ReplicaId::worker(1), 1, true, 0);
-    assert_eq!(r.c.state(), Some(JobState::Running), "one worker still runs");
-    let actions = r.exit(2.0, ReplicaId::worker(2), 1, true, 0);
-    assert_eq!(
-        actions,
-        vec![
-            Action::StopAll,
-            Action::Finish {
-                outcome: Outcome::Failed,
-                reason:
-                    "PyTorchJob pytest is failed because all 3 Worker replica(s) failed while the Master was running."
-                        .into()
-            }
-        ]
-    );
-    assert_eq!(r.c.state(), Some(JobState::Failed));
-    assert!(!r.podgroup_exists());
-    for pod in all_pods() {
-        assert_eq!(r.pod(pod).unwrap().status, PodStatus::Terminating);
-    }
-    assert!(r.pod(MASTER).unwrap().ready, "the master was still running when stopped");
-
-    // The driver stops everything; the stops do not restart anything or decide again.
-    r.at(2.5, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 0 });
-    for pod in all_pods() {
-        r.at(2.6, Event::LauncherExited { pod, status: ExitStatus::Code(143) });
-    }
-    assert!(r.c.is_settled());
-    assert!(r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))), "pods and PodGroup deleted");
-    let master = r.pod_history(MASTER);
-    assert_eq!(master.last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
-    assert!(master.contains(&(WatchEvent::Modified, PodStatus::Terminating, 0)));
-    let starts = r.actions.iter().filter(|a| matches!(a, Action::StartLauncher { .. })).count();
-    assert_eq!(starts, 4, "nothing is started again");
-    assert_eq!(r.finishes().len(), 1);
-}
-
-#[test]
-fn master_failing_keeps_the_job_running_until_restarts_reach_the_backoff_limit() {
-    let mut r = Run::new(MASTER_FAILS);
-    r.start_all();
-    for pod in workers() {
-        r.complete(4.0, pod, 0);
-    }
-    assert_eq!(r.podgroup_history().last().map(|g| g.3), Some(1), "only the master still runs");
-
-    let mut runs = 1;
-    let mut t = 4.0;
-    for k in 0..3u32 {
-        r.exit(t, MASTER, 1, true, k);
-        assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Error);
-        r.at(t + 1.0, Event::Tick);
-        assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::CrashLoopBackOff);
-        assert_eq!(r.c.state(), Some(JobState::Running), "Running through the master's restarts");
-        r.run(t + 2.0, MASTER, k + 1);
-        runs += 1;
-        t += 5.0;
-    }
-    // The 4th run (restart 3) brings the summed restarts to backoffLimit 3: Failed.
-    assert_eq!(runs, 1 + 3, "the master ran 1 + backoffLimit times");
-    assert_eq!(r.c.state(), Some(JobState::Failed));
-    assert_eq!(
-        r.finishes(),
-        vec![(
-            Outcome::Failed,
-            "PyTorchJob pytest has failed because it has reached the specified backoff limit".into()
-        )]
-    );
-    assert!(r.actions.contains(&Action::StopAll));
-    assert!(r.states[..r.states.len() - 1].iter().all(|s| *s != Some(JobState::Failed)));
-    let master = r.pod(MASTER).unwrap();
-    assert_eq!((master.status, master.restarts), (PodStatus::Terminating, 3));
-    assert!(!r.podgroup_exists());
-    for pod in workers() {
-        assert_eq!(r.pod(pod), None, "completed workers are deleted");
-        assert_eq!(r.pod_history(pod).last(), Some(&(WatchEvent::Deleted, PodStatus::Completed, 0)));
-    }
-    r.at(t, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
-    assert_eq!(r.pod(MASTER), None);
-    assert!(r.c.is_settled());
-}
-
-#[test]
-fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
-    let mut r = Run::with(
-        GANG,
-        ControllerConfig { capability: Some(QueueCapability::parse("cpu=2").unwrap()), ..ControllerConfig::default() },
-    );
-    let actions = r.at(0.0, Event::Submitted);
-    assert_eq!(actions.len(), 1);
-    let Action::Unschedulable { message } = &actions[0] else {
-        panic!("{actions:?}");
-    };
-    assert!(message.contains("capability cpu=2"), "{message}");
-    assert!(message.contains("4 pods need cpu=4"), "{message}");
-    for t in [1.0, 2.0, 60.0, 3600.0] {
-        assert!(r.at(t, Event::Tick).is_empty());
-    }
-    assert_eq!(r.c.state(), Some(JobState::Created));
-    assert_eq!(r.podgroup_history().last(), Some(&(WatchEvent::Modified, Some(PodGroupPhase::Inqueue), 4, 0)));
-    for pod in all_pods() {
-        let row = r.pod(pod).unwrap();
-        assert_eq!((row.status, row.node), (PodStatus::Pending, None));
-        assert_eq!(row.age, Duration::from_secs(3600));
-    }
-    assert!(!r.actions.iter().any(|a| matches!(a, Action::StartLauncher { .. })));
-    assert_eq!(r.c.outcome(), None);
-
-    let mut roomy = Run::with(
-        GANG,
-        ControllerConfig {
-            capability: Some(QueueCapability::parse("cpu=4,memory=400Mi").unwrap()),
-            ..ControllerConfig::default()
-        },
-    );
-    roomy.start_all();
-    assert_eq!(roomy.c.state(), Some(JobState::Running), "a queue that holds the gang admits it");
-}
-
-#[test]
-fn a_deleted_pod_is_recreated_with_zero_restarts() {
-    let mut r = Run::new(MASTER_FAILS);
-    r.start_all();
-    // The master restarts twice...
-    r.exit(4.0, MASTER, 1, true, 0);
-    r.run(5.0, MASTER, 1);
-    r.exit(6.0, MASTER, 1, true, 1);
-    r.run(7.0, MASTER, 2);
-    assert_eq!(r.pod(MASTER).unwrap().restarts, 2);
-    // ...then is deleted: Terminating, stopped, deleted, created anew at RESTARTS 0.
-    let actions = r.at(8.0, Event::PodDeleted { pod: MASTER });
-    assert_eq!(actions, vec![Action::StopPod { pod: MASTER }]);
-    assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Terminating);
-    r.at(8.2, Event::ChildExited { pod: MASTER, exit: ExitStatus::Signal(15), will_restart: false, restart_count: 2 });
-    assert_eq!(r.c.state(), Some(JobState::Running), "a deletion is not a failure");
-    let actions = r.at(8.3, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(143) });
-    assert_eq!(actions, vec![Action::StartLauncher { pod: MASTER }]);
-    let tail: Vec<_> = r.pod_history(MASTER).into_iter().rev().take(3).collect();
-    assert_eq!(
-        tail,
-        vec![
-            (WatchEvent::Modified, PodStatus::Pending, 0),
-            (WatchEvent::Added, PodStatus::Pending, 0),
-            (WatchEvent::Deleted, PodStatus::Error, 2),
-        ]
-    );
-    let row = r.pod(MASTER).unwrap();
-    assert_eq!((row.restarts, row.age, row.node.as_deref()), (0, Duration::ZERO, Some("las1")));
-
-    // The recreated master restarts twice more: 2 + 2 would pass backoffLimit 3, but the deleted
-    // pod's restarts are gone, so the job keeps running.
-    r.at(8.4, Event::LauncherStarted { pod: MASTER });
-    r.run(9.0, MASTER, 0);
-    r.exit(10.0, MASTER, 1, true, 0);
-    r.run(11.0, MASTER, 1);
-    r.exit(12.0, MASTER, 1, true, 1);
-    r.run(13.0, MASTER, 2);
-    assert_eq!(r.c.state(), Some(JobState::Running));
-    assert_eq!(r.pod(MASTER).unwrap().restarts, 2);
-    r.complete(14.0, MASTER, 0);
-    assert_eq!(r.c.state(), Some(JobState::Succeeded));
-}
-
-#[test]
-fn deleting_a_pod_that_has_no_launcher_recreates_it_at_once() {
-    let mut r = Run::with(
-        GANG,
-        ControllerConfig { capability: Some(QueueCapability::parse("cpu=1").unwrap()), ..ControllerConfig::default() },
-    );
-    r.at(0.0, Event::Submitted);
-    let actions = r.at(5.0, Event::PodDeleted { pod: W0 });
-    assert!(actions.is_empty(), "still unschedulable: nothing to start");
-    let row = r.pod(W0).unwrap();
-    assert_eq!((row.status, row.age), (PodStatus::Pending, Duration::ZERO));
-    let h = r.pod_history(W0);
-    assert_eq!(
-        &h[h.len() - 2..],
-        &[(WatchEvent::Deleted, PodStatus::Pending, 0), (WatchEvent::Added, PodStatus::Pending, 0)]
-    );
-}
-
-#[test]
-fn backoff_limit_zero_fails_on_the_first_restart() {
-    let manifest = NORMAL.replace("backoffLimit: 3", "backoffLimit: 0");
-    let mut r = Run::new(&manifest);
-    r.start_all();
-    r.exit(2.0, W0, 1, true, 0);
-    assert_eq!(r.c.state(), Some(JobState::Running));
-    r.run(2.5, W0, 1);
-    assert_eq!(r.c.state(), Some(JobState::Failed));
-}
-
-#[test]
-fn no_backoff_limit_means_no_job_wide_limit() {
-    let manifest = NORMAL.replace("  runPolicy:\n    backoffLimit: 3\n", "");
-    let mut r = Run::new(&manifest);
-    r.start_all();
-    for k in 0..20 {
-        r.exit(2.0 + f64::from(k), MASTER, 1, true, k);
-        r.run(2.5 + f64::from(k), MASTER, k + 1);
-    }
-    assert_eq!(r.c.state(), Some(JobState::Running));
-    assert_eq!(r.pod(MASTER).unwrap().restarts, 20);
-}
-
-#[test]
-fn master_giving_up_fails_the_job() {
-    let mut r = Run::new(NORMAL);
-    r.start_all();
-    let actions = r.exit(2.0, MASTER, 2, false, 0);
-    assert_eq!(
-        actions,
-        vec![
-            Action::StopAll,
-            Action::Finish {
-                outcome: Outcome::Failed,
-                reason: "PyTorchJob pytest is failed because 1 Master replica(s) failed.".into()
-            }
-        ]
-    );
-    let master = r.pod(MASTER).unwrap();
-    assert_eq!(master.status, PodStatus::Terminating, "its launcher has not exited yet");
-
-    // Same when the launcher itself exits non-zero before its child ever ran (rendezvous, node health).
-    let mut r = Run::new(NORMAL);
-    r.at(0.0, Event::Submitted);
-    r.at(0.1, Event::LauncherStarted { pod: MASTER });
-    r.at(0.5, Event::LauncherExited { pod: MASTER, status: ExitStatus::Code(138) });
-    assert_eq!(r.c.state(), Some(JobState::Failed));
-    assert_eq!(r.pod_history(MASTER).last(), Some(&(WatchEvent::Deleted, PodStatus::Error, 0)));
-}
-
-#[test]
-fn a_worker_pod_failing_for_good_fails_the_job_as_the_operator_does() {
-    let manifest = WORKER_FAILS.replace(
-        "    Worker:\n      replicas: 3\n      restartPolicy: OnFailure",
-        "    Worker:\n      replicas: 3\n      restartPolicy: Never",
-    );
-    let mut r = Run::new(&manifest);
-    r.start_all();
-    r.exit(2.0, W0, 1, false, 0);
-    assert_eq!(
-        r.finishes(),
-        vec![(Outcome::Failed, "PyTorchJob pytest is failed because 1 Worker replica(s) failed.".into())]
-    );
-}
-
-#[test]
-fn exit_code_policy_recreates_a_pod_whose_launcher_exits_retryable() {
-    let manifest = NORMAL.replace(
-        "    Worker:\n      replicas: 3\n      restartPolicy: OnFailure",
-        "    Worker:\n      replicas: 3\n      restartPolicy: ExitCode",
-    );
-    let mut r = Run::new(&manifest);
-    r.start_all();
-    // A node turned unhealthy: the launcher stops its child and exits 138.
-    r.exit(2.0, W0, 143, false, 0);
-    let actions = r.at(2.1, Event::LauncherExited { pod: W0, status: ExitStatus::Code(138) });
-    assert_eq!(actions, vec![Action::StartLauncher { pod: W0 }]);
-    assert_eq!(r.c.state(), Some(JobState::Running));
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Pending);
-
-    // A permanent code fails the pod, and the job.
-    r.at(2.2, Event::LauncherStarted { pod: W0 });
-    r.run(2.5, W0, 0);
-    r.exit(3.0, W0, 1, false, 0);
-    assert_eq!(r.c.state(), Some(JobState::Failed));
-}
-
-#[test]
-fn restarts_column_reads_the_previous_run_like_kubectl() {
-    // Seed: "Error 0 16s", "Running 1 (2s ago) 17s", "Error 1 (12s ago) 27s",
-    // "CrashLoopBackOff 1 (12s ago) 38s", "Running 2 (13s ago) 39s".
-    let mut r = Run::with(
-        WORKER_FAILS,
-        ControllerConfig { crash_loop_after: Duration::from_secs(10), ..ControllerConfig::default() },
-    );
-    r.start_all();
-    let ago = |r: &Run| {
-        let p = r.pod(W0).unwrap();
-        (p.status, p.restarts, p.last_restart_ago.map(|d| d.as_secs()))
-    };
-    r.exit(15.0, W0, 1, true, 0);
-    assert_eq!(ago(&r), (PodStatus::Error, 0, None));
-    r.run(17.0, W0, 1);
-    assert_eq!(ago(&r), (PodStatus::Running, 1, Some(2)));
-    r.exit(27.0, W0, 1, true, 1);
-    assert_eq!(ago(&r), (PodStatus::Error, 1, Some(12)));
-    r.at(38.0, Event::Tick);
-    assert_eq!(ago(&r), (PodStatus::CrashLoopBackOff, 1, Some(11)));
-    r.run(39.0, W0, 2);
-    assert_eq!(ago(&r), (PodStatus::Running, 2, Some(12)));
-}
-
-#[test]
-fn events_before_submit_and_for_unknown_pods_are_ignored() {
-    let mut r = Run::new(NORMAL);
-    assert!(r.at(0.0, Event::LauncherStarted { pod: MASTER }).is_empty());
-    assert!(r.changes.is_empty());
-    r.start_all();
-    let before = r.changes.len();
-    r.at(1.0, Event::ChildRunning { pod: ReplicaId::worker(9), restart_count: 0 });
-    r.at(1.0, Event::PodDeleted { pod: ReplicaId::worker(9) });
-    r.at(1.0, Event::Submitted);
-    assert_eq!(r.changes.len(), before);
-}
-
-#[test]
-fn only_real_changes_are_emitted() {
-    let mut r = Run::new(NORMAL);
-    r.start_all();
-    let before = r.changes.len();
-    r.at(5.0, Event::Tick);
-    r.run(6.0, MASTER, 0);
-    assert_eq!(r.changes.len(), before, "time passing alone changes no row");
-}
-
-#[test]
-fn next_tick_says_when_crash_loop_back_off_is_due() {
-    let mut r = Run::new(WORKER_FAILS);
-    r.start_all();
-    assert_eq!(r.c.next_tick(), None);
-    r.exit(2.0, W0, 1, true, 0);
-    assert_eq!(r.c.next_tick(), Some(Duration::from_secs(3)));
-    r.at(3.0, Event::Tick);
-    assert_eq!(r.pod(W0).unwrap().status, PodStatus::CrashLoopBackOff);
-    assert_eq!(r.c.next_tick(), None);
-}
+mod rules;
+mod seed;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::injection::{Fault, Injection};
-use super::rows::{Change, Row, WatchEvent};
+use super::rows::{Change, Row, WatchEventType};
 
 /// The file kinds `--timeline` writes, from the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,7 @@ impl FaultMark {
         let what = match &injection.fault {
             Fault::Fail => "fail".to_string(),
             Fault::Delete => "delete".to_string(),
+            Fault::Resume => "resume".to_string(),
             Fault::Label { key, value } => {
                 format!("label {}={value}", key.rsplit_once('/').map_or(key.as_str(), |(_, k)| k))
             }
@@ -114,7 +115,8 @@ fn colour(state: &str) -> &'static str {
         "Inqueue" => "#ffca28",
         "Running" => "#43a047",
         "Error" | "Failed" => "#e53935",
-        "CrashLoopBackOff" => "#fb8c00",
+        "CrashLoopBackOff" | "Restarting" => "#fb8c00",
+        "Suspended" => "#9e9e9e",
         "Completed" | "Succeeded" => "#3949ab",
         "Terminating" => "#8d6e63",
         _ => "#eeeeee",
@@ -174,7 +176,7 @@ fn lanes(rec: &Recording) -> Vec<Lane> {
             }
             lane.seen_restarts = Some(n);
         }
-        if change.event != WatchEvent::Deleted {
+        if change.event != WatchEventType::Deleted {
             if let Some(state) = state {
                 lane.spans.push(Span { from: change.at, to: None, state });
             }
@@ -354,8 +356,8 @@ pub fn render(rec: &Recording, format: TimelineFormat) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::injection::parse_injection;
-    use super::super::job::ReplicaId;
     use super::super::manifest::parse_job;
+    use super::super::pytorchjob::ReplicaId;
     use super::super::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus};
     use super::*;
 
@@ -365,10 +367,10 @@ mod tests {
 
     fn job(at: u64, state: Option<JobState>) -> Change {
         let row = Row::Job(JobRow { name: "pytest".into(), state, age: ms(at) });
-        Change { at: ms(at), event: if at == 0 { WatchEvent::Added } else { WatchEvent::Modified }, row }
+        Change { at: ms(at), event: if at == 0 { WatchEventType::Added } else { WatchEventType::Modified }, row }
     }
 
-    fn podgroup(at: u64, status: Option<PodGroupPhase>, event: WatchEvent) -> Change {
+    fn podgroup(at: u64, status: Option<PodGroupPhase>, event: WatchEventType) -> Change {
         let row = Row::PodGroup(PodGroupRow {
             name: "pytest".into(),
             status,
@@ -380,7 +382,7 @@ mod tests {
         Change { at: ms(at), event, row }
     }
 
-    fn pod(at: u64, replica: ReplicaId, status: PodStatus, restarts: u32, event: WatchEvent) -> Change {
+    fn pod(at: u64, replica: ReplicaId, status: PodStatus, restarts: u32, event: WatchEventType) -> Change {
         let row = Row::Pod(PodRow {
             name: format!("pytest-{replica}"),
             replica,
@@ -397,7 +399,7 @@ mod tests {
     /// Seed 000's "one worker fails" run, as the controller reports it: worker-0 fails twice.
     fn worker_fails() -> Recording {
         use PodStatus::*;
-        use WatchEvent::*;
+        use WatchEventType::*;
         let (m, w) = (ReplicaId::MASTER, ReplicaId::worker(0));
         let changes = vec![
             job(0, None),
@@ -524,11 +526,11 @@ mod tests {
         let w = ReplicaId::worker(1);
         let mut rec = Recording { job: "pytest".into(), end: ms(4000), ..Recording::default() };
         rec.changes = vec![
-            pod(0, w, Running, 2, WatchEvent::Added),
-            pod(1000, w, Terminating, 2, WatchEvent::Modified),
-            pod(1500, w, Terminating, 2, WatchEvent::Deleted),
-            pod(1600, w, Pending, 0, WatchEvent::Added),
-            pod(2000, w, Running, 0, WatchEvent::Modified),
+            pod(0, w, Running, 2, WatchEventType::Added),
+            pod(1000, w, Terminating, 2, WatchEventType::Modified),
+            pod(1500, w, Terminating, 2, WatchEventType::Deleted),
+            pod(1600, w, Pending, 0, WatchEventType::Added),
+            pod(2000, w, Running, 0, WatchEventType::Modified),
         ];
         let svg = render_svg(&rec);
         assert_well_formed(&svg);

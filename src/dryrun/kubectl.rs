@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::job::PyTorchJob;
+use super::pytorchjob::PyTorchJob;
 use super::rows::{Change, JobState, PodGroupPhase, PodStatus, Row};
 
 /// kubectl's tabwriter: cells are at least this wide...
@@ -179,7 +179,7 @@ impl TextRenderer {
         let longest_status = PodStatus::ContainerCreating.as_str().len();
         Self {
             kinds,
-            job_widths: widths(&[job_name, JobState::Succeeded.as_str().len(), age]),
+            job_widths: widths(&[job_name, JobState::Restarting.as_str().len(), age]),
             podgroup_widths: widths(&[pg_name, "Inqueue".len(), "MINMEMBER".len(), "RUNNINGS".len(), age, 0]),
             pod_widths: widths(&[pod_name, "READY".len(), longest_status, "99 (59m59s ago)".len(), age, 0]),
             headers_shown: [false; 3],
@@ -256,9 +256,9 @@ pub fn render_json(change: &Change) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::job::ReplicaId;
     use super::super::manifest::parse_job;
-    use super::super::rows::{JobRow, PodGroupRow, PodRow, WatchEvent};
+    use super::super::pytorchjob::ReplicaId;
+    use super::super::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
     use super::*;
 
     fn secs(s: u64) -> Duration {
@@ -308,7 +308,7 @@ mod tests {
     fn pod_change(status: PodStatus, restarts: u32, ago: Option<u64>, age: u64) -> Change {
         Change {
             at: secs(age),
-            event: WatchEvent::Modified,
+            event: WatchEventType::Modified,
             row: Row::Pod(PodRow {
                 name: "pytest-worker-0".into(),
                 replica: ReplicaId::worker(0),
@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(lines, vec!["pytest-worker-0   0/1       CrashLoopBackOff    1 (12s ago)       38s       las1"]);
         let job_change = Change {
             at: secs(0),
-            event: WatchEvent::Added,
+            event: WatchEventType::Added,
             row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
         };
         assert!(r.render(&job_change).is_empty(), "other kinds are filtered out");
@@ -348,14 +348,14 @@ mod tests {
         let mut r = TextRenderer::new(&job(), WatchKinds::All);
         let job_lines = r.render(&Change {
             at: secs(0),
-            event: WatchEvent::Added,
+            event: WatchEventType::Added,
             row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
         });
-        assert_eq!(job_lines[0], "NAME                             STATE       AGE");
-        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest               0s");
+        assert_eq!(job_lines[0], "NAME                             STATE        AGE");
+        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest                0s");
         let pg = Change {
             at: secs(4),
-            event: WatchEvent::Modified,
+            event: WatchEventType::Modified,
             row: Row::PodGroup(PodGroupRow {
                 name: "pytest".into(),
                 status: Some(PodGroupPhase::Running),
@@ -381,7 +381,7 @@ mod tests {
         let mut r = TextRenderer::new(&job(), WatchKinds::PodGroup);
         let lines = r.render(&Change {
             at: secs(0),
-            event: WatchEvent::Added,
+            event: WatchEventType::Added,
             row: Row::PodGroup(PodGroupRow {
                 name: "pytest".into(),
                 status: None,

@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::quantity::Resources;
+use crate::supervise::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
 pub const DEFAULT_MASTER_PORT: u16 = 23456;
@@ -73,92 +74,37 @@ impl fmt::Display for ReplicaId {
     }
 }
 
-/// A replica spec's `restartPolicy`, as the training operator defines it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum RestartPolicy {
-    /// Restart whatever the exit status.
-    Always,
-    /// Restart on a non-zero exit (the operator's default).
-    OnFailure,
-    /// Never restart.
-    Never,
-    /// Restart only on a retryable exit code (>= 128, `IsRetryableExitCode`).
-    ExitCode,
-}
-
-impl RestartPolicy {
-    /// Every policy, in the order the error messages list them.
-    pub const ALL: [RestartPolicy; 4] = [Self::Always, Self::OnFailure, Self::Never, Self::ExitCode];
-
-    /// The manifest's (and the launcher flag's) spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Always => "Always",
-            Self::OnFailure => "OnFailure",
-            Self::Never => "Never",
-            Self::ExitCode => "ExitCode",
-        }
-    }
-
-    /// Read the manifest's spelling (exact, as the apiserver's enum check is).
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == text)
-    }
-
-    /// Whether the operator sums this replica's restarts against `backoffLimit`.
-    pub fn counts_against_backoff_limit(self) -> bool {
-        !matches!(self, Self::Never)
-    }
-}
-
-impl fmt::Display for RestartPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How a process ended: its exit code or the signal that killed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum ExitStatus {
-    /// Exited with this code.
-    Code(i32),
-    /// Killed by this signal number.
-    Signal(i32),
-}
-
-impl ExitStatus {
-    /// Exit code 0.
-    pub fn success(self) -> bool {
-        self == Self::Code(0)
-    }
-
-    /// The status a shell (and Kubernetes) reports: the code, or 128 + signal.
-    pub fn code(self) -> i32 {
-        match self {
-            Self::Code(c) => c,
-            Self::Signal(s) => 128 + s,
-        }
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Code(c) => write!(f, "exit code {c}"),
-            Self::Signal(s) => write!(f, "signal {s}"),
-        }
-    }
+/// Where an env variable of the container gets its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvSource {
+    /// `value`.
+    Value(String),
+    /// `valueFrom.fieldRef.fieldPath`: the downward API, resolved per pod.
+    FieldRef(String),
 }
 
 /// The training container of one replica type, as the dry run runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Container {
-    /// The container's `command` followed by its `args`.
+    /// The image (not pulled: named in messages).
+    pub image: String,
+    /// The container's `command` (empty: the image's entrypoint).
     pub command: Vec<String>,
-    /// The container's own `env` (name, value), in manifest order.
-    pub env: Vec<(String, String)>,
+    /// The container's `args`.
+    pub args: Vec<String>,
+    /// The container's own `env` (name, source), in manifest order.
+    pub env: Vec<(String, EnvSource)>,
     /// The `pytorchjob-port` container port, if the manifest names one.
     pub port: Option<u16>,
+    /// `workingDir`.
+    pub working_dir: Option<String>,
+}
+
+impl Container {
+    /// `command` followed by `args`, what the container runs.
+    pub fn argv(&self) -> Vec<String> {
+        self.command.iter().chain(self.args.iter()).cloned().collect()
+    }
 }
 
 /// One entry of `spec.pytorchReplicaSpecs`, defaulted and validated.
@@ -172,21 +118,29 @@ pub struct ReplicaSpec {
     pub restart_policy: RestartPolicy,
     /// The `pytorch` container.
     pub container: Container,
-    /// What one pod asks of the queue: every container's limits (requests where no limit).
+    /// What one pod asks of the queue: every container's requests (limits where no request).
     pub resources: Resources,
+    /// The pod template's labels (the operator adds its own).
+    pub labels: Vec<(String, String)>,
+    /// The pod template's annotations.
+    pub annotations: Vec<(String, String)>,
+    /// `serviceAccountName` (default `default`).
+    pub service_account: Option<String>,
 }
 
 /// `spec.elasticPolicy`, after the operator's defaulting (min and max are always set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElasticPolicy {
     /// Fewest replicas torchrun accepts.
-    pub min_replicas: u32,
+    pub min_replicas: i64,
     /// Most replicas torchrun accepts.
-    pub max_replicas: u32,
+    pub max_replicas: i64,
     /// `rdzvBackend` (default c10d).
     pub rdzv_backend: String,
     /// `rdzvPort`, if given.
-    pub rdzv_port: Option<u16>,
+    pub rdzv_port: Option<i64>,
+    /// `rdzvHost`, if given (a cluster name: the dry run's endpoint is on this machine).
+    pub rdzv_host: Option<String>,
     /// `rdzvId`, if given.
     pub rdzv_id: Option<String>,
     /// `rdzvConf` as (key, value) pairs.
@@ -194,9 +148,83 @@ pub struct ElasticPolicy {
     /// `standalone: true`.
     pub standalone: bool,
     /// `maxRestarts`, if given.
-    pub max_restarts: Option<u32>,
+    pub max_restarts: Option<i64>,
     /// The deprecated `elasticPolicy.nProcPerNode`, if given.
-    pub nproc_per_node: Option<u32>,
+    pub nproc_per_node: Option<i64>,
+}
+
+/// `spec.runPolicy.cleanPodPolicy`: which pods the operator deletes once the job has finished.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CleanPodPolicy {
+    /// Keep every pod (the operator's default): pods still running go on running.
+    #[default]
+    None,
+    /// Delete the pods still running (or pending).
+    Running,
+    /// Delete every pod.
+    All,
+    /// A value the API does not define: the operator's comparisons treat it as `All`.
+    Other(String),
+}
+
+impl CleanPodPolicy {
+    /// Whether a finished job's pod in this state is deleted (`DeletePodsAndServices`).
+    pub fn deletes(&self, running_or_pending: bool) -> bool {
+        match self {
+            Self::None => false,
+            Self::Running => running_or_pending,
+            Self::All | Self::Other(_) => true,
+        }
+    }
+}
+
+/// `spec.runPolicy.schedulingPolicy`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchedulingPolicy {
+    /// `minAvailable`: the PodGroup's minMember (default: every replica).
+    pub min_available: Option<i32>,
+    /// `queue` (default `default`).
+    pub queue: Option<String>,
+    /// `priorityClass`, set on the PodGroup.
+    pub priority_class: Option<String>,
+    /// `minResources`, the PodGroup's (default: what the first minMember pods ask).
+    pub min_resources: Option<Resources>,
+    /// `scheduleTimeoutSeconds` (scheduler-plugins only; Volcano ignores it).
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// `spec.runPolicy`, as written (the operator defaults only cleanPodPolicy).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunPolicy {
+    /// `backoffLimit`; absent: no job-wide limit. The webhook admits a negative one, which fails
+    /// the job at its first reconcile (`PastBackoffLimit`: 0 restarts >= the limit).
+    pub backoff_limit: Option<i32>,
+    /// `cleanPodPolicy` (default None).
+    pub clean_pod_policy: CleanPodPolicy,
+    /// `activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<i64>,
+    /// `ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// `suspend`.
+    pub suspend: bool,
+    /// `managedBy` (the webhook admits only the operator's own name and Kueue's MultiKueue).
+    pub managed_by: Option<String>,
+    /// `schedulingPolicy`.
+    pub scheduling: SchedulingPolicy,
+}
+
+/// The `managedBy` value under which the training operator runs the job itself.
+pub const KUBEFLOW_JOBS_CONTROLLER: &str = "kubeflow.org/training-operator";
+
+/// The other `managedBy` value the webhook admits: the job is left to Kueue's MultiKueue.
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+
+impl RunPolicy {
+    /// The controller that manages the job instead of the training operator
+    /// (`ManagedByExternalController`), if any.
+    pub fn external_manager(&self) -> Option<&str> {
+        self.managed_by.as_deref().filter(|m| *m != KUBEFLOW_JOBS_CONTROLLER)
+    }
 }
 
 /// A PyTorchJob that passed admission: what the dry run runs.
@@ -206,8 +234,8 @@ pub struct PyTorchJob {
     pub name: String,
     /// `metadata.namespace` (default `default`).
     pub namespace: String,
-    /// `spec.runPolicy.backoffLimit`; absent means the operator sets no job-wide limit.
-    pub backoff_limit: Option<u32>,
+    /// `spec.runPolicy`.
+    pub run_policy: RunPolicy,
     /// `spec.nprocPerNode` (default `auto`), absent when the deprecated elastic field is used.
     pub nproc_per_node: Option<String>,
     /// `spec.elasticPolicy`.
@@ -241,6 +269,19 @@ impl PyTorchJob {
         self.spec(id.rtype).is_some_and(|s| id.index < s.replicas)
     }
 
+    /// The PodGroup's minMember: `schedulingPolicy.minAvailable`, else every replica.
+    pub fn min_member(&self) -> u32 {
+        match self.run_policy.scheduling.min_available {
+            Some(n) => u32::try_from(n).unwrap_or(0),
+            None => self.total_replicas(),
+        }
+    }
+
+    /// The Volcano queue: `schedulingPolicy.queue`, else `default`.
+    pub fn queue(&self) -> &str {
+        self.run_policy.scheduling.queue.as_deref().filter(|q| !q.is_empty()).unwrap_or("default")
+    }
+
     /// The sum of all replicas: the PodGroup's minMember and the default PET_NNODES.
     pub fn total_replicas(&self) -> u32 {
         self.master.iter().chain(self.worker.iter()).map(|s| s.replicas).sum()
@@ -260,9 +301,10 @@ impl PyTorchJob {
         }
     }
 
-    /// The master's `pytorchjob-port`, else the operator's default 23456.
+    /// The master's `pytorchjob-port` (the Worker's in a job without a master: elastic jobs'
+    /// rendezvous port), else the operator's default 23456.
     pub fn master_port(&self) -> u16 {
-        self.master.as_ref().and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
+        self.master.as_ref().or(self.worker.as_ref()).and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
     }
 
     /// What the whole job asks of the queue: the sum over every pod.
@@ -272,6 +314,21 @@ impl PyTorchJob {
             for _ in 0..spec.replicas {
                 total.add(&spec.resources);
             }
+        }
+        total
+    }
+
+    /// The PodGroup's minResources: `schedulingPolicy.minResources`, else what the first
+    /// minMember pods ask, Master first (`CalcPGMinResources`).
+    pub fn min_resources(&self) -> Resources {
+        if let Some(r) = &self.run_policy.scheduling.min_resources {
+            return r.clone();
+        }
+        let mut total = Resources::default();
+        let pods =
+            self.master.iter().chain(self.worker.iter()).flat_map(|s| (0..s.replicas).map(move |_| &s.resources));
+        for r in pods.take(self.min_member() as usize) {
+            total.add(r);
         }
         total
     }
@@ -285,24 +342,5 @@ mod tests {
     fn replica_ids_render_like_pod_name_suffixes() {
         assert_eq!(ReplicaId::MASTER.to_string(), "master-0");
         assert_eq!(ReplicaId::worker(2).to_string(), "worker-2");
-    }
-
-    #[test]
-    fn exit_status_codes_follow_the_shell() {
-        assert!(ExitStatus::Code(0).success());
-        assert!(!ExitStatus::Code(1).success());
-        assert!(!ExitStatus::Signal(15).success());
-        assert_eq!(ExitStatus::Signal(15).code(), 143);
-        assert_eq!(ExitStatus::Code(3).code(), 3);
-    }
-
-    #[test]
-    fn restart_policies_parse_exactly() {
-        for p in RestartPolicy::ALL {
-            assert_eq!(RestartPolicy::parse(p.as_str()), Some(p));
-        }
-        assert_eq!(RestartPolicy::parse("onfailure"), None);
-        assert!(!RestartPolicy::Never.counts_against_backoff_limit());
-        assert!(RestartPolicy::ExitCode.counts_against_backoff_limit());
     }
 }

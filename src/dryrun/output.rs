@@ -1,0 +1,48 @@
+//! What the dry run writes on stderr: its own notes, and each replica's output prefixed with its pod.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::launcher::{prefixed, LineSplitter};
+
+/// One line on stderr from the dry run itself.
+pub(super) fn note(message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "dry-run: {message}");
+}
+
+/// Append-only log file for a replica (kept across its restarts and recreations).
+pub(super) fn open_log(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+pub(super) type Output = Box<dyn AsyncRead + Unpin + Send>;
+
+pub(super) fn boxed(out: impl AsyncRead + Unpin + Send + 'static) -> Output {
+    Box::new(out)
+}
+
+/// Copy a replica's output to stderr, each line prefixed with its pod's name.
+pub(super) async fn relay_output(mut out: Output, pod: String, width: usize) {
+    let mut splitter = LineSplitter::default();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match out.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let lines = splitter.push(buf.get(..n).unwrap_or_default());
+                write_lines(&pod, width, lines);
+            }
+        }
+    }
+    write_lines(&pod, width, splitter.finish());
+}
+
+fn write_lines(pod: &str, width: usize, lines: impl IntoIterator<Item = String>) {
+    let mut err = std::io::stderr().lock();
+    for line in lines {
+        let _ = writeln!(err, "{}", prefixed(pod, width, &line));
+    }
+}
