@@ -26,6 +26,7 @@ use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxTx, ReadE
 use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
+use crate::untrusted::{escape, Escaped};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
 const LISTEN_BACKLOG: u32 = 8192;
@@ -439,7 +440,7 @@ impl Master {
     fn admit(&mut self, conn: ConnId, peer: SocketAddr, hello: Hello, proof: Option<String>, out: OutboxTx) {
         let index = hello.replica_index;
         if let Err(refusal) = self.roster.admit(conn, &hello) {
-            warn!(%peer, replica = index, node = %hello.node, "refused a rendezvous peer: {refusal}");
+            warn!(%peer, replica = index, node = %Escaped(&hello.node), "refused a rendezvous peer: {refusal}");
             if let Ok(l) = line(&Frame::Error { message: refusal.to_string() }, self.max_frame) {
                 out.push(l);
             }
@@ -447,9 +448,9 @@ impl Master {
         }
         let health = Health { healthy: hello.healthy, verdict: hello.health };
         if health.healthy {
-            debug!(%peer, replica = index, node = %hello.node, "replica joined the rendezvous");
+            debug!(%peer, replica = index, node = %Escaped(&hello.node), "replica joined the rendezvous");
         } else {
-            warn!(%peer, replica = index, node = %hello.node, verdict = %health.verdict,
+            warn!(%peer, replica = index, node = %Escaped(&hello.node), verdict = %health.verdict,
                 "replica joined on an unhealthy node: the barrier waits for it");
         }
         self.conns.insert(conn, Conn { index, peer, out });
@@ -490,7 +491,7 @@ impl Master {
                 }
             }
             Frame::Error { message } => {
-                warn!(%peer, replica = index, "replica reported an error: {message}");
+                warn!(%peer, replica = index, "replica reported an error: {}", escape(&message));
             }
             other => {
                 let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
@@ -614,7 +615,9 @@ async fn next_frame(reader: &mut FrameReader<ReadHalf<'_>>) -> Result<Frame, Han
     loop {
         match reader.next().await {
             Ok(Some(Frame::Heartbeat)) => continue,
-            Ok(Some(Frame::Error { message })) => return Err(HandshakeEnd::Gone(format!("it gave up: {message}"))),
+            Ok(Some(Frame::Error { message })) => {
+                return Err(HandshakeEnd::Gone(format!("it gave up: {}", escape(&message))))
+            }
             Ok(Some(frame)) => return Ok(frame),
             Ok(None) => return Err(HandshakeEnd::Gone("connection closed".to_string())),
             Err(ReadError::Frame(e)) => return Err(HandshakeEnd::Refused(Refusal::Frame(e))),
