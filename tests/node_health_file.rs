@@ -206,3 +206,27 @@ fn check_node_prints_the_verdict_and_exits_0_only_if_healthy() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
+
+/// Regression (issue 15): a BOM or zero-width space before the health key made another key, and
+/// check-node said healthy (exit 0). Keys follow the Kubernetes label key syntax; the verdict fails closed.
+#[test]
+fn an_invisible_character_before_a_key_fails_closed_and_is_named() {
+    let dir = temp_dir("invisible-key");
+    let labels = dir.join("labels");
+    for (what, prefix, shown) in [("BOM", "\u{feff}", "\\u{feff}"), ("zero-width space", "\u{200b}", "\\u{200b}")] {
+        std::fs::write(&labels, format!("{prefix}{}\n", status_label("Unschedulable"))).unwrap();
+        let out = Command::new(BIN)
+            .args(["check-node", "--node-health", &format!("file:{}", labels.display())])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(138),
+            "{what}: stdout {}\nstderr {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(stderr.contains(shown) && stderr.contains("not a Kubernetes label key"), "{what}: {stderr}");
+        assert!(!stderr.contains(prefix), "{what}: the invisible character is shown escaped: {stderr}");
+    }
+}
