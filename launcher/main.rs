@@ -488,6 +488,7 @@ fn job_link_config(
         rendezvous: rendezvous::RendezvousConfig {
             barrier_timeout: a.rendezvous_timeout,
             token,
+            scope: a.restart_scope,
             ..rendezvous::RendezvousConfig::default()
         },
         scope: a.restart_scope,

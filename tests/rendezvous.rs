@@ -169,7 +169,11 @@ fn intruders_are_refused_and_the_job_still_completes() {
     let intruder_runs: Vec<(&str, &str, Running)> = intruders
         .iter()
         .map(|(what, r, count, job, tok, cause)| {
-            let rv = r.rv("intr", *count, port).args(["--job-name", job]).env(token.0, tok).sh(&script);
+            // Another node: the same node and index would be replica 1 reconnecting (it replaces its
+            // stale connection), not a duplicate.
+            let rv =
+                r.rv("intr", *count, port).args(["--job-name", job]).env(token.0, tok).env("NODE_NAME", "elsewhere");
+            let rv = rv.sh(&script);
             (*what, *cause, rv.spawn())
         })
         .collect();
