@@ -71,7 +71,29 @@ mod tests {
 
     #[test]
     fn refuses_and_names_the_value() {
-        for bad in ["", "s", "10", "10x", "-1s", "1..2s", ".5s", "5.s", "ten s", "1e3s", "99999999999h"] {
+        for bad in [
+            "",
+            "s",
+            "10",
+            "10x",
+            "-1s",
+            "-0",
+            "+1s",
+            "+1",
+            "+0",
+            "1..2s",
+            ".5s",
+            "5.s",
+            "ten s",
+            "1e3s",
+            "99999999999h",
+            "1 s",
+            "0x10s",
+            "inf s",
+            "NaNs",
+            "1_000ms",
+            "١s",
+        ] {
             let e = parse_duration(bad).unwrap_err();
             assert_eq!(e.value, bad);
             assert!(e.to_string().contains("expected a number"), "{e}");
