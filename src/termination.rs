@@ -12,10 +12,11 @@ pub fn default_path() -> Option<PathBuf> {
     p.exists().then(|| p.to_path_buf())
 }
 
-/// The message as written: one line (every control character of an outside value inside it is
-/// escaped), cut to the kubelet's limit on a character boundary, newline-terminated.
+/// The message as written: one line (every control or invisible character, of an outside value
+/// inside it say, is escaped; backslashes are left alone, as values are usually escaped once
+/// already), cut to the kubelet's limit on a character boundary, newline-terminated.
 pub fn one_line(message: &str) -> String {
-    let escaped = crate::untrusted::escape(message);
+    let escaped = crate::untrusted::escape_hidden(message);
     let mut end = escaped.len().min(MAX_BYTES - 1);
     while !escaped.is_char_boundary(end) {
         end -= 1;
@@ -49,6 +50,7 @@ mod tests {
     fn the_message_stays_one_line_whatever_it_quotes() {
         let forged = "node n1\n[rankvisor] ERROR forged\r\x1b[2K";
         assert_eq!(one_line(forged), "node n1\\n[rankvisor] ERROR forged\\r\\u{1b}[2K\n");
+        assert_eq!(one_line("already escaped: a\\nb"), "already escaped: a\\nb\n", "not escaped twice");
         assert_eq!(one_line(forged).lines().count(), 1);
     }
 

@@ -230,3 +230,25 @@ fn an_invisible_character_before_a_key_fails_closed_and_is_named() {
         assert!(!stderr.contains(prefix), "{what}: the invisible character is shown escaped: {stderr}");
     }
 }
+
+/// Regression (issue 15): a label value with `\n` wrote a forged line into the log and made the
+/// one-line termination message two lines.
+#[test]
+fn a_label_value_with_a_newline_cannot_forge_a_line() {
+    let dir = temp_dir("forged-value");
+    // Go-quoted as the kubelet writes it: the value holds a real newline once unquoted.
+    write_labels(
+        &dir.join("labels"),
+        &[r#"sagemaker.amazonaws.com/node-health-status="Unschedulable\n[rankvisor] ERROR forged\r""#],
+    );
+    let out = run(&dir, &[], "touch \"$MARK\"");
+    assert_eq!(out.status.code(), Some(138), "{}", String::from_utf8_lossy(&out.stderr));
+    let message = std::fs::read_to_string(dir.join("termination-log")).unwrap();
+    assert_eq!(message.lines().count(), 1, "{message:?}");
+    assert!(!message.contains('\r'), "{message:?}");
+    assert!(message.contains("Unschedulable\\n[rankvisor] ERROR forged"), "{message:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines() {
+        assert!(!line.starts_with("[rankvisor] ERROR forged"), "forged line:\n{stderr}");
+    }
+}
