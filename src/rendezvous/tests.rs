@@ -655,3 +655,28 @@ async fn an_unauthenticated_peer_learns_nothing_from_a_refusal() {
     raw.send(&raw_hello(9, 4)).await;
     assert_eq!(raw.error().await, "replica_index 9 is out of range");
 }
+
+/// A hand-driven master: accepts one worker and answers its hello with `answer`.
+async fn fake_master(answer: Frame) -> ((String, u16), JoinHandle<Option<Frame>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (read, mut write) = stream.into_split();
+        let mut reader = FrameReader::new(read, DEFAULT_MAX_FRAME);
+        assert!(matches!(recv(&mut reader).await, Some(Frame::Hello(_))));
+        write.write_all(&encode(&answer, DEFAULT_MAX_FRAME).unwrap()).await.unwrap();
+        write.write_all(&encode(&Frame::Release { generation: u64::MAX }, DEFAULT_MAX_FRAME).unwrap()).await.unwrap();
+        recv(&mut reader).await
+    });
+    (("127.0.0.1".to_string(), port), task)
+}
+
+#[tokio::test]
+async fn a_worker_refuses_a_generation_beyond_the_bound() {
+    let (to, master) = fake_master(Frame::Admitted { generation: u64::MAX, proof: None }).await;
+    let e = joined(spawn_join(to, identity(1, 2), cfg())).await.err().expect("refused").to_string();
+    assert!(e.contains("admitted frame with generation 18446744073709551615: expected at most 4294967296"), "{e}");
+    let told = guard("the fake master", master).await.unwrap();
+    assert!(matches!(told, Some(Frame::Error { .. })), "{told:?}");
+}
