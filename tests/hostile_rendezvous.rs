@@ -70,3 +70,26 @@ fn a_forged_node_name_cannot_forge_a_log_line() {
     let refusal = out.stderr.lines().find(|l| l.contains("refused a rendezvous peer")).expect("refusal logged");
     assert!(refusal.contains("n1\\n[rankvisor] ERROR forged line\\r"), "{refusal}");
 }
+
+/// Regression: one WARN per refused connection let any peer flood the log.
+#[test]
+fn refused_peers_are_logged_at_warn_once_per_window() {
+    let dir = TestDir::new("hostile-rdzv-flood");
+    let port = free_port_pair();
+    let run = master(&dir, "fl", port).sh("sleep 100").spawn();
+    for _ in 0..50 {
+        let mut s = connect(port);
+        s.write_all(b"not a frame\n").unwrap();
+        // The refusal comes back before the master closes: one connection at a time.
+        let mut answer = String::new();
+        BufReader::new(&s).read_line(&mut answer).unwrap();
+        assert!(answer.contains("\"type\":\"error\"") && answer.contains("not json"), "{answer}");
+    }
+    run.signal(libc::SIGTERM);
+    let out = run.wait_for(Duration::from_secs(20));
+    let warned =
+        out.stderr.lines().filter(|l| l.starts_with("[rankvisor] WARN") && l.contains("refused a rendezvous peer"));
+    // 50 refusals within one 10 s window: the first is logged; a second only if the run crossed a window.
+    assert!(warned.count() <= 2, "refusals flooded the log:\n{}", out.stderr);
+    assert!(out.stderr.contains("refused a rendezvous peer"), "{}", out.stderr);
+}
