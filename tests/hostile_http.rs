@@ -57,3 +57,39 @@ fn a_slowloris_flood_keeps_memory_bounded_and_healthz_answering() {
     run.signal(libc::SIGTERM);
     run.wait().assert_code(143);
 }
+
+/// Regression: out of descriptors, "http accept failed" was logged every 100 ms.
+#[test]
+fn accept_errors_are_logged_once_per_window() {
+    let dir = TestDir::new("hostile-http-emfile");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let run = Rv::new(&dir)
+        .shell_wrapper("ulimit -n 48")
+        .args(["--http-addr", &addr, "--node-health", "off"])
+        .sh("sleep 1000")
+        .spawn();
+    wait_until("/healthz to answer", || get(port, "/healthz").filter(|r| r.starts_with("HTTP/1.1 200")));
+    // Idle connections until rankvisor runs out of descriptors (each held until the 10 s header timeout).
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            held.push(s);
+        }
+    }
+    let stderr = dir.join("stderr");
+    wait_until("an accept error", || common::read(&stderr).contains("http accept failed").then_some(()));
+    // The first connection was accepted first: its end (the header timeout) marks that the
+    // accept errors went on for the whole time the descriptors were held.
+    let mut first = held.remove(0);
+    first.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut buf = Vec::new();
+    let _ = first.read_to_end(&mut buf);
+    drop(held);
+    wait_until("/healthz to answer again", || get(port, "/healthz").filter(|r| r.starts_with("HTTP/1.1 200")));
+    run.signal(libc::SIGTERM);
+    let out = run.wait();
+    let warned = out.stderr.lines().filter(|l| l.contains("http accept failed")).count();
+    // 10 s of failures: one line for the first window, one more at most for the next.
+    assert!((1..=2).contains(&warned), "{warned} accept-failure lines:\n{}", out.stderr);
+}
