@@ -12,6 +12,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The monitoring and job-page tests drive promtool and a headless chromium (Debian packages).
+t0=$SECONDS
+bash scripts/setup-views.sh
+echo "scripts/test.sh: promtool and chromium: $((SECONDS - t0)) s"
+
 # The training smoke tests (tests/training.rs) need libtorch 2.13.0 and a torch 2.13.0 venv, both
 # cached outside the repository, and the tch trainer example built with the same LIBTORCH.
 t0=$SECONDS

@@ -452,7 +452,7 @@ mod tests {
             last_exit_reason: (hangs > 0).then(|| "Hung".to_string()),
             ..LocalStatus::default()
         };
-        Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, None, UNIX_EPOCH)
+        Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)
     }
 
     fn reasons(prev: Option<&Report>, next: &Report) -> Vec<&'static str> {

@@ -2,36 +2,63 @@
 //!
 //! # Theory of operation
 //!
-//! rankvisor blocks every asynchronous signal before any thread exists, then runs a single-threaded
-//! tokio loop (`driver`). Every source becomes one `supervise::Event`:
+//! `launcher/main.rs` blocks every asynchronous signal before any thread exists, reads the
+//! environment once (`config::EnvSnapshot`), parses the command line (`config::args`), validates
+//! both into one configuration (`config::supervise_config`) and hands it to a composition root
+//! (`app::supervise`). That root starts the sources and the sinks and runs one single-threaded
+//! event loop (`replica::event_loop`). Every source becomes one `replica::Input`:
 //!
 //! - signals, read in order from a signalfd: SIGCHLD wakes the one reaper (`process::reap_all`, the
-//!   only `waitpid` in the program), whose (pid, how it ended) pairs become `Exited`; TERM and INT
-//!   become `Shutdown`; the rest are forwarded to the child's process group;
-//! - timers: the machine names its next deadline (backoff end, grace end, hang deadline) and gets a
-//!   `Tick` there;
+//!   only `waitpid` in the program), whose (pid, how it ended) pairs become `Exited`; every other
+//!   signal is handed to the machine, which stops the child on TERM/INT and forwards the rest;
+//! - timers: the machine names its next deadline (backoff end, grace end, hang deadline, linger
+//!   end, sweep step) and gets a `Tick` there;
 //! - the heartbeat file: a change is a `Beat`, a JSON object in it is training progress;
-//! - later sources (node-health label changes, rendezvous orders) become `GiveUp` and friends.
+//! - the node-health source (labels file or Kubernetes watch): each verdict is `Health`;
+//! - the rendezvous link (`replica::link`, an actor): `Released`, orders, a lost master, ...
 //!
-//! `supervise::Supervisor::on_event` is a plain synchronous function from (state, event, now) to
-//! actions (spawn, signal the group, write the termination message, exit); it is unit-tested with
-//! paused time and no processes. The driver performs the actions and publishes a `LocalStatus` for
-//! the reporters. On exit, processes left below rankvisor (setsid escapees) get TERM, then KILL.
+//! `replica::Replica::on_input` is a plain synchronous function from (state, input, now) to
+//! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
+//! it owns every decision and is unit-tested with paused time and no processes. It delegates the
+//! child's own lifecycle to `supervise::Supervisor`. The loop performs the effects and publishes
+//! one `report::LocalStatus` on a watch channel; every sink follows it: `--status-fd`, the
+//! reporter (whose `Report` feeds HTTP, the webhook and Kubernetes Events) and the link (which
+//! streams it to the master, whose typed `JobView` is served on `/job`).
+//!
+//! ```text
+//!  signalfd, timers, heartbeat, node health, link events
+//!          │
+//!          ▼
+//!   replica::event_loop ──Input──> replica::machine ──Effect──> process / termination / link
+//!          │
+//!   watch<LocalStatus> ──> status-fd, reporting (Report ─> HTTP, webhook, Kubernetes Events), link
+//! ```
+//!
+//! # Modules
+//!
+//! `config` (arguments and environment -> configuration), `app` (composition roots), `replica`
+//! (machine, loop, link), `supervise` (the child's pure lifecycle), `process` (signals, reaper,
+//! spawn), `rank`, `health`, `rendezvous`, `report` and `reporting` with their sinks (`http`,
+//! `webhook`, `kube_events`, `status_sink`), `kube`, `dryrun`, and small edges (`heartbeat`,
+//! `termination`, `logging`, `exit`, `duration`, `trainer`).
 
-pub mod driver;
+pub mod app;
+pub mod backoff;
+pub mod config;
+#[cfg(feature = "dry-run")]
 pub mod dryrun;
 pub mod duration;
 pub mod exit;
 pub mod health;
 pub mod heartbeat;
 pub mod http;
-pub mod job_link;
 pub mod kube;
 pub mod kube_events;
 pub mod logging;
 pub mod process;
 pub mod rank;
 pub mod rendezvous;
+pub mod replica;
 pub mod report;
 pub mod reporting;
 pub mod status_sink;

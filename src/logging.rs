@@ -165,7 +165,7 @@ pub fn dropped() -> u64 {
 
 /// Wait at most `limit` until every queued line is written; true if they all were.
 pub fn flush(limit: Duration) -> bool {
-    QUEUE.get().map_or(true, |q| q.flush(limit))
+    QUEUE.get().is_none_or(|q| q.flush(limit))
 }
 
 extern "C" fn flush_at_exit() {

@@ -54,16 +54,24 @@ pub enum NprocPerNode {
     Device(String),
 }
 
+/// The most replicas (nodes) a job may have: above the rendezvous' tested scale (98,304).
+pub const MAX_REPLICAS: u32 = 131_072;
+/// The most training processes a job may have (`WORLD_SIZE`).
+pub const MAX_WORLD_SIZE: u32 = 1 << 24;
+
 /// The validated rank contract of this replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RankEnv {
-    /// Replica (node) index: `RANK` = `PET_NODE_RANK`.
+    /// Kubeflow's replica type: from the pod name `<job>-<type>-<N>`, else Master for index 0.
+    pub role: Role,
+    /// Replica (node) index: `RANK` = `PET_NODE_RANK`; without them (a job with no Master) the
+    /// pod name's `<job>-worker-<N>`. Index 0 leads rankvisor's barrier.
     pub replica_index: u32,
     /// Replicas in the job: `PET_NNODES`, else `WORLD_SIZE`.
     pub replica_count: ReplicaCount,
-    /// `WORLD_SIZE`: total training processes.
-    pub world_size: u32,
-    /// `MASTER_ADDR`, required when there is more than one replica.
+    /// `WORLD_SIZE`: total training processes; the operator sets it only when the job has a Master.
+    pub world_size: Option<u32>,
+    /// `MASTER_ADDR` (set with a Master).
     pub master_addr: Option<String>,
     /// `MASTER_PORT` (torch's own store; rankvisor's rendezvous listens on the next port).
     pub master_port: Option<u16>,
@@ -77,16 +85,17 @@ pub struct RankEnv {
     pub rdzv_endpoint: Option<String>,
     /// Whether any rank variable was present at all (a bare `docker run` has none).
     pub injected: bool,
+    /// The job has a Master: the operator injected `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`.
+    pub has_master: bool,
+    /// What was inferred rather than read, for one INFO line at start.
+    #[serde(skip)]
+    pub inferred: Vec<String>,
 }
 
 impl RankEnv {
-    /// Master for replica 0, else Worker.
+    /// Kubeflow's replica type of this replica.
     pub fn role(&self) -> Role {
-        if self.replica_index == 0 {
-            Role::Master
-        } else {
-            Role::Worker
-        }
+        self.role
     }
 
     /// True when rankvisor's own barrier must stay out of the way (elastic membership).
@@ -134,73 +143,162 @@ fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> RankE
     RankError::Invalid { var, value: value.to_string(), expected: expected.into() }
 }
 
-fn parse_u32(var: &'static str, value: &str, min: u32, expected: &str) -> Result<u32, RankError> {
-    match value.trim().parse::<u32>() {
-        Ok(n) if n >= min && value.trim() == value => Ok(n),
+/// A decimal number: ASCII digits only (no sign, no spaces), at least `min`, at most `max`.
+fn parse_u32(var: &'static str, value: &str, min: u32, max: u32, expected: &str) -> Result<u32, RankError> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    match value.parse::<u32>() {
+        Ok(n) if digits && n >= min && n <= max => Ok(n),
         _ => Err(invalid(var, value, expected)),
     }
 }
 
 fn parse_port(var: &'static str, value: &str) -> Result<u16, RankError> {
-    match value.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(p),
-        _ => Err(invalid(var, value, "a TCP port number from 1 to 65535")),
-    }
+    const EXPECTED: &str = "a TCP port number from 1 to 65535";
+    parse_u32(var, value, 1, 65535, EXPECTED).map(|p| p as u16)
 }
 
 fn parse_nnodes(value: &str) -> Result<ReplicaCount, RankError> {
-    const EXPECTED: &str = "a replica count >= 1, or min:max with 1 <= min <= max";
+    let expected = format!("a replica count from 1 to {MAX_REPLICAS}, or min:max with 1 <= min <= max");
+    let num = |v: &str| {
+        parse_u32("PET_NNODES", v, 1, MAX_REPLICAS, &expected).map_err(|_| invalid("PET_NNODES", value, &expected))
+    };
     match value.split_once(':') {
-        None => Ok(ReplicaCount::Fixed { count: parse_u32("PET_NNODES", value, 1, EXPECTED)? }),
+        None => Ok(ReplicaCount::Fixed { count: num(value)? }),
         Some((a, b)) => {
-            let min = parse_u32("PET_NNODES", a, 1, EXPECTED).map_err(|_| invalid("PET_NNODES", value, EXPECTED))?;
-            let max = parse_u32("PET_NNODES", b, 1, EXPECTED).map_err(|_| invalid("PET_NNODES", value, EXPECTED))?;
+            let (min, max) = (num(a)?, num(b)?);
             if min > max {
-                return Err(invalid("PET_NNODES", value, EXPECTED));
+                return Err(invalid("PET_NNODES", value, expected));
             }
             Ok(ReplicaCount::Elastic { min, max })
         }
     }
 }
 
-fn parse_nproc(value: &str) -> Result<NprocPerNode, RankError> {
+fn parse_nproc(var: &'static str, value: &str) -> Result<NprocPerNode, RankError> {
     match value {
         "auto" | "cpu" | "gpu" | "xpu" | "cuda" => Ok(NprocPerNode::Device(value.to_string())),
-        _ => {
-            Ok(NprocPerNode::Count(parse_u32("PET_NPROC_PER_NODE", value, 1, "a number >= 1, or auto, cpu, gpu, xpu")?))
-        }
+        _ => Ok(NprocPerNode::Count(parse_u32(var, value, 1, 65_536, "a number >= 1, or auto, cpu, gpu, xpu")?)),
     }
 }
 
-/// Read and validate the rank contract through `lookup` (the process env in production, a map in tests).
+/// A host name (RFC 1123 labels) or an IP address: what `MASTER_ADDR` may be.
+pub fn is_host(value: &str) -> bool {
+    if value.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    // All digits and dots is an IPv4 address or nothing (999.999.999.999 is not a name).
+    if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return false;
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let name = value.strip_suffix('.').unwrap_or(value);
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
+}
+
+/// A pod named as the training-operator names them: `<job>-<type>-<N>` (`replicaName`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodName {
+    /// The job's name.
+    pub job: String,
+    /// Master or Worker.
+    pub role: Role,
+    /// The index within its replica type.
+    pub index: u32,
+}
+
+impl PodName {
+    /// Parse `<job>-master-<N>` / `<job>-worker-<N>`; None for any other name.
+    pub fn parse(pod: &str) -> Option<Self> {
+        let (rest, index) = pod.rsplit_once('-')?;
+        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let index = index.parse().ok()?;
+        let (job, role) = if let Some(j) = rest.strip_suffix("-master") {
+            (j, Role::Master)
+        } else {
+            (rest.strip_suffix("-worker")?, Role::Worker)
+        };
+        (!job.is_empty()).then(|| Self { job: job.to_string(), role, index })
+    }
+}
+
+/// Read and validate the rank contract through `lookup` (the environment snapshot in production,
+/// a map in tests); the pod's name is `POD_NAME`, else `HOSTNAME`.
 pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv, RankError> {
+    let pod = lookup("POD_NAME").filter(|p| !p.is_empty()).or_else(|| lookup("HOSTNAME").filter(|p| !p.is_empty()));
+    parse_rank_env_of_pod(lookup, pod.as_deref())
+}
+
+/// Read and validate the rank contract, as the training-operator writes it (`setPodEnv` in
+/// `pkg/controller.v1/pytorch/envvar.go`, `elastic.go`): `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
+/// `RANK` and `PET_NODE_RANK` only when the job has a Master; `PET_NNODES` always (`min:max` or
+/// the Worker count with an `elasticPolicy`); `PET_RDZV_*` with an `elasticPolicy`. Whatever the
+/// operator leaves out is inferred (the replica index from the pod's name `pod`); only values
+/// that disagree are errors.
+pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Option<&str>) -> Result<RankEnv, RankError> {
     let get = |k: &str| lookup(k);
     let rank_raw = get("RANK");
     let world_raw = get("WORLD_SIZE");
     let node_rank_raw = get("PET_NODE_RANK");
     let nnodes_raw = get("PET_NNODES");
-    let injected = rank_raw.is_some() || world_raw.is_some() || node_rank_raw.is_some() || nnodes_raw.is_some();
+    let rdzv_endpoint = get("PET_RDZV_ENDPOINT").filter(|v| !v.is_empty());
+    let rdzv_backend = get("PET_RDZV_BACKEND").filter(|v| !v.is_empty());
+    let master_addr = agree("MASTER_ADDR", get("MASTER_ADDR"), "PET_MASTER_ADDR", get("PET_MASTER_ADDR"))?;
+    let port_raw = agree("MASTER_PORT", get("MASTER_PORT"), "PET_MASTER_PORT", get("PET_MASTER_PORT"))?;
+    let has_master = rank_raw.is_some() || world_raw.is_some() || master_addr.is_some() || port_raw.is_some();
+    let injected = has_master || node_rank_raw.is_some() || nnodes_raw.is_some() || rdzv_endpoint.is_some();
+    let mut inferred = Vec::new();
 
     let world_size = match &world_raw {
-        Some(v) => parse_u32("WORLD_SIZE", v, 1, "a number of processes >= 1")?,
-        None if injected => {
+        Some(v) => Some(parse_u32(
+            "WORLD_SIZE",
+            v,
+            1,
+            MAX_WORLD_SIZE,
+            &format!("a number of processes from 1 to {MAX_WORLD_SIZE}"),
+        )?),
+        None if rank_raw.is_some() => {
             return Err(RankError::Missing {
                 var: "WORLD_SIZE",
                 expected: "the total number of training processes, set with RANK".into(),
             })
         }
-        None => 1,
+        None => None,
     };
-    let replica_count = match &nnodes_raw {
-        Some(v) => parse_nnodes(v)?,
-        None => ReplicaCount::Fixed { count: world_size },
+    // An elasticPolicy: torchrun's c10d rendezvous owns membership (PET_NNODES may then be the
+    // Worker count alone, not every replica).
+    let elastic_policy = rdzv_endpoint.is_some() || rdzv_backend.is_some();
+    let replica_count = match (&nnodes_raw, world_size) {
+        (Some(v), _) => match parse_nnodes(v)? {
+            ReplicaCount::Fixed { count } if elastic_policy => ReplicaCount::Elastic { min: count, max: count },
+            c => c,
+        },
+        (None, Some(w)) => {
+            if w > MAX_REPLICAS {
+                return Err(invalid(
+                    "WORLD_SIZE",
+                    &w.to_string(),
+                    format!("at most {MAX_REPLICAS} replicas without PET_NNODES"),
+                ));
+            }
+            ReplicaCount::Fixed { count: w }
+        }
+        (None, None) => ReplicaCount::Fixed { count: 1 },
     };
     let max = replica_count.max();
     let range = format!("a replica index from 0 to {} (replicas: {max})", max.saturating_sub(1));
+    let pod_name = pod.and_then(PodName::parse);
     let replica_index = match (&rank_raw, &node_rank_raw) {
         (Some(r), Some(n)) => {
-            let ri = parse_u32("RANK", r, 0, &range)?;
-            let ni = parse_u32("PET_NODE_RANK", n, 0, &range)?;
+            let ri = parse_u32("RANK", r, 0, u32::MAX, &range)?;
+            let ni = parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?;
             if ri != ni {
                 return Err(RankError::Disagree {
                     var: "RANK",
@@ -211,49 +309,73 @@ pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv
             }
             ri
         }
-        (Some(r), None) => parse_u32("RANK", r, 0, &range)?,
-        (None, Some(n)) => parse_u32("PET_NODE_RANK", n, 0, &range)?,
-        (None, None) if injected && max > 1 => {
+        (Some(r), None) => parse_u32("RANK", r, 0, u32::MAX, &range)?,
+        (None, Some(n)) => parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?,
+        (None, None) if has_master && max > 1 => {
             return Err(RankError::Missing {
                 var: "RANK",
                 expected: format!("this replica's index from 0 to {}", max - 1),
             })
         }
-        (None, None) => 0,
+        (None, None) => match &pod_name {
+            // No Master: the operator numbers the Workers from 0 (`replicaName`).
+            Some(p) if !has_master && max > 1 => {
+                inferred.push(format!("replica index {} from the pod name {:?}", p.index, pod.unwrap_or_default()));
+                p.index
+            }
+            _ => 0,
+        },
     };
     if replica_index >= max {
         let (var, value) = match (&rank_raw, &node_rank_raw) {
             (Some(r), _) => ("RANK", r.clone()),
             (None, Some(n)) => ("PET_NODE_RANK", n.clone()),
-            (None, None) => ("RANK", replica_index.to_string()),
+            (None, None) => ("POD_NAME", pod.unwrap_or_default().to_string()),
         };
         return Err(invalid(var, &value, range));
     }
+    let role = match &pod_name {
+        Some(p) => p.role,
+        None if replica_index == 0 && has_master => Role::Master,
+        None if !has_master && injected => Role::Worker,
+        None if replica_index == 0 => Role::Master,
+        None => Role::Worker,
+    };
 
-    let nproc_per_node = get("PET_NPROC_PER_NODE").map(|v| parse_nproc(&v)).transpose()?;
-    if let (Some(NprocPerNode::Count(k)), ReplicaCount::Fixed { count }, Some(w)) =
-        (&nproc_per_node, replica_count, &world_raw)
+    let nproc_per_node = get("PET_NPROC_PER_NODE").map(|v| parse_nproc("PET_NPROC_PER_NODE", &v)).transpose()?;
+    if let (Some(NprocPerNode::Count(k)), ReplicaCount::Fixed { count }, Some(w), Some(ws)) =
+        (&nproc_per_node, replica_count, &world_raw, world_size)
     {
-        if nnodes_raw.is_some() && u64::from(*k) * u64::from(count) != u64::from(world_size) {
-            return Err(invalid(
-                "WORLD_SIZE",
-                w,
-                format!("PET_NNODES x PET_NPROC_PER_NODE = {count} x {k} = {}", u64::from(*k) * u64::from(count)),
-            ));
+        let want = u64::from(*k) * u64::from(count);
+        if nnodes_raw.is_some() && want != u64::from(ws) {
+            return Err(invalid("WORLD_SIZE", w, format!("PET_NNODES x PET_NPROC_PER_NODE = {count} x {k} = {want}")));
+        }
+    }
+    // Without PET_NPROC_PER_NODE the operator's nprocPerNode is 1: WORLD_SIZE is the replica count.
+    if let (None, ReplicaCount::Fixed { count }, Some(w), Some(ws), Some(n)) =
+        (&nproc_per_node, replica_count, &world_raw, world_size, &nnodes_raw)
+    {
+        if ws < count {
+            return Err(RankError::Disagree {
+                var: "WORLD_SIZE",
+                value: w.clone(),
+                other: "PET_NNODES",
+                other_value: n.clone(),
+            });
         }
     }
 
-    let master_addr = agree("MASTER_ADDR", get("MASTER_ADDR"), "PET_MASTER_ADDR", get("PET_MASTER_ADDR"))?;
     if let Some(a) = &master_addr {
-        if a.is_empty() || a.chars().any(char::is_whitespace) {
-            return Err(invalid("MASTER_ADDR", a, "a host name or IP address"));
+        if !is_host(a) {
+            return Err(invalid(master_addr_var(&get), a, "a host name or IP address"));
         }
     }
-    let port_raw = agree("MASTER_PORT", get("MASTER_PORT"), "PET_MASTER_PORT", get("PET_MASTER_PORT"))?;
-    let master_port = port_raw.as_deref().map(|p| parse_port("MASTER_PORT", p)).transpose()?;
+    let master_port = match &port_raw {
+        Some(p) => Some(parse_port(master_port_var(&get), p)?),
+        None => None,
+    };
     let is_elastic = matches!(replica_count, ReplicaCount::Elastic { .. });
-    let rdzv_endpoint = get("PET_RDZV_ENDPOINT").filter(|v| !v.is_empty());
-    if max > 1 && !is_elastic {
+    if max > 1 && !is_elastic && has_master {
         if master_addr.is_none() {
             return Err(RankError::Missing {
                 var: "MASTER_ADDR",
@@ -267,9 +389,17 @@ pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv
             });
         }
     }
-    let local_rank = get("LOCAL_RANK").map(|v| parse_u32("LOCAL_RANK", &v, 0, "a number >= 0")).transpose()?;
+    if !has_master && injected {
+        inferred.push(
+            "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK (the operator sets them only for a job with a Master)"
+                .into(),
+        );
+    }
+    let local_rank =
+        get("LOCAL_RANK").map(|v| parse_u32("LOCAL_RANK", &v, 0, u32::MAX, "a number >= 0")).transpose()?;
 
     Ok(RankEnv {
+        role,
         replica_index,
         replica_count,
         world_size,
@@ -280,7 +410,26 @@ pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv
         local_rank,
         rdzv_endpoint,
         injected,
+        has_master,
+        inferred,
     })
+}
+
+/// The variable `MASTER_ADDR`'s value came from (the PET_ copy when only it is set).
+fn master_addr_var(get: &impl Fn(&str) -> Option<String>) -> &'static str {
+    if get("MASTER_ADDR").is_some() {
+        "MASTER_ADDR"
+    } else {
+        "PET_MASTER_ADDR"
+    }
+}
+
+fn master_port_var(get: &impl Fn(&str) -> Option<String>) -> &'static str {
+    if get("MASTER_PORT").is_some() {
+        "MASTER_PORT"
+    } else {
+        "PET_MASTER_PORT"
+    }
 }
 
 fn agree(
@@ -304,16 +453,7 @@ pub fn derive_job_name(master_addr: Option<&str>, pod_name: Option<&str>) -> Opt
         let host = a.split('.').next().unwrap_or(a);
         host.strip_suffix("-master-0").filter(|j| !j.is_empty())
     });
-    let from_pod = || {
-        pod_name.and_then(|p| {
-            let (rest, index) = p.rsplit_once('-')?;
-            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            rest.strip_suffix("-master").or_else(|| rest.strip_suffix("-worker")).filter(|j| !j.is_empty())
-        })
-    };
-    from_master.or_else(from_pod).map(str::to_string)
+    from_master.map(str::to_string).or_else(|| pod_name.and_then(PodName::parse).map(|p| p.job))
 }
 
 impl fmt::Display for RankEnv {
@@ -325,7 +465,7 @@ impl fmt::Display for RankEnv {
         writeln!(f, "role:           {:?}", self.role())?;
         writeln!(f, "replica index:  {}", self.replica_index)?;
         writeln!(f, "replicas:       {count}")?;
-        writeln!(f, "world size:     {}", self.world_size)?;
+        writeln!(f, "world size:     {}", self.world_size.map_or_else(|| "- (no Master)".into(), |w| w.to_string()))?;
         let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
         writeln!(f, "master addr:    {}", opt(&self.master_addr))?;
         writeln!(f, "master port:    {}", opt(&self.master_port.map(|p| p.to_string())))?;
@@ -376,7 +516,7 @@ mod tests {
         let m = env(SEED_MASTER).unwrap();
         assert_eq!(m.role(), Role::Master);
         assert_eq!(m.replica_count, ReplicaCount::Fixed { count: 4 });
-        assert_eq!(m.world_size, 4);
+        assert_eq!(m.world_size, Some(4));
         assert_eq!(m.master_addr.as_deref(), Some("pytest-master-0"));
         assert_eq!(m.master_port, Some(23456));
         assert_eq!(m.nproc_per_node, Some(NprocPerNode::Device("auto".into())));
@@ -401,7 +541,7 @@ mod tests {
         let e = env(&with(&[("WORLD_SIZE", "16"), ("PET_NPROC_PER_NODE", "4"), ("RANK", "3"), ("PET_NODE_RANK", "3")]))
             .unwrap();
         assert_eq!(e.replica_count, ReplicaCount::Fixed { count: 4 });
-        assert_eq!(e.world_size, 16);
+        assert_eq!(e.world_size, Some(16));
         let err = env(&with(&[("WORLD_SIZE", "15"), ("PET_NPROC_PER_NODE", "4")])).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -445,7 +585,7 @@ mod tests {
                 "RANK=\"-1\" is invalid: expected a replica index from 0 to 3 (replicas: 4)",
             ),
             (&[("RANK", "one")], "RANK=\"one\" is invalid"),
-            (&[("WORLD_SIZE", "0")], "WORLD_SIZE=\"0\" is invalid: expected a number of processes >= 1"),
+            (&[("WORLD_SIZE", "0")], "WORLD_SIZE=\"0\" is invalid: expected a number of processes from 1 to"),
             (&[("WORLD_SIZE", "four")], "WORLD_SIZE=\"four\" is invalid"),
             (&[("WORLD_SIZE", "<unset>")], "WORLD_SIZE is not set"),
             (
@@ -509,5 +649,122 @@ mod tests {
         assert_eq!(e.replica_index, 1);
         assert_eq!(e.master_addr.as_deref(), Some("m"));
         assert_eq!(e.master_port, Some(29500));
+    }
+
+    fn pod_env(pairs: &[(&str, &str)], pod: &str) -> Result<RankEnv, RankError> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        parse_rank_env_of_pod(|k| m.get(k).cloned(), Some(pod))
+    }
+
+    /// `setPodEnv` without a Master: PYTHONUNBUFFERED, PET_NNODES (and PET_NPROC_PER_NODE) only.
+    #[test]
+    fn set_pod_env_worker_only_job_infers_the_index_from_the_pod_name() {
+        let e = pod_env(&[("PYTHONUNBUFFERED", "1"), ("PET_NNODES", "3")], "mnist-worker-2").unwrap();
+        assert_eq!((e.role(), e.replica_index, e.replica_count), (Role::Worker, 2, ReplicaCount::Fixed { count: 3 }));
+        assert_eq!((e.world_size, e.has_master, e.injected), (None, false, true));
+        assert!(e.inferred.iter().any(|i| i.contains("replica index 2 from the pod name")), "{:?}", e.inferred);
+        let w0 = pod_env(&[("PET_NNODES", "3")], "mnist-worker-0").unwrap();
+        assert_eq!((w0.role(), w0.replica_index), (Role::Worker, 0), "worker-0 leads the barrier");
+        let out = pod_env(&[("PET_NNODES", "3")], "mnist-worker-3").unwrap_err();
+        assert_eq!(
+            out.to_string(),
+            "POD_NAME=\"mnist-worker-3\" is invalid: expected a replica index from 0 to 2 (replicas: 3)"
+        );
+    }
+
+    /// `ElasticEnvVarGenerator.Generate`: the echo example (Worker only, min:max, c10d).
+    #[test]
+    fn elastic_generate_worker_only_echo_example() {
+        let vars = [
+            ("PET_RDZV_ENDPOINT", "elastic-example-echo-worker-0:23456"),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_NNODES", "1:3"),
+            ("PET_MAX_RESTARTS", "100"),
+            ("PET_NPROC_PER_NODE", "1"),
+        ];
+        let e = pod_env(&vars, "elastic-example-echo-worker-1").unwrap();
+        assert!(e.is_elastic());
+        assert_eq!(
+            (e.role(), e.replica_index, e.replica_count),
+            (Role::Worker, 1, ReplicaCount::Elastic { min: 1, max: 3 })
+        );
+        // generateEnvNnodes without min/max: the Worker count, still torchrun's membership.
+        let n = pod_env(
+            &[("PET_RDZV_BACKEND", "c10d"), ("PET_RDZV_ENDPOINT", "j-worker-0:23456"), ("PET_NNODES", "2")],
+            "j-worker-0",
+        )
+        .unwrap();
+        assert_eq!(n.replica_count, ReplicaCount::Elastic { min: 2, max: 2 });
+    }
+
+    /// An elastic job with a Master: setPodEnv's Master variables and PET_NNODES = the Workers.
+    #[test]
+    fn elastic_job_with_a_master_does_not_check_world_size_against_nnodes() {
+        let e = env(&with(&[
+            ("WORLD_SIZE", "3"),
+            ("PET_NNODES", "2"),
+            ("PET_NPROC_PER_NODE", "1"),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_RDZV_ENDPOINT", "j-worker-0:23456"),
+        ]))
+        .unwrap();
+        assert!(e.is_elastic());
+        assert_eq!(e.world_size, Some(3));
+    }
+
+    #[test]
+    fn numbers_hosts_and_maxima_are_strict() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("RANK", "+1"), ("PET_NODE_RANK", "<unset>")], "RANK=\"+1\" is invalid"),
+            (
+                &[("WORLD_SIZE", "16777217")],
+                "WORLD_SIZE=\"16777217\" is invalid: expected a number of processes from 1 to 16777216",
+            ),
+            (
+                &[("PET_NNODES", "131073")],
+                "PET_NNODES=\"131073\" is invalid: expected a replica count from 1 to 131072",
+            ),
+            (
+                &[("MASTER_ADDR", "http://m:1"), ("PET_MASTER_ADDR", "http://m:1")],
+                "MASTER_ADDR=\"http://m:1\" is invalid: expected a host name or IP address",
+            ),
+            (
+                &[("MASTER_ADDR", "999.999.999.999"), ("PET_MASTER_ADDR", "<unset>")],
+                "MASTER_ADDR=\"999.999.999.999\" is invalid",
+            ),
+            (
+                &[("MASTER_PORT", "<unset>"), ("PET_MASTER_PORT", "abc")],
+                "PET_MASTER_PORT=\"abc\" is invalid: expected a TCP port number",
+            ),
+            (
+                &[
+                    ("PET_NNODES", "4"),
+                    ("WORLD_SIZE", "2"),
+                    ("PET_NPROC_PER_NODE", "<unset>"),
+                    ("RANK", "1"),
+                    ("PET_NODE_RANK", "1"),
+                ],
+                "WORLD_SIZE=\"2\" disagrees with PET_NNODES=\"4\"",
+            ),
+        ];
+        for (over, want) in cases {
+            let err = env(&with(over)).unwrap_err().to_string();
+            assert!(err.starts_with(want), "for {over:?}: got {err:?}, want prefix {want:?}");
+        }
+        for good in ["pytest-master-0", "a.b.svc.cluster.local", "10.0.0.1", "::1", "fe80::1", "x"] {
+            assert!(is_host(good), "{good}");
+        }
+        for bad in ["", "a b", "http://m:1", "999.999.999.999", "-a", "a..b", "a_b"] {
+            assert!(!is_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pod_names_as_replica_name_writes_them() {
+        assert_eq!(PodName::parse("a-b-worker-12"), Some(PodName { job: "a-b".into(), role: Role::Worker, index: 12 }));
+        assert_eq!(PodName::parse("pytest-master-0").map(|p| p.role), Some(Role::Master));
+        for other in ["-worker-1", "train-worker-", "train-worker-x", "train-launcher-1", "worker-1", ""] {
+            assert_eq!(PodName::parse(other), None, "{other:?}");
+        }
     }
 }

@@ -2,7 +2,6 @@
 
 use crate::exit::{signal_name, ExitHow};
 use crate::health::NodeVerdict;
-use crate::rank::{derive_job_name, RankEnv, Role};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -65,6 +64,8 @@ pub struct LocalStatus {
     pub hang_detections: u32,
     /// The latest training progress from the heartbeat file.
     pub progress: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The node-health verdict; None when node-health checking is off (or before the first look).
+    pub node_health: Option<NodeHealthReport>,
 }
 
 impl Default for LocalStatus {
@@ -78,6 +79,7 @@ impl Default for LocalStatus {
             child_pid: None,
             hang_detections: 0,
             progress: None,
+            node_health: None,
         }
     }
 }
@@ -109,45 +111,6 @@ pub struct Identity {
     pub namespace: Option<String>,
     /// `NODE_NAME`.
     pub node: Option<String>,
-}
-
-/// Kubeflow's replica type (`Master`/`Worker`) of a pod named `<job>-<type>-<N>`.
-pub fn replica_type_of_pod(pod: &str) -> Option<&'static str> {
-    let (rest, index) = pod.rsplit_once('-')?;
-    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (job, kind) = rest.rsplit_once('-')?;
-    let kind = match kind {
-        "master" => "Master",
-        "worker" => "Worker",
-        _ => return None,
-    };
-    (!job.is_empty()).then_some(kind)
-}
-
-/// This replica's identity from its environment (`get` reads one variable) and its rank contract.
-pub fn identity(get: impl Fn(&str) -> Option<String>, rank: Option<&RankEnv>) -> Identity {
-    let nonempty = |k: &str| get(k).filter(|v| !v.is_empty());
-    let pod = nonempty("POD_NAME").or_else(|| nonempty("HOSTNAME"));
-    let master_addr = rank.and_then(|r| r.master_addr.clone()).or_else(|| nonempty("MASTER_ADDR"));
-    let replica_type = pod.as_deref().and_then(replica_type_of_pod).map(str::to_string).or_else(|| {
-        rank.filter(|r| r.injected).map(|r| match r.role() {
-            Role::Master => "Master".to_string(),
-            Role::Worker => "Worker".to_string(),
-        })
-    });
-    let injected = rank.filter(|r| r.injected);
-    Identity {
-        job: derive_job_name(master_addr.as_deref(), pod.as_deref()),
-        replica_type,
-        rank: injected.map(|r| r.replica_index),
-        replica_count: injected.map(|r| r.replica_count.max()),
-        world_size: injected.map(|r| r.world_size),
-        pod,
-        namespace: nonempty("POD_NAMESPACE"),
-        node: nonempty("NODE_NAME"),
-    }
 }
 
 /// Why the last child counts as ended: its own exit, or a verdict of rankvisor's.
@@ -275,13 +238,7 @@ impl Timeline {
     }
 
     /// The report for `status` observed at `now`; a changed state starts at `now`.
-    pub fn report(
-        &mut self,
-        identity: &Identity,
-        status: &LocalStatus,
-        node: Option<NodeHealthReport>,
-        now: SystemTime,
-    ) -> Report {
+    pub fn report(&mut self, identity: &Identity, status: &LocalStatus, now: SystemTime) -> Report {
         if self.state != Some(status.state) {
             if self.state == Some(ReplicaState::Rendezvous) {
                 let took = now.duration_since(self.state_since).unwrap_or_default();
@@ -301,7 +258,7 @@ impl Timeline {
             child_pid: status.child_pid,
             last_exit: status.last_exit.map(|how| last_exit(how, status.last_exit_reason.as_deref(), status.state)),
             hang_detections: status.hang_detections,
-            node_health: node,
+            node_health: status.node_health.clone(),
             progress: status.progress.clone(),
             rendezvous_seconds: self.rendezvous_seconds,
             started_at: rfc3339(self.started_at),
@@ -355,13 +312,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rank::parse_rank_env;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn rfc3339_known_instants() {
@@ -372,56 +322,6 @@ mod tests {
         assert_eq!(rfc3339(at(1_735_689_599, 0)), "2024-12-31T23:59:59.000000Z");
         assert_eq!(rfc3339(at(4_102_444_800, 0)), "2100-01-01T00:00:00.000000Z");
         assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01T00:00:00.000000Z");
-    }
-
-    #[test]
-    fn replica_type_from_the_pod_name() {
-        assert_eq!(replica_type_of_pod("pytest-master-0"), Some("Master"));
-        assert_eq!(replica_type_of_pod("a-b-worker-12"), Some("Worker"));
-        for other in
-            ["-worker-1", "train-worker-", "train-worker-x", "train-launcher-1", "worker-1", "deploy-7d9f-x2", ""]
-        {
-            assert_eq!(replica_type_of_pod(other), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn identity_of_a_kubeflow_worker() {
-        let vars = [
-            ("RANK", "2"),
-            ("WORLD_SIZE", "3"),
-            ("MASTER_ADDR", "pytest-master-0"),
-            ("MASTER_PORT", "23456"),
-            ("POD_NAME", "pytest-worker-1"),
-            ("POD_NAMESPACE", "team"),
-            ("NODE_NAME", "ip-10-0-0-7"),
-            ("HOSTNAME", "ignored"),
-        ];
-        let rank = parse_rank_env(env(&vars)).unwrap();
-        let id = identity(env(&vars), Some(&rank));
-        assert_eq!(
-            id,
-            Identity {
-                job: Some("pytest".into()),
-                replica_type: Some("Worker".into()),
-                rank: Some(2),
-                replica_count: Some(3),
-                world_size: Some(3),
-                pod: Some("pytest-worker-1".into()),
-                namespace: Some("team".into()),
-                node: Some("ip-10-0-0-7".into()),
-            }
-        );
-    }
-
-    #[test]
-    fn identity_without_kubernetes() {
-        let rank = parse_rank_env(env(&[])).unwrap();
-        let id = identity(env(&[("HOSTNAME", "laptop"), ("POD_NAMESPACE", "")]), Some(&rank));
-        assert_eq!(id, Identity { pod: Some("laptop".into()), ..Identity::default() });
-        let master = parse_rank_env(env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
-        assert_eq!(identity(env(&[]), Some(&master)).replica_type.as_deref(), Some("Master"));
-        assert_eq!(identity(env(&[]), None), Identity::default());
     }
 
     #[test]
@@ -449,20 +349,20 @@ mod tests {
         let mut tl = Timeline::new(t0);
         let id = Identity::default();
         let mut st = LocalStatus { state: ReplicaState::Rendezvous, ..LocalStatus::default() };
-        let r1 = tl.report(&id, &st, None, at(10));
+        let r1 = tl.report(&id, &st, at(10));
         assert_eq!((r1.seq, r1.rendezvous_seconds, r1.state_since.as_str()), (1, None, rfc3339(at(10)).as_str()));
-        let r2 = tl.report(&id, &st, None, at(500));
+        let r2 = tl.report(&id, &st, at(500));
         assert_eq!(r2.state_since, r1.state_since, "same state, same start");
         assert_eq!(r2.updated_at, rfc3339(at(500)));
         st.state = ReplicaState::Running;
         st.child_pid = Some(42);
-        let r3 = tl.report(&id, &st, None, at(1510));
+        let r3 = tl.report(&id, &st, at(1510));
         assert_eq!(r3.rendezvous_seconds, Some(1.5));
         assert_eq!(r3.state_since, rfc3339(at(1510)));
         assert_eq!(r3.started_at, rfc3339(t0));
         assert_eq!(r3.seq, 3);
         st.state = ReplicaState::Restarting;
-        let r4 = tl.report(&id, &st, None, at(2000));
+        let r4 = tl.report(&id, &st, at(2000));
         assert_eq!(r4.rendezvous_seconds, Some(1.5), "kept after the rendezvous");
     }
 
@@ -471,24 +371,22 @@ mod tests {
         let mut tl = Timeline::new(UNIX_EPOCH);
         let id = Identity::default();
         let mut st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
-        let a = tl.report(&id, &st, None, UNIX_EPOCH);
+        let a = tl.report(&id, &st, UNIX_EPOCH);
         assert!(is_state_change(None, &a));
         st.progress = crate::heartbeat::parse_progress(r#"{"step": 7}"#);
-        let b = tl.report(&id, &st, None, UNIX_EPOCH + Duration::from_secs(1));
+        let b = tl.report(&id, &st, UNIX_EPOCH + Duration::from_secs(1));
         assert!(!is_state_change(Some(&a), &b));
         assert_eq!(b.training_step(), Some(7));
         st.restart_count = 1;
-        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, UNIX_EPOCH)));
         st.restart_count = 0;
         st.last_exit = Some(ExitHow::Exited(1));
-        assert!(is_state_change(Some(&b), &tl.report(&id, &st, None, UNIX_EPOCH)));
+        assert!(is_state_change(Some(&b), &tl.report(&id, &st, UNIX_EPOCH)));
         let unhealthy = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
-        let c =
-            tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, None, UNIX_EPOCH);
+        let c = tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, UNIX_EPOCH);
         let d = tl.report(
             &id,
-            &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() },
-            Some(unhealthy),
+            &LocalStatus { state: ReplicaState::Running, node_health: Some(unhealthy), ..LocalStatus::default() },
             UNIX_EPOCH,
         );
         assert!(is_state_change(Some(&c), &d));
@@ -504,7 +402,7 @@ mod tests {
             last_exit: Some(ExitHow::Exited(1)),
             ..LocalStatus::default()
         };
-        let r = tl.report(&id, &st, None, UNIX_EPOCH);
+        let r = tl.report(&id, &st, UNIX_EPOCH);
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["schema_version"], 1);
         assert_eq!(v["job"], "j", "identity is flattened");
@@ -520,6 +418,6 @@ mod tests {
     fn local_status_line_is_unchanged() {
         let v = serde_json::to_value(LocalStatus::default()).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 8, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
+        assert_eq!(keys.len(), 9, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
     }
 }

@@ -3,9 +3,8 @@
 //! It runs as tasks on the supervisor's runtime and only ever reads from the status channel, so
 //! reporting can neither block nor slow supervision.
 
-use crate::health::Observation;
 use crate::http::{serve, HttpAddr, HttpState};
-use crate::report::{is_state_change, Identity, LocalStatus, NodeHealthReport, Report, Timeline};
+use crate::report::{is_state_change, Identity, LocalStatus, Report, Timeline};
 use crate::webhook::{Webhook, WebhookConfig, WebhookStats};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,15 +26,13 @@ struct Builder {
     identity: Identity,
     timeline: Timeline,
     status: watch::Receiver<LocalStatus>,
-    health: Option<watch::Receiver<Observation>>,
     last_pushed: Option<Report>,
 }
 
 impl Builder {
     fn build(&mut self) -> Report {
         let status = self.status.borrow_and_update().clone();
-        let node = self.health.as_mut().map(|h| NodeHealthReport::from_observation(&h.borrow_and_update()));
-        self.timeline.report(&self.identity, &status, node, SystemTime::now())
+        self.timeline.report(&self.identity, &status, SystemTime::now())
     }
 
     /// The report is a state change worth a POST of its own (and becomes the last one pushed).
@@ -56,7 +53,7 @@ pub struct Reporting {
     stop_server: Option<oneshot::Sender<()>>,
     stop_reporter: Option<oneshot::Sender<()>>,
     http_addr: Option<SocketAddr>,
-    job: Arc<OnceLock<watch::Receiver<serde_json::Value>>>,
+    job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>>,
 }
 
 impl std::fmt::Debug for Reporting {
@@ -65,18 +62,12 @@ impl std::fmt::Debug for Reporting {
     }
 }
 
-/// Start the HTTP server and the webhook on the current runtime, fed by `status` and `health`.
+/// Start the HTTP server and the webhook on the current runtime, fed by the replica's `status`.
 ///
 /// An address that cannot be bound is logged and the endpoint is skipped: reporting is never a
 /// reason to stop (or not start) training.
-pub async fn start(
-    cfg: ReportingConfig,
-    identity: Identity,
-    status: watch::Receiver<LocalStatus>,
-    health: Option<watch::Receiver<Observation>>,
-) -> Reporting {
-    let mut builder =
-        Builder { identity, timeline: Timeline::new(SystemTime::now()), status, health, last_pushed: None };
+pub async fn start(cfg: ReportingConfig, identity: Identity, status: watch::Receiver<LocalStatus>) -> Reporting {
+    let mut builder = Builder { identity, timeline: Timeline::new(SystemTime::now()), status, last_pushed: None };
     let first = builder.build();
     let (reports, reports_rx) = watch::channel(first.clone());
     let stats = Arc::new(WebhookStats::default());
@@ -85,7 +76,7 @@ pub async fn start(
         builder.take_change(&first);
         hook.push(first);
     }
-    let job: Arc<OnceLock<watch::Receiver<serde_json::Value>>> = Arc::default();
+    let job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> = Arc::default();
     let (stop_server, http_addr) = match cfg.http {
         HttpAddr::Off => (None, None),
         HttpAddr::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -123,9 +114,14 @@ impl Reporting {
         self.reports.subscribe()
     }
 
+    /// Where the master's job view goes once the rendezvous link has one (set at most once).
+    pub fn job_view_slot(&self) -> Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> {
+        self.job.clone()
+    }
+
     /// Serve `/job` from the master's job view (the rendezvous link starts after reporting, as it
     /// streams this replica's reports to the master); a second view is ignored.
-    pub fn attach_job_view(&self, view: watch::Receiver<serde_json::Value>) {
+    pub fn attach_job_view(&self, view: watch::Receiver<Option<crate::rendezvous::JobView>>) {
         let _ = self.job.set(view);
     }
 
@@ -155,7 +151,7 @@ impl Reporting {
     }
 }
 
-/// Rebuild the report on every status or health change; push state changes and, every
+/// Rebuild the report on every status change; push state changes and, every
 /// `interval`, the current report to the webhook.
 async fn follow(
     builder: Arc<Mutex<Builder>>,
@@ -164,8 +160,8 @@ async fn follow(
     interval: Option<Duration>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let (mut status, mut health) = match builder.lock() {
-        Ok(b) => (b.status.clone(), b.health.clone()),
+    let mut status = match builder.lock() {
+        Ok(b) => b.status.clone(),
         Err(_) => return,
     };
     let period = interval.unwrap_or(Duration::from_secs(3600));
@@ -180,12 +176,6 @@ async fn follow(
                 }
                 false
             }
-            changed = next_health(&mut health) => {
-                if !changed {
-                    health = None;
-                }
-                false
-            }
             _ = tick.tick(), if interval.is_some() => true,
         };
         let Ok(mut b) = builder.lock() else { return };
@@ -196,13 +186,5 @@ async fn follow(
         if let (true, Some(hook)) = (push, &webhook) {
             hook.push(report);
         }
-    }
-}
-
-/// True when the health source changed, false when it is gone; never ready without a source.
-async fn next_health(health: &mut Option<watch::Receiver<Observation>>) -> bool {
-    match health {
-        Some(rx) => rx.changed().await.is_ok(),
-        None => std::future::pending().await,
     }
 }

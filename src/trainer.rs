@@ -28,7 +28,7 @@ impl TrainerEnv {
 
     /// How many shards the data is split into: `WORLD_SIZE`.
     pub fn shards(&self) -> u32 {
-        self.rank.world_size
+        self.rank.world_size.unwrap_or_else(|| self.rank.replica_count.max())
     }
 
     /// True when this start follows a failure or a hang: the trainer should resume, not begin.

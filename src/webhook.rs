@@ -3,15 +3,17 @@
 //! Reports go through a bounded queue (the oldest is dropped when it is full, and counted) to one
 //! sender task that POSTs them in order, with a per-request timeout and retries with backoff. The
 //! supervisor only ever pushes onto the queue, so a slow or dead upstream cannot delay it.
+//!
+//! http:// and https:// (the system's CA bundle, or `ca_file`); `HTTPS_PROXY`/`HTTP_PROXY`/
+//! `NO_PROXY` are honoured. The receiver's answer is read up to 64 KiB, never more. Credentials
+//! in the URL (`http://user:pass@host/`) are sent as basic auth and never logged.
 
+use crate::backoff::Backoff;
+use crate::http::client::{redact_url, Body, ClientOptions, HttpClient, Method, ProxySettings, Roots};
 use crate::report::Report;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper::{header, Method, Request, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::Uri;
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,10 +21,15 @@ use tokio::sync::Notify;
 use tokio::time::{sleep, timeout, Instant};
 use tracing::{info, warn};
 
+/// Most of a receiver's answer read: what it says does not matter beyond its status.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// Longest wait for a connection to the receiver (or the proxy).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How the webhook behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
-    /// Where to POST (`http://` only for now).
+    /// Where to POST (`http://` or `https://`).
     pub url: Uri,
     /// Re-send the current report this often even without a change.
     pub interval: Duration,
@@ -34,10 +41,30 @@ pub struct WebhookConfig {
     pub backoff_initial: Duration,
     /// Longest delay between retries.
     pub backoff_max: Duration,
+    /// The CA bundle an https receiver's certificate must chain to; None: the system's bundle
+    /// (`SSL_CERT_FILE`, `SSL_CERT_DIR`, /etc/ssl/certs).
+    pub ca_file: Option<PathBuf>,
+    /// The proxies to go through.
+    pub proxy: ProxySettings,
+}
+
+impl std::fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &redact_url(&self.url.to_string()))
+            .field("interval", &self.interval)
+            .field("request_timeout", &self.request_timeout)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("backoff_initial", &self.backoff_initial)
+            .field("backoff_max", &self.backoff_max)
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebhookConfig {
-    /// The defaults for `url`: 30 s interval, 5 s per request, 64 reports, backoff 250 ms to 10 s.
+    /// The defaults for `url`: 30 s interval, 5 s per request, 64 reports, backoff 250 ms to 10 s,
+    /// the system's CA bundle, no proxy (set `proxy`, e.g. `ProxySettings::from_env`).
     pub fn new(url: Uri) -> Self {
         Self {
             url,
@@ -46,7 +73,14 @@ impl WebhookConfig {
             queue_capacity: 64,
             backoff_initial: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
+            ca_file: None,
+            proxy: ProxySettings::default(),
         }
+    }
+
+    /// The URL for logs: credentials replaced by `***`.
+    pub fn url_for_logs(&self) -> String {
+        redact_url(&self.url.to_string())
     }
 }
 
@@ -60,18 +94,21 @@ pub struct ReportUrlError {
     pub problem: String,
 }
 
-/// Read an `http://HOST[:PORT]/PATH` URL.
+/// Read an `http(s)://[USER:PASS@]HOST[:PORT]/PATH` URL. The error shows the value with its
+/// credentials redacted.
 pub fn parse_url(s: &str) -> Result<Uri, ReportUrlError> {
-    let err = |problem: &str| ReportUrlError { value: s.to_string(), problem: problem.to_string() };
+    let err = |problem: &str| ReportUrlError { value: redact_url(s.trim()), problem: problem.to_string() };
     let uri: Uri =
         s.trim().parse().map_err(|_| err("expected an absolute URL such as http://collector:8080/reports"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => return Err(err("https is not supported yet: expected an http:// URL")),
-        _ => return Err(err("expected an http:// URL")),
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(err("expected an http:// or https:// URL"));
     }
     if uri.host().map_or(true, str::is_empty) {
-        return Err(err("expected a host after http://"));
+        return Err(err("expected a host after the scheme"));
+    }
+    // The client must be able to request it too (it is stricter about some characters).
+    if let Err(e) = reqwest::Url::parse(&uri.to_string()) {
+        return Err(err(&format!("{e}: expected an absolute URL such as http://collector:8080/reports")));
     }
     Ok(uri)
 }
@@ -154,12 +191,6 @@ impl ReportQueue {
     }
 }
 
-/// The delay after `failures` consecutive failed requests: initial, doubling, capped at max.
-pub fn retry_delay(failures: u32, initial: Duration, max: Duration) -> Duration {
-    let factor = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
-    initial.saturating_mul(factor).min(max)
-}
-
 struct Shared {
     queue: Mutex<ReportQueue>,
     stats: Arc<WebhookStats>,
@@ -227,14 +258,30 @@ impl Webhook {
     }
 }
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// The client for `cfg`: the CA file or the system's roots, the proxies, the connect timeout.
+fn client_for(cfg: &WebhookConfig) -> Result<HttpClient, String> {
+    let roots = cfg.ca_file.clone().map_or(Roots::System, Roots::CaFile);
+    let client = HttpClient::new(ClientOptions {
+        roots,
+        proxy: cfg.proxy.clone(),
+        connect_timeout: CONNECT_TIMEOUT.min(cfg.request_timeout),
+        bearer_token_file: None,
+    })
+    .map_err(|e| format!("cannot set up the client for {}: {e}", cfg.url_for_logs()))?;
+    if cfg.url.scheme_str() == Some("https") && client.roots_loaded() == 0 {
+        warn!(
+            url = %cfg.url_for_logs(),
+            "webhook: no CA certificate found (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs): https will fail; \
+             mount a CA bundle and point SSL_CERT_FILE at it"
+        );
+    }
+    Ok(client)
+}
 
 async fn send_loop(cfg: WebhookConfig, shared: Arc<Shared>) {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(cfg.request_timeout));
-    connector.set_nodelay(true);
-    let client: HttpClient =
-        Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(60)).build(connector);
+    let client = client_for(&cfg);
+    let url = cfg.url_for_logs();
+    let mut backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
     let mut failures = 0u32;
     loop {
         let head = shared.queue.lock().ok().and_then(|q| q.front().cloned());
@@ -242,28 +289,33 @@ async fn send_loop(cfg: WebhookConfig, shared: Arc<Shared>) {
             shared.pushed.notified().await;
             continue;
         };
-        match post(&client, &cfg, &report).await {
+        let result = match &client {
+            Ok(c) => post(c, &cfg, &url, &report).await,
+            Err(e) => Err(e.clone()),
+        };
+        match result {
             Ok(()) => {
                 if let Ok(mut q) = shared.queue.lock() {
                     q.pop_sent(report.seq);
                 }
                 shared.stats.sent.fetch_add(1, Ordering::Relaxed);
                 if failures > 0 {
-                    info!(url = %cfg.url, failures, "webhook reachable again");
+                    info!(url = %url, failures, "webhook reachable again");
                 }
                 failures = 0;
+                backoff.reset();
             }
             Err(problem) => {
-                shared.stats.failed.fetch_add(1, Ordering::Relaxed);
                 failures = failures.saturating_add(1);
-                // One warning per outage, not one per retry.
+                // One warning per outage, not one per retry; before the count, which a final
+                // flush waits on, so that the warning is out before rankvisor exits.
                 if failures == 1 {
-                    warn!(url = %cfg.url, "webhook: {problem}; retrying with backoff");
+                    warn!(url = %url, "webhook: {problem}; retrying with backoff");
                 }
+                shared.stats.failed.fetch_add(1, Ordering::Relaxed);
                 if !shared.flushing.load(Ordering::Relaxed) {
-                    let delay = retry_delay(failures, cfg.backoff_initial, cfg.backoff_max);
                     tokio::select! {
-                        () = sleep(delay) => {}
+                        () = sleep(backoff.next_delay()) => {}
                         () = shared.flush_started.notified() => {}
                     }
                 }
@@ -272,29 +324,28 @@ async fn send_loop(cfg: WebhookConfig, shared: Arc<Shared>) {
     }
 }
 
-async fn post(client: &HttpClient, cfg: &WebhookConfig, report: &Report) -> Result<(), String> {
+/// One POST; `url` is the redacted URL for messages. The answer is read up to
+/// MAX_ANSWER_BYTES (so that a short one leaves the connection reusable), never more.
+async fn post(client: &HttpClient, cfg: &WebhookConfig, url: &str, report: &Report) -> Result<(), String> {
     let body = serde_json::to_vec(report).map_err(|e| format!("cannot encode the report: {e}"))?;
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(cfg.url.clone())
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| format!("cannot build the request: {e}"))?;
+    let body = Body { content_type: "application/json", bytes: body };
     let exchange = async {
-        let resp = client.request(req).await.map_err(|e| format!("POST {} failed: {e}", cfg.url))?;
+        let resp = client
+            .send(Method::POST, &cfg.url.to_string(), Some(body), cfg.request_timeout)
+            .await
+            .map_err(|e| format!("POST {url} failed: {e}"))?;
         let status = resp.status();
-        // Read the answer to the end so the connection can be reused.
-        let _ = resp.into_body().collect().await;
-        if status.is_success() {
+        // The status is the answer; the body only decides whether the connection can be reused.
+        let _ = resp.collect(MAX_ANSWER_BYTES).await;
+        if (200..300).contains(&status) {
             Ok(())
         } else {
-            Err(format!("POST {} answered {status}: expected 2xx", cfg.url))
+            Err(format!("POST {url} answered {status}: expected 2xx"))
         }
     };
     match timeout(cfg.request_timeout, exchange).await {
         Ok(r) => r,
-        Err(_) => Err(format!("POST {} got no answer within {:?}", cfg.url, cfg.request_timeout)),
+        Err(_) => Err(format!("POST {url} got no answer within {:?}", cfg.request_timeout)),
     }
 }
 
@@ -311,7 +362,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 let st = LocalStatus { restart_count: i as u32, ..LocalStatus::default() };
-                tl.report(&Identity::default(), &st, None, UNIX_EPOCH)
+                tl.report(&Identity::default(), &st, UNIX_EPOCH)
             })
             .collect()
     }
@@ -333,28 +384,104 @@ mod tests {
     }
 
     #[test]
-    fn retry_delays_double_up_to_the_cap() {
-        let ms = Duration::from_millis;
-        let got: Vec<Duration> = (1..=8).map(|n| retry_delay(n, ms(250), ms(10_000))).collect();
-        assert_eq!(got, [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000].map(ms));
-        assert_eq!(retry_delay(0, ms(250), ms(1000)), ms(250));
-        assert_eq!(retry_delay(u32::MAX, ms(250), ms(1000)), ms(1000));
-    }
-
-    #[test]
     fn urls() {
         assert_eq!(parse_url("http://collector:8080/r").unwrap().port_u16(), Some(8080));
         assert!(parse_url("http://10.0.0.1/").is_ok());
+        assert!(parse_url("https://collector.example/r").is_ok());
+        // Host names are ASCII (no IDNA tables in the binary): an internationalized one goes in its xn-- form.
+        assert!(parse_url("http://xn--bcher-kva.example/r").is_ok());
+        assert!(parse_url("http://bücher.example/r").is_err());
         for (bad, why) in [
-            ("https://x/", "https is not supported yet"),
-            ("ftp://x/", "expected an http:// URL"),
-            ("collector:8080", "expected an http:// URL"),
-            ("/reports", "expected an http:// URL"),
+            ("ftp://x/", "expected an http:// or https:// URL"),
+            ("collector:8080", "expected an http:// or https:// URL"),
+            ("/reports", "expected an http:// or https:// URL"),
             ("not a url", "expected an absolute URL"),
         ] {
             let e = parse_url(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains(&format!("{bad:?}")), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn credentials_never_show() {
+        let url = parse_url("http://user:s3cret@collector:8080/r").unwrap();
+        let cfg = WebhookConfig::new(url);
+        assert_eq!(cfg.url_for_logs(), "http://***@collector:8080/r");
+        assert!(!format!("{cfg:?}").contains("s3cret"), "{cfg:?}");
+        let e = parse_url("ftp://user:s3cret@collector/").unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && e.contains("ftp://***@collector/"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn credentials_go_as_basic_auth_and_not_into_messages() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let ok = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n".to_vec();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let _ = tx.send(crate::http::client::tests::read_request(&mut s).await);
+            let _ = s.write_all(&ok).await;
+        });
+        let cfg = WebhookConfig::new(parse_url(&format!("http://user:s3cret@{addr}/r")).unwrap());
+        let client = client_for(&cfg).unwrap();
+        let e = post(&client, &cfg, &cfg.url_for_logs(), &reports(1)[0]).await.unwrap_err();
+        assert!(!e.contains("s3cret") && e.contains("answered 500"), "{e}");
+        let head = rx.recv().await.unwrap();
+        // base64("user:s3cret")
+        assert!(head.contains("authorization: Basic dXNlcjpzM2NyZXQ=\r\n"), "{head}");
+        assert!(head.starts_with("POST /r HTTP/1.1\r\n"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn https_receivers_work_with_their_ca() {
+        use crate::http::client::tests::{self_signed, tls_server};
+        let (pem, config) = self_signed();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let addr = tls_server(config, tx).await;
+        let dir = std::env::temp_dir().join(format!("rv-webhook-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), pem).unwrap();
+        let url = parse_url(&format!("https://{addr}/hook")).unwrap();
+        let cfg = WebhookConfig {
+            ca_file: Some(dir.join("ca.crt")),
+            proxy: ProxySettings::default(),
+            ..WebhookConfig::new(url)
+        };
+        let stats = Arc::new(WebhookStats::default());
+        let hook = Webhook::spawn(cfg, stats.clone());
+        hook.push(reports(1).remove(0));
+        hook.flush(Duration::from_secs(10)).await;
+        assert_eq!(stats.counts(), WebhookCounts { sent: 1, failed: 0, dropped: 0 });
+        let request = rx.recv().await.unwrap();
+        assert!(request.starts_with("POST /hook HTTP/1.1\r\n") && request.contains("\"schema_version\""), "{request}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A receiver that accepts the report and answers with a body that never ends: the report
+    /// counts as sent, and the answer is read no further than MAX_ANSWER_BYTES.
+    #[tokio::test]
+    async fn an_endless_answer_is_not_read_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let written = Arc::new(AtomicU64::new(0));
+        let w = written.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            crate::http::client::tests::read_request(&mut s).await;
+            let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n";
+            s.write_all(head).await.unwrap();
+            let block = vec![b'x'; 64 * 1024];
+            while s.write_all(&block).await.is_ok() {
+                w.fetch_add(block.len() as u64, Ordering::Relaxed);
+            }
+        });
+        let url = parse_url(&format!("http://{addr}/")).unwrap();
+        let cfg = WebhookConfig { request_timeout: Duration::from_secs(30), ..WebhookConfig::new(url) };
+        let client = client_for(&cfg).unwrap();
+        post(&client, &cfg, &cfg.url_for_logs(), &reports(1)[0]).await.unwrap();
+        let total = written.load(Ordering::Relaxed);
+        assert!(total < 64 * 1024 * 1024, "the receiver could write {total} bytes: the answer was read on");
     }
 
     /// A receiver that answers 500 `fail_first` times, then 204; it hands every body to `tx`.
@@ -411,7 +538,7 @@ mod tests {
         let mut tl = Timeline::new(UNIX_EPOCH);
         for state in [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded] {
             let st = LocalStatus { state, ..LocalStatus::default() };
-            hook.push(tl.report(&Identity::default(), &st, None, UNIX_EPOCH));
+            hook.push(tl.report(&Identity::default(), &st, UNIX_EPOCH));
         }
         hook.flush(Duration::from_secs(5)).await;
         let mut got = Vec::new();
@@ -419,6 +546,11 @@ mod tests {
             got.push(rx.recv().await.unwrap().state);
         }
         assert_eq!(got, [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded]);
+        // The receiver hands a report over before it answers: the count follows the answer.
+        let guard = Instant::now() + Duration::from_secs(10);
+        while stats.counts().sent < 3 && Instant::now() < guard {
+            sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(stats.counts(), WebhookCounts { sent: 3, failed: 2, dropped: 0 });
     }
 

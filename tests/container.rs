@@ -492,7 +492,7 @@ fn probes_and_metrics_answer_on_9400() {
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     let (code, metrics) = http_get(&addr, "/metrics");
     assert_eq!(code, 200);
-    assert!(metrics.contains("rankvisor_child_up 1"), "{metrics}");
+    assert!(metrics.contains("rankvisor_training_process_up 1"), "{metrics}");
     let (code, status) = http_get(&addr, "/status");
     assert_eq!(code, 200);
     let report: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();

@@ -348,6 +348,7 @@ fn term_while_retrying_the_api_at_start_exits_promptly() {
         "n1",
         "--kube-api-server",
         &format!("http://127.0.0.1:{}", free_ports()[0]),
+        "--kube-allow-insecure-http",
         "--kube-token-file",
         token.to_str().unwrap(),
     ]
@@ -363,5 +364,72 @@ fn term_while_retrying_the_api_at_start_exits_promptly() {
     assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     assert!(!dir.join("started").exists());
     assert_eq!(termination_log(&dir).trim_end(), "stopped by SIGTERM before the child started");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--kube-api-server http://...` would send the bearer token in clear text: a configuration
+/// error (64) naming the value and the opt-in, before the child starts; the same for check-node.
+/// Needs no API server: nothing is contacted.
+#[test]
+fn a_plain_http_api_server_is_refused_without_the_opt_in() {
+    let dir = scratch("insecure");
+    let token = dir.join("token");
+    std::fs::write(&token, "t\n").unwrap();
+    let url = format!("http://127.0.0.1:{}", free_ports()[0]);
+    let flags: Vec<String> =
+        ["--node-health", "kubernetes", "--node-name", "n1", "--kube-api-server", &url, "--kube-token-file"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([token.to_string_lossy().into_owned()])
+            .collect();
+    let out = finish(spawn_rankvisor(&dir, &flags, &[]), Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains(&format!("{url:?}")) && stderr.contains("--kube-allow-insecure-http"), "{stderr}");
+    assert!(!dir.join("started").exists(), "the child must not start");
+    let out = check_node(&flags);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("clear text"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A proxy set for the webhook (HTTPS_PROXY: here a port where nothing listens) never stands
+/// between rankvisor and the in-cluster API server (KUBERNETES_SERVICE_HOST/PORT, reached
+/// directly); an explicit --kube-api-server follows the proxy, as kubectl does, unless NO_PROXY
+/// names it.
+#[test]
+fn a_proxy_set_for_the_webhook_does_not_cut_the_in_cluster_api() {
+    let api = ApiServer::start("proxy");
+    api.create_node("n1", "Schedulable");
+    let dir = scratch("proxy");
+    let token = api.token_file(&dir, "KUBE_READER_TOKEN");
+    let dead_proxy = format!("http://127.0.0.1:{}", free_ports()[0]);
+    let url = api.get("KUBE_URL").to_string();
+    let port = url.rsplit(':').next().unwrap().to_string();
+    let run = |extra: &[&str], env: &[(&str, &str)]| -> Output {
+        let mut c = Command::new(BIN);
+        c.args(["check-node", "--node-health", "kubernetes", "--node-name", "n1"])
+            .args(["--kube-ca-file", api.get("KUBE_CA"), "--kube-token-file", token.to_str().unwrap()])
+            .args(extra);
+        // Only what each case sets: none of this process's proxies or in-cluster variables.
+        for k in ["KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY"] {
+            c.env_remove(k);
+        }
+        for k in ["http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"] {
+            c.env_remove(k);
+        }
+        c.envs(env.iter().copied()).output().unwrap()
+    };
+    let proxied = ("HTTPS_PROXY", dead_proxy.as_str());
+    let out = run(&[], &[("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", &port), proxied]);
+    assert_eq!(out.status.code(), Some(0), "in-cluster: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node: healthy"));
+    let out = run(&["--kube-api-server", &url], &[proxied]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "through a dead proxy: {stderr}");
+    assert!(stderr.contains("cannot reach the Kubernetes API"), "{stderr}");
+    let out = run(&["--kube-api-server", &url], &[proxied, ("NO_PROXY", "127.0.0.1")]);
+    assert_eq!(out.status.code(), Some(0), "NO_PROXY: {}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }

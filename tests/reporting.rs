@@ -109,8 +109,8 @@ fn receiver(mode: Upstream) -> (String, Arc<Mutex<Vec<Received>>>) {
     (url, got)
 }
 
-/// Answer every request on one keep-alive connection with 204, recording its JSON body.
-fn serve_posts(s: &mut TcpStream, sink: &Mutex<Vec<Received>>) {
+/// Answer every request on one keep-alive connection (plain or TLS) with 204, recording its JSON body.
+fn serve_posts(s: &mut (impl Read + Write), sink: &Mutex<Vec<Received>>) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -139,7 +139,7 @@ fn serve_posts(s: &mut TcpStream, sink: &Mutex<Vec<Received>>) {
         if let Ok(report) = serde_json::from_slice(&body) {
             sink.lock().unwrap().push(Received { at, report });
         }
-        if s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").is_err() {
+        if s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").and_then(|()| s.flush()).is_err() {
             return;
         }
     }
@@ -163,6 +163,13 @@ fn fails_once(first: &str) -> String {
     format!(r#"if [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then sleep {first}; exit 1; fi; sleep 0.2; exit 0"#)
 }
 
+/// Fails on its first two runs (the first after `first` seconds), then succeeds.
+fn fails_twice(first: &str) -> String {
+    format!(
+        r#"case "$RANKVISOR_RESTART_COUNT" in 0) sleep {first}; exit 1;; 1) sleep 0.2; exit 1;; esac; sleep 0.2; exit 0"#
+    )
+}
+
 /// Replace the labels file at once, as the kubelet's atomic writer does.
 fn write_labels(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -184,7 +191,7 @@ fn probes_and_metrics_through_a_run() {
     let go1 = dir.file("go1");
     let go2 = dir.file("go2");
     let script = format!(
-        r#"if [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then while [ ! -e {go1} ]; do sleep 0.01; done; exit 1; fi
+        r#"if [ "$RANKVISOR_RESTART_COUNT" -lt 2 ]; then while [ ! -e {go1} ]; do sleep 0.01; done; exit 1; fi
            echo '{{"step": 42}}' > "$RANKVISOR_HEARTBEAT_FILE"; while [ ! -e {go2} ]; do sleep 0.01; done; exit 0"#
     );
     let run = Rv::new(&dir)
@@ -218,18 +225,19 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(code, 200);
     let m = metrics(addr);
     assert_eq!(counter(&m, "rankvisor_restarts_total"), 0.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(1.0));
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_node_healthy"), Some(1.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), None, "no exit yet");
 
-    // Backoff: not ready, alive, the counter moved, the exit is explained.
+    // Two failures (the first restart is immediate, the second waits): not ready in the backoff,
+    // alive, the counter moved, the exit is explained.
     std::fs::write(&go1, "").unwrap();
     let (code, body) = wait_get(addr, "/readyz", "not ready in backoff", |c, _| c == 503);
     assert_eq!((code, body.trim()), (503, "not ready: Restarting"));
     assert_eq!(get(addr, "/healthz").map(|r| r.0), Some(200));
     let m = metrics(addr);
-    assert_eq!(counter(&m, "rankvisor_restarts_total"), 1.0);
-    assert_eq!(gauge(&m, "rankvisor_child_up"), Some(0.0));
+    assert_eq!(counter(&m, "rankvisor_restarts_total"), 2.0);
+    assert_eq!(gauge(&m, "rankvisor_training_process_up"), Some(0.0));
     assert_eq!(gauge(&m, "rankvisor_last_exit_code"), Some(1.0));
     let st = status_json(addr);
     assert_eq!(st["last_exit"]["code"], 1);
@@ -239,7 +247,7 @@ fn probes_and_metrics_through_a_run() {
     wait_get(addr, "/readyz", "ready after the restart", |c, _| c == 200);
     wait_get(addr, "/metrics", "the training step", |_, b| b.contains("rankvisor_training_step 42"));
     let m = metrics(addr);
-    assert_eq!(counter(&m, "rankvisor_restarts_total"), 1.0);
+    assert_eq!(counter(&m, "rankvisor_restarts_total"), 2.0);
     assert_eq!(gauge(&m, "rankvisor_training_step"), Some(42.0));
     assert_eq!(status_json(addr)["progress"]["step"], 42);
 
@@ -250,7 +258,7 @@ fn probes_and_metrics_through_a_run() {
     assert_eq!(get(addr, "/healthz"), None, "nothing listens after exit");
     let got = got.lock().unwrap().clone();
     let last = &got.last().expect("webhook reports").report;
-    assert_eq!((last["state"].as_str(), last["restart_count"].as_u64()), (Some("Succeeded"), Some(1)));
+    assert_eq!((last["state"].as_str(), last["restart_count"].as_u64()), (Some("Succeeded"), Some(2)));
     println!("probes: 503 waiting, 200 running, 503 in backoff, 200 running, gone after exit; final report {last}");
 }
 
@@ -260,13 +268,16 @@ fn webhook_sees_running_restarting_succeeded_in_order() {
     let (url, got) = receiver(Upstream::Answers);
     let done = Rv::new(&dir)
         .args(["--http-addr", "off", "--report-url", &url, "--backoff-initial", "300ms"])
-        .sh(&fails_once("0.3"))
+        .sh(&fails_twice("0.3"))
         .run();
     done.assert_code(0);
     let got = got.lock().unwrap().clone();
     let seen = transitions(&got);
+    // The first restart is immediate (the kubelet's), the second waits out --backoff-initial.
     let want: Vec<(String, u64)> =
-        [("Running", 0), ("Restarting", 1), ("Running", 1), ("Succeeded", 1)].map(|(s, n)| (s.to_string(), n)).to_vec();
+        [("Running", 0), ("Running", 1), ("Restarting", 2), ("Running", 2), ("Succeeded", 2)]
+            .map(|(s, n)| (s.to_string(), n))
+            .to_vec();
     let seen_states: Vec<&(String, u64)> = seen.iter().filter(|t| t.0 != "Pending").collect();
     assert_eq!(seen_states, want.iter().collect::<Vec<_>>(), "all POSTs: {seen:?}");
     let seqs: Vec<u64> = got.iter().map(|r| r.report["seq"].as_u64().unwrap()).collect();
@@ -463,10 +474,139 @@ fn a_full_queue_drops_the_oldest_and_counts_them() {
     run.wait_status("the 41st run", |v| v["state"] == "Running" && v["restart_count"] == 40);
     let (_, body) = wait_get(addr, "/metrics", "restarts 40", |_, b| b.contains("rankvisor_restarts_total 40"));
     let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
-    let dropped = counter(&m, "rankvisor_reports_dropped_total");
+    let dropped = counter(&m, "rankvisor_webhook_reports_dropped_total");
     println!("upstream hanging, 40 restarts: {dropped} reports dropped (queue of 64)");
     assert!(dropped >= 10.0, "about 80 changes into a queue of 64: {dropped}");
-    assert_eq!(counter(&m, "rankvisor_reports_sent_total"), 0.0);
+    assert_eq!(counter(&m, "rankvisor_webhook_reports_sent_total"), 0.0);
     std::fs::write(&go, "").unwrap();
     run.wait().assert_code(0);
+}
+
+/// A receiver that takes each POST and answers 200 with a 1 GB body it streams until the client
+/// hangs up; returns its URL and how many POSTs it got.
+fn endless_answers() -> (String, Arc<Mutex<u64>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/reports", listener.local_addr().unwrap());
+    let posts = Arc::new(Mutex::new(0u64));
+    let seen = posts.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                *seen.lock().unwrap() += 1;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n");
+                let block = vec![b'x'; 256 * 1024];
+                while s.write_all(&block).is_ok() {}
+            });
+        }
+    });
+    (url, posts)
+}
+
+/// Peak resident memory of a process, in KiB (VmHWM).
+fn peak_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_receiver_answering_an_endless_body_costs_bounded_memory() {
+    let dir = TestDir::new("wh-endless");
+    let (url, posts) = endless_answers();
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let go = dir.file("go");
+    // Five quick failures: ten state changes, each POSTed to a receiver that answers 1 GB.
+    let script = format!(r#"[ "$RANKVISOR_RESTART_COUNT" -lt 5 ] && exit 1; while [ ! -e {go} ]; do sleep 0.01; done"#);
+    let run = Rv::new(&dir)
+        .args(["--http-addr", &addr.to_string(), "--report-url", &url])
+        .args(["--backoff-initial", "5ms", "--backoff-max", "5ms", "--backoff-limit", "10"])
+        .sh(&script)
+        .spawn();
+    // Supervision goes on whatever the receiver does: the sixth run starts.
+    run.wait_status("the 6th run", |v| v["state"] == "Running" && v["restart_count"] == 5);
+    // Every POST is accepted (200) once its answer's first 64 KiB are read.
+    let (_, body) = wait_get(addr, "/metrics", "3 reports sent", |_, b| {
+        b.contains("rankvisor_webhook_reports_sent_total") && {
+            let m = prometheus_parse::Scrape::parse(b.lines().map(|l| Ok(l.to_string()))).unwrap();
+            counter(&m, "rankvisor_webhook_reports_sent_total") >= 3.0
+        }
+    });
+    let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let peak = peak_rss_kib(run.rankvisor_pid());
+    println!(
+        "receiver answering 1 GB bodies: {} POSTs, {} sent, rankvisor peak RSS {peak} KiB",
+        posts.lock().unwrap(),
+        counter(&m, "rankvisor_webhook_reports_sent_total")
+    );
+    assert!(peak < 64 * 1024, "peak RSS {peak} KiB: the answers were buffered");
+    std::fs::write(&go, "").unwrap();
+    run.wait().assert_code(0);
+}
+
+/// An https receiver (rustls, a certificate made for the test); its CA reaches rankvisor the way
+/// it would in an image: SSL_CERT_FILE.
+#[test]
+fn an_https_webhook_is_trusted_through_its_ca() {
+    use std::sync::Arc as A;
+    let dir = TestDir::new("wh-https");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).unwrap().self_signed(&key).unwrap();
+    std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
+    let provider = A::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let tls = A::new(tls);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/reports", listener.local_addr().unwrap());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(tcp) = stream else { continue };
+            let (tls, sink) = (tls.clone(), sink.clone());
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(tls).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, tcp);
+                serve_posts(&mut s, &sink);
+            });
+        }
+    });
+    let run = Rv::new(&dir)
+        .args(["--http-addr", "off", "--report-url", &url])
+        .env("SSL_CERT_FILE", dir.join("ca.pem").to_str().unwrap())
+        .sh("exit 0")
+        .spawn();
+    run.wait().assert_code(0);
+    let states: Vec<String> =
+        got.lock().unwrap().iter().map(|r| r.report["state"].as_str().unwrap_or("?").to_string()).collect();
+    assert!(states.last().is_some_and(|s| s == "Succeeded"), "reports over https: {states:?}");
+}
+
+/// `http://user:pass@host/`: the receiver gets basic auth; rankvisor's log never shows the password.
+#[test]
+fn webhook_credentials_are_never_logged() {
+    let dir = TestDir::new("wh-creds");
+    let refused = format!("http://user:s3cret@127.0.0.1:{}/reports", free_port());
+    let done = Rv::new(&dir).args(["--http-addr", "off", "--report-url", &refused]).sh("exit 0").run();
+    done.assert_code(0);
+    assert!(done.stderr.contains("http://***@127.0.0.1:"), "the failure names the redacted URL: {}", done.stderr);
+    assert!(!done.stderr.contains("s3cret"), "the password was logged: {}", done.stderr);
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Rv, TestDir};
+use common::{wait_file, Rv, TestDir};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -73,7 +73,8 @@ fn replica(dir: &TestDir, i: u32, port: u16, http: Option<u16>, script: &str) ->
 }
 
 /// Runs until TERM.
-const STEADY: &str = r#"trap 'exit 0' TERM; echo '{"step": 7}' > /dev/null; sleep 60 & wait"#;
+/// Runs until TERM; `$DIR/ready-$RANK` says its trap is set (the handshake before a TERM).
+const STEADY: &str = r#"trap 'exit 0' TERM; touch "$DIR/ready-$RANK"; sleep 60 & wait"#;
 /// Fails once, then runs until TERM.
 const FLAKY: &str =
     r#"if [ ! -f "$DIR/failed-once" ]; then touch "$DIR/failed-once"; exit 3; fi; trap 'exit 0' TERM; sleep 60 & wait"#;
@@ -160,6 +161,7 @@ fn readyz_is_503_at_the_barrier_and_200_once_every_replica_is_here() {
     // The master alone: the barrier holds, the launcher is alive but not ready.
     let master = replica(&dir, 0, port, Some(http), STEADY).spawn();
     let body = wait_answer(addr, "/readyz", 503, "Rendezvous");
+    assert!(!dir.join("ready-0").exists(), "the master's child waits for the barrier");
     println!("/readyz before the barrier: 503 {body}");
     wait_answer(addr, "/healthz", 200, "");
     let status = wait_answer(addr, "/status", 200, "\"state\"");
@@ -167,6 +169,9 @@ fn readyz_is_503_at_the_barrier_and_200_once_every_replica_is_here() {
     // The workers arrive: released, the child runs, the master is ready.
     let workers: Vec<_> = (1..4).map(|i| replica(&dir, i, port, None, STEADY).spawn()).collect();
     wait_answer(addr, "/readyz", 200, "");
+    for i in 0..4 {
+        wait_file(&dir.join(&format!("ready-{i}")));
+    }
     for r in std::iter::once(&master).chain(workers.iter()) {
         r.signal(libc::SIGTERM);
     }

@@ -32,9 +32,9 @@ fn on_failure_with_limit_3_runs_4_times_and_exits_with_the_childs_code() {
     let last = out.last_status();
     assert_eq!(last["state"], "Failed");
     assert_eq!(last["restart_count"], 3);
-    // Every restart went through Restarting.
+    // The first restart is immediate (the kubelet's); every later one went through Restarting.
     let restarting = out.statuses.iter().filter(|s| s["state"] == "Restarting").count();
-    assert_eq!(restarting, 3, "statuses: {:?}", out.statuses);
+    assert_eq!(restarting, 2, "statuses: {:?}", out.statuses);
 }
 
 #[test]
@@ -81,14 +81,25 @@ fn exit_code_policy_stops_at_once_on_1() {
     assert_eq!(runs(&dir), 1);
 }
 
+/// `IsRetryableExitCode` (training-operator `pkg/util/train/train_util.go`, since v1.7): every
+/// code below 128 is permanent, every code from 128 up is retried.
 #[test]
-fn exit_code_policy_treats_other_codes_as_permanent() {
-    for code in [2, 126, 127, 128, 139] {
+fn exit_code_policy_treats_codes_below_128_as_permanent() {
+    for code in [2, 126, 127] {
         let dir = TestDir::new("exitcode-perm");
         let out = rv(&dir, "ExitCode", 6).sh(&child(&dir, &[&format!("exit {code}")])).run();
         out.assert_code(code);
         assert_eq!(runs(&dir), 1, "exit {code} is permanent");
     }
+}
+
+#[test]
+fn exit_code_policy_retries_every_code_from_128() {
+    let dir = TestDir::new("exitcode-128");
+    let codes = ["exit 128", "exit 139", "exit 255", "exit 3"];
+    let out = rv(&dir, "ExitCode", 6).sh(&child(&dir, &codes)).run();
+    out.assert_code(3);
+    assert_eq!(runs(&dir), 4, "128, 139 and 255 are retried; 3 is permanent");
 }
 
 #[test]

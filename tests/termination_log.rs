@@ -27,18 +27,17 @@ fn never_policy_failure() {
 }
 
 #[test]
-fn permanent_exit_under_exit_code_policy() {
-    let dir = TestDir::new("tl-permanent");
-    rv(&dir).args(["--restart-policy", "ExitCode"]).sh("exit 3").run().assert_code(3);
-    assert_eq!(message(&dir), "child exited with code 3; restart policy ExitCode does not restart it\n");
+fn killed_child_under_never_policy() {
+    let dir = TestDir::new("tl-sig");
+    rv(&dir).args(["--restart-policy", "Never"]).sh("kill -SEGV $$").run().assert_code(139);
+    assert_eq!(message(&dir), "child killed by signal 11 (SIGSEGV); restart policy Never does not restart it\n");
 }
 
 #[test]
-fn killed_child_under_exit_code_policy_is_retried_until_the_limit() {
-    // 128+11 = 139 is retryable under ExitCode (IsRetryableExitCode: >= 128).
-    let dir = TestDir::new("tl-sig");
-    rv(&dir).args(["--restart-policy", "ExitCode", "--backoff-limit", "1"]).sh("kill -SEGV $$").run().assert_code(139);
-    assert_eq!(message(&dir), "child killed by signal 11 (SIGSEGV); gave up after 1 restarts (backoff limit 1)\n");
+fn permanent_code_under_exit_code_policy() {
+    let dir = TestDir::new("tl-perm");
+    rv(&dir).args(["--restart-policy", "ExitCode"]).sh("exit 3").run().assert_code(3);
+    assert_eq!(message(&dir), "child exited with code 3; restart policy ExitCode does not restart it\n");
 }
 
 #[test]

@@ -402,8 +402,7 @@ impl Controller {
                     p.latest_exit_failed = !exit.success();
                     // Under ExitCode a retryable end is decided by the launcher's exit (the
                     // operator recreates the pod), not by the child's.
-                    let retryable =
-                        p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(exit.code());
+                    let retryable = p.restart_policy == RestartPolicy::ExitCode && is_retryable_exit_code(exit.code());
                     if !p.deleting {
                         p.phase = match (will_restart, exit.success()) {
                             (true, _) => Phase::Running,

@@ -140,6 +140,9 @@ pub struct DryRunOptions {
     /// `--http`: every launcher serves /healthz, /readyz, /metrics and /status on a free loopback
     /// port, said in the output (off: `--http-addr off`).
     pub http: bool,
+    /// `--timeline FILE`: draw the run (every pod's status over time, the job, the PodGroup and
+    /// the injected faults) to FILE, `.svg` or `.html`, when it ends.
+    pub timeline: Option<PathBuf>,
 }
 
 impl DryRunOptions {
@@ -161,6 +164,7 @@ impl DryRunOptions {
             rankvisor,
             restart_scope: crate::supervise::RestartScope::Replica,
             http: false,
+            timeline: None,
         }
     }
 }
@@ -180,7 +184,35 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
     let mut driver = Driver::new(opts, setup, tx);
     let code = driver.run(rx).await;
     driver.drain_output().await;
-    code
+    match driver.opts.timeline.clone() {
+        Some(path) => write_timeline(&path, driver.recording(), code),
+        None => code,
+    }
+}
+
+/// Write the timeline; a file that cannot be written turns a success into exit 1.
+fn write_timeline(path: &Path, recording: super::timeline::Recording, code: i32) -> i32 {
+    let text = match super::timeline::TimelineFormat::from_path(path) {
+        Ok(format) => super::timeline::render(&recording, format),
+        Err(e) => {
+            eprintln!("dry-run: {e}");
+            return if code == 0 { 1 } else { code };
+        }
+    };
+    match std::fs::write(path, text) {
+        Ok(()) => {
+            note(&format!("timeline written to {}", path.display()));
+            code
+        }
+        Err(e) => {
+            eprintln!("dry-run: cannot write the timeline to {}: {e}", path.display());
+            if code == 0 {
+                1
+            } else {
+                code
+            }
+        }
+    }
 }
 
 /// A reason not to start, with the exit status it means.
@@ -215,6 +247,9 @@ impl Setup {
             .collect::<Result<Vec<_>, _>>()
             .map_err(SetupError::config)?;
         injections.sort_by_key(|i| i.at);
+        if let Some(path) = &opts.timeline {
+            super::timeline::TimelineFormat::from_path(path).map_err(SetupError::config)?;
+        }
         if opts.backoff_max < opts.backoff_initial {
             return Err(SetupError::config(format!(
                 "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
@@ -392,6 +427,8 @@ struct Driver {
     straggler_note_at: Option<Instant>,
     stop_all: bool,
     abort: Option<Abort>,
+    /// What `--timeline` draws: every change and fault (empty without `--timeline`).
+    recorded: (Vec<Change>, Vec<super::timeline::FaultMark>),
 }
 
 impl Driver {
@@ -427,6 +464,7 @@ impl Driver {
             straggler_note_at: None,
             stop_all: false,
             abort: None,
+            recorded: (Vec::new(), Vec::new()),
         }
     }
 
@@ -584,6 +622,9 @@ impl Driver {
     /// Hand one observation to the controller; print its changes, carry out its actions.
     fn feed(&mut self, event: Event) {
         let step = self.controller.handle(self.now(), event);
+        if self.opts.timeline.is_some() {
+            self.recorded.0.extend(step.changes.iter().cloned());
+        }
         for change in &step.changes {
             self.print(change);
         }
@@ -667,6 +708,9 @@ impl Driver {
     fn inject(&mut self, injection: Injection) {
         let pod = injection.replica;
         let name = self.job.pod_name(pod);
+        if self.opts.timeline.is_some() {
+            self.recorded.1.push(super::timeline::FaultMark::new(self.now(), name.clone(), &injection));
+        }
         match injection.fault {
             Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
                 Some((Some(pid), _)) => fail_child(&name, pid),
@@ -793,6 +837,12 @@ impl Driver {
     }
 
     /// Give the replicas' last output lines a moment to arrive before the dry run exits.
+    /// The run as `--timeline` draws it, ending now.
+    fn recording(&mut self) -> super::timeline::Recording {
+        let (changes, faults) = std::mem::take(&mut self.recorded);
+        super::timeline::Recording { job: self.job.name.clone(), changes, faults, end: self.now() }
+    }
+
     async fn drain_output(&mut self) {
         let deadline = Instant::now() + DRAIN_LIMIT;
         for task in self.output_tasks.drain(..) {

@@ -22,6 +22,7 @@ mod render;
 mod rows;
 #[cfg(test)]
 mod scenarios;
+mod timeline;
 
 pub use admission::{BadValue, FieldError, FieldErrorType, FieldErrors, MAX_DRY_RUN_REPLICAS};
 pub use controller::{Action, Controller, ControllerConfig, Event, Outcome, Step};
@@ -44,3 +45,4 @@ pub use manifest::{load_job, parse_job, ManifestError, API_VERSION, KIND};
 pub use quantity::{format_quantity, parse_quantity, CapabilityError, QuantityError, QueueCapability, Resources};
 pub use render::{kube_age, qualified_name, render_json, TextRenderer, WatchKinds, WatchKindsError};
 pub use rows::{Change, JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row, WatchEvent};
+pub use timeline::{render as render_timeline, FaultMark, Recording, TimelineFormat, TimelineFormatError};

@@ -13,7 +13,8 @@ use tracing::{debug, info, warn};
 
 use super::source::{HealthError, Observation};
 use super::verdict::verdict;
-use crate::kube::{Backoff, KubeClient, KubeError, WatchEvent};
+use crate::backoff::Backoff;
+use crate::kube::{KubeClient, KubeError, WatchEvent};
 
 /// How the watcher behaves; `new` gives the production settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -381,6 +382,7 @@ mod tests {
         let overrides = KubeOverrides {
             api_server: Some(format!("http://{addr}")),
             token_file: Some(dir.join("token")),
+            allow_insecure_http: true,
             ..Default::default()
         };
         let cfg = KubeConfig::resolve(&overrides, |_| None).unwrap();

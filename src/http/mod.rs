@@ -1,9 +1,15 @@
-//! The local HTTP endpoint: Kubernetes probes, Prometheus metrics and this replica's report.
+//! The local HTTP endpoint: Kubernetes probes, Prometheus metrics, this replica's report and the
+//! live job page; and `client`, the HTTP client of the Kubernetes API and the webhook.
 
 mod addr;
+pub mod client;
 mod metrics;
+mod page;
 mod server;
 
 pub use addr::{HttpAddr, HttpAddrError};
-pub use metrics::{escape_label, render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use metrics::{
+    escape_label, render_job_metrics, render_metrics, unix_seconds, CONTENT_TYPE as METRICS_CONTENT_TYPE,
+};
+pub use page::{CONTENT_TYPE as PAGE_CONTENT_TYPE, JOB_PAGE};
 pub use server::{route, serve, HttpState, Reply};

@@ -1,7 +1,8 @@
 //! The HTTP server: a pure router from (method, path, latest report) to a reply, and a hyper 1
 //! accept loop that takes an already-bound listener and a shutdown future (so tests bind port 0).
 
-use super::metrics::{render_metrics, CONTENT_TYPE as METRICS};
+use super::metrics::{render_job_metrics, render_metrics, CONTENT_TYPE as METRICS};
+use crate::rendezvous::JobView;
 use crate::report::{ReplicaState, Report};
 use crate::webhook::{WebhookCounts, WebhookStats};
 use http_body_util::Full;
@@ -48,7 +49,7 @@ pub struct HttpState {
     /// The webhook's counters (all zero without a webhook).
     pub webhook: Arc<WebhookStats>,
     /// The master's job view, once the rendezvous link is attached (never set on workers).
-    pub job: Arc<OnceLock<watch::Receiver<serde_json::Value>>>,
+    pub job: Arc<OnceLock<watch::Receiver<Option<JobView>>>>,
 }
 
 /// One response, before it becomes HTTP.
@@ -75,7 +76,7 @@ pub fn route(
     path: &str,
     report: &Report,
     webhook: &WebhookCounts,
-    job: Option<&serde_json::Value>,
+    job: Option<&Option<JobView>>,
 ) -> Reply {
     if method != Method::GET && method != Method::HEAD {
         return Reply::new(
@@ -85,6 +86,7 @@ pub fn route(
         );
     }
     match path {
+        "/" => Reply::new(StatusCode::OK, super::page::CONTENT_TYPE, super::page::JOB_PAGE.to_string()),
         "/healthz" => Reply::new(StatusCode::OK, TEXT, "ok\n".into()),
         // Ready means the barrier was passed and the training process runs: a replica that waits,
         // backs off or is stopping takes no traffic and counts as not ready in `kubectl get pods`.
@@ -92,7 +94,7 @@ pub fn route(
             Reply::new(StatusCode::OK, TEXT, "ready: Running\n".into())
         }
         "/readyz" => Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("not ready: {:?}\n", report.state)),
-        "/metrics" => Reply::new(StatusCode::OK, METRICS, render_metrics(report, webhook)),
+        "/metrics" => Reply::new(StatusCode::OK, METRICS, metrics_body(report, webhook, job)),
         "/status" => match serde_json::to_string_pretty(report) {
             Ok(mut json) => {
                 json.push('\n');
@@ -104,13 +106,22 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected /healthz, /readyz, /metrics, /status or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status or /job (master)\n"),
         ),
     }
 }
 
+/// `/metrics`: this replica's metrics, and on the master the job-wide ones from its view.
+fn metrics_body(report: &Report, webhook: &WebhookCounts, job: Option<&Option<JobView>>) -> String {
+    let mut body = render_metrics(report, webhook);
+    if let Some(Some(view)) = job {
+        body.push_str(&render_job_metrics(view));
+    }
+    body
+}
+
 /// `/job`: the master's view of every replica; a clear 404 elsewhere, 503 before the first barrier.
-fn job_reply(report: &Report, job: Option<&serde_json::Value>) -> Reply {
+fn job_reply(report: &Report, job: Option<&Option<JobView>>) -> Reply {
     match job {
         None => {
             let who = match (report.identity.replica_type.as_deref(), report.identity.rank) {
@@ -127,12 +138,12 @@ fn job_reply(report: &Report, job: Option<&serde_json::Value>) -> Reply {
                 ),
             )
         }
-        Some(serde_json::Value::Null) => Reply::new(
+        Some(None) => Reply::new(
             StatusCode::SERVICE_UNAVAILABLE,
             TEXT,
             "the job view is not ready: the replicas have not passed the first rendezvous barrier yet\n".into(),
         ),
-        Some(view) => match serde_json::to_string_pretty(view) {
+        Some(Some(view)) => match serde_json::to_string_pretty(view) {
             Ok(mut json) => {
                 json.push('\n');
                 Reply::new(StatusCode::OK, JSON, json)
@@ -234,7 +245,7 @@ mod tests {
 
     fn report(state: ReplicaState) -> Report {
         let st = LocalStatus { state, ..LocalStatus::default() };
-        Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, None, UNIX_EPOCH)
+        Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)
     }
 
     #[test]
@@ -259,6 +270,9 @@ mod tests {
         assert_eq!(back, r);
         let m = route(&Method::HEAD, "/metrics", &r, &none, None);
         assert_eq!((m.status, m.content_type), (StatusCode::OK, METRICS));
+        let page = route(&Method::GET, "/", &r, &none, None);
+        assert_eq!((page.status, page.content_type), (StatusCode::OK, "text/html; charset=utf-8"));
+        assert!(page.body.contains("<title>rankvisor</title>"), "{}", page.body);
         let nf = route(&Method::GET, "/nope", &r, &none, None);
         assert_eq!(nf.status, StatusCode::NOT_FOUND);
         assert!(nf.body.contains("\"/nope\""), "{}", nf.body);
@@ -276,12 +290,15 @@ mod tests {
         let w = route(&Method::GET, "/job", &r, &none, None);
         assert_eq!(w.status, StatusCode::NOT_FOUND);
         assert!(w.body.contains("Worker rank 2") && w.body.contains("served by the master"), "{}", w.body);
-        let early = route(&Method::GET, "/job", &r, &none, Some(&serde_json::Value::Null));
+        let early = route(&Method::GET, "/job", &r, &none, Some(&None));
         assert_eq!(early.status, StatusCode::SERVICE_UNAVAILABLE);
-        let view = serde_json::json!({"job": "j", "replicas": {"0": {"state": "Running"}}});
-        let m = route(&Method::GET, "/job", &r, &none, Some(&view));
+        let health = crate::rendezvous::Health { healthy: true, verdict: serde_json::Value::Null };
+        let view = JobView::new("j", 2, "n0", &health, 0);
+        let m = route(&Method::GET, "/job", &r, &none, Some(&Some(view.clone())));
         assert_eq!((m.status, m.content_type), (StatusCode::OK, JSON));
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&m.body).unwrap(), view);
+        let body: serde_json::Value = serde_json::from_str(&m.body).unwrap();
+        assert_eq!(body, serde_json::to_value(&view).unwrap());
+        assert_eq!(body["job"], "j");
     }
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -307,7 +324,7 @@ mod tests {
         let ready = get(addr, "/readyz").await;
         assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
         assert!(ready.contains("content-type: text/plain"), "{ready}");
-        assert!(get(addr, "/metrics?x=1").await.contains("rankvisor_child_up 0"));
+        assert!(get(addr, "/metrics?x=1").await.contains("rankvisor_training_process_up 0"));
         stop.send(()).unwrap();
         server.await.unwrap();
         assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed after shutdown");

@@ -1,31 +1,23 @@
-//! HTTPS to the API server: only the configured CA is trusted, the bearer token is read from its
-//! file before every request (projected tokens rotate) and never logged.
+//! HTTPS to the API server through the shared HTTP client (`crate::http::client`): only the
+//! configured CA is trusted, the bearer token is read from its file before every request
+//! (projected tokens rotate) and never logged, nor is any answer's body that could echo it.
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::net::TcpStream;
-use tokio_rustls::{rustls, TlsConnector};
+use crate::http::client::{self, Body, BodyLines, ClientOptions, HttpClient, HttpError, Method, Roots};
 
 use super::config::KubeConfig;
-use super::wire::{parse_status, parse_watch_event, LineBuffer, Node, WatchEvent, MAX_LINE_BYTES};
+use super::wire::{parse_status, parse_watch_event, Node, WatchEvent, WireError, MAX_LINE_BYTES};
 
 /// Longest wait for a TCP (and TLS) connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for a GET's whole answer, or for a watch's response headers.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Largest token file read.
-const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+/// Most of a refusal's body read (for its `Status` message).
+const MAX_REFUSAL_BYTES: usize = 64 * 1024;
+/// Longest server message kept in an error.
+const MAX_MESSAGE_CHARS: usize = 300;
 
 /// Why a request to the API server failed. Carries text only, so that it can be compared and
 /// cloned into health observations; the token never appears in it.
@@ -133,13 +125,11 @@ pub enum KubeError {
     },
 }
 
-/// A client for one API server; cheap to clone. One connection per request: the watcher makes
-/// a GET and a long watch every few minutes, so pooling would buy nothing.
+/// A client for one API server; cheap to clone (connections are pooled).
 #[derive(Clone)]
 pub struct KubeClient {
     cfg: KubeConfig,
-    endpoint: Endpoint,
-    tls: Option<TlsConnector>,
+    http: HttpClient,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -148,65 +138,42 @@ impl std::fmt::Debug for KubeClient {
     }
 }
 
-/// Where to connect, from the normalized `scheme://host[:port]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Endpoint {
-    https: bool,
-    /// Host without IPv6 brackets (for DNS and the TLS server name).
-    host: String,
-    port: u16,
-    /// `host[:port]` as written, for the Host header.
-    authority: String,
-}
-
-fn parse_endpoint(url: &str) -> Result<Endpoint, KubeError> {
-    let bad = |problem: &str| KubeError::Client { problem: format!("API server URL {url:?}: {problem}") };
-    let (https, authority) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
-        (Some(a), _) => (true, a),
-        (None, Some(a)) => (false, a),
-        (None, None) => return Err(bad("expected https:// or http://")),
-    };
-    let default_port = if https { 443 } else { 80 };
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '[' in the host"))?;
-        match after.strip_prefix(':') {
-            Some(p) => (host, p.parse().map_err(|_| bad("port is not a number"))?),
-            None if after.is_empty() => (host, default_port),
-            None => return Err(bad("unexpected text after ']'")),
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, p.parse().map_err(|_| bad("port is not a number"))?),
-            None => (authority, default_port),
-        }
-    };
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
-    Ok(Endpoint { https, host: host.to_string(), port, authority: authority.to_string() })
+/// What a 403 or a 404 means for the request at hand.
+#[derive(Debug, Clone, Copy)]
+enum Subject<'a> {
+    /// Reading the Node (health).
+    Node(&'a str),
+    /// Events and the Pod's status (reporting).
+    Report { action: &'a str, what: &'a str },
 }
 
 impl KubeClient {
-    /// A client that trusts only the certificates in `cfg.ca_file` (read now).
+    /// A client that trusts only the certificates in `cfg.ca_file` (read now; not for http://).
     pub fn new(cfg: KubeConfig) -> Result<Self, KubeError> {
-        let endpoint = parse_endpoint(&cfg.api_server)?;
-        let tls = if endpoint.https {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in read_ca(&cfg.ca_file)? {
-                roots.add(cert).map_err(|e| KubeError::Ca { path: cfg.ca_file.clone(), problem: e.to_string() })?;
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| KubeError::Client { problem: e.to_string() })?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Some(TlsConnector::from(Arc::new(config)))
-        } else {
-            tracing::warn!(url = %cfg.api_server, "plain HTTP to the Kubernetes API: the token is sent unencrypted");
-            None
+        let https = cfg.api_server.starts_with("https://");
+        if !https {
+            // KubeConfig::resolve refuses http:// unless allow_insecure_http said so.
+            tracing::warn!(url = %cfg.api_server, "plain HTTP to the Kubernetes API (--kube-allow-insecure-http): the token is sent unencrypted");
+        }
+        let opts = ClientOptions {
+            roots: Roots::CaFile(cfg.ca_file.clone()),
+            proxy: cfg.proxy.clone(),
+            connect_timeout: CONNECT_TIMEOUT,
+            bearer_token_file: Some(cfg.token_file.clone()),
         };
-        Ok(Self { cfg, endpoint, tls })
+        let http = match HttpClient::new(opts) {
+            Ok(h) => h,
+            // Plain http needs no CA: do not insist on a readable one.
+            Err(HttpError::Ca { .. }) if !https => HttpClient::new(ClientOptions {
+                roots: Roots::System,
+                proxy: cfg.proxy.clone(),
+                connect_timeout: CONNECT_TIMEOUT,
+                bearer_token_file: Some(cfg.token_file.clone()),
+            })
+            .map_err(setup_error)?,
+            Err(e) => return Err(setup_error(e)),
+        };
+        Ok(Self { cfg, http })
     }
 
     /// The configuration in use.
@@ -218,7 +185,8 @@ impl KubeClient {
     pub async fn get_pod_status(&self, namespace: &str, pod: &str) -> Result<serde_json::Value, KubeError> {
         let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/status");
         let what = format!("pod \"{namespace}/{pod}\"");
-        self.report_request(Method::GET, &path, None, &format!("get pods/status of {what}"), &what).await
+        let action = format!("get pods/status of {what}");
+        self.json(Method::GET, &path, None, Subject::Report { action: &action, what: &what }).await
     }
 
     /// Strategic-merge PATCH of `pods/NAME/status` (e.g. one of its conditions, merged by type).
@@ -230,7 +198,8 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}/status");
         let what = format!("pod \"{namespace}/{pod}\"");
-        self.report_request(Method::PATCH, &path, Some(patch), &format!("patch pods/status of {what}"), &what).await
+        let action = format!("patch pods/status of {what}");
+        self.json(Method::PATCH, &path, Some(patch), Subject::Report { action: &action, what: &what }).await
     }
 
     /// POST a core/v1 Event into `namespace`.
@@ -241,7 +210,8 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let path = format!("/api/v1/namespaces/{namespace}/events");
         let action = format!("create events in namespace \"{namespace}\"");
-        self.report_request(Method::POST, &path, Some(event), &action, &format!("namespace \"{namespace}\"")).await
+        let what = format!("namespace \"{namespace}\"");
+        self.json(Method::POST, &path, Some(event), Subject::Report { action: &action, what: &what }).await
     }
 
     /// Strategic-merge PATCH of the Event `name` (its count and lastTimestamp, as kubelet aggregates).
@@ -253,99 +223,16 @@ impl KubeClient {
     ) -> Result<serde_json::Value, KubeError> {
         let path = format!("/api/v1/namespaces/{namespace}/events/{name}");
         let what = format!("event \"{namespace}/{name}\"");
-        self.report_request(Method::PATCH, &path, Some(patch), &format!("patch {what}"), &what).await
-    }
-
-    /// One reporting request: a JSON body (POST as JSON, PATCH as a strategic merge patch), the
-    /// answer decoded as JSON; 403 and 404 name the action and the object.
-    async fn report_request(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&serde_json::Value>,
-        action: &str,
-        what: &str,
-    ) -> Result<serde_json::Value, KubeError> {
-        let url = format!("{}{path}", self.cfg.api_server);
-        let content_type =
-            if method == Method::PATCH { "application/strategic-merge-patch+json" } else { "application/json" };
-        let bytes = match body {
-            Some(v) => Bytes::from(serde_json::to_vec(v).map_err(|e| KubeError::Client { problem: e.to_string() })?),
-            None => Bytes::new(),
-        };
-        let (code, answer) = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            let token = read_token(&self.cfg.token_file)?;
-            let mut sender = self.connect(&url).await?;
-            let req = Request::builder()
-                .method(method)
-                .uri(path)
-                .header(header::HOST, self.endpoint.authority.as_str())
-                .header(header::AUTHORIZATION, self.auth_header(&token)?)
-                .header(header::ACCEPT, "application/json")
-                .header(header::CONTENT_TYPE, content_type)
-                .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
-                .body(Full::new(bytes))
-                .map_err(|e| KubeError::Client { problem: e.to_string() })?;
-            let resp = sender
-                .send_request(req)
-                .await
-                .map_err(|e| KubeError::Unreachable { url: url.clone(), problem: chain(&e) })?;
-            let code = resp.status().as_u16();
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_LINE_BYTES).collect().await.map_err(|e| {
-                KubeError::Unreachable { url: url.clone(), problem: format!("reading the answer: {}", chain(&*e)) }
-            })?;
-            Ok::<_, KubeError>((code, body.to_bytes()))
-        })
-        .await
-        .map_err(|_| KubeError::Unreachable {
-            url: url.clone(),
-            problem: format!("no answer within {REQUEST_TIMEOUT:?}"),
-        })??;
-        if (200..300).contains(&code) {
-            return serde_json::from_slice(&answer)
-                .map_err(|e| KubeError::Decode { url, problem: format!("not JSON: {e}") });
-        }
-        let message = match parse_status(&answer) {
-            Some(s) if !s.message.is_empty() => s.message,
-            _ => String::from_utf8_lossy(answer.get(..answer.len().min(300)).unwrap_or_default()).trim().to_string(),
-        };
-        Err(match code {
-            401 => KubeError::Unauthorized { url, token_file: self.cfg.token_file.clone() },
-            403 => KubeError::ReportForbidden { action: action.to_string(), message },
-            404 => KubeError::NotFound { what: what.to_string() },
-            _ => KubeError::Http { url, code, message },
-        })
-    }
-
-    fn auth_header(&self, token: &str) -> Result<HeaderValue, KubeError> {
-        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| KubeError::Token {
-            path: self.cfg.token_file.clone(),
-            problem: "not a valid HTTP header value".into(),
-        })?;
-        auth.set_sensitive(true);
-        Ok(auth)
+        let action = format!("patch {what}");
+        self.json(Method::PATCH, &path, Some(patch), Subject::Report { action: &action, what: &what }).await
     }
 
     /// GET the Node.
     pub async fn get_node(&self, node: &str) -> Result<Node, KubeError> {
         let path = format!("/api/v1/nodes/{node}");
-        let url = format!("{}{path}", self.cfg.api_server);
-        let unreachable =
-            || KubeError::Unreachable { url: url.clone(), problem: format!("no answer within {REQUEST_TIMEOUT:?}") };
-        let body = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            let resp = self.send(&path, node).await?;
-            let limited = http_body_util::Limited::new(resp.into_body(), MAX_LINE_BYTES);
-            match limited.collect().await {
-                Ok(b) => Ok(b.to_bytes()),
-                Err(e) => Err(KubeError::Unreachable {
-                    url: url.clone(),
-                    problem: format!("reading the answer: {}", chain(&*e)),
-                }),
-            }
-        })
-        .await
-        .map_err(|_| unreachable())??;
-        serde_json::from_slice(&body).map_err(|e| KubeError::Decode { url, problem: format!("not a Node: {e}") })
+        let value = self.json(Method::GET, &path, None, Subject::Node(node)).await?;
+        serde_json::from_value(value)
+            .map_err(|e| KubeError::Decode { url: self.url(&path), problem: self.scrub(&format!("not a Node: {e}")) })
     }
 
     /// Start watching the Node from `resource_version`; the server ends the stream after
@@ -361,198 +248,145 @@ impl KubeClient {
             "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{node}&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}",
             query_escape(resource_version),
         );
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(&path, node)).await.map_err(|_| {
-            KubeError::Unreachable {
-                url: format!("{}{path}", self.cfg.api_server),
-                problem: format!("no answer within {REQUEST_TIMEOUT:?}"),
-            }
-        })??;
-        Ok(NodeWatch {
-            body: resp.into_body(),
-            node: node.to_string(),
-            lines: LineBuffer::default(),
-            queue: VecDeque::new(),
-            idle,
-        })
+        let resp = self.send(Method::GET, &path, None, Subject::Node(node)).await?;
+        Ok(NodeWatch { lines: resp.lines(MAX_LINE_BYTES), node: node.to_string(), idle })
     }
 
-    /// Connect, send a GET with a freshly read token; non-2xx answers become errors naming the cause.
-    async fn send(&self, path: &str, node: &str) -> Result<Response<Incoming>, KubeError> {
-        let url = format!("{}{path}", self.cfg.api_server);
-        let token = read_token(&self.cfg.token_file)?;
-        let mut sender = self.connect(&url).await?;
-        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| KubeError::Token {
-            path: self.cfg.token_file.clone(),
-            problem: "not a valid HTTP header value".into(),
-        })?;
-        auth.set_sensitive(true);
-        let req = Request::get(path)
-            .header(header::HOST, self.endpoint.authority.as_str())
-            .header(header::AUTHORIZATION, auth)
-            .header(header::ACCEPT, "application/json")
-            .header(header::USER_AGENT, concat!("rankvisor/", env!("CARGO_PKG_VERSION")))
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| KubeError::Client { problem: e.to_string() })?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| KubeError::Unreachable { url: url.clone(), problem: chain(&e) })?;
-        let code = resp.status().as_u16();
-        if resp.status().is_success() {
+    /// One request whose answer is JSON (at most MAX_LINE_BYTES of it). A POST body goes as
+    /// JSON, a PATCH as a strategic merge patch.
+    async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        subject: Subject<'_>,
+    ) -> Result<serde_json::Value, KubeError> {
+        let url = self.url(path);
+        let resp = self.send(method, path, body, subject).await?;
+        let got = resp.collect(MAX_LINE_BYTES).await.map_err(|e| self.http_error(&url, e))?;
+        if got.truncated {
+            return Err(KubeError::Decode { url, problem: format!("an answer larger than {MAX_LINE_BYTES} bytes") });
+        }
+        serde_json::from_slice(&got.bytes)
+            .map_err(|e| KubeError::Decode { url, problem: self.scrub(&format!("not JSON: {e}")) })
+    }
+
+    /// The one request path: a fresh token, the body, and non-2xx answers turned into errors
+    /// that name the cause (the server's `Status` message, never the raw body).
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        subject: Subject<'_>,
+    ) -> Result<client::Response, KubeError> {
+        let url = self.url(path);
+        let body = match body {
+            None => None,
+            Some(v) => Some(Body {
+                content_type: if method == Method::PATCH {
+                    "application/strategic-merge-patch+json"
+                } else {
+                    "application/json"
+                },
+                bytes: serde_json::to_vec(v).map_err(|e| KubeError::Client { problem: e.to_string() })?,
+            }),
+        };
+        let resp = self.http.send(method, &url, body, REQUEST_TIMEOUT).await.map_err(|e| self.http_error(&url, e))?;
+        let code = resp.status();
+        if (200..300).contains(&code) {
             return Ok(resp);
         }
-        let body = match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect(),
-        )
-        .await
-        {
-            Ok(Ok(b)) => b.to_bytes(),
-            _ => Bytes::new(),
+        let message = match resp.collect(MAX_REFUSAL_BYTES).await {
+            Ok(got) => self.refusal_message(&got.bytes),
+            Err(_) => String::new(),
         };
-        let status = parse_status(&body);
-        let message = match &status {
-            Some(s) if !s.message.is_empty() => s.message.clone(),
-            _ => String::from_utf8_lossy(body.get(..body.len().min(300)).unwrap_or_default()).trim().to_string(),
-        };
-        Err(match code {
-            401 => KubeError::Unauthorized { url, token_file: self.cfg.token_file.clone() },
-            403 => KubeError::Forbidden { message },
-            404 => KubeError::NodeNotFound { node: node.to_string() },
+        Err(match (code, subject) {
+            (401, _) => KubeError::Unauthorized { url, token_file: self.cfg.token_file.clone() },
+            (403, Subject::Node(_)) => KubeError::Forbidden { message },
+            (404, Subject::Node(node)) => KubeError::NodeNotFound { node: node.to_string() },
+            (403, Subject::Report { action, .. }) => KubeError::ReportForbidden { action: action.to_string(), message },
+            (404, Subject::Report { what, .. }) => KubeError::NotFound { what: what.to_string() },
             _ => KubeError::Http { url, code, message },
         })
     }
 
-    /// A fresh HTTP/1.1 connection (TLS when https); its driver task ends with the connection.
-    async fn connect(&self, url: &str) -> Result<SendRequest<Full<Bytes>>, KubeError> {
-        let unreachable = |problem: String| KubeError::Unreachable { url: url.to_string(), problem };
-        let ep = &self.endpoint;
-        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((ep.host.as_str(), ep.port)))
-            .await
-            .map_err(|_| unreachable(format!("tcp connect timed out after {CONNECT_TIMEOUT:?}")))?
-            .map_err(|e| unreachable(format!("tcp connect error: {e}")))?;
-        let _ = tcp.set_nodelay(true);
-        match &self.tls {
-            None => handshake(tcp, url).await,
-            Some(tls) => {
-                let name = ServerName::try_from(ep.host.clone())
-                    .map_err(|e| KubeError::Client { problem: format!("TLS server name {:?}: {e}", ep.host) })?;
-                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(name, tcp))
-                    .await
-                    .map_err(|_| unreachable(format!("TLS handshake timed out after {CONNECT_TIMEOUT:?}")))?
-                    .map_err(|e| {
-                        let is_tls = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>());
-                        if is_tls {
-                            KubeError::Tls { url: url.to_string(), ca: self.cfg.ca_file.clone(), problem: chain(&e) }
-                        } else {
-                            unreachable(format!("TLS handshake: {}", chain(&e)))
-                        }
-                    })?;
-                handshake(stream, url).await
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.cfg.api_server)
+    }
+
+    /// The `Status` message of a refusal, cut and scrubbed; any other body is not shown (a
+    /// proxy or a broken server may echo the request, token included).
+    fn refusal_message(&self, body: &[u8]) -> String {
+        match parse_status(body) {
+            Some(s) if !s.message.is_empty() => {
+                let cut: String = s.message.chars().take(MAX_MESSAGE_CHARS).collect();
+                self.scrub(&cut)
             }
+            _ if body.is_empty() => "(no body)".into(),
+            _ => format!("(a body of {} bytes that is not a Kubernetes Status, not shown)", body.len()),
+        }
+    }
+
+    /// Text from the server with the current token, should it appear, replaced.
+    fn scrub(&self, text: &str) -> String {
+        match client::read_token(&self.cfg.token_file) {
+            Ok(token) if text.contains(&token) => text.replace(&token, "***"),
+            _ => text.to_string(),
+        }
+    }
+
+    fn http_error(&self, url: &str, e: HttpError) -> KubeError {
+        let unreachable = |problem: String| KubeError::Unreachable { url: url.to_string(), problem };
+        match e {
+            HttpError::Token { path, problem } => KubeError::Token { path, problem },
+            HttpError::Tls { problem } => {
+                KubeError::Tls { url: url.to_string(), ca: self.cfg.ca_file.clone(), problem }
+            }
+            HttpError::Connect { problem } => unreachable(problem),
+            HttpError::Timeout { after } => unreachable(format!("no answer within {after:?}")),
+            HttpError::Transfer { problem } => unreachable(format!("reading the answer: {problem}")),
+            other => setup_error(other),
         }
     }
 }
 
-async fn handshake<S>(io: S, url: &str) -> Result<SendRequest<Full<Bytes>>, KubeError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| KubeError::Unreachable { url: url.to_string(), problem: chain(&e) })?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
+/// A client that cannot be built: the CA file's problems name the file.
+fn setup_error(e: HttpError) -> KubeError {
+    match e {
+        HttpError::Ca { path, problem } => KubeError::Ca { path, problem },
+        HttpError::Token { path, problem } => KubeError::Token { path, problem },
+        other => KubeError::Client { problem: other.to_string() },
+    }
 }
 
 /// An open watch on one Node.
 pub struct NodeWatch {
-    body: Incoming,
+    lines: BodyLines,
     node: String,
-    lines: LineBuffer,
-    queue: VecDeque<Vec<u8>>,
     idle: Duration,
 }
 
 impl NodeWatch {
     /// The next event; `Ok(None)` when the server ended the stream cleanly.
     pub async fn next(&mut self) -> Result<Option<WatchEvent>, KubeError> {
-        loop {
-            if let Some(line) = self.queue.pop_front() {
-                return parse_watch_event(&line)
-                    .map(Some)
-                    .map_err(|e| KubeError::Watch { node: self.node.clone(), problem: e.to_string() });
+        let line = match self.lines.next_line(self.idle).await {
+            Ok(Some(line)) => line,
+            Ok(None) => return Ok(None),
+            Err(HttpError::Timeout { .. }) => return Err(self.broke(format!("no data for {:?}", self.idle))),
+            Err(HttpError::EndedMidLine) => return Err(self.broke("the stream ended in the middle of an event".into())),
+            Err(HttpError::LineTooLong { .. }) => return Err(self.broke(WireError::TooLong.to_string())),
+            Err(HttpError::Transfer { problem } | HttpError::Connect { problem }) => {
+                return Err(self.broke(format!("connection lost: {problem}")))
             }
-            let frame = match tokio::time::timeout(self.idle, self.body.frame()).await {
-                Err(_) => return Err(self.broke(format!("no data for {:?}", self.idle))),
-                Ok(Some(Err(e))) => return Err(self.broke(format!("connection lost: {}", chain(&e)))),
-                Ok(None) if self.lines.has_partial() => {
-                    return Err(self.broke("the stream ended in the middle of an event".into()))
-                }
-                Ok(None) => return Ok(None),
-                Ok(Some(Ok(frame))) => frame,
-            };
-            if let Ok(data) = frame.into_data() {
-                let lines = self.lines.push(&data).map_err(|e| self.broke(e.to_string()))?;
-                self.queue.extend(lines);
-            }
-        }
+            Err(e) => return Err(self.broke(e.to_string())),
+        };
+        parse_watch_event(&line).map(Some).map_err(|e| self.broke(e.to_string()))
     }
 
     fn broke(&self, problem: String) -> KubeError {
         KubeError::Watch { node: self.node.clone(), problem }
     }
-}
-
-/// Every message in the error's source chain, without repeats: reqwest's own says little.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = cur {
-        let msg = err.to_string();
-        if !parts.iter().any(|p| p.contains(&msg)) {
-            parts.push(msg);
-        }
-        cur = err.source();
-    }
-    if parts.is_empty() {
-        return e.to_string();
-    }
-    parts.join(": ")
-}
-
-/// The token, trimmed; read fresh each time because the kubelet rotates projected tokens.
-fn read_token(path: &Path) -> Result<String, KubeError> {
-    use std::io::Read;
-    let err = |problem: String| KubeError::Token { path: path.to_path_buf(), problem };
-    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_TOKEN_BYTES + 1).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
-    if bytes.len() as u64 > MAX_TOKEN_BYTES {
-        return Err(err(format!("larger than {MAX_TOKEN_BYTES} bytes")));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8".into()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(err("empty".into()));
-    }
-    if token.chars().any(|c| c.is_control() || c == ' ') {
-        return Err(err("contains spaces or control characters".into()));
-    }
-    Ok(token.to_string())
-}
-
-/// The CA certificates, parsed once at start.
-fn read_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, KubeError> {
-    let err = |problem: String| KubeError::Ca { path: path.to_path_buf(), problem };
-    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-    let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| err(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(err("no PEM certificate in it".into()));
-    }
-    Ok(certs)
 }
 
 /// Resource versions are opaque strings; escape anything but unreserved characters.
@@ -568,73 +402,67 @@ fn query_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::{KubeConfig, KubeOverrides};
 
-    /// A file under a per-test directory, removed with the guard.
-    struct Tmp(PathBuf);
-
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-            if let Some(dir) = self.0.parent() {
-                let _ = std::fs::remove_dir(dir);
-            }
-        }
-    }
-
-    fn temp(name: &str, content: &[u8]) -> Tmp {
+    /// A client for an http:// server that is never contacted, with its token in a file.
+    fn client(name: &str, token: &str) -> (KubeClient, PathBuf) {
         let dir = std::env::temp_dir().join(format!("rv-kube-client-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
-        std::fs::write(&p, content).unwrap();
-        Tmp(p)
-    }
-
-    #[test]
-    fn token_is_trimmed_and_checked() {
-        assert_eq!(read_token(&temp("t1", b"abc.def\n").0).unwrap(), "abc.def");
-        for (name, content, problem) in [
-            ("t2", &b" \n"[..], "empty"),
-            ("t3", &b"a b"[..], "contains spaces or control characters"),
-            ("t4", &b"\xff"[..], "not UTF-8"),
-        ] {
-            let t = temp(name, content);
-            assert_eq!(read_token(&t.0), Err(KubeError::Token { path: t.0.clone(), problem: problem.into() }));
-        }
-        let missing = PathBuf::from("/nonexistent/token");
-        let e = read_token(&missing).unwrap_err();
-        assert!(e.to_string().starts_with("service-account token file /nonexistent/token: No such file"), "{e}");
-        let big = temp("t5", &vec![b'a'; MAX_TOKEN_BYTES as usize + 1]);
-        assert!(read_token(&big.0).unwrap_err().to_string().contains("larger than"));
+        std::fs::write(dir.join("token"), token).unwrap();
+        let overrides = KubeOverrides {
+            api_server: Some("http://127.0.0.1:1".into()),
+            token_file: Some(dir.join("token")),
+            allow_insecure_http: true,
+            ..Default::default()
+        };
+        let cfg = KubeConfig::resolve(&overrides, |_| None).unwrap();
+        (KubeClient::new(cfg).unwrap(), dir)
     }
 
     #[test]
     fn errors_never_show_the_token() {
-        let t = temp("t6", b"secret-token-value");
-        let e = KubeError::Unauthorized { url: "https://h".into(), token_file: t.0.clone() };
+        let (c, dir) = client("t6", "secret-token-value\n");
+        let e = KubeError::Unauthorized { url: "https://h".into(), token_file: dir.join("token") };
         assert!(!e.to_string().contains("secret-token-value"));
         assert!(!format!("{e:?}").contains("secret-token-value"));
+        assert!(!format!("{c:?}").contains("secret-token-value"));
+        let echo = br#"{"kind":"Status","message":"bad header Authorization: Bearer secret-token-value"}"#;
+        assert_eq!(c.refusal_message(echo), "bad header Authorization: Bearer ***");
+        let raw = b"GET /api/v1/nodes/n1\r\nAuthorization: Bearer secret-token-value\r\n";
+        let m = c.refusal_message(raw);
+        assert!(!m.contains("secret") && m.contains("not a Kubernetes Status"), "{m}");
+        assert_eq!(c.refusal_message(b""), "(no body)");
+        let long = format!(r#"{{"kind":"Status","message":"{}"}}"#, "x".repeat(1000));
+        assert_eq!(c.refusal_message(long.as_bytes()).len(), MAX_MESSAGE_CHARS);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
-    fn ca_file_problems_are_named() {
-        let e = read_ca(Path::new("/nonexistent/ca.crt")).unwrap_err();
+    fn a_missing_ca_is_named_for_https_only() {
+        let cfg = |url: &str, allow| {
+            let o = KubeOverrides {
+                api_server: Some(url.into()),
+                ca_file: Some("/nonexistent/ca.crt".into()),
+                allow_insecure_http: allow,
+                ..Default::default()
+            };
+            KubeConfig::resolve(&o, |_| None).unwrap()
+        };
+        let e = KubeClient::new(cfg("https://127.0.0.1:6443", false)).unwrap_err();
+        assert!(matches!(&e, KubeError::Ca { path, .. } if path == std::path::Path::new("/nonexistent/ca.crt")), "{e}");
         assert!(e.to_string().starts_with("Kubernetes CA file /nonexistent/ca.crt: No such file"), "{e}");
-        let t = temp("ca-empty", b"hello\n");
-        let e = read_ca(&t.0).unwrap_err();
-        assert_eq!(e, KubeError::Ca { path: t.0.clone(), problem: "no PEM certificate in it".into() });
+        assert!(KubeClient::new(cfg("http://127.0.0.1:8080", true)).is_ok());
     }
 
-    #[test]
-    fn endpoints_parse() {
-        let ep = |u: &str| parse_endpoint(u).map(|e| (e.https, e.host, e.port, e.authority));
-        assert_eq!(ep("https://10.96.0.1"), Ok((true, "10.96.0.1".into(), 443, "10.96.0.1".into())));
-        assert_eq!(ep("https://h:6443"), Ok((true, "h".into(), 6443, "h:6443".into())));
-        assert_eq!(ep("http://127.0.0.1:8080"), Ok((false, "127.0.0.1".into(), 8080, "127.0.0.1:8080".into())));
-        assert_eq!(ep("https://[fd00::1]:6443"), Ok((true, "fd00::1".into(), 6443, "[fd00::1]:6443".into())));
-        assert_eq!(ep("https://[fd00::1]"), Ok((true, "fd00::1".into(), 443, "[fd00::1]".into())));
-        for bad in ["ftp://h", "https://h:x", "https://[fd00::1", "https://[::1]x", "https://:443"] {
-            assert!(matches!(parse_endpoint(bad), Err(KubeError::Client { .. })), "{bad}");
-        }
+    #[tokio::test]
+    async fn unreachable_and_token_problems_are_named() {
+        let (c, dir) = client("t7", "tok");
+        let e = c.get_node("n1").await.unwrap_err();
+        assert!(matches!(&e, KubeError::Unreachable { url, .. } if url == "http://127.0.0.1:1/api/v1/nodes/n1"), "{e}");
+        std::fs::write(dir.join("token"), "").unwrap();
+        let e = c.get_node("n1").await.unwrap_err();
+        assert_eq!(e, KubeError::Token { path: dir.join("token"), problem: "empty".into() });
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

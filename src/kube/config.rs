@@ -1,6 +1,14 @@
 //! Where the API server is and how to authenticate: in-cluster defaults, every path overridable.
+//!
+//! Proxies: the in-cluster API server (`KUBERNETES_SERVICE_HOST`, a cluster IP that every pod
+//! reaches directly) is always reached without a proxy, whatever `HTTPS_PROXY` says (it may be
+//! set for the webhook, and a proxy would see the bearer token's destination at least). An
+//! explicit `--kube-api-server` follows `HTTPS_PROXY`/`HTTP_PROXY` unless `NO_PROXY` names it, as
+//! kubectl and client-go do.
 
 use std::path::PathBuf;
+
+use crate::http::client::ProxySettings;
 
 /// The service account's mount point in every pod that has one.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -22,6 +30,9 @@ pub struct KubeOverrides {
     pub ca_file: Option<PathBuf>,
     /// The namespace file.
     pub namespace_file: Option<PathBuf>,
+    /// Accept an `http://` API server, which gets the bearer token in clear text
+    /// (`--kube-allow-insecure-http`, for tests against plain-HTTP fakes).
+    pub allow_insecure_http: bool,
 }
 
 /// How to reach and authenticate to the API server. Holds paths, never the token itself.
@@ -35,6 +46,8 @@ pub struct KubeConfig {
     pub ca_file: PathBuf,
     /// The pod's namespace file (read by callers that need it).
     pub namespace_file: PathBuf,
+    /// The proxies to reach it through (none for the in-cluster server).
+    pub proxy: ProxySettings,
 }
 
 /// The API server's address cannot be determined or is not a URL this client can use.
@@ -55,6 +68,16 @@ pub enum KubeConfigError {
          API, a DNS subdomain such as ip-10-1-2-3.ec2.internal"
     )]
     BadNodeName {
+        /// The value seen.
+        value: String,
+    },
+    /// Plain http:// without the explicit opt-in.
+    #[error(
+        "--kube-api-server {value:?} (RANKVISOR_KUBE_API_SERVER) is plain http://: the service-account bearer token \
+         would cross the network in clear text: expected an https:// URL, or --kube-allow-insecure-http \
+         (RANKVISOR_KUBE_ALLOW_INSECURE_HTTP=true) to accept that"
+    )]
+    InsecureServer {
         /// The value seen.
         value: String,
     },
@@ -86,15 +109,20 @@ pub fn check_node_name(name: &str) -> Result<(), KubeConfigError> {
 
 impl KubeConfig {
     /// Resolve the configuration from the overrides, then the in-cluster variables (`env`) and paths.
+    /// `env` is also where the proxy variables are read (see the module's note on proxies).
     pub fn resolve(
         overrides: &KubeOverrides,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<KubeConfig, KubeConfigError> {
-        let api_server = match &overrides.api_server {
-            Some(url) => normalize_url(url, "--kube-api-server")?,
-            None => in_cluster_url(&env)?,
+        let (api_server, proxy) = match &overrides.api_server {
+            Some(url) => (normalize_url(url, "--kube-api-server")?, ProxySettings::from_env(&env)),
+            None => (in_cluster_url(&env)?, ProxySettings::default()),
         };
+        if api_server.starts_with("http://") && !overrides.allow_insecure_http {
+            return Err(KubeConfigError::InsecureServer { value: api_server });
+        }
         Ok(KubeConfig {
+            proxy,
             api_server,
             token_file: overrides.token_file.clone().unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
             ca_file: overrides.ca_file.clone().unwrap_or_else(|| DEFAULT_CA_FILE.into()),
@@ -221,6 +249,7 @@ mod tests {
             token_file: Some("/t".into()),
             ca_file: Some("/c".into()),
             namespace_file: Some("/n".into()),
+            allow_insecure_http: false,
         };
         let c = KubeConfig::resolve(&o, env(&[])).unwrap();
         assert_eq!(
@@ -229,11 +258,41 @@ mod tests {
                 api_server: "https://127.0.0.1:16443".into(),
                 token_file: "/t".into(),
                 ca_file: "/c".into(),
-                namespace_file: "/n".into()
+                namespace_file: "/n".into(),
+                proxy: ProxySettings::default(),
             }
         );
-        let o = KubeOverrides { api_server: Some("http://127.0.0.1:8080".into()), ..Default::default() };
+        let o = KubeOverrides {
+            api_server: Some("http://127.0.0.1:8080".into()),
+            allow_insecure_http: true,
+            ..Default::default()
+        };
         assert_eq!(KubeConfig::resolve(&o, env(&[])).unwrap().api_server, "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn plain_http_needs_the_opt_in() {
+        let o = KubeOverrides { api_server: Some("http://10.0.0.5:8080/".into()), ..Default::default() };
+        let e = KubeConfig::resolve(&o, env(&[])).unwrap_err();
+        assert_eq!(e, KubeConfigError::InsecureServer { value: "http://10.0.0.5:8080".into() });
+        let text = e.to_string();
+        assert!(text.contains("\"http://10.0.0.5:8080\"") && text.contains("--kube-allow-insecure-http"), "{text}");
+    }
+
+    #[test]
+    fn proxies_apply_to_an_explicit_server_only() {
+        let vars = env(&[
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("HTTPS_PROXY", "http://proxy:3128"),
+            ("NO_PROXY", "collector.local"),
+        ]);
+        let in_cluster = KubeConfig::resolve(&KubeOverrides::default(), &vars).unwrap();
+        assert_eq!(in_cluster.proxy, ProxySettings::default(), "the service IP is reached directly");
+        let o = KubeOverrides { api_server: Some("https://api.example:6443".into()), ..Default::default() };
+        let explicit = KubeConfig::resolve(&o, &vars).unwrap();
+        assert_eq!(explicit.proxy.https.as_deref(), Some("http://proxy:3128"));
+        assert_eq!(explicit.proxy.no_proxy.as_deref(), Some("collector.local"));
     }
 
     #[test]

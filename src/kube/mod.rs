@@ -1,18 +1,17 @@
 //! A small Kubernetes API client: in-cluster configuration, an HTTPS client that trusts only the
 //! given CA and re-reads the (rotating) service-account token, GET and watch of one Node.
 
-mod backoff;
 mod client;
 mod config;
 mod wire;
 
-pub use backoff::Backoff;
+/// The network clients' backoff, re-exported where the node watcher has always found it.
+pub use crate::backoff::Backoff;
 pub use client::{KubeClient, KubeError, NodeWatch};
 pub use config::{
     check_node_name, KubeConfig, KubeConfigError, KubeOverrides, DEFAULT_CA_FILE, DEFAULT_NAMESPACE_FILE,
     DEFAULT_TOKEN_FILE, SERVICE_ACCOUNT_DIR,
 };
 pub use wire::{
-    parse_status, parse_watch_event, LineBuffer, Node, NodeMetadata, NodeSpec, Status, WatchEvent, WireError,
-    MAX_LINE_BYTES,
+    parse_status, parse_watch_event, Node, NodeMetadata, NodeSpec, Status, WatchEvent, WireError, MAX_LINE_BYTES,
 };

@@ -125,7 +125,8 @@ pub enum WireError {
         /// The type seen.
         kind: String,
     },
-    /// A line longer than [`MAX_LINE_BYTES`] without a newline.
+    /// A line longer than [`MAX_LINE_BYTES`] without a newline (the HTTP client's line reader
+    /// stops there).
     #[error("watch event longer than {MAX_LINE_BYTES} bytes: expected one JSON event per line")]
     TooLong,
 }
@@ -156,44 +157,11 @@ fn cut(line: &[u8]) -> String {
     s.chars().take(200).collect()
 }
 
-/// Splits a byte stream into lines, whatever the chunk boundaries.
-#[derive(Debug, Default)]
-pub struct LineBuffer {
-    pending: Vec<u8>,
-}
-
-impl LineBuffer {
-    /// Append a chunk; return every line it completes (without the newline, blank lines dropped).
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, WireError> {
-        let mut lines = Vec::new();
-        let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
-            let (head, tail) = rest.split_at(pos);
-            self.pending.extend_from_slice(head);
-            let line = std::mem::take(&mut self.pending);
-            if line.iter().any(|b| !b.is_ascii_whitespace()) {
-                lines.push(line);
-            }
-            rest = tail.get(1..).unwrap_or_default();
-        }
-        self.pending.extend_from_slice(rest);
-        if self.pending.len() > MAX_LINE_BYTES {
-            self.pending = Vec::new();
-            return Err(WireError::TooLong);
-        }
-        Ok(lines)
-    }
-
-    /// True if a partial line is buffered (a stream that ends here was cut mid-event).
-    pub fn has_partial(&self) -> bool {
-        self.pending.iter().any(|b| !b.is_ascii_whitespace())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::health::NODE_HEALTH_STATUS;
+    use crate::http::client::{HttpError, LineSplitter};
 
     /// A MODIFIED event as kube-apiserver 1.20.2 sends it (fields trimmed to the ones that matter).
     const MODIFIED: &str = r#"{"type":"MODIFIED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"6f0b","resourceVersion":"231","creationTimestamp":"2026-11-29T10:00:00Z","labels":{"pool":"b","sagemaker.amazonaws.com/node-health-status":"Schedulable"},"annotations":{"sagemaker.amazonaws.com/fault-details":"{}"},"managedFields":[{"manager":"curl","operation":"Update"}]},"spec":{"taints":[{"key":"sagemaker.amazonaws.com/node-health-status","value":"Unschedulable","effect":"NoSchedule","timeAdded":"2026-11-29T10:00:00Z"}]},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":""}}}}"#;
@@ -270,7 +238,7 @@ mod tests {
     fn lines_split_across_any_chunking() {
         let stream = format!("{MODIFIED}\n\n{MODIFIED}\n");
         for size in [1, 2, 7, 100, stream.len()] {
-            let mut buf = LineBuffer::default();
+            let mut buf = LineSplitter::new(MAX_LINE_BYTES);
             let mut lines = Vec::new();
             for chunk in stream.as_bytes().chunks(size) {
                 lines.extend(buf.push(chunk).unwrap());
@@ -279,14 +247,14 @@ mod tests {
             assert!(lines.iter().all(|l| l == MODIFIED.as_bytes()));
             assert!(!buf.has_partial());
         }
-        let mut buf = LineBuffer::default();
+        let mut buf = LineSplitter::new(MAX_LINE_BYTES);
         assert!(buf.push(&MODIFIED.as_bytes()[..10]).unwrap().is_empty());
         assert!(buf.has_partial());
     }
 
     #[test]
     fn endless_line_is_refused() {
-        let mut buf = LineBuffer::default();
+        let mut buf = LineSplitter::new(MAX_LINE_BYTES);
         let chunk = vec![b'x'; 1024 * 1024];
         let mut result = Ok(Vec::new());
         for _ in 0..9 {
@@ -295,7 +263,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(result, Err(WireError::TooLong));
+        assert_eq!(result, Err(HttpError::LineTooLong { limit: MAX_LINE_BYTES }));
         assert!(!buf.has_partial());
     }
 }

@@ -1,11 +1,24 @@
 //! Processes at the OS edge: signals, the one reaper, spawning the child, sweeping leftovers.
 
+mod fatal;
 mod procfs;
 mod reaper;
 mod signals;
 mod spawn;
 
+pub use fatal::{install_panic_hook, set_child_group};
 pub use procfs::{alive_descendants, ProcEntry};
 pub use reaper::{has_children, reap_all};
-pub use signals::{block_signals, is_shutdown, signal_group, SignalStream, Signals};
+pub use signals::{block_signals, is_shutdown, signal_group, SignalInfo, SignalStream, Signals};
 pub use spawn::{spawn_child, ChildCommand, SpawnError};
+
+/// Orphans of the child are reparented to rankvisor, not to the host's init, and reaped the same
+/// way (PID 1 gets them anyway).
+pub fn become_subreaper() {
+    if std::process::id() != 1 {
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+        }
+    }
+}

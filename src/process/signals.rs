@@ -4,14 +4,16 @@
 //! sent to init). Blocking everything and reading a signalfd gives one ordered stream of TERM, INT,
 //! CHLD and the rest, with no handler running at an arbitrary point.
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::io;
 use tokio::io::unix::AsyncFd;
 
-/// Synchronous signals stay unblocked: blocking them makes a fault in rankvisor hang instead of dump.
-const SYNCHRONOUS: [Signal; 7] =
-    [Signal::SIGSEGV, Signal::SIGBUS, Signal::SIGFPE, Signal::SIGILL, Signal::SIGTRAP, Signal::SIGABRT, Signal::SIGSYS];
+// Every signal is blocked, the synchronous ones (SEGV, BUS, FPE, ILL, TRAP, ABRT, SYS) included:
+// a real fault of rankvisor's own is forced on it by the kernel, blocked or not (and `abort`
+// unblocks SIGABRT itself), so it still kills rankvisor; the same signals *sent* by another
+// process queue on the signalfd instead of killing rankvisor and orphaning the child, and are
+// forwarded to the child as dumb-init does.
 
 /// The masks around the block: what to read from the signalfd, and what to give the child back.
 #[derive(Clone)]
@@ -29,10 +31,7 @@ pub fn block_signals() -> io::Result<Signals> {
     // the reaper would never hear of the child's exit.
     // SAFETY: SIG_DFL installs no handler; nothing else runs yet.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    let mut blocked = SigSet::all();
-    for s in SYNCHRONOUS {
-        blocked.remove(s);
-    }
+    let blocked = SigSet::all();
     let mut original = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut original))?;
     Ok(Signals { blocked, original })
@@ -58,6 +57,16 @@ pub fn signal_group(pid: i32, sig: i32) -> io::Result<()> {
     }
 }
 
+/// One signal read from the signalfd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalInfo {
+    /// The signal number.
+    pub signal: i32,
+    /// rankvisor raised it itself (its own SIGPIPE on a broken pipe), as opposed to another
+    /// process's kill(2) or the kernel on behalf of a child (SIGCHLD).
+    pub own: bool,
+}
+
 /// The stream of signals delivered to rankvisor.
 pub struct SignalStream {
     fd: AsyncFd<SignalFd>,
@@ -74,13 +83,14 @@ impl SignalStream {
     }
 
     /// Wait for at least one signal and return every one pending, in order.
-    pub async fn next(&mut self) -> io::Result<Vec<i32>> {
+    pub async fn next(&mut self) -> io::Result<Vec<SignalInfo>> {
+        let me = std::process::id();
         loop {
             let mut guard = self.fd.readable_mut().await?;
             let mut out = Vec::new();
             loop {
                 match guard.get_inner_mut().read_signal() {
-                    Ok(Some(info)) => out.push(info.ssi_signo as i32),
+                    Ok(Some(info)) => out.push(SignalInfo { signal: info.ssi_signo as i32, own: info.ssi_pid == me }),
                     Ok(None) => break,
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => return Err(e.into()),

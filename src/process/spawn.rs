@@ -17,6 +17,8 @@ pub struct ChildCommand {
     pub args: Vec<OsString>,
     /// Variables set on top of rankvisor's own environment.
     pub env: Vec<(OsString, OsString)>,
+    /// Variables of rankvisor's own environment the child must not see (secrets).
+    pub env_remove: Vec<OsString>,
 }
 
 /// The child could not be started; `code` is what a shell would return.
@@ -25,6 +27,9 @@ pub struct ChildCommand {
 pub struct SpawnError {
     /// 127 (not found) or 126 (not executable).
     pub code: i32,
+    /// The failure is the machine's, not the command's (EMFILE, ENFILE, EAGAIN, ENOMEM): a later
+    /// start may work, so it is a failed run for the restart policy, not a permanent 126.
+    pub transient: bool,
     /// The command.
     pub program: String,
     /// The OS error.
@@ -36,7 +41,11 @@ pub struct SpawnError {
 /// returned handle: the reaper collects the exit.
 pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnError> {
     let mut c = Command::new(&cmd.program);
-    c.args(&cmd.args).envs(cmd.env.iter().map(|(k, v)| (k, v))).process_group(0);
+    c.args(&cmd.args).process_group(0);
+    for k in &cmd.env_remove {
+        c.env_remove(k);
+    }
+    c.envs(cmd.env.iter().map(|(k, v)| (k, v)));
     let original: libc::sigset_t = *signals.original.as_ref();
     let sigrtmax = libc::SIGRTMAX();
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions
@@ -72,6 +81,7 @@ pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnEr
     match c.spawn() {
         Ok(child) => Ok(child.id() as i32),
         Err(source) => Err(SpawnError {
+            transient: matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)),
             code: if source.kind() == io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE },
             program: cmd.program.to_string_lossy().into_owned(),
             source,

@@ -119,6 +119,9 @@ pub enum Event {
         code: i32,
         /// Why, for the log and termination message.
         message: String,
+        /// The machine's fault (EMFILE, ENFILE, EAGAIN, ENOMEM), not the command's: a failed run
+        /// for the restart policy instead of a permanent 126.
+        transient: bool,
     },
     /// A reaped process: the child or anyone else.
     Exited {
@@ -303,7 +306,10 @@ impl Supervisor {
                 self.last_beat = None;
                 vec![]
             }
-            Event::SpawnFailed { code, message } => self.finish(code, Some(message)),
+            Event::SpawnFailed { code, message, transient: false } => self.finish(code, Some(message)),
+            Event::SpawnFailed { code, message, transient: true } => {
+                self.on_transient_spawn_failure(code, message, now)
+            }
             Event::Exited { pid, how } => self.on_exit(pid, how, now),
             Event::Shutdown { signal } => self.on_shutdown(signal, now),
             Event::Beat => {
@@ -488,6 +494,23 @@ impl Supervisor {
         }
     }
 
+    /// A start that failed for a reason outside the command (no descriptors, no memory): retried
+    /// like a failure from outside the program, within the backoff limit.
+    fn on_transient_spawn_failure(&mut self, code: i32, message: String, now: Instant) -> Vec<Action> {
+        if !self.cfg.policy.should_restart(ExitHow::Exited(code), true) || self.restarts >= self.cfg.backoff_limit {
+            let msg = format!(
+                "{message}; gave up after {} restarts (backoff limit {})",
+                self.restarts, self.cfg.backoff_limit
+            );
+            return self.finish(code, Some(msg));
+        }
+        let delay = self.cfg.backoff.delay(self.backoff_step.max(1));
+        self.backoff_step = self.backoff_step.saturating_add(1).max(2);
+        self.restarts += 1;
+        self.phase = Phase::Backoff { until: now + delay };
+        vec![]
+    }
+
     /// The restart decision for a child that ended on its own (or was stopped as hung).
     fn after_run(&mut self, pid: i32, how: ExitHow, hung: bool, started: Instant, now: Instant) -> Vec<Action> {
         let what = if hung {
@@ -604,6 +627,16 @@ mod tests {
             self.send(Event::Exited { pid, how });
         }
 
+        /// After a failure: wait out the backoff, if any (the first restart is immediate), and
+        /// return how long that was.
+        async fn restart(&mut self) -> Duration {
+            if matches!(self.sup.phase(), Phase::Backoff { .. }) {
+                self.advance_to_deadline().await
+            } else {
+                Duration::ZERO
+            }
+        }
+
         /// Advance paused time to the next deadline and tick.
         async fn advance_to_deadline(&mut self) -> Duration {
             let d = self.sup.next_deadline().expect("a deadline");
@@ -621,13 +654,13 @@ mod tests {
         let mut waits = vec![];
         for _ in 0..3 {
             h.exit_child(ExitHow::Exited(3));
-            assert_eq!(h.sup.state(), ReplicaState::Restarting);
-            waits.push(h.advance_to_deadline().await);
+            waits.push(h.restart().await);
         }
         h.exit_child(ExitHow::Exited(3));
         assert_eq!(h.spawns.len(), 4);
         assert_eq!(h.spawns.iter().map(|s| s.1).collect::<Vec<_>>(), [0, 1, 2, 3]);
-        assert_eq!(waits, [200 * MS, 400 * MS, 800 * MS]);
+        // The kubelet's crash-loop timing: the first restart at once, then initial, doubling.
+        assert_eq!(waits, [Duration::ZERO, 200 * MS, 400 * MS]);
         assert_eq!(h.exit, Some(3));
         assert_eq!(h.sup.state(), ReplicaState::Failed);
         assert_eq!(h.messages, ["child exited with code 3; gave up after 3 restarts (backoff limit 3)"]);
@@ -654,9 +687,9 @@ mod tests {
         let mut h = Harness::new(cfg(ExitCode, 6));
         h.send(Event::Start);
         h.exit_child(ExitHow::Exited(138));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Signaled(SIGKILL));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Exited(1));
         assert_eq!(h.spawns.len(), 3);
         assert_eq!(h.exit, Some(1));
@@ -667,9 +700,9 @@ mod tests {
         let mut h = Harness::new(cfg(Always, 2));
         h.send(Event::Start);
         h.exit_child(ExitHow::Exited(0));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Exited(0));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Exited(0));
         assert_eq!(h.spawns.len(), 3);
         assert_eq!(h.exit, Some(0));
@@ -680,9 +713,9 @@ mod tests {
         let mut h = Harness::new(cfg(OnFailure, 6));
         h.send(Event::Start);
         h.exit_child(ExitHow::Exited(1));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Signaled(SIGKILL));
-        h.advance_to_deadline().await;
+        h.restart().await;
         h.exit_child(ExitHow::Exited(0));
         assert_eq!(h.spawns.len(), 3);
         assert_eq!(h.exit, Some(0));
@@ -694,21 +727,21 @@ mod tests {
         let mut h = Harness::new(cfg(OnFailure, 100));
         h.send(Event::Start);
         let mut waits = vec![];
-        for _ in 0..5 {
+        for _ in 0..6 {
             h.exit_child(ExitHow::Exited(1));
-            waits.push(h.advance_to_deadline().await);
+            waits.push(h.restart().await);
         }
-        assert_eq!(waits, [200 * MS, 400 * MS, 800 * MS, 800 * MS, 800 * MS]);
-        // Healthy for the reset period: the next delay is the initial one again.
+        assert_eq!(waits, [Duration::ZERO, 200 * MS, 400 * MS, 800 * MS, 800 * MS, 800 * MS]);
+        // Healthy for the reset period: the next restart is immediate again, then the initial delay.
         tokio::time::advance(10_000 * MS).await;
         h.exit_child(ExitHow::Exited(1));
-        assert_eq!(h.advance_to_deadline().await, 200 * MS);
+        assert_eq!(h.restart().await, Duration::ZERO);
         h.exit_child(ExitHow::Exited(1));
-        assert_eq!(h.advance_to_deadline().await, 400 * MS);
+        assert_eq!(h.restart().await, 200 * MS);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn zero_backoff_restarts_at_once() {
+    async fn zero_backoff_restarts_at_once_then_at_the_floor() {
         let mut c = cfg(OnFailure, 5);
         c.backoff.initial = Duration::ZERO;
         let mut h = Harness::new(c);
@@ -716,6 +749,8 @@ mod tests {
         h.exit_child(ExitHow::Exited(1));
         assert_eq!(h.spawns.len(), 2);
         assert_eq!(h.sup.state(), ReplicaState::Running);
+        h.exit_child(ExitHow::Exited(1));
+        assert_eq!(h.restart().await, super::super::backoff::MIN_DELAY, "no spinning with --backoff-initial 0s");
     }
 
     #[tokio::test(start_paused = true)]
@@ -757,11 +792,12 @@ mod tests {
         c.backoff.initial = Duration::from_secs(10);
         let mut h = Harness::new(c);
         h.send(Event::Start);
+        h.exit_child(ExitHow::Exited(4));
         h.exit_child(ExitHow::Exited(5));
         assert_eq!(h.sup.state(), ReplicaState::Restarting);
         h.send(Event::Shutdown { signal: SIGTERM });
         assert_eq!(h.exit, Some(5));
-        assert_eq!(h.spawns.len(), 1);
+        assert_eq!(h.spawns.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -775,7 +811,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn spawn_failure_is_permanent() {
         let mut h = Harness::new(cfg(Always, 6));
-        h.send(Event::SpawnFailed { code: 127, message: "command not found".into() });
+        h.send(Event::SpawnFailed { code: 127, message: "command not found".into(), transient: false });
         assert_eq!(h.exit, Some(127));
         assert_eq!(h.messages, ["command not found"]);
     }
@@ -809,8 +845,7 @@ mod tests {
         assert_eq!(h.signals, [(pid, SIGTERM)]);
         assert_eq!(h.sup.hang_detections(), 1);
         h.exit_child(ExitHow::Signaled(SIGTERM));
-        assert_eq!(h.sup.state(), ReplicaState::Restarting);
-        h.advance_to_deadline().await;
+        assert_eq!(h.sup.state(), ReplicaState::Running, "the first restart is immediate");
         // The new child gets the startup allowance again.
         assert_eq!(h.sup.next_deadline(), Some(Instant::now() + 2000 * MS));
         h.advance_to_deadline().await;

@@ -5,16 +5,20 @@ use std::fmt;
 use std::str::FromStr;
 
 /// When a finished child is started again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 pub enum RestartPolicy {
     /// Never restart.
+    #[value(name = "Never")]
     Never,
     /// Restart after a failure (non-zero exit, signal, hang).
+    #[value(name = "OnFailure")]
     OnFailure,
     /// Restart after every exit, success included.
+    #[value(name = "Always")]
     Always,
     /// Kubeflow's policy: restart only for a retryable exit code (>= 128: killed by a signal, or a
     /// code of 128+N such as rankvisor's own 138); every code below 128 is permanent.
+    #[value(name = "ExitCode")]
     ExitCode,
 }
 
@@ -59,7 +63,7 @@ impl fmt::Display for RestartPolicy {
 }
 
 /// Which children a failure restarts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 pub enum RestartScope {
     /// Only this replica's child (what seed 000 measured for PyTorchJobs).
     Replica,

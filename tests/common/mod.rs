@@ -506,3 +506,177 @@ pub fn kill_tree(root: i32) {
 pub fn q(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+/// A `rankvisor dry-run --http` running in the background, with the loopback port of each pod's
+/// HTTP endpoint read from its `dry-run: <pod> serves http://127.0.0.1:PORT/...` notes. Stopped
+/// with SIGINT (the dry run stops every replica in order) when dropped.
+pub struct DryRunHttp {
+    child: Child,
+    ports: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u16>>>,
+    /// The dry run's stdout (one JSON watch event per line).
+    pub stdout: PathBuf,
+}
+
+impl DryRunHttp {
+    /// `rankvisor dry-run --http --master-port 0 --output json --logs DIR EXTRA... MANIFEST`, with
+    /// the replicas' output in `dir/logs` and the watch stream in `dir/watch.jsonl`.
+    pub fn start(dir: &TestDir, manifest: &Path, extra: &[&str]) -> Self {
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).expect("logs dir");
+        let stdout = dir.join("watch.jsonl");
+        let mut cmd = Command::new(BIN);
+        // --master-port 0: a free port of its own, so dry runs of parallel tests do not collide.
+        cmd.arg("dry-run").args(["--http", "--master-port", "0", "--output", "json", "--logs"]);
+        cmd.arg(&logs).args(extra).arg(manifest);
+        for var in SCRUBBED {
+            cmd.env_remove(var);
+        }
+        cmd.stdin(Stdio::null()).stdout(std::fs::File::create(&stdout).expect("watch file")).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn rankvisor dry-run");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let ports = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let seen = ports.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let Some(rest) = line.strip_prefix("dry-run: ") else { continue };
+                let Some((pod, url)) = rest.split_once(" serves http://127.0.0.1:") else { continue };
+                if let Some(port) = url.split('/').next().and_then(|p| p.parse::<u16>().ok()) {
+                    seen.lock().unwrap().insert(pod.to_string(), port);
+                }
+            }
+        });
+        Self { child, ports, stdout }
+    }
+
+    /// The HTTP port of `pod`, once the dry run has said it.
+    pub fn port(&self, pod: &str) -> u16 {
+        wait_until(&format!("the dry run to say {pod}'s HTTP port"), || self.ports.lock().unwrap().get(pod).copied())
+    }
+}
+
+impl Drop for DryRunHttp {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGINT);
+            let deadline = Instant::now() + HANG_GUARD;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `GET path` on 127.0.0.1:`port`: (status code, body), or None when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let code = head.split(' ').nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// A tool the test drives (promtool, chromium), or a loud failure saying how to install it.
+pub fn required_tool(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()));
+    found.unwrap_or_else(|| {
+        panic!("{name} is not installed: run `bash scripts/setup-views.sh` (apt: prometheus, chromium)")
+    })
+}
+
+/// A PyTorchJob for the monitoring tests, written into `dir`. Every trainer writes a JSON heartbeat
+/// (`step` and a falling `loss`) every 0.2 s. The master hangs on its first start after 5 steps
+/// (stops beating; its launcher has a 1.5 s hang timeout), is restarted, then trains. The worker
+/// with RANK 1 (`pytest-worker-0`) crash-loops (exit 1 after 0.5 s). The worker with RANK 2
+/// (`pytest-worker-1`) trains. No backoffLimit: the restarts never fail the job. (Only the master
+/// hangs: a manifest's env is per replica type, so the workers share one heartbeat file and one
+/// worker's beats would hide another's hang.)
+pub fn crashloop_and_hung_manifest(dir: &TestDir) -> PathBuf {
+    let master_hb = dir.file("master-heartbeat.json");
+    let worker_hb = dir.file("worker-heartbeat.json");
+    let train = r#"i=0
+                  while [ $i -lt 3000 ]; do
+                    i=$((i + 1))
+                    awk -v s=$i 'BEGIN { printf "{\"step\": %d, \"loss\": %.4f}\n", s, 2.5 / (1 + s / 10) + (s % 3) * 0.02 }' > "$RANKVISOR_HEARTBEAT_FILE.$$"
+                    mv "$RANKVISOR_HEARTBEAT_FILE.$$" "$RANKVISOR_HEARTBEAT_FILE"
+                    if [ $i = 5 ] && [ "$HANG_AT_FIRST_START" = yes ] && [ "$RANKVISOR_RESTART_COUNT" = 0 ]; then exec sleep 600; fi
+                    sleep 0.2
+                  done"#;
+    let text = format!(
+        r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: pytest
+  namespace: default
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: busybox:1.37.0-glibc
+              env:
+                - {{name: RANKVISOR_HEARTBEAT_FILE, value: "{master_hb}"}}
+                - {{name: RANKVISOR_HANG_TIMEOUT, value: "1500ms"}}
+                - {{name: HANG_AT_FIRST_START, value: "yes"}}
+              command:
+                - sh
+                - -c
+                - |
+                  {train}
+    Worker:
+      replicas: 2
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: busybox:1.37.0-glibc
+              env:
+                - {{name: RANKVISOR_HEARTBEAT_FILE, value: "{worker_hb}"}}
+              command:
+                - sh
+                - -c
+                - |
+                  if [ "$RANK" = 1 ]; then sleep 0.5; exit 1; fi
+                  {train}
+"#
+    );
+    let path = dir.join("pytorchjob-crashloop-hung.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    path
+}
+
+/// The master's `/job` view, once `pred` holds for it.
+pub fn wait_job(master_port: u16, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    wait_until_for(what, Duration::from_secs(60), || {
+        let (code, body) = http_get(master_port, "/job")?;
+        let view: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        assert_ne!(view["phase"], "Failed", "the job failed while waiting for {what}: {view:#}");
+        pred(&view).then_some(view)
+    })
+}
+
+/// The job view shows the crash-looping worker (replica 1) restarted at least twice and the master
+/// (replica 0) back from a hang (its last exit for `Hung`) and training, while the job is Running.
+pub fn crashloop_and_hang_seen(view: &Value) -> bool {
+    let r = &view["replicas"];
+    view["phase"] == "Running"
+        && r["1"]["restart_count"].as_u64().unwrap_or(0) >= 2
+        && r["0"]["report"]["last_exit"]["reason"] == "Hung"
+        && r["0"]["state"] == "Running"
+        && r["0"]["report"]["progress"]["step"].as_u64().unwrap_or(0) >= 3
+}

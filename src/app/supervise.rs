@@ -1,0 +1,163 @@
+//! `rankvisor [OPTIONS] -- COMMAND`: the composition root of supervision. It builds the runtime,
+//! the sources (node health, the rendezvous link) and the sinks (HTTP, webhook, Kubernetes Events,
+//! `--status-fd`), runs the one event loop, and flushes the sinks before rankvisor exits.
+
+use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
+use crate::health::{self, NodeHealthSource};
+use crate::kube::{KubeClient, KubeConfig};
+use crate::process::{self, ChildCommand, Signals};
+use crate::replica::{self, link, HealthSource, LinkRole, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::reporting::{self, Reporting, ReportingConfig};
+use crate::status_sink::StatusSink;
+use crate::{exit, kube_events};
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+/// How long the sinks may take to deliver the final state once supervision is over.
+const FINISH: Duration = Duration::from_secs(2);
+
+/// Supervise the training command; return rankvisor's exit status.
+pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
+    for w in &cfg.warnings {
+        warn!("{w}");
+    }
+    if !cfg.inferred.is_empty() {
+        info!("rank contract: {}", cfg.inferred.join("; "));
+    }
+    let status_sink = match cfg.status_fd.map(StatusSink::from_fd).transpose() {
+        Ok(s) => s,
+        Err(e) => return super::config_error(&e.to_string(), cfg.termination_log.clone()),
+    };
+    let kube_events_cfg = match kube_events_reporter(&cfg, env) {
+        Ok(c) => c,
+        Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
+    };
+    let kube_health = match cfg.health.source {
+        NodeHealthSource::Kubernetes => match super::check_node::kube_client(&cfg.kube, env) {
+            Ok(c) => Some(c),
+            Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
+        },
+        _ => None,
+    };
+    process::become_subreaper();
+    process::install_panic_hook(cfg.termination_log.clone());
+    let runtime = match super::runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let code = runtime.block_on(supervise(cfg, kube_health, kube_events_cfg, status_sink.clone(), signals));
+    // Off the event loop: the --status-fd reader gets every line before the launcher is gone.
+    if let Some(sink) = &status_sink {
+        sink.flush(FINISH);
+    }
+    // Do not wait for a blocked DNS lookup of the webhook's host.
+    runtime.shutdown_background();
+    code
+}
+
+async fn supervise(
+    cfg: SuperviseConfig,
+    kube_health: Option<(KubeClient, String)>,
+    kube_events_cfg: Option<kube_events::KubeEventsConfig>,
+    status_sink: Option<StatusSink>,
+    signals: Signals,
+) -> i32 {
+    let (status, _keep) = tokio::sync::watch::channel(Default::default());
+    let health: Option<HealthSource> = match (&cfg.health.source, kube_health) {
+        (NodeHealthSource::File(path), _) => {
+            let rx = health::spawn_file_watcher(path.clone(), cfg.health.require_label, Duration::from_secs(1));
+            Some(Box::pin(async move { rx }))
+        }
+        // The first look may take --node-health-timeout; the loop handles signals meanwhile.
+        (NodeHealthSource::Kubernetes, Some((client, node))) => {
+            let opts = health::KubeWatchOptions::new(node, cfg.health.require_label, cfg.kube.node_health_timeout);
+            Some(Box::pin(health::spawn_kubernetes_watcher(client, opts)))
+        }
+        _ => None,
+    };
+    let reporting = reporting::start(
+        ReportingConfig { http: cfg.http, webhook: cfg.webhook.clone() },
+        cfg.identity.clone(),
+        status.subscribe(),
+    )
+    .await;
+    let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
+    let loop_cfg = LoopConfig {
+        replica: ReplicaConfig {
+            supervisor: cfg.supervisor,
+            health_gate: health.as_ref().map(|_| cfg.health.wait),
+            link: cfg.link.as_ref().map(link::JobLinkConfig::role),
+            linger: cfg
+                .link
+                .as_ref()
+                .filter(|l| l.role() == LinkRole::Master)
+                .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
+        },
+        command: ChildCommand {
+            program: cfg.program.clone(),
+            args: cfg.args.clone(),
+            env: Vec::new(),
+            env_remove: cfg.env_remove.clone(),
+        },
+        heartbeat_file: cfg.heartbeat_file.clone(),
+        termination_log: cfg.termination_log.clone(),
+        status_sink,
+    };
+    let code = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
+        Ok(code) => code,
+        Err(e) => {
+            error!("supervision failed: {e}");
+            exit::EXTERNAL_FAILURE
+        }
+    };
+    reporting.finish(FINISH).await;
+    if let Some(k) = kube_events {
+        k.finish(FINISH).await;
+    }
+    code
+}
+
+/// Starts the rendezvous link once the machine asks: the health it carries follows the source,
+/// this replica's reports go upstream, and the master's job view is served on `/job`.
+fn link_starter(
+    lc: link::JobLinkConfig,
+    reporting: &Reporting,
+    status: tokio::sync::watch::Receiver<crate::report::LocalStatus>,
+) -> LinkStarter {
+    let reports = reporting.subscribe();
+    let job_views = reporting.job_view_slot();
+    Box::new(move |health| {
+        let upstream = link::Upstream::new(status, Some(reports));
+        let l = link::start(lc, link::rendezvous_health(health), upstream)
+            .map_err(|e| format!("rendezvous failed: {e}"))?;
+        if let Some(view) = l.job_view {
+            let _ = job_views.set(view);
+        }
+        Ok((l.commands, l.events))
+    })
+}
+
+/// The Kubernetes Events and Pod-condition reporter's settings, when they are on.
+fn kube_events_reporter(
+    cfg: &SuperviseConfig,
+    env: &EnvSnapshot,
+) -> Result<Option<kube_events::KubeEventsConfig>, String> {
+    let Some(KubeEventsTarget { pod, namespace, best_effort }) = cfg.kube_events.clone() else {
+        return Ok(None);
+    };
+    let client = KubeConfig::resolve(&cfg.kube.overrides, env.lookup())
+        .map_err(|e| e.to_string())
+        .and_then(|c| KubeClient::new(c).map_err(|e| e.to_string()));
+    match client {
+        Ok(client) => {
+            Ok(Some(kube_events::KubeEventsConfig { client, namespace, pod, node: cfg.identity.node.clone() }))
+        }
+        // auto is best effort: reporting must not keep training from starting.
+        Err(e) if best_effort => {
+            warn!("Kubernetes Events and the Pod condition are off: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}

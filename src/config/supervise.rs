@@ -1,0 +1,539 @@
+//! `rankvisor [OPTIONS] -- COMMAND`: the arguments and the environment snapshot turned into one
+//! validated configuration. Pure: nothing here opens a file, a socket or a runtime.
+
+use super::args::{KubeArgs, OnOff, OnOffAuto, SuperviseArgs, UnhealthyNode};
+use super::env::EnvSnapshot;
+use super::ConfigError;
+use crate::health::NodeHealthSource;
+use crate::http::HttpAddr;
+use crate::kube::KubeOverrides;
+use crate::rank::{self, RankEnv, ReplicaCount, Role};
+use crate::rendezvous;
+use crate::replica::JobLinkConfig;
+use crate::report::Identity;
+use crate::supervise::{BackoffConfig, HangConfig, RestartScope, SupervisorConfig};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The rendezvous port when neither `--rendezvous-port` nor `MASTER_PORT` says: Kubeflow's default
+/// `MASTER_PORT` (23456, `PyTorchJobDefaultPort`) plus one, as for a job with a Master.
+pub const DEFAULT_RENDEZVOUS_PORT: u16 = 23457;
+/// The shortest delay between restarts: a crash loop with `--backoff-initial 0s` must not spin.
+pub const MIN_RESTART_DELAY: Duration = Duration::from_millis(10);
+
+/// The node-health gate's settings, `auto` already resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSettings {
+    /// Off, a labels file, or the Kubernetes API (never `Auto`).
+    pub source: NodeHealthSource,
+    /// A node without the node-health-status label is unhealthy.
+    pub require_label: bool,
+    /// `--unhealthy-node wait`: wait for health before the first start instead of exiting 138.
+    pub wait: bool,
+}
+
+/// The Kubernetes API's settings (node health, Events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeSettings {
+    /// Explicit API server, token and CA.
+    pub overrides: KubeOverrides,
+    /// This pod's node (`NODE_NAME`).
+    pub node_name: Option<String>,
+    /// How long the API may be unreachable at start.
+    pub node_health_timeout: Duration,
+}
+
+/// Where Kubernetes Events and the Pod condition go, when they are on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeEventsTarget {
+    /// This pod.
+    pub pod: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// `auto`: a client that cannot be built turns them off with a warning instead of failing.
+    pub best_effort: bool,
+}
+
+/// Everything `rankvisor -- COMMAND` needs, validated.
+#[derive(Debug, Clone)]
+pub struct SuperviseConfig {
+    /// argv\[0\] of the training process.
+    pub program: OsString,
+    /// The rest of its argv.
+    pub args: Vec<OsString>,
+    /// Restart policy, backoff, grace, hang detection, scope.
+    pub supervisor: SupervisorConfig,
+    /// The rank contract.
+    pub rank: RankEnv,
+    /// Who this replica is, for every report.
+    pub identity: Identity,
+    /// The node-health gate.
+    pub health: HealthSettings,
+    /// The Kubernetes API's settings.
+    pub kube: KubeSettings,
+    /// The rendezvous, for a job of several replicas with rankvisor's barrier on.
+    pub link: Option<JobLinkConfig>,
+    /// `--http-addr`.
+    pub http: HttpAddr,
+    /// `--report-url` and `--report-interval`.
+    pub webhook: Option<crate::webhook::WebhookConfig>,
+    /// Kubernetes Events and the Pod condition.
+    pub kube_events: Option<KubeEventsTarget>,
+    /// `--heartbeat-file`.
+    pub heartbeat_file: Option<PathBuf>,
+    /// Where to write why rankvisor gave up (None: nowhere).
+    pub termination_log: Option<PathBuf>,
+    /// `--status-fd`.
+    pub status_fd: Option<i32>,
+    /// Variables removed from the child's environment (secrets meant for rankvisor alone).
+    pub env_remove: Vec<OsString>,
+    /// What was inferred, for one INFO line at start.
+    pub inferred: Vec<String>,
+    /// Warnings to log once at start.
+    pub warnings: Vec<String>,
+}
+
+fn err(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+/// The supervisor's settings from the arguments.
+pub fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, ConfigError> {
+    let hang = match (a.hang_timeout, &a.heartbeat_file) {
+        (Some(_), None) => return Err(err("--hang-timeout (RANKVISOR_HANG_TIMEOUT) needs --heartbeat-file")),
+        (Some(t), Some(_)) if t.is_zero() => return Err(err("--hang-timeout is 0s: expected a positive duration")),
+        (Some(timeout), Some(_)) => {
+            Some(HangConfig { timeout, startup: a.hang_startup.unwrap_or(Duration::from_secs(600).max(timeout)) })
+        }
+        (None, _) => None,
+    };
+    if a.backoff_max < a.backoff_initial {
+        return Err(err(format!(
+            "--backoff-max ({:?}) is shorter than --backoff-initial ({:?}): expected max >= initial",
+            a.backoff_max, a.backoff_initial
+        )));
+    }
+    Ok(SupervisorConfig {
+        policy: a.restart_policy,
+        backoff_limit: a.backoff_limit,
+        backoff: BackoffConfig { initial: a.backoff_initial, max: a.backoff_max, reset: a.backoff_reset },
+        grace: a.grace_period,
+        hang,
+        scope: a.restart_scope,
+    })
+}
+
+/// The pod's name: `POD_NAME` from the downward API, else `HOSTNAME`, else the kernel's hostname
+/// (a pod's hostname is its name).
+pub fn pod_name(env: &EnvSnapshot) -> Option<String> {
+    env.non_empty("POD_NAME").or_else(|| env.non_empty("HOSTNAME")).or_else(|| env.hostname().map(str::to_string))
+}
+
+/// The rank contract from the snapshot (`rankvisor env` and the supervisor share it).
+pub fn rank_env(env: &EnvSnapshot) -> Result<RankEnv, ConfigError> {
+    env.check_utf8().map_err(|e| err(e.to_string()))?;
+    rank::parse_rank_env_of_pod(env.lookup(), pod_name(env).as_deref()).map_err(|e| err(e.to_string()))
+}
+
+/// This replica's identity for reports: the rank contract, the downward API, `--job-name`.
+pub fn identity(env: &EnvSnapshot, rank: &RankEnv, job_name: Option<&str>) -> Identity {
+    let pod = pod_name(env);
+    let master_addr = rank.master_addr.clone();
+    let job = job_name.map(str::to_string).or_else(|| rank::derive_job_name(master_addr.as_deref(), pod.as_deref()));
+    let role = match rank.role() {
+        Role::Master => "Master",
+        Role::Worker => "Worker",
+    };
+    let known_role = rank.injected || pod.as_deref().and_then(rank::PodName::parse).is_some();
+    Identity {
+        job,
+        replica_type: known_role.then(|| role.to_string()),
+        rank: rank.injected.then_some(rank.replica_index),
+        replica_count: rank.injected.then(|| rank.replica_count.max()),
+        world_size: rank.world_size.filter(|_| rank.injected),
+        pod,
+        namespace: env.non_empty("POD_NAMESPACE"),
+        node: env.non_empty("NODE_NAME"),
+    }
+}
+
+/// The node-health source with `auto` resolved.
+pub fn health_settings(
+    source: &NodeHealthSource,
+    require_label: bool,
+    wait: bool,
+    kube: &KubeArgs,
+    env: &EnvSnapshot,
+    warnings: &mut Vec<String>,
+) -> HealthSettings {
+    let was_auto = matches!(source, NodeHealthSource::Auto);
+    let source = match source.clone().resolve_auto(env.in_cluster()) {
+        NodeHealthSource::Kubernetes if was_auto && kube.node_name.is_none() => {
+            warnings.push(
+                "in-cluster, but NODE_NAME is not set (expected from the downward API's spec.nodeName): node health is off"
+                    .into(),
+            );
+            NodeHealthSource::Off
+        }
+        other => other,
+    };
+    HealthSettings { source, require_label, wait }
+}
+
+/// The Kubernetes API's settings from the arguments.
+pub fn kube_settings(k: &KubeArgs) -> KubeSettings {
+    KubeSettings {
+        overrides: KubeOverrides {
+            api_server: k.kube_api_server.clone(),
+            token_file: k.kube_token_file.clone(),
+            ca_file: k.kube_ca_file.clone(),
+            namespace_file: None,
+            allow_insecure_http: k.kube_allow_insecure_http,
+        },
+        node_name: k.node_name.clone(),
+        node_health_timeout: k.node_health_timeout,
+    }
+}
+
+/// Validate `a` and the environment into the supervisor's configuration.
+pub fn supervise_config(
+    a: &SuperviseArgs,
+    command: &[OsString],
+    env: &EnvSnapshot,
+) -> Result<SuperviseConfig, ConfigError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(err("no command to supervise: expected `rankvisor [OPTIONS] -- COMMAND [ARGS]...`"));
+    };
+    if let Some(name) = &a.job_name {
+        if name.is_empty() || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(err(format!(
+                "--job-name (RANKVISOR_JOB_NAME) {name:?} is invalid: expected the PyTorchJob's name, non-empty, without spaces"
+            )));
+        }
+    }
+    let rank = rank_env(env)?;
+    let supervisor = supervisor_config(a)?;
+    let identity = identity(env, &rank, a.job_name.as_deref());
+    let mut warnings = Vec::new();
+    let mut inferred = rank.inferred.clone();
+    let health = health_settings(
+        &a.node_health,
+        a.require_health_label,
+        a.unhealthy_node == UnhealthyNode::Wait,
+        &a.kube,
+        env,
+        &mut warnings,
+    );
+    let link = link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?;
+    let kube_events = kube_events_target(a.kube_events, env)?;
+    let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
+        interval: a.report_interval,
+        proxy: crate::http::client::ProxySettings::from_env(env.lookup()),
+        ..crate::webhook::WebhookConfig::new(url)
+    });
+    if a.report_interval.is_zero() && webhook.is_some() {
+        return Err(err("--report-interval is 0s: expected a positive duration such as 30s"));
+    }
+    let termination_log = a.termination_log.clone().or_else(crate::termination::default_path);
+    Ok(SuperviseConfig {
+        program: program.clone(),
+        args: args.to_vec(),
+        supervisor,
+        rank,
+        identity,
+        health,
+        kube: kube_settings(&a.kube),
+        link,
+        http: a.http_addr,
+        webhook,
+        kube_events,
+        heartbeat_file: a.heartbeat_file.clone(),
+        termination_log,
+        status_fd: a.status_fd,
+        env_remove: vec!["RANKVISOR_JOB_TOKEN".into()],
+        inferred,
+        warnings,
+    })
+}
+
+/// Where Kubernetes Events go: `on` needs the downward API's POD_NAME and POD_NAMESPACE; `auto` is
+/// on only in a cluster with both.
+fn kube_events_target(mode: OnOffAuto, env: &EnvSnapshot) -> Result<Option<KubeEventsTarget>, ConfigError> {
+    let (pod, namespace) = (env.non_empty("POD_NAME"), env.non_empty("POD_NAMESPACE"));
+    match (mode, pod, namespace) {
+        (OnOffAuto::Off, ..) => Ok(None),
+        (OnOffAuto::Auto, Some(pod), Some(namespace)) if env.in_cluster() => {
+            Ok(Some(KubeEventsTarget { pod, namespace, best_effort: true }))
+        }
+        (OnOffAuto::Auto, ..) => Ok(None),
+        (OnOffAuto::On, Some(pod), Some(namespace)) => {
+            Ok(Some(KubeEventsTarget { pod, namespace, best_effort: false }))
+        }
+        (OnOffAuto::On, p, n) => Err(err(format!(
+            "--kube-events on needs POD_NAME ({:?}) and POD_NAMESPACE ({:?}) from the downward API \
+             (fieldRef metadata.name and metadata.namespace): expected both set",
+            p.unwrap_or_default(),
+            n.unwrap_or_default()
+        ))),
+    }
+}
+
+/// The rendezvous settings for a job of several replicas; None for one replica, an elastic job
+/// (torchrun's rendezvous owns membership) or `--rendezvous off`.
+fn link_config(
+    a: &SuperviseArgs,
+    env: &EnvSnapshot,
+    rank: &RankEnv,
+    identity: &Identity,
+    inferred: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<JobLinkConfig>, ConfigError> {
+    if a.rendezvous == OnOff::Off {
+        return Ok(None);
+    }
+    let count = match rank.replica_count {
+        ReplicaCount::Fixed { count } if count > 1 => count,
+        ReplicaCount::Fixed { .. } => return Ok(None),
+        ReplicaCount::Elastic { min, max } => {
+            inferred.push(format!(
+                "elastic job (PET_NNODES={}): torchrun's own rendezvous owns membership, rankvisor's barrier is off",
+                if min == max { min.to_string() } else { format!("{min}:{max}") }
+            ));
+            return Ok(None);
+        }
+    };
+    if a.rendezvous_timeout.is_zero() {
+        return Err(err("--rendezvous-timeout is 0s: expected a positive duration"));
+    }
+    if a.rendezvous_port == Some(0) {
+        return Err(err("--rendezvous-port 0 is invalid: expected a TCP port from 1 to 65535"));
+    }
+    // The job's name, checked at the barrier: the PyTorchJob's, else (a local multi-process run)
+    // the master's address, which every replica shares.
+    let job = match (&identity.job, &rank.master_addr, rank.master_port) {
+        (Some(job), ..) => job.clone(),
+        (None, Some(addr), Some(port)) => {
+            let job = format!("{addr}:{port}");
+            inferred.push(format!("job identity {job:?} from MASTER_ADDR:MASTER_PORT (not a Kubeflow pod name)"));
+            job
+        }
+        (None, ..) => {
+            warnings.push(format!(
+                "cannot tell the job for rankvisor's barrier: POD_NAME {:?} is not <job>-worker-N and MASTER_ADDR is \
+                 not set; the barrier is off (set --job-name and --rendezvous-port to turn it on)",
+                identity.pod.clone().unwrap_or_default()
+            ));
+            return Ok(None);
+        }
+    };
+    // The barrier's leader is replica 0: the Master, or without one Worker 0 (`<job>-worker-0`).
+    let (leader, leader_from) = match &rank.master_addr {
+        Some(addr) => (addr.clone(), "MASTER_ADDR"),
+        None => (format!("{job}-worker-0"), "the job's Worker 0 (no Master)"),
+    };
+    let (port, port_from) = match (a.rendezvous_port, rank.master_port) {
+        (Some(p), _) => (p, "--rendezvous-port"),
+        (None, Some(mp)) => (
+            mp.checked_add(1).ok_or_else(|| {
+                err("MASTER_PORT=65535 leaves no default rendezvous port (MASTER_PORT+1): expected --rendezvous-port")
+            })?,
+            "MASTER_PORT+1",
+        ),
+        (None, None) => (DEFAULT_RENDEZVOUS_PORT, "Kubeflow's default port 23456 + 1"),
+    };
+    if rank.master_addr.is_none() || rank.master_port.is_none() {
+        inferred.push(format!("rankvisor's barrier at {leader}:{port} ({leader_from}, port {port_from})"));
+    }
+    let token = match env.get("RANKVISOR_JOB_TOKEN") {
+        Some(t) if t.is_empty() => {
+            return Err(err("RANKVISOR_JOB_TOKEN is set but empty: expected a secret, or unset"));
+        }
+        Some(t) => Some(t.into_bytes()),
+        None => {
+            warnings.push(format!(
+                "no RANKVISOR_JOB_TOKEN: anyone who reaches {leader}:{port} can join this {count}-replica job's barrier; \
+                 set the same secret on every replica"
+            ));
+            None
+        }
+    };
+    let node = identity.node.clone().or_else(|| env.hostname().map(str::to_string)).unwrap_or_else(|| "unknown".into());
+    Ok(Some(JobLinkConfig {
+        identity: rendezvous::Identity { job, replica_index: rank.replica_index, replica_count: count, node },
+        master: (leader, port),
+        listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
+        rendezvous: rendezvous::RendezvousConfig {
+            barrier_timeout: a.rendezvous_timeout,
+            token,
+            scope: a.restart_scope,
+            ..rendezvous::RendezvousConfig::default()
+        },
+        scope: a.restart_scope,
+    }))
+}
+
+/// How long a master whose child succeeded keeps the control channel for its workers: under job
+/// scope a worker that loses the master stops its child, so the master waits (at most one
+/// rendezvous timeout) for them to finish.
+pub fn linger_limit_of(scope: RestartScope, link: &Option<JobLinkConfig>) -> Option<Duration> {
+    link.as_ref().filter(|_| scope == RestartScope::Job).map(|l| l.rendezvous.barrier_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        sup: SuperviseArgs,
+    }
+
+    fn args(extra: &[&str]) -> SuperviseArgs {
+        let mut argv = vec!["rankvisor", "--http-addr", "off", "--node-health", "off"];
+        argv.extend_from_slice(extra);
+        Cmd::try_parse_from(argv).expect("valid arguments").sup
+    }
+
+    fn cmd() -> Vec<OsString> {
+        vec!["train".into()]
+    }
+
+    const SEED_WORKER: &[(&str, &str)] = &[
+        ("MASTER_ADDR", "pytest-master-0"),
+        ("PET_MASTER_ADDR", "pytest-master-0"),
+        ("MASTER_PORT", "23456"),
+        ("PET_MASTER_PORT", "23456"),
+        ("WORLD_SIZE", "4"),
+        ("RANK", "2"),
+        ("PET_NODE_RANK", "2"),
+        ("PET_NPROC_PER_NODE", "auto"),
+        ("PET_NNODES", "4"),
+        ("POD_NAME", "pytest-worker-1"),
+        ("POD_NAMESPACE", "team"),
+        ("NODE_NAME", "ip-10-0-0-7"),
+        ("RANKVISOR_JOB_TOKEN", "s3cret"),
+    ];
+
+    #[test]
+    fn seed_000_worker() {
+        let env = EnvSnapshot::of(SEED_WORKER).with_hostname("ignored");
+        let c = supervise_config(&args(&[]), &cmd(), &env).unwrap();
+        assert_eq!(
+            c.identity,
+            Identity {
+                job: Some("pytest".into()),
+                replica_type: Some("Worker".into()),
+                rank: Some(2),
+                replica_count: Some(4),
+                world_size: Some(4),
+                pod: Some("pytest-worker-1".into()),
+                namespace: Some("team".into()),
+                node: Some("ip-10-0-0-7".into()),
+            }
+        );
+        let link = c.link.expect("a 4-replica job meets at the barrier");
+        assert_eq!(link.master, ("pytest-master-0".to_string(), 23457));
+        assert_eq!(link.identity.replica_index, 2);
+        assert_eq!(c.inferred, Vec::<String>::new(), "nothing inferred for the seed's env");
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.env_remove, vec![OsString::from("RANKVISOR_JOB_TOKEN")], "the token is not the child's");
+    }
+
+    /// setPodEnv for a Worker-only job: PET_NNODES alone; the barrier's leader is worker 0.
+    #[test]
+    fn worker_only_job_runs_with_an_inferred_barrier() {
+        let env = EnvSnapshot::of(&[("PET_NNODES", "3"), ("PYTHONUNBUFFERED", "1")]).with_hostname("mnist-worker-2");
+        let c = supervise_config(&args(&[]), &cmd(), &env).unwrap();
+        assert_eq!((c.identity.job.as_deref(), c.identity.replica_type.as_deref()), (Some("mnist"), Some("Worker")));
+        let link = c.link.expect("barrier");
+        assert_eq!(link.master, ("mnist-worker-0".to_string(), DEFAULT_RENDEZVOUS_PORT));
+        assert_eq!(link.identity.replica_index, 2);
+        let line = c.inferred.join("; ");
+        assert!(line.contains("replica index 2 from the pod name"), "{line}");
+        assert!(line.contains("barrier at mnist-worker-0:23457"), "{line}");
+        assert!(c.warnings.iter().any(|w| w.contains("no RANKVISOR_JOB_TOKEN")), "{:?}", c.warnings);
+    }
+
+    /// ElasticEnvVarGenerator: torchrun's rendezvous owns membership, no barrier.
+    #[test]
+    fn elastic_job_has_no_barrier() {
+        let env = EnvSnapshot::of(&[
+            ("PET_RDZV_ENDPOINT", "echo-worker-0:23456"),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_NNODES", "1:3"),
+            ("POD_NAME", "echo-worker-1"),
+        ]);
+        let c = supervise_config(&args(&[]), &cmd(), &env).unwrap();
+        assert!(c.link.is_none());
+        assert!(c.inferred.join("; ").contains("elastic job (PET_NNODES=1:3)"), "{:?}", c.inferred);
+    }
+
+    /// A local multi-process run: no pod names, the job is MASTER_ADDR:MASTER_PORT.
+    #[test]
+    fn local_run_derives_the_job_from_the_master_address() {
+        let env = EnvSnapshot::of(&[
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("WORLD_SIZE", "2"),
+            ("RANK", "1"),
+        ])
+        .with_hostname("laptop");
+        let c = supervise_config(&args(&[]), &cmd(), &env).unwrap();
+        assert_eq!(c.link.expect("barrier").identity.job, "127.0.0.1:29500");
+    }
+
+    #[test]
+    fn bad_values_name_the_culprit() {
+        let env = EnvSnapshot::of(SEED_WORKER);
+        let e = |extra: &[&str]| supervise_config(&args(extra), &cmd(), &env).unwrap_err().to_string();
+        assert!(e(&["--job-name", ""]).contains("--job-name (RANKVISOR_JOB_NAME) \"\" is invalid"));
+        assert!(e(&["--backoff-initial", "20s", "--backoff-max", "10s"]).contains("--backoff-max"));
+        assert!(e(&["--rendezvous-timeout", "0s"]).contains("--rendezvous-timeout is 0s"));
+        let no_cmd = supervise_config(&args(&[]), &[], &env).unwrap_err().to_string();
+        assert!(no_cmd.starts_with("no command to supervise"), "{no_cmd}");
+        let empty_token = EnvSnapshot::of(&[
+            ("RANKVISOR_JOB_TOKEN", ""),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "m"),
+            ("MASTER_PORT", "1"),
+        ]);
+        let t = supervise_config(&args(&[]), &cmd(), &empty_token).unwrap_err().to_string();
+        assert!(t.contains("RANKVISOR_JOB_TOKEN is set but empty"), "{t}");
+    }
+
+    #[test]
+    fn a_non_utf8_token_is_a_configuration_error() {
+        use std::os::unix::ffi::OsStringExt;
+        let env = EnvSnapshot::from_os([
+            (OsString::from("RANKVISOR_JOB_TOKEN"), OsString::from_vec(vec![0xff, 0xfe])),
+            ("RANK".into(), "1".into()),
+            ("WORLD_SIZE".into(), "2".into()),
+            ("MASTER_ADDR".into(), "m".into()),
+            ("MASTER_PORT".into(), "1".into()),
+        ]);
+        let e = supervise_config(&args(&[]), &cmd(), &env).unwrap_err().to_string();
+        assert!(e.starts_with("RANKVISOR_JOB_TOKEN="), "{e}");
+    }
+
+    #[test]
+    fn choices_are_enums() {
+        let a = args(&[
+            "--unhealthy-node",
+            "wait",
+            "--rendezvous",
+            "off",
+            "--kube-events",
+            "off",
+            "--restart-policy",
+            "ExitCode",
+        ]);
+        assert_eq!((a.unhealthy_node, a.rendezvous, a.kube_events), (UnhealthyNode::Wait, OnOff::Off, OnOffAuto::Off));
+        assert_eq!(a.restart_policy, crate::supervise::RestartPolicy::ExitCode);
+        let bad = Cmd::try_parse_from(["rankvisor", "--unhealthy-node", "later"]).err().unwrap().to_string();
+        assert!(bad.contains("later") && bad.contains("exit") && bad.contains("wait"), "{bad}");
+    }
+}

@@ -1,0 +1,849 @@
+//! The one HTTP client of rankvisor (the Kubernetes API, the webhook): `reqwest` over rustls with
+//! the ring provider, HTTP/1.1, no redirects, and nothing read without a bound.
+//!
+//! - Roots: only a given CA bundle (the in-cluster CA for the API server), or the system's bundle.
+//! - A bearer token re-read from its file before every request (projected tokens rotate).
+//! - Connect timeout for every connection, an overall deadline per request (headers and collected
+//!   body), an idle timeout per line of a streamed body.
+//! - Bodies are read with a bound: `collect` keeps at most N bytes, `lines` refuses a line longer
+//!   than its limit; a hostile or broken server costs at most that much memory.
+//! - Proxies only as given (`ProxySettings`, usually from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
+//!   read once by the caller): reqwest's own reading of the environment is turned off.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use reqwest::Method;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use tokio::time::{timeout_at, Instant};
+
+/// Largest token file read.
+const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// The certificates a server's certificate must chain to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Roots {
+    /// Only the PEM certificates in this file, read once at construction.
+    CaFile(PathBuf),
+    /// The system's bundle, read once at construction (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else
+    /// `/etc/ssl/certs` and the usual places). An image `FROM scratch` has none.
+    System,
+}
+
+/// Proxies, as `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` give them. The default is no proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxySettings {
+    /// The proxy for `https://` URLs (tunneled with CONNECT).
+    pub https: Option<String>,
+    /// The proxy for `http://` URLs.
+    pub http: Option<String>,
+    /// Hosts reached directly: comma-separated names (a leading `.` or `*.` matches subdomains),
+    /// IP addresses and CIDR blocks; `*` means every host.
+    pub no_proxy: Option<String>,
+}
+
+impl ProxySettings {
+    /// The settings curl and Go would read: `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, each also in
+    /// lower case, `ALL_PROXY` as the fallback for both; empty values count as unset.
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |names: &[&str]| names.iter().find_map(|n| env(n).filter(|v| !v.trim().is_empty()));
+        let all = var(&["ALL_PROXY", "all_proxy"]);
+        Self {
+            https: var(&["HTTPS_PROXY", "https_proxy"]).or_else(|| all.clone()),
+            http: var(&["HTTP_PROXY", "http_proxy"]).or(all),
+            no_proxy: var(&["NO_PROXY", "no_proxy"]),
+        }
+    }
+}
+
+/// How a client is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Whom to trust for https.
+    pub roots: Roots,
+    /// Proxies to use (none by default).
+    pub proxy: ProxySettings,
+    /// Longest wait for a TCP connection, and for a TLS handshake.
+    pub connect_timeout: Duration,
+    /// A file holding a bearer token, read before every request and sent as `Authorization`.
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+/// Why a request, or setting up the client, failed. Text only, so that it can be compared and
+/// cloned; never holds the token, and URLs in it have their credentials redacted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HttpError {
+    /// The CA file is missing, unreadable or holds no PEM certificate.
+    #[error("CA file {path}: {problem}: expected a PEM bundle")]
+    Ca {
+        /// The CA file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// A proxy setting is not a URL.
+    #[error("proxy {value:?} for {scheme} URLs: {problem}: expected a URL such as http://proxy:3128")]
+    Proxy {
+        /// `http` or `https`.
+        scheme: &'static str,
+        /// The value, credentials redacted.
+        value: String,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The client could not be built.
+    #[error("cannot set up the HTTP client: {problem}")]
+    Setup {
+        /// What went wrong.
+        problem: String,
+    },
+    /// The token file is missing, unreadable, empty or not a token.
+    #[error("bearer token file {path}: {problem}")]
+    Token {
+        /// The token file.
+        path: PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
+    /// The URL cannot be requested.
+    #[error("invalid URL {url:?}: {problem}")]
+    Url {
+        /// The URL, credentials redacted.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The TLS handshake failed: the certificate is not trusted, wrong name, expired...
+    #[error("TLS handshake failed: {problem}")]
+    Tls {
+        /// rustls's reason.
+        problem: String,
+    },
+    /// No connection (refused, no route, DNS, proxy refused).
+    #[error("cannot connect: {problem}")]
+    Connect {
+        /// What went wrong.
+        problem: String,
+    },
+    /// No answer (or no more of it) in time.
+    #[error("no answer within {after:?}")]
+    Timeout {
+        /// The limit.
+        after: Duration,
+    },
+    /// The connection broke while sending or receiving.
+    #[error("connection lost: {problem}")]
+    Transfer {
+        /// What went wrong.
+        problem: String,
+    },
+    /// A streamed line grew beyond its limit.
+    #[error("a line longer than {limit} bytes: refused, the limit keeps memory bounded")]
+    LineTooLong {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body ended in the middle of a line.
+    #[error("the body ended in the middle of a line")]
+    EndedMidLine,
+}
+
+/// A request body and its media type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// An HTTP/1.1 client; cheap to clone (connections are pooled and shared).
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: reqwest::Client,
+    token_file: Option<PathBuf>,
+    roots_loaded: usize,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("token_file", &self.token_file)
+            .field("roots_loaded", &self.roots_loaded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpClient {
+    /// Build a client: reads the CA (or system) roots now.
+    pub fn new(opts: ClientOptions) -> Result<Self, HttpError> {
+        let (tls, roots_loaded) = tls_config(&opts.roots)?;
+        let mut builder = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(opts.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .user_agent(concat!("rankvisor/", env!("CARGO_PKG_VERSION")));
+        let no_proxy = opts.proxy.no_proxy.as_deref().and_then(reqwest::NoProxy::from_string);
+        for (scheme, value) in [("https", &opts.proxy.https), ("http", &opts.proxy.http)] {
+            let Some(value) = value else { continue };
+            let bad = |problem: String| HttpError::Proxy { scheme, value: redact_url(value), problem };
+            let parsed = reqwest::Url::parse(value.trim()).map_err(|e| bad(e.to_string()))?;
+            if !matches!(parsed.scheme(), "http" | "https" | "socks5" | "socks5h") || parsed.host_str().is_none() {
+                return Err(bad("not an http(s):// URL with a host".into()));
+            }
+            let proxy = if scheme == "https" { reqwest::Proxy::https(parsed) } else { reqwest::Proxy::http(parsed) };
+            let proxy = proxy.map_err(|e| bad(chain(&e.without_url())))?;
+            builder = builder.proxy(proxy.no_proxy(no_proxy.clone()));
+        }
+        let inner = builder.build().map_err(|e| HttpError::Setup { problem: chain(&e.without_url()) })?;
+        Ok(Self { inner, token_file: opts.bearer_token_file, roots_loaded })
+    }
+
+    /// How many trusted root certificates were loaded (0: https cannot succeed).
+    pub fn roots_loaded(&self) -> usize {
+        self.roots_loaded
+    }
+
+    /// Send a request with a freshly read token (if any); `timeout` bounds the wait for the
+    /// response's headers and, later, `Response::collect`.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Body>,
+        timeout: Duration,
+    ) -> Result<Response, HttpError> {
+        let deadline = Instant::now() + timeout;
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| HttpError::Url { url: redact_url(url), problem: e.to_string() })?;
+        let mut req = self.inner.request(method, parsed).header(reqwest::header::ACCEPT, "application/json");
+        if let Some(path) = &self.token_file {
+            // bearer_auth marks the header sensitive: it never shows in a Debug.
+            req = req.bearer_auth(read_token(path)?);
+        }
+        if let Some(b) = body {
+            req = req.header(reqwest::header::CONTENT_TYPE, b.content_type).body(b.bytes);
+        }
+        match timeout_at(deadline, req.send()).await {
+            Err(_) => Err(HttpError::Timeout { after: timeout }),
+            Ok(Err(e)) => Err(classify(e)),
+            Ok(Ok(resp)) => Ok(Response { inner: resp, deadline, timeout }),
+        }
+    }
+}
+
+/// An answer whose body has not been read yet.
+#[derive(Debug)]
+pub struct Response {
+    inner: reqwest::Response,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// A body read with a bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    /// At most the limit's worth of bytes.
+    pub bytes: Vec<u8>,
+    /// The body was longer: the rest was not read (and the connection is dropped).
+    pub truncated: bool,
+}
+
+impl Response {
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.inner.status().as_u16()
+    }
+
+    /// Read the body up to `limit` bytes, before the request's deadline. A longer body is cut
+    /// (`truncated`), never buffered whole.
+    pub async fn collect(mut self, limit: usize) -> Result<Collected, HttpError> {
+        let mut bytes = Vec::new();
+        loop {
+            let chunk = match timeout_at(self.deadline, self.inner.chunk()).await {
+                Err(_) => return Err(HttpError::Timeout { after: self.timeout }),
+                Ok(Err(e)) => return Err(classify(e)),
+                Ok(Ok(None)) => return Ok(Collected { bytes, truncated: false }),
+                Ok(Ok(Some(c))) => c,
+            };
+            let room = limit.saturating_sub(bytes.len());
+            if chunk.len() > room {
+                bytes.extend_from_slice(chunk.get(..room).unwrap_or_default());
+                return Ok(Collected { bytes, truncated: true });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Read the body as a stream of lines of at most `max_line` bytes (no deadline: a stream
+    /// may last; each `next_line` has its own idle limit).
+    pub fn lines(self, max_line: usize) -> BodyLines {
+        BodyLines { inner: self.inner, splitter: LineSplitter::new(max_line), ready: VecDeque::new() }
+    }
+}
+
+/// A body read line by line (newline-delimited JSON, e.g. a Kubernetes watch).
+#[derive(Debug)]
+pub struct BodyLines {
+    inner: reqwest::Response,
+    splitter: LineSplitter,
+    ready: VecDeque<Vec<u8>>,
+}
+
+impl BodyLines {
+    /// The next non-blank line, without its newline; `Ok(None)` when the body ended cleanly.
+    /// Silence for `idle` is a `Timeout`.
+    pub async fn next_line(&mut self, idle: Duration) -> Result<Option<Vec<u8>>, HttpError> {
+        loop {
+            if let Some(line) = self.ready.pop_front() {
+                return Ok(Some(line));
+            }
+            match tokio::time::timeout(idle, self.inner.chunk()).await {
+                Err(_) => return Err(HttpError::Timeout { after: idle }),
+                Ok(Err(e)) => return Err(classify(e)),
+                Ok(Ok(None)) if self.splitter.has_partial() => return Err(HttpError::EndedMidLine),
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Ok(Some(chunk))) => self.ready.extend(self.splitter.push(&chunk)?),
+            }
+        }
+    }
+}
+
+/// Splits chunks into lines, holding at most `max` bytes of an unfinished line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineSplitter {
+    pending: Vec<u8>,
+    max: usize,
+}
+
+impl LineSplitter {
+    /// A splitter refusing lines longer than `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self { pending: Vec::new(), max }
+    }
+
+    /// Append a chunk; return every line it completes (without the newline, blank lines
+    /// dropped). A line over the limit is an error, and what was held of it is freed.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, HttpError> {
+        let mut lines = Vec::new();
+        for (i, piece) in chunk.split(|&b| b == b'\n').enumerate() {
+            if i > 0 {
+                let line = std::mem::take(&mut self.pending);
+                if line.iter().any(|b| !b.is_ascii_whitespace()) {
+                    lines.push(line);
+                }
+            }
+            if self.pending.len() + piece.len() > self.max {
+                self.pending = Vec::new();
+                return Err(HttpError::LineTooLong { limit: self.max });
+            }
+            self.pending.extend_from_slice(piece);
+        }
+        Ok(lines)
+    }
+
+    /// True if an unfinished line is held (a stream that ends here was cut mid-line).
+    pub fn has_partial(&self) -> bool {
+        self.pending.iter().any(|b| !b.is_ascii_whitespace())
+    }
+}
+
+/// `scheme://***@host/...` for a URL with credentials; other text unchanged. For logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://***@{}{tail}", authority.get(at + 1..).unwrap_or_default()),
+        None => url.to_string(),
+    }
+}
+
+/// The TLS settings: ring, TLS 1.2 and 1.3, HTTP/1.1 by ALPN, only the given roots.
+fn tls_config(roots: &Roots) -> Result<(rustls::ClientConfig, usize), HttpError> {
+    let mut store = rustls::RootCertStore::empty();
+    match roots {
+        Roots::CaFile(path) => {
+            for cert in read_ca(path)? {
+                store.add(cert).map_err(|e| HttpError::Ca { path: path.clone(), problem: e.to_string() })?;
+            }
+        }
+        Roots::System => {
+            // Unreadable entries are skipped; with none at all, every handshake names the cause.
+            let found = rustls_native_certs::load_native_certs();
+            let (_added, _ignored) = store.add_parsable_certificates(found.certs);
+        }
+    }
+    let loaded = store.len();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| HttpError::Setup { problem: e.to_string() })?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((config, loaded))
+}
+
+/// The CA certificates of a PEM bundle.
+fn read_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpError> {
+    let err = |problem: String| HttpError::Ca { path: path.to_path_buf(), problem };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificate in it".into()));
+    }
+    Ok(certs)
+}
+
+/// The token, trimmed; read fresh each time because the kubelet rotates projected tokens.
+pub fn read_token(path: &Path) -> Result<String, HttpError> {
+    use std::io::Read;
+    let err = |problem: String| HttpError::Token { path: path.to_path_buf(), problem };
+    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKEN_BYTES + 1).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_TOKEN_BYTES {
+        return Err(err(format!("larger than {MAX_TOKEN_BYTES} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8".into()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(err("empty".into()));
+    }
+    if token.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(err("contains spaces or control characters".into()));
+    }
+    Ok(token.to_string())
+}
+
+/// Which kind of failure a reqwest error is; its text without the URL (which may carry
+/// credentials: callers name the URL themselves, redacted).
+fn classify(e: reqwest::Error) -> HttpError {
+    if let Some(problem) = rustls_cause(&e) {
+        return HttpError::Tls { problem };
+    }
+    let (connect, timeout) = (e.is_connect(), e.is_timeout());
+    let problem = chain(&e.without_url());
+    match (connect, timeout) {
+        (true, _) => HttpError::Connect { problem },
+        (false, true) => HttpError::Transfer { problem: format!("timed out: {problem}") },
+        _ => HttpError::Transfer { problem },
+    }
+}
+
+/// rustls's own error somewhere in the chain. An io::Error's `source` skips the error it wraps
+/// (and the TLS stack nests io::Errors), so those are opened with `get_ref`.
+fn rustls_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return Some(r.to_string());
+        }
+        cur = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
+}
+
+/// Every message in the error's source chain, without repeats: reqwest's own says little.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let msg = err.to_string();
+        if !parts.iter().any(|p| p.contains(&msg)) {
+            parts.push(msg);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A directory removed with the guard.
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("rv-http-client-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn plain() -> ClientOptions {
+        ClientOptions {
+            roots: Roots::System,
+            proxy: ProxySettings::default(),
+            connect_timeout: Duration::from_secs(5),
+            bearer_token_file: None,
+        }
+    }
+
+    /// Reads one request head (and its announced body), returns it as text.
+    pub(crate) async fn read_request(s: &mut (impl AsyncReadExt + Unpin)) -> String {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client closed before a whole request: {:?}", String::from_utf8_lossy(&buf));
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_string))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    return text;
+                }
+            }
+        }
+    }
+
+    /// A server that hands each request's text to `tx` and answers with `answer(n)`, the n-th
+    /// connection's bytes (then streams `tail` forever if set).
+    async fn server(
+        answer: impl Fn(usize) -> Vec<u8> + Send + 'static,
+        endless_tail: Option<Vec<u8>>,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut n = 0;
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                n += 1;
+                let head = read_request(&mut s).await;
+                let _ = tx.send(head);
+                let answer = answer(n);
+                let tail = endless_tail.clone();
+                tokio::spawn(async move {
+                    if s.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                    if let Some(tail) = tail {
+                        while s.write_all(&tail).await.is_ok() {}
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    const CHUNKED_HEAD: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+    fn chunk(data: &[u8]) -> Vec<u8> {
+        let mut v = format!("{:x}\r\n", data.len()).into_bytes();
+        v.extend_from_slice(data);
+        v.extend_from_slice(b"\r\n");
+        v
+    }
+
+    #[test]
+    fn lines_are_split_across_chunks_and_bounded() {
+        let text = b"{\"a\":1}\n\n  \n{\"b\":2}\n";
+        for size in [1, 2, 3, 7, text.len()] {
+            let mut s = LineSplitter::new(100);
+            let mut lines = Vec::new();
+            for c in text.chunks(size) {
+                lines.extend(s.push(c).unwrap());
+            }
+            assert_eq!(lines, [b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()], "chunk size {size}");
+            assert!(!s.has_partial());
+        }
+        let mut s = LineSplitter::new(8);
+        assert_eq!(s.push(b"12345678\n1234").unwrap(), [b"12345678".to_vec()]);
+        assert!(s.has_partial());
+        assert_eq!(s.push(b"56789"), Err(HttpError::LineTooLong { limit: 8 }));
+        assert!(!s.has_partial(), "what was held of the long line is freed");
+        let e = HttpError::LineTooLong { limit: 8 }.to_string();
+        assert!(e.contains("longer than 8 bytes"), "{e}");
+    }
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(redact_url("http://user:pass@host:8080/r?x=1"), "http://***@host:8080/r?x=1");
+        assert_eq!(redact_url("https://tok@h"), "https://***@h");
+        assert_eq!(redact_url("http://a@b@host/p@q"), "http://***@host/p@q");
+        assert_eq!(redact_url("http://host/p@q"), "http://host/p@q");
+        assert_eq!(redact_url("http://host?u=a@b"), "http://host?u=a@b");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn proxy_settings_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(ProxySettings::from_env(env(&[])), ProxySettings::default());
+        let p = ProxySettings::from_env(env(&[
+            ("https_proxy", "http://p1:3128"),
+            ("HTTP_PROXY", "http://p2:3128"),
+            ("http_proxy", "http://ignored:1"),
+            ("no_proxy", ".svc,10.0.0.0/8"),
+        ]));
+        assert_eq!(p.https.as_deref(), Some("http://p1:3128"));
+        assert_eq!(p.http.as_deref(), Some("http://p2:3128"));
+        assert_eq!(p.no_proxy.as_deref(), Some(".svc,10.0.0.0/8"));
+        let p = ProxySettings::from_env(env(&[("ALL_PROXY", "http://all:1"), ("HTTPS_PROXY", " ")]));
+        assert_eq!((p.https.as_deref(), p.http.as_deref()), (Some("http://all:1"), Some("http://all:1")));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let opts = ClientOptions {
+            proxy: ProxySettings { https: Some("http://u:secret@:3128".into()), ..Default::default() },
+            ..plain()
+        };
+        let e = HttpClient::new(opts).unwrap_err();
+        assert!(matches!(&e, HttpError::Proxy { scheme: "https", .. }), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+        let opts = ClientOptions { roots: Roots::CaFile("/nonexistent/ca.crt".into()), ..plain() };
+        let e = HttpClient::new(opts).unwrap_err().to_string();
+        assert!(e.starts_with("CA file /nonexistent/ca.crt: No such file"), "{e}");
+        let d = dir("empty-ca");
+        std::fs::write(d.0.join("ca.crt"), "hello\n").unwrap();
+        let e = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("ca.crt")), ..plain() }).unwrap_err();
+        assert_eq!(e, HttpError::Ca { path: d.0.join("ca.crt"), problem: "no PEM certificate in it".into() });
+    }
+
+    #[test]
+    fn token_is_trimmed_and_checked() {
+        let d = dir("tokens");
+        let file = |name: &str, content: &[u8]| {
+            let p = d.0.join(name);
+            std::fs::write(&p, content).unwrap();
+            p
+        };
+        assert_eq!(read_token(&file("t1", b"abc.def\n")).unwrap(), "abc.def");
+        for (name, content, problem) in [
+            ("t2", &b" \n"[..], "empty"),
+            ("t3", &b"a b"[..], "contains spaces or control characters"),
+            ("t4", &b"\xff"[..], "not UTF-8"),
+        ] {
+            let p = file(name, content);
+            assert_eq!(read_token(&p), Err(HttpError::Token { path: p.clone(), problem: problem.into() }));
+        }
+        let e = read_token(Path::new("/nonexistent/token")).unwrap_err();
+        assert!(e.to_string().starts_with("bearer token file /nonexistent/token: No such file"), "{e}");
+        let big = file("t5", &vec![b'a'; MAX_TOKEN_BYTES as usize + 1]);
+        assert!(read_token(&big).unwrap_err().to_string().contains("larger than"));
+    }
+
+    #[tokio::test]
+    async fn token_is_reread_before_each_request() {
+        let d = dir("rotate");
+        let token = d.0.join("token");
+        std::fs::write(&token, "first\n").unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_vec();
+        let addr = server(move |_| ok.clone(), None, tx).await;
+        let client = HttpClient::new(ClientOptions { bearer_token_file: Some(token.clone()), ..plain() }).unwrap();
+        let url = format!("http://{addr}/x");
+        for expected in ["first", "second"] {
+            let resp = client.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            assert_eq!(resp.collect(10).await.unwrap(), Collected { bytes: b"{}".to_vec(), truncated: false });
+            let head = rx.recv().await.unwrap().to_ascii_lowercase();
+            assert!(head.contains(&format!("authorization: bearer {expected}\r\n")), "{head}");
+            std::fs::write(&token, "second").unwrap();
+        }
+        std::fs::write(&token, "").unwrap();
+        let e = client.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(e, HttpError::Token { path: token, problem: "empty".into() });
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_is_cut_at_the_limit() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let addr = server(|_| CHUNKED_HEAD.to_vec(), Some(chunk(&[b'x'; 16 * 1024])), tx).await;
+        let client = HttpClient::new(plain()).unwrap();
+        let url = format!("http://{addr}/");
+        let body = Body { content_type: "application/json", bytes: b"{}".to_vec() };
+        let resp = client.send(Method::POST, &url, Some(body), Duration::from_secs(30)).await.unwrap();
+        let got = resp.collect(64 * 1024).await.unwrap();
+        assert!(got.truncated);
+        assert_eq!(got.bytes.len(), 64 * 1024);
+    }
+
+    #[tokio::test]
+    async fn an_endless_line_is_refused_naming_the_limit() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut first = CHUNKED_HEAD.to_vec();
+        first.extend(chunk(b"{\"ok\":1}\n"));
+        let addr = server(move |_| first.clone(), Some(chunk(&[b'x'; 16 * 1024])), tx).await;
+        let client = HttpClient::new(plain()).unwrap();
+        let resp = client.send(Method::GET, &format!("http://{addr}/"), None, Duration::from_secs(5)).await.unwrap();
+        let mut lines = resp.lines(1024 * 1024);
+        let idle = Duration::from_secs(30);
+        assert_eq!(lines.next_line(idle).await.unwrap(), Some(b"{\"ok\":1}".to_vec()));
+        assert_eq!(lines.next_line(idle).await, Err(HttpError::LineTooLong { limit: 1024 * 1024 }));
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_mid_line_and_a_silent_one_are_errors() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            for n in 1.. {
+                let (mut s, _) = listener.accept().await.unwrap();
+                read_request(&mut s).await;
+                // The first answer ends cleanly mid-line (and the connection with it); the
+                // second goes silent.
+                let mut answer = if n == 1 {
+                    b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec()
+                } else {
+                    CHUNKED_HEAD.to_vec()
+                };
+                answer.extend(chunk(b"{\"partial"));
+                if n == 1 {
+                    answer.extend_from_slice(b"0\r\n\r\n");
+                }
+                s.write_all(&answer).await.unwrap();
+                held.push(s);
+            }
+        });
+        let client = HttpClient::new(plain()).unwrap();
+        let url = format!("http://{addr}/");
+        let resp = client.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(resp.lines(100).next_line(Duration::from_secs(30)).await, Err(HttpError::EndedMidLine));
+        let resp = client.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+        let idle = Duration::from_millis(100);
+        assert_eq!(resp.lines(100).next_line(idle).await, Err(HttpError::Timeout { after: idle }));
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_connect_errors() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let client = HttpClient::new(plain()).unwrap();
+        let url = format!("http://user:secret@127.0.0.1:{port}/");
+        let e = client.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, HttpError::Connect { .. }), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+
+    /// A self-signed certificate for 127.0.0.1 and localhost: (certificate PEM, server config).
+    pub(crate) fn self_signed() -> (String, rustls::ServerConfig) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], der)
+            .unwrap();
+        (cert.pem(), config)
+    }
+
+    /// An https server answering every request 200 `{}`; each request's text goes to `tx`.
+    pub(crate) async fn tls_server(
+        config: rustls::ServerConfig,
+        tx: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(s).await else { return };
+                    let _ = tx.send(read_request(&mut tls).await);
+                    let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn https_trusts_only_the_given_ca() {
+        let (pem, config) = self_signed();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let addr = tls_server(config, tx).await;
+        let d = dir("tls");
+        std::fs::write(d.0.join("ca.crt"), &pem).unwrap();
+        let url = format!("https://{addr}/x");
+        let trusting = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("ca.crt")), ..plain() }).unwrap();
+        let resp = trusting.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+        assert_eq!((resp.status(), resp.collect(10).await.unwrap().bytes), (200, b"{}".to_vec()));
+        // Another CA: refused, and the error says it is the certificate.
+        let (other, _) = self_signed();
+        std::fs::write(d.0.join("other.crt"), &other).unwrap();
+        let wary = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("other.crt")), ..plain() }).unwrap();
+        let e = wary.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(&e, HttpError::Tls { problem } if problem.contains("certificate")), "{e}");
+    }
+
+    /// A proxy that answers every request itself: what it received tells which URL was asked.
+    #[tokio::test]
+    async fn proxies_are_used_unless_no_proxy_says_otherwise() {
+        let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel();
+        let ok = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n".to_vec();
+        let ok2 = ok.clone();
+        let proxy = server(move |_| ok.clone(), None, ptx).await;
+        let (dtx, mut drx) = tokio::sync::mpsc::unbounded_channel();
+        let direct = server(move |_| ok2.clone(), None, dtx).await;
+        let with = |no_proxy: Option<&str>| {
+            let proxy = ProxySettings {
+                http: Some(format!("http://{proxy}")),
+                https: None,
+                no_proxy: no_proxy.map(str::to_string),
+            };
+            HttpClient::new(ClientOptions { proxy, ..plain() }).unwrap()
+        };
+        let url = format!("http://{direct}/hook");
+        let resp = with(None).send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(resp.status(), 204);
+        let head = prx.recv().await.unwrap();
+        assert!(head.starts_with(&format!("GET {url} HTTP/1.1")), "the proxy gets the absolute URL: {head}");
+        let resp = with(Some("127.0.0.1")).send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(resp.status(), 204);
+        assert!(drx.recv().await.unwrap().starts_with("GET /hook HTTP/1.1"));
+        assert!(prx.try_recv().is_err(), "NO_PROXY: not through the proxy");
+    }
+
+    #[tokio::test]
+    async fn a_slow_server_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel::<TcpStream>();
+        tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let _ = held_tx.send(s);
+        });
+        let client = HttpClient::new(plain()).unwrap();
+        let limit = Duration::from_millis(200);
+        let e = client.send(Method::GET, &format!("http://{addr}/"), None, limit).await.unwrap_err();
+        assert_eq!(e, HttpError::Timeout { after: limit });
+        drop(held_rx);
+    }
+}

@@ -1,0 +1,376 @@
+//! The one event loop: a `select!` that turns every source into an `Input` for the machine and
+//! performs the machine's `Effect`s. Sources: the signalfd (SIGCHLD wakes the one reaper, the
+//! only `waitpid` in the program), the machine's next deadline, the heartbeat file, the
+//! node-health source, the rendezvous link. It decides nothing; it publishes the status after
+//! every step.
+
+use super::link::{LinkCommand, LinkEvent};
+use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use crate::exit;
+use crate::health::Observation;
+use crate::heartbeat::HeartbeatFile;
+use crate::process::{self, ChildCommand, SignalStream, Signals};
+use crate::report::LocalStatus;
+use crate::supervise::{Action, Phase, SupervisorConfig};
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{sleep_until, Instant};
+use tracing::{error, info, warn};
+
+/// Everything the loop needs besides its sources.
+pub struct LoopConfig {
+    /// The machine's settings.
+    pub replica: ReplicaConfig,
+    /// The training command.
+    pub command: ChildCommand,
+    /// The heartbeat file, when configured.
+    pub heartbeat_file: Option<PathBuf>,
+    /// Where to write why rankvisor gave up.
+    pub termination_log: Option<PathBuf>,
+    /// `--status-fd`: every status change, in order (the dry run follows replicas by it).
+    pub status_sink: Option<crate::status_sink::StatusSink>,
+}
+
+/// A node-health source: its verdicts, possibly after a first look that takes a while.
+pub type HealthSource = Pin<Box<dyn Future<Output = watch::Receiver<Observation>>>>;
+
+/// Starts the rendezvous link when the machine asks (`Effect::StartLink`), with the node's
+/// health: the link's commands and events, or why it could not start.
+pub type LinkStarter = Box<
+    dyn FnOnce(
+        Option<watch::Receiver<Observation>>,
+    ) -> Result<(mpsc::UnboundedSender<LinkCommand>, mpsc::UnboundedReceiver<LinkEvent>), String>,
+>;
+
+/// The sources besides signals and timers.
+pub struct Sources {
+    /// The node-health source, when one is configured.
+    pub health: Option<HealthSource>,
+    /// The rendezvous link's starter, when the job has one.
+    pub link: Option<LinkStarter>,
+}
+
+struct Loop {
+    replica: Replica,
+    cfg: LoopConfig,
+    signals: Signals,
+    heartbeat: Option<HeartbeatFile>,
+    status: watch::Sender<LocalStatus>,
+    health: Option<watch::Receiver<Observation>>,
+    link_starter: Option<LinkStarter>,
+    link_commands: Option<mpsc::UnboundedSender<LinkCommand>>,
+    link_events: Option<mpsc::UnboundedReceiver<LinkEvent>>,
+    exit_code: Option<i32>,
+}
+
+/// Run the replica until the machine decides to exit; return rankvisor's exit status.
+pub async fn run(
+    cfg: LoopConfig,
+    signals: Signals,
+    status: watch::Sender<LocalStatus>,
+    sources: Sources,
+) -> std::io::Result<i32> {
+    let mut stream = SignalStream::new(&signals)?;
+    let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
+    let poll = heartbeat_poll(&cfg.replica.supervisor);
+    let mut l = Loop {
+        replica: Replica::new(cfg.replica.clone()),
+        cfg,
+        signals,
+        heartbeat,
+        status,
+        health: None,
+        link_starter: sources.link,
+        link_commands: None,
+        link_events: None,
+        exit_code: None,
+    };
+    let mut health_source = sources.health;
+    let effects = l.replica.start(Instant::now());
+    l.perform(effects);
+    let mut beat_timer = tokio::time::interval(poll);
+    beat_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Escapees are not our children, so no SIGCHLD tells us they are gone: poll while sweeping.
+    let mut sweep_poll = tokio::time::interval(Duration::from_millis(10));
+    while l.exit_code.is_none() {
+        let deadline = l.replica.next_deadline();
+        tokio::select! {
+            biased;
+            sigs = stream.next() => {
+                for sig in sigs? {
+                    l.on_signal(sig);
+                }
+            }
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                l.check_beat();
+                l.feed(Input::Tick);
+            }
+            rx = poll_health_source(&mut health_source), if health_source.is_some() => {
+                health_source = None;
+                let first = rx.borrow().clone();
+                l.health = Some(rx);
+                l.on_health(first);
+            }
+            obs = next_health(&mut l.health), if l.health.is_some() => match obs {
+                Some(obs) => l.on_health(obs),
+                None => l.health = None,
+            },
+            event = next_link_event(&mut l.link_events), if l.link_events.is_some() => match event {
+                Some(event) => l.feed(Input::Link(event)),
+                None => l.link_events = None,
+            },
+            _ = beat_timer.tick(), if l.heartbeat.is_some() => l.check_beat(),
+            _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
+        }
+    }
+    Ok(l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
+}
+
+async fn poll_health_source(source: &mut Option<HealthSource>) -> watch::Receiver<Observation> {
+    match source {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next health observation; None when the source is gone.
+async fn next_health(rx: &mut Option<watch::Receiver<Observation>>) -> Option<Observation> {
+    match rx {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(rx.borrow_and_update().clone()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_link_event(rx: &mut Option<mpsc::UnboundedReceiver<LinkEvent>>) -> Option<LinkEvent> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How often to look at the heartbeat file: often enough for progress and a timely hang verdict.
+fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
+    let base = cfg.hang.map_or(Duration::from_secs(1), |h| h.timeout / 4);
+    base.clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+impl Loop {
+    fn on_signal(&mut self, sig: process::SignalInfo) {
+        if sig.signal == libc::SIGCHLD {
+            for (pid, how) in process::reap_all() {
+                if Some(pid) == self.replica.supervisor().child_pid() {
+                    info!(pid, "child {how}");
+                }
+                self.feed(Input::Exited { pid, how });
+            }
+            if self.replica.sweeping() {
+                self.count_descendants();
+            }
+        } else {
+            self.feed(Input::Signal { signal: sig.signal, own: sig.own });
+        }
+    }
+
+    /// A verdict is news for the machine and part of the published status.
+    fn on_health(&mut self, obs: Observation) {
+        let report = crate::report::NodeHealthReport::from_observation(&obs);
+        self.status.send_modify(|s| s.node_health = Some(report));
+        self.feed(Input::Health(obs));
+    }
+
+    fn check_beat(&mut self) {
+        let Some(hb) = self.heartbeat.as_mut() else { return };
+        let now = Instant::now();
+        if let Some(beat) = hb.check(now) {
+            if let Some(p) = beat.progress {
+                if self.status.borrow().progress.as_ref() != Some(&p) {
+                    info!(progress = %serde_json::Value::Object(p.clone()), "training progress");
+                    self.status.send_modify(|s| s.progress = Some(p));
+                    if let Some(sink) = &self.cfg.status_sink {
+                        sink.send(&self.status.borrow());
+                    }
+                }
+            }
+            let started = match self.replica.supervisor().phase() {
+                Phase::Running { started, .. } | Phase::Stopping { started, .. } => Some(*started),
+                _ => None,
+            };
+            self.feed(Input::Beat { at: beat.at.max(started.unwrap_or(beat.at)) });
+        }
+    }
+
+    fn feed(&mut self, input: Input) {
+        let effects = self.replica.on_input(input, Instant::now());
+        self.perform(effects);
+    }
+
+    fn perform(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            self.act(effect);
+        }
+        self.publish();
+    }
+
+    fn act(&mut self, effect: Effect) {
+        match effect {
+            Effect::Child(Action::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
+            Effect::Child(Action::SignalGroup { pid, signal }) => {
+                info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
+                if let Err(e) = process::signal_group(pid, signal) {
+                    warn!(pid, signal = %exit::signal_name(signal), "cannot signal the child's group: {e}");
+                }
+            }
+            Effect::Child(Action::KillLeftovers { pid }) => {
+                let _ = process::signal_group(pid, libc::SIGKILL);
+            }
+            Effect::Child(Action::TerminationMessage(msg)) => {
+                error!("{msg}");
+                if let Some(path) = &self.cfg.termination_log {
+                    if let Err(e) = crate::termination::write_message(path, &msg) {
+                        warn!(path = %path.display(), "cannot write the termination message: {e}");
+                    }
+                }
+            }
+            Effect::StartLink => self.start_link(),
+            Effect::Link(cmd) => match &self.link_commands {
+                Some(tx) => {
+                    let _ = tx.send(cmd);
+                }
+                None => warn!("rendezvous: no link for {cmd:?}"),
+            },
+            Effect::Note(Note::Info(line)) => info!("{line}"),
+            Effect::Note(Note::Warn(line)) => warn!("{line}"),
+            Effect::SweepTerm => self.sweep_signal(libc::SIGTERM),
+            Effect::SweepKill => self.sweep_signal(libc::SIGKILL),
+            Effect::Exit { code } => self.exit_code = Some(code),
+            // The machine consumes these itself.
+            Effect::Child(Action::RequestGeneration | Action::Exit { .. }) => {}
+        }
+    }
+
+    fn start_link(&mut self) {
+        let Some(starter) = self.link_starter.take() else { return };
+        match starter(self.health.clone()) {
+            Ok((commands, events)) => {
+                self.link_commands = Some(commands);
+                self.link_events = Some(events);
+            }
+            Err(message) => {
+                let effects = self.replica.on_input(Input::Link(LinkEvent::Failed { message }), Instant::now());
+                self.perform(effects);
+            }
+        }
+    }
+
+    /// Signal every process still below us, then tell the machine how many are left.
+    fn sweep_signal(&mut self, sig: i32) {
+        process::reap_all();
+        // The common case costs one syscall instead of a scan of /proc.
+        let left = if process::has_children() { process::alive_descendants(std::process::id() as i32) } else { vec![] };
+        if !left.is_empty() {
+            if sig == libc::SIGTERM {
+                info!(count = left.len(), "sending SIGTERM to leftover processes before exit");
+            } else {
+                warn!(count = left.len(), "leftover processes ignored SIGTERM; sending SIGKILL");
+            }
+            for pid in &left {
+                // SAFETY: kill(2) has no memory-safety preconditions.
+                unsafe { libc::kill(*pid, sig) };
+            }
+        }
+        self.feed(Input::Descendants { alive: left.len() });
+    }
+
+    fn count_descendants(&mut self) {
+        process::reap_all();
+        let alive =
+            if process::has_children() { process::alive_descendants(std::process::id() as i32).len() } else { 0 };
+        self.feed(Input::Descendants { alive });
+    }
+
+    fn spawn(&mut self, restart_count: u32, generation: u64) {
+        if let Some(hb) = self.heartbeat.as_mut() {
+            hb.arm();
+        }
+        let cmd = self.child_command(restart_count, generation);
+        let input = match process::spawn_child(&cmd, &self.signals) {
+            Ok(pid) => {
+                info!(pid, restart_count, "child started");
+                Input::Spawned { pid }
+            }
+            Err(e) => {
+                if e.transient {
+                    warn!("{e}; retrying under the restart policy");
+                }
+                Input::SpawnFailed { code: e.code, message: e.to_string(), transient: e.transient }
+            }
+        };
+        self.feed(input);
+    }
+
+    fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
+        let mut cmd = self.cfg.command.clone();
+        let n = OsString::from(restart_count.to_string());
+        let mut set = |k: &str, v: OsString| cmd.env.push((k.into(), v));
+        set("RANKVISOR_RESTART_COUNT", n.clone());
+        set("TORCHELASTIC_RESTART_COUNT", n);
+        set("RANKVISOR_GENERATION", generation.to_string().into());
+        for (k, v) in [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")] {
+            if std::env::var_os(k).is_none() && !cmd.env.iter().any(|(ek, _)| ek == k) {
+                cmd.env.push((k.into(), v.into()));
+            }
+        }
+        if let Some(hb) = &self.cfg.heartbeat_file {
+            cmd.env.push(("RANKVISOR_HEARTBEAT_FILE".into(), hb.clone().into_os_string()));
+        }
+        cmd
+    }
+
+    fn publish(&mut self) {
+        let state = self.replica.state();
+        let sup = self.replica.supervisor();
+        let before = self.status.borrow().state;
+        if state != before {
+            info!(from = ?before, to = ?state, restarts = sup.restarts(), "state");
+        }
+        let reason = if sup.last_exit_hung() {
+            Some("Hung".to_string())
+        } else {
+            sup.last_exit_generation_stop().then(|| "NewGeneration".to_string())
+        };
+        let node_health = self.status.borrow().node_health.clone();
+        let next = LocalStatus {
+            node_health,
+            state,
+            restart_count: sup.restarts(),
+            generation: sup.generation(),
+            last_exit: sup.last_exit(),
+            last_exit_reason: reason,
+            child_pid: sup.child_pid(),
+            hang_detections: sup.hang_detections(),
+            progress: None,
+        };
+        process::set_child_group(sup.child_pid());
+        let changed = self.status.send_if_modified(|s| {
+            let next = LocalStatus { progress: s.progress.clone(), ..next };
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+        if changed {
+            if let Some(sink) = &self.cfg.status_sink {
+                sink.send(&self.status.borrow());
+            }
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The rendezvous link: this replica's side of the barrier and the control channel, as an actor.
+//! It performs the machine's `LinkCommand`s (a barrier, a rejoin, a reconnect, an order to the
+//! workers) and turns what happens on the wire into `LinkEvent`s; it decides nothing. It also
+//! streams this replica's status to the master, and on the master publishes the job view.
+//! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
+
+use crate::health::Observation;
+use crate::rendezvous::{
+    self, ControlEvent, Health, Identity, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
+    WorkerSession,
+};
+use crate::report::{LocalStatus, Report};
+use crate::supervise::RestartScope;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+/// How often the master's job view is rebuilt while events arrive (O(replicas) per build).
+const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+
+/// Which side of the barrier this replica is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRole {
+    /// Replica 0: listens, runs the barrier, serves the job view.
+    Master,
+    /// Every other replica: dials the master.
+    Worker,
+}
+
+/// Where and how this replica meets the others.
+#[derive(Debug, Clone)]
+pub struct JobLinkConfig {
+    /// Who this replica is.
+    pub identity: Identity,
+    /// The master's rendezvous address (workers dial it).
+    pub master: (String, u16),
+    /// Where the master listens.
+    pub listen: SocketAddr,
+    /// Timeouts, token, frame limit.
+    pub rendezvous: RendezvousConfig,
+    /// What a failure restarts.
+    pub scope: RestartScope,
+}
+
+impl JobLinkConfig {
+    /// Master for replica 0, else Worker.
+    pub fn role(&self) -> LinkRole {
+        if self.identity.replica_index == 0 {
+            LinkRole::Master
+        } else {
+            LinkRole::Worker
+        }
+    }
+}
+
+/// What the machine asks of the link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkCommand {
+    /// Master: gather every replica for `generation` (ordering the workers to restart), release.
+    Barrier {
+        /// The generation.
+        generation: u64,
+    },
+    /// Worker: meet the others at the barrier of `generation`.
+    Rejoin {
+        /// The generation.
+        generation: u64,
+    },
+    /// Worker: the master is gone; dial it again until it is back (or the timeout).
+    Reconnect,
+    /// Master: order every worker to stop for good.
+    StopWorkers {
+        /// Why, for their termination messages.
+        reason: String,
+    },
+}
+
+/// What the link saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// A barrier released `generation` (the first one is the start gate).
+    Released {
+        /// The generation.
+        generation: u64,
+    },
+    /// The link could not start, or a barrier or rejoin failed.
+    Failed {
+        /// Why, one line.
+        message: String,
+    },
+    /// Master: a worker asks for a new generation.
+    RejoinAsked {
+        /// The generation asked for.
+        generation: u64,
+    },
+    /// Master: whether every worker has finished or disconnected.
+    WorkersDone(bool),
+    /// Worker: the master orders a restart in `generation`.
+    OrderRestart {
+        /// The generation.
+        generation: u64,
+    },
+    /// Worker: the master orders a stop.
+    OrderStop {
+        /// Why.
+        reason: String,
+    },
+    /// Worker: the connection to the master is gone.
+    MasterLost {
+        /// Why.
+        reason: String,
+    },
+    /// Worker: reconnected after `MasterLost`; the master's current generation.
+    Reconnected {
+        /// The generation.
+        generation: u64,
+    },
+    /// Worker: could not reconnect.
+    ReconnectFailed {
+        /// Why.
+        message: String,
+    },
+}
+
+/// The running link.
+pub struct Link {
+    /// Where the machine's commands go.
+    pub commands: mpsc::UnboundedSender<LinkCommand>,
+    /// What the link saw, for the event loop.
+    pub events: mpsc::UnboundedReceiver<LinkEvent>,
+    /// The master's job view, kept current once the first barrier released (None on workers).
+    pub job_view: Option<watch::Receiver<Option<JobView>>>,
+}
+
+/// The node's health as the rendezvous carries it, following the node-health source.
+pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch::Receiver<Health> {
+    fn health_of(obs: &Observation) -> Health {
+        match obs {
+            Ok(v) => Health { healthy: v.healthy, verdict: serde_json::to_value(v).unwrap_or_default() },
+            Err(e) => Health { healthy: false, verdict: serde_json::json!({ "error": e.to_string() }) },
+        }
+    }
+    let Some(mut source) = source else {
+        return Health { healthy: true, verdict: serde_json::Value::Null }.fixed();
+    };
+    let (tx, rx) = watch::channel(health_of(&source.borrow_and_update()));
+    tokio::spawn(async move {
+        while source.changed().await.is_ok() {
+            if tx.send(health_of(&source.borrow_and_update())).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The update sent upstream: the state fields from the status (always the newest), the payload
+/// the whole report (the status itself before the reporter has built one).
+fn update_of(s: &LocalStatus, report: Option<&Report>) -> StateUpdate {
+    let payload = match report {
+        Some(r) => serde_json::to_value(r),
+        None => serde_json::to_value(s),
+    };
+    StateUpdate {
+        state: s.state,
+        restart_count: s.restart_count,
+        generation: s.generation,
+        last_exit: s.last_exit.map(|h| h.code()),
+        report: payload.unwrap_or_default(),
+    }
+}
+
+/// This replica's status and its reports, merged into one stream of updates for the master.
+pub struct Upstream {
+    status: watch::Receiver<LocalStatus>,
+    reports: Option<watch::Receiver<Report>>,
+}
+
+impl Upstream {
+    /// Follow `status`, and `reports` for the payload when there is a reporter.
+    pub fn new(status: watch::Receiver<LocalStatus>, reports: Option<watch::Receiver<Report>>) -> Self {
+        Self { status, reports }
+    }
+
+    /// The next update, when either source changed; None once the status channel is closed.
+    async fn next(&mut self) -> Option<StateUpdate> {
+        tokio::select! {
+            changed = self.status.changed() => changed.ok()?,
+            changed = async {
+                match self.reports.as_mut() {
+                    Some(r) => r.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    // The reporter is gone (finishing): keep following the status alone.
+                    self.reports = None;
+                }
+            }
+        }
+        Some(self.current())
+    }
+
+    /// The update for the latest status and report.
+    fn current(&mut self) -> StateUpdate {
+        let report = self.reports.as_mut().map(|r| r.borrow_and_update().clone());
+        update_of(&self.status.borrow_and_update(), report.as_ref())
+    }
+}
+
+/// Start this replica's side (inside the runtime): the master listens at once and runs the first
+/// barrier; a worker starts dialling. The first `Released` (or `Failed`) is the start gate.
+pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upstream) -> Result<Link, RendezvousError> {
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let job_view = match cfg.role() {
+        LinkRole::Master => {
+            let listener = rendezvous::listen(cfg.listen)?;
+            let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
+            let (view_tx, view_rx) = watch::channel(None);
+            tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx));
+            Some(view_rx)
+        }
+        LinkRole::Worker => {
+            tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx));
+            None
+        }
+    };
+    Ok(Link { commands: cmd_tx, events: ev_rx, job_view })
+}
+
+type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
+
+/// A pending future's output; never ready without one.
+async fn poll_pending<T>(p: &mut Pending<T>) -> T {
+    match p {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run_master(
+    mut master: MasterHandle,
+    mut upstream: Upstream,
+    mut commands: mpsc::UnboundedReceiver<LinkCommand>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    view: watch::Sender<Option<JobView>>,
+) {
+    // The barrier runs beside the event stream: take the receiver out so the handle can be shared.
+    let (_closed, dummy) = mpsc::channel(1);
+    let mut control = std::mem::replace(master.events(), dummy);
+    let master = Arc::new(master);
+    let barrier = |g: u64| -> Pending<(u64, Result<rendezvous::Released, RendezvousError>)> {
+        let m = master.clone();
+        Some(Box::pin(async move { (g, m.barrier(g).await) }))
+    };
+    let mut pending = barrier(0);
+    let mut workers_done = false;
+    let mut released_once = false;
+    let publish_view = |done: &mut bool, released_once: bool| {
+        if !released_once {
+            return;
+        }
+        let job = master.job_view();
+        let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
+        if finished != *done {
+            *done = finished;
+            let _ = events.send(LinkEvent::WorkersDone(finished));
+        }
+        view.send_replace(Some(job));
+    };
+    // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
+    // (per event is quadratic when thousands of workers join or leave at once).
+    let mut publish = tokio::time::interval(PUBLISH_EVERY);
+    publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut dirty, mut upstream_open) = (false, true);
+    loop {
+        tokio::select! {
+            _ = publish.tick(), if dirty => {
+                publish_view(&mut workers_done, released_once);
+                dirty = false;
+            }
+            (g, result) = poll_pending(&mut pending) => {
+                pending = None;
+                let event = match result {
+                    Ok(r) => {
+                        info!(generation = r.generation, "rendezvous: released");
+                        released_once = true;
+                        LinkEvent::Released { generation: r.generation }
+                    }
+                    Err(e) if g == 0 => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
+                    Err(e) => LinkEvent::Failed { message: format!("rendezvous for generation {g} failed: {e}") },
+                };
+                let _ = events.send(event);
+                publish_view(&mut workers_done, released_once);
+            }
+            update = upstream.next(), if upstream_open => match update {
+                Some(update) => {
+                    master.publish_own_state(update);
+                    dirty = true;
+                }
+                None => upstream_open = false,
+            },
+            event = control.recv() => {
+                let Some(event) = event else { return };
+                dirty = true;
+                match event {
+                    ControlEvent::Rejoin { index, generation } => {
+                        info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
+                        let _ = events.send(LinkEvent::RejoinAsked { generation });
+                    }
+                    ControlEvent::Lost { index, reason } => warn!(replica = index, "rendezvous: replica lost: {reason}"),
+                    ControlEvent::Joined { index, node, .. } => info!(replica = index, node, "rendezvous: replica (re)joined"),
+                    _ => {}
+                }
+            }
+            command = commands.recv() => match command {
+                Some(LinkCommand::Barrier { generation }) => pending = barrier(generation),
+                Some(LinkCommand::StopWorkers { reason }) => {
+                    if let Err(e) = master.order(Order::Stop { reason }).await {
+                        warn!("rendezvous: cannot stop the workers: {e}");
+                    }
+                }
+                Some(other) => warn!("rendezvous: the master ignores {other:?}"),
+                // The machine is done: the channel closes with the link.
+                None => return,
+            },
+        }
+    }
+}
+
+type Joined = Result<WorkerSession, RendezvousError>;
+
+async fn run_worker(
+    cfg: JobLinkConfig,
+    health: watch::Receiver<Health>,
+    mut upstream: Upstream,
+    mut commands: mpsc::UnboundedReceiver<LinkCommand>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+) {
+    let join = || -> Pending<(Option<u64>, Joined)> {
+        let (master, me, health, rdzv) =
+            (cfg.master.clone(), cfg.identity.clone(), health.clone(), cfg.rendezvous.clone());
+        Some(Box::pin(async move { (None, rendezvous::join(master, me, health, rdzv).await) }))
+    };
+    let rejoin = |mut s: WorkerSession, g: u64| -> Pending<(Option<u64>, Joined)> {
+        Some(Box::pin(async move {
+            let r = s.rejoin(g).await;
+            (Some(g), r.map(|_| s))
+        }))
+    };
+    // The session lives in `session` while idle, inside `pending` while a join or rejoin runs.
+    let mut session: Option<WorkerSession> = None;
+    let mut pending = join();
+    let mut first = true;
+    loop {
+        tokio::select! {
+            (rejoined, result) = poll_pending(&mut pending) => {
+                pending = None;
+                let event = match (rejoined, result) {
+                    (_, Ok(s)) => {
+                        let generation = s.generation();
+                        let _ = s.send_state(upstream.current());
+                        session = Some(s);
+                        if first || rejoined.is_some() {
+                            LinkEvent::Released { generation }
+                        } else {
+                            LinkEvent::Reconnected { generation }
+                        }
+                    }
+                    (Some(g), Err(e)) => LinkEvent::Failed { message: format!("rejoining generation {g} failed: {e}") },
+                    (None, Err(e)) if first => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
+                    (None, Err(e)) => LinkEvent::ReconnectFailed { message: e.to_string() },
+                };
+                first = false;
+                let _ = events.send(event);
+            }
+            update = upstream.next() => {
+                // While a rejoin runs the latest status waits in the watch; it goes out after.
+                let Some(update) = update else { return };
+                if let Some(s) = &session {
+                    let _ = s.send_state(update);
+                }
+            }
+            order = async {
+                match session.as_mut() {
+                    Some(s) => s.next_order().await.ok_or_else(|| s.lost_reason().unwrap_or("connection closed").to_string()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                let event = match order {
+                    Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
+                    Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
+                    Err(reason) => {
+                        session = None;
+                        LinkEvent::MasterLost { reason }
+                    }
+                };
+                let _ = events.send(event);
+            }
+            command = commands.recv() => match command {
+                Some(LinkCommand::Rejoin { generation }) => match session.take() {
+                    Some(s) => pending = rejoin(s, generation),
+                    None => {
+                        let _ = events.send(LinkEvent::Failed {
+                            message: format!("rejoining generation {generation} failed: not connected to the master"),
+                        });
+                    }
+                },
+                Some(LinkCommand::Reconnect) => {
+                    session = None;
+                    pending = join();
+                }
+                Some(other) => warn!("rendezvous: a worker ignores {other:?}"),
+                None => return,
+            },
+        }
+    }
+}

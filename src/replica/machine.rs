@@ -1,0 +1,565 @@
+//! The replica's one decision machine: every input (a reaped child, a signal, a deadline, a
+//! heartbeat, a node-health verdict, a rendezvous event) in, the effects to perform out. It owns
+//! every decision of supervision: the child's lifecycle (delegated to `supervise::Supervisor`), the
+//! node-health gate, the rendezvous gate, what an order from the master or a lost master means,
+//! how a master whose child finished waits for its workers, the leftover sweep, and the one
+//! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
+
+use super::link::{LinkCommand, LinkEvent, LinkRole};
+use crate::exit::{self, ExitHow};
+use crate::health::{self, Observation};
+use crate::report::ReplicaState;
+use crate::supervise::{Action, Event, GiveUp, Phase, RestartScope, Supervisor, SupervisorConfig};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How a replica is set up around its child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// Restart policy, backoff, grace, hang detection, scope.
+    pub supervisor: SupervisorConfig,
+    /// A node-health source exists; `Some(wait)`: `--unhealthy-node wait` when true.
+    pub health_gate: Option<bool>,
+    /// This replica's side of the rendezvous, when the job has one.
+    pub link: Option<LinkRole>,
+    /// Job scope, master: how long a master whose child succeeded keeps the channel for its workers.
+    pub linger: Option<Duration>,
+}
+
+/// Something that happened, as the event loop saw it.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A signal other than SIGCHLD reached rankvisor.
+    Signal {
+        /// The signal.
+        signal: i32,
+        /// rankvisor raised it itself (its own broken pipe).
+        own: bool,
+    },
+    /// The reaper collected a process: the child or anyone else.
+    Exited {
+        /// Its pid.
+        pid: i32,
+        /// How it ended.
+        how: ExitHow,
+    },
+    /// The child was started.
+    Spawned {
+        /// Its pid.
+        pid: i32,
+    },
+    /// The child could not be started.
+    SpawnFailed {
+        /// 126 or 127.
+        code: i32,
+        /// Why.
+        message: String,
+        /// The machine's fault (EMFILE, EAGAIN, ...), not the command's.
+        transient: bool,
+    },
+    /// A deadline may have passed.
+    Tick,
+    /// The heartbeat file was touched at `at`.
+    Beat {
+        /// When.
+        at: Instant,
+    },
+    /// The node-health source's latest word.
+    Health(Observation),
+    /// The rendezvous link's news.
+    Link(LinkEvent),
+    /// While sweeping: how many processes are still alive below rankvisor.
+    Descendants {
+        /// The count.
+        alive: usize,
+    },
+}
+
+/// A line worth logging, decided here so that tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// Progress.
+    Info(String),
+    /// Something went wrong but supervision goes on.
+    Warn(String),
+}
+
+/// What the event loop must do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Something for the child: spawn it, signal its group, kill its leftovers, or write the
+    /// termination message (the supervisor's own actions; never `RequestGeneration` or `Exit`,
+    /// which the machine decides on).
+    Child(Action),
+    /// Start the rendezvous link (once the node's health is first known).
+    StartLink,
+    /// Ask the link to do something.
+    Link(LinkCommand),
+    /// Log a line.
+    Note(Note),
+    /// SIGTERM every process still below rankvisor, then report `Descendants`.
+    SweepTerm,
+    /// SIGKILL every process still below rankvisor, then report `Descendants`.
+    SweepKill,
+    /// Exit with `code`: nothing is left to do.
+    Exit {
+        /// rankvisor's exit status.
+        code: i32,
+    },
+}
+
+/// The node-health gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HealthGate {
+    /// No source: always healthy.
+    Off,
+    /// No verdict yet (the Kubernetes API may take a while).
+    Unknown,
+    /// Healthy, or the child already started.
+    Open,
+    /// Unhealthy before the first start, `--unhealthy-node wait`.
+    Waiting,
+}
+
+/// The rendezvous gate before the first start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// No rendezvous.
+    None,
+    /// The link is not started yet (it starts once health is known).
+    NotStarted,
+    /// The first barrier runs.
+    Pending,
+    /// Released.
+    Passed,
+}
+
+/// Where the replica is once its child is done for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Still supervising.
+    No,
+    /// Master, job scope: the child succeeded; the control channel stays for the workers.
+    Lingering {
+        /// The exit status to return.
+        code: i32,
+        /// When to stop waiting.
+        until: Instant,
+    },
+    /// TERM went to the leftovers; KILL at `deadline` (or, once `killed`, give up waiting then).
+    Sweeping {
+        /// The exit status to return.
+        code: i32,
+        /// The next step's time.
+        deadline: Instant,
+        /// SIGKILL went out.
+        killed: bool,
+    },
+    /// Exit was decided.
+    Done,
+}
+
+/// The replica: its child's supervisor and everything around it.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    sup: Supervisor,
+    cfg: ReplicaConfig,
+    health: HealthGate,
+    wait_for_health: bool,
+    gate: Gate,
+    /// The link's current generation.
+    generation: u64,
+    /// Master: a barrier for this generation runs.
+    barrier_pending: Option<u64>,
+    /// Worker: a link command to send once the child is gone.
+    after_child: Option<LinkCommand>,
+    /// Master: every worker has finished or disconnected.
+    workers_done: bool,
+    /// The first TERM/INT fixed the shutdown deadline.
+    shutdown_deadline: Option<Instant>,
+    end: End,
+}
+
+impl Replica {
+    /// A replica that has done nothing yet; `start` returns its first effects.
+    pub fn new(cfg: ReplicaConfig) -> Self {
+        let health = if cfg.health_gate.is_some() { HealthGate::Unknown } else { HealthGate::Off };
+        let gate = if cfg.link.is_some() { Gate::NotStarted } else { Gate::None };
+        Self {
+            sup: Supervisor::new(cfg.supervisor),
+            wait_for_health: cfg.health_gate.unwrap_or(false),
+            cfg,
+            health,
+            gate,
+            generation: 0,
+            barrier_pending: None,
+            after_child: None,
+            workers_done: false,
+            shutdown_deadline: None,
+            end: End::No,
+        }
+    }
+
+    /// The first effects: start the link and the child when nothing holds them back.
+    pub fn start(&mut self, now: Instant) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.health == HealthGate::Off {
+            self.open_link(&mut out);
+        }
+        self.maybe_start(now, &mut out);
+        out
+    }
+
+    /// The child's supervisor (its phase, counters, last exit).
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.sup
+    }
+
+    /// The state to report: the child's, or what holds its first start back.
+    pub fn state(&self) -> ReplicaState {
+        match self.sup.state() {
+            ReplicaState::Pending if self.health == HealthGate::Waiting => ReplicaState::NodeUnhealthy,
+            ReplicaState::Pending if self.gate == Gate::Pending => ReplicaState::Rendezvous,
+            s => s,
+        }
+    }
+
+    /// True while leftovers are being swept (the loop polls `Descendants` then).
+    pub fn sweeping(&self) -> bool {
+        matches!(self.end, End::Sweeping { .. })
+    }
+
+    /// True once the machine decided to exit.
+    pub fn done(&self) -> bool {
+        self.end == End::Done
+    }
+
+    /// When the loop must come back with `Tick`.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.end {
+            End::Lingering { until, .. } => Some(until),
+            End::Sweeping { deadline, .. } => Some(deadline),
+            End::Done => None,
+            End::No => self.sup.next_deadline(),
+        }
+    }
+
+    /// Decide what to do about `input`, which happened at `now`.
+    pub fn on_input(&mut self, input: Input, now: Instant) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match input {
+            Input::Signal { signal, own } => self.on_signal(signal, own, now, &mut out),
+            Input::Exited { pid, how } => {
+                self.feed(Event::Exited { pid, how }, now, &mut out);
+                self.after_child_gone(&mut out);
+            }
+            Input::Spawned { pid } => self.feed(Event::Spawned { pid }, now, &mut out),
+            Input::SpawnFailed { code, message, transient } => {
+                self.feed(Event::SpawnFailed { code, message, transient }, now, &mut out)
+            }
+            Input::Tick => self.on_tick(now, &mut out),
+            Input::Beat { at } => self.feed(Event::Beat, at, &mut out),
+            Input::Health(obs) => self.on_health(obs, now, &mut out),
+            Input::Link(ev) => self.on_link(ev, now, &mut out),
+            Input::Descendants { alive } => {
+                if let (0, End::Sweeping { code, .. }) = (alive, self.end) {
+                    self.finish(code, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn on_signal(&mut self, sig: i32, own: bool, now: Instant, out: &mut Vec<Effect>) {
+        if crate::process::is_shutdown(sig) {
+            match self.end {
+                End::No => {
+                    out.push(Effect::Note(Note::Info(format!(
+                        "{} received; stopping the child",
+                        exit::signal_name(sig)
+                    ))));
+                    self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
+                    self.feed(Event::Shutdown { signal: sig }, now, out);
+                }
+                End::Lingering { code, .. } => {
+                    out.push(Effect::Note(Note::Info("stopped while waiting for the workers".into())));
+                    self.sweep(code, now, out);
+                }
+                End::Sweeping { .. } | End::Done => {}
+            }
+            return;
+        }
+        // rankvisor's own broken pipe is not the child's business; one another process sent is.
+        if own {
+            return;
+        }
+        if let Some(pid) = self.sup.child_pid() {
+            out.push(Effect::Child(Action::SignalGroup { pid, signal: sig }));
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        match self.end {
+            End::No => self.feed(Event::Tick, now, out),
+            End::Lingering { code, until } if now >= until => {
+                let limit = self.cfg.linger.unwrap_or_default();
+                out.push(Effect::Note(Note::Warn(format!(
+                    "workers still running after {limit:?}; closing the control channel"
+                ))));
+                self.sweep(code, now, out);
+            }
+            End::Sweeping { code, deadline, killed: false } if now >= deadline => {
+                out.push(Effect::SweepKill);
+                self.end = End::Sweeping { code, deadline: now + Duration::from_secs(1), killed: true };
+            }
+            End::Sweeping { code, deadline, killed: true } if now >= deadline => self.finish(code, out),
+            _ => {}
+        }
+    }
+
+    fn on_health(&mut self, obs: Observation, now: Instant, out: &mut Vec<Effect>) {
+        let first = self.health == HealthGate::Unknown;
+        match &obs {
+            Ok(v) if v.healthy => {
+                if matches!(self.health, HealthGate::Waiting | HealthGate::Unknown) {
+                    if self.health == HealthGate::Waiting {
+                        out.push(Effect::Note(Note::Info("node healthy".into())));
+                    }
+                    self.health = HealthGate::Open;
+                }
+            }
+            // Fail closed: a source that cannot be read before the start is an unhealthy node.
+            _ if first || self.health == HealthGate::Waiting => {
+                let give_up = give_up_for(&obs);
+                if self.wait_for_health {
+                    let already = self.health == HealthGate::Waiting;
+                    self.health = HealthGate::Waiting;
+                    if !already || obs.is_ok() {
+                        let what = if already { "still waiting" } else { "waiting for the node to become healthy" };
+                        out.push(Effect::Note(Note::Warn(format!("{}; {what}", give_up.message))));
+                    }
+                } else {
+                    self.health = HealthGate::Open;
+                    self.feed(Event::GiveUp(give_up), now, out);
+                }
+            }
+            Ok(_) => self.feed(Event::GiveUp(give_up_for(&obs)), now, out),
+            // A glitch reading the source never stops a running job.
+            Err(e) => out.push(Effect::Note(Note::Warn(format!(
+                "cannot read the node's health, keeping the last verdict: {e}"
+            )))),
+        }
+        if first {
+            self.open_link(out);
+        }
+        self.maybe_start(now, out);
+    }
+
+    fn open_link(&mut self, out: &mut Vec<Effect>) {
+        if self.gate == Gate::NotStarted && self.end == End::No && !self.finished() {
+            self.gate = Gate::Pending;
+            out.push(Effect::StartLink);
+        }
+    }
+
+    fn finished(&self) -> bool {
+        matches!(self.sup.phase(), Phase::Finished { .. })
+    }
+
+    fn on_link(&mut self, ev: LinkEvent, now: Instant, out: &mut Vec<Effect>) {
+        let scope = self.cfg.supervisor.scope;
+        match ev {
+            LinkEvent::Released { generation } => {
+                self.barrier_pending = None;
+                self.generation = generation;
+                if self.gate == Gate::Pending {
+                    self.gate = Gate::Passed;
+                    self.maybe_start(now, out);
+                } else {
+                    out.push(Effect::Note(Note::Info(format!("rendezvous: released generation {generation}"))));
+                    self.feed(Event::Released { generation }, now, out);
+                }
+            }
+            LinkEvent::Failed { message } => {
+                self.barrier_pending = None;
+                self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
+            }
+            LinkEvent::RejoinAsked { generation } => self.on_rejoin_asked(generation, now, out),
+            LinkEvent::WorkersDone(done) => {
+                self.workers_done = done;
+                if let (true, End::Lingering { code, .. }) = (done, self.end) {
+                    out.push(Effect::Note(Note::Info("every worker has finished".into())));
+                    self.sweep(code, now, out);
+                }
+            }
+            LinkEvent::OrderRestart { generation } => {
+                if generation <= self.generation {
+                    return;
+                }
+                self.feed(Event::NewGeneration { generation }, now, out);
+                self.after_child = Some(LinkCommand::Rejoin { generation });
+                self.after_child_gone(out);
+            }
+            LinkEvent::OrderStop { reason } => {
+                let message = format!("stopped by the master: {reason}");
+                self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
+            }
+            LinkEvent::MasterLost { reason } => match scope {
+                // The seed's behaviour: workers outlive the master; keep training, and meet a
+                // recreated master when it comes back.
+                RestartScope::Replica => {
+                    out.push(Effect::Note(Note::Warn(format!(
+                        "rendezvous: lost the master ({reason}); training continues; reconnecting"
+                    ))));
+                    out.push(Effect::Link(LinkCommand::Reconnect));
+                }
+                // torchrun's behaviour: the worker group stops and meets again.
+                RestartScope::Job => {
+                    out.push(Effect::Note(Note::Warn(format!(
+                        "rendezvous: lost the master ({reason}); stopping the child and waiting for a new generation"
+                    ))));
+                    self.feed(Event::NewGeneration { generation: self.generation + 1 }, now, out);
+                    self.after_child = Some(LinkCommand::Reconnect);
+                    self.after_child_gone(out);
+                }
+            },
+            LinkEvent::Reconnected { generation } => match scope {
+                RestartScope::Replica => {
+                    out.push(Effect::Note(Note::Info("rendezvous: reconnected to the master".into())));
+                }
+                RestartScope::Job => {
+                    self.generation = generation;
+                    self.feed(Event::Released { generation }, now, out);
+                }
+            },
+            LinkEvent::ReconnectFailed { message } => match scope {
+                RestartScope::Replica => out.push(Effect::Note(Note::Warn(format!(
+                    "rendezvous: could not reconnect to the master: {message}; training continues"
+                )))),
+                RestartScope::Job => {
+                    let message = format!("lost the master and could not rejoin: {message}");
+                    self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
+                }
+            },
+        }
+    }
+
+    /// Master: a worker asks for a new generation.
+    fn on_rejoin_asked(&mut self, generation: u64, now: Instant, out: &mut Vec<Effect>) {
+        if self.cfg.supervisor.scope == RestartScope::Replica {
+            out.push(Effect::Note(Note::Warn(format!(
+                "rendezvous: refused a request for generation {generation}: the restart scope is replica"
+            ))));
+            return;
+        }
+        let current = self.barrier_pending.unwrap_or(self.generation);
+        if generation <= current {
+            return;
+        }
+        if generation != current + 1 {
+            out.push(Effect::Note(Note::Warn(format!(
+                "rendezvous: refused a request for generation {generation}: expected {}",
+                current + 1
+            ))));
+            return;
+        }
+        self.new_generation(generation, now, out);
+    }
+
+    /// Master: move the job to `generation`, or, once the master's own child is over, stop the
+    /// workers (the job follows the master: a new generation would have no rank 0 to meet).
+    fn new_generation(&mut self, generation: u64, now: Instant, out: &mut Vec<Effect>) {
+        if let Phase::Finished { state, .. } = self.sup.phase() {
+            out.push(Effect::Note(Note::Warn(
+                "rendezvous: a new generation was asked for after the master finished; stopping the workers".into(),
+            )));
+            let reason =
+                format!("the job is over (the master's training process {state:?}); no generation {generation}");
+            out.push(Effect::Link(LinkCommand::StopWorkers { reason }));
+            return;
+        }
+        self.barrier_pending = Some(generation);
+        self.feed(Event::NewGeneration { generation }, now, out);
+        out.push(Effect::Link(LinkCommand::Barrier { generation }));
+    }
+
+    /// Feed the child's supervisor and turn its actions into effects.
+    fn feed(&mut self, event: Event, now: Instant, out: &mut Vec<Effect>) {
+        for action in self.sup.on_event(event, now) {
+            match action {
+                Action::RequestGeneration => self.request_generation(now, out),
+                Action::Exit { code } => self.child_done(code, now, out),
+                child => out.push(Effect::Child(child)),
+            }
+        }
+    }
+
+    /// Job scope: this replica's child failed and the job must move on together.
+    fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let next = self.barrier_pending.unwrap_or(self.generation) + 1;
+        match self.cfg.link {
+            Some(LinkRole::Master) => self.new_generation(next, now, out),
+            Some(LinkRole::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
+            // No rendezvous (one replica): the generation is ours alone.
+            None => self.feed(Event::Released { generation: next }, now, out),
+        }
+    }
+
+    /// Worker: a command that waited for the child to be gone goes out now.
+    fn after_child_gone(&mut self, out: &mut Vec<Effect>) {
+        if self.sup.child_pid().is_none() {
+            if let Some(cmd) = self.after_child.take() {
+                out.push(Effect::Link(cmd));
+            }
+        }
+    }
+
+    /// The child is done for good with `code`.
+    fn child_done(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
+        self.after_child = None;
+        let linger = match (self.cfg.link, self.cfg.linger) {
+            (Some(LinkRole::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
+            _ => None,
+        };
+        match linger {
+            Some(limit) if self.shutdown_deadline.is_none() => {
+                out.push(Effect::Note(Note::Info(format!(
+                    "the master's child succeeded; waiting for the workers to finish (at most {limit:?})"
+                ))));
+                self.end = End::Lingering { code, until: now + limit };
+            }
+            _ => self.sweep(code, now, out),
+        }
+    }
+
+    /// TERM every process still below us (group leftovers, setsid escapees), KILL at the deadline.
+    fn sweep(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
+        let grace = self.cfg.supervisor.grace;
+        let deadline = self.shutdown_deadline.unwrap_or(now + grace).max(now + grace.min(Duration::from_secs(1)));
+        self.end = End::Sweeping { code, deadline, killed: false };
+        out.push(Effect::SweepTerm);
+    }
+
+    fn finish(&mut self, code: i32, out: &mut Vec<Effect>) {
+        self.end = End::Done;
+        out.push(Effect::Exit { code });
+    }
+
+    /// Start the first child once nothing holds it back.
+    fn maybe_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let health_ok = matches!(self.health, HealthGate::Off | HealthGate::Open);
+        let gate_ok = matches!(self.gate, Gate::None | Gate::Passed);
+        if health_ok && gate_ok && matches!(self.sup.phase(), Phase::Pending) && self.end == End::No {
+            self.feed(Event::Start, now, out);
+        }
+    }
+}
+
+/// Why an observation keeps the child from running.
+fn give_up_for(obs: &Observation) -> GiveUp {
+    let message = match obs {
+        Ok(v) => health::summary(v),
+        Err(e) => format!("node health unknown, refusing to start: {e}"),
+    };
+    GiveUp { state: ReplicaState::NodeUnhealthy, message }
+}

@@ -1,0 +1,12 @@
+//! One replica: the decision machine (`machine`), the event loop that feeds it (`event_loop`),
+//! and the rendezvous link it talks to (`link`).
+
+pub mod event_loop;
+pub mod link;
+pub mod machine;
+#[cfg(test)]
+mod tests;
+
+pub use event_loop::{run, HealthSource, LinkStarter, LoopConfig, Sources};
+pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, LinkRole, Upstream};
+pub use machine::{Effect, Input, Note, Replica, ReplicaConfig};

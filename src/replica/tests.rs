@@ -1,0 +1,382 @@
+//! The replica machine's decisions, each without a process: paused tokio time, a fake process
+//! layer that turns `Spawn` into `Spawned` and records everything else.
+
+use super::link::{LinkCommand, LinkEvent, LinkRole};
+use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use crate::exit::ExitHow;
+use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
+use crate::report::ReplicaState;
+use crate::supervise::{Action, BackoffConfig, RestartPolicy, RestartScope, SupervisorConfig};
+use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
+    SupervisorConfig {
+        policy,
+        backoff_limit: 6,
+        backoff: BackoffConfig { initial: 200 * MS, max: 800 * MS, reset: 10_000 * MS },
+        grace: 1000 * MS,
+        hang: None,
+        scope,
+    }
+}
+
+fn cfg() -> ReplicaConfig {
+    ReplicaConfig {
+        supervisor: sup(RestartPolicy::OnFailure, RestartScope::Replica),
+        health_gate: None,
+        link: None,
+        linger: None,
+    }
+}
+
+fn label(value: &str) -> Observation {
+    let mut s = NodeSnapshot::default();
+    s.labels.insert("sagemaker.amazonaws.com/node-health-status".into(), value.into());
+    Ok(verdict(&s, false))
+}
+
+/// The machine and what it asked for, with a fake process layer.
+struct Fake {
+    r: Replica,
+    next_pid: i32,
+    spawns: Vec<(u32, u64)>,
+    signals: Vec<(i32, i32)>,
+    messages: Vec<String>,
+    links: Vec<LinkCommand>,
+    notes: Vec<Note>,
+    start_link: u32,
+    sweeps: Vec<&'static str>,
+    exit: Option<i32>,
+}
+
+impl Fake {
+    fn new(cfg: ReplicaConfig) -> Self {
+        let mut f = Self {
+            r: Replica::new(cfg),
+            next_pid: 100,
+            spawns: vec![],
+            signals: vec![],
+            messages: vec![],
+            links: vec![],
+            notes: vec![],
+            start_link: 0,
+            sweeps: vec![],
+            exit: None,
+        };
+        let effects = f.r.start(Instant::now());
+        f.apply(effects);
+        f
+    }
+
+    fn send(&mut self, input: Input) {
+        let effects = self.r.on_input(input, Instant::now());
+        self.apply(effects);
+    }
+
+    fn apply(&mut self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Child(Action::Spawn { restart_count, generation }) => {
+                    self.spawns.push((restart_count, generation));
+                    self.next_pid += 1;
+                    let pid = self.next_pid;
+                    self.send(Input::Spawned { pid });
+                }
+                Effect::Child(Action::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
+                Effect::Child(Action::TerminationMessage(m)) => self.messages.push(m),
+                Effect::Child(_) => {}
+                Effect::StartLink => self.start_link += 1,
+                Effect::Link(c) => self.links.push(c),
+                Effect::Note(n) => self.notes.push(n),
+                Effect::SweepTerm => {
+                    self.sweeps.push("TERM");
+                    self.send(Input::Descendants { alive: 0 });
+                }
+                Effect::SweepKill => self.sweeps.push("KILL"),
+                Effect::Exit { code } => self.exit = Some(code),
+            }
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.r.supervisor().child_pid().expect("a child runs")
+    }
+
+    fn exit_child(&mut self, how: ExitHow) {
+        let pid = self.pid();
+        self.send(Input::Exited { pid, how });
+    }
+
+    fn warned(&self, part: &str) -> bool {
+        self.notes.iter().any(|n| matches!(n, Note::Warn(w) if w.contains(part)))
+    }
+
+    async fn advance_to_deadline(&mut self) {
+        let d = self.r.next_deadline().expect("a deadline");
+        tokio::time::advance(d.saturating_duration_since(Instant::now())).await;
+        self.send(Input::Tick);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_gates_the_child_starts_at_once_and_the_first_restart_is_immediate() {
+    let mut f = Fake::new(cfg());
+    assert_eq!(f.spawns, [(0, 0)]);
+    f.exit_child(ExitHow::Exited(1));
+    assert_eq!(f.spawns, [(0, 0), (1, 0)], "the kubelet's first restart after a crash is immediate");
+    f.exit_child(ExitHow::Exited(1));
+    assert_eq!(f.spawns.len(), 2, "then the backoff starts at --backoff-initial");
+    assert_eq!(f.r.state(), ReplicaState::Restarting);
+    let before = Instant::now();
+    f.advance_to_deadline().await;
+    assert_eq!((f.spawns.len(), Instant::now() - before), (3, 200 * MS));
+}
+
+/// `--unhealthy-node wait`: the node's verdict gates the first start, then the link opens.
+#[tokio::test(start_paused = true)]
+async fn health_wait_gates_the_start_and_the_link() {
+    let mut f = Fake::new(ReplicaConfig { health_gate: Some(true), link: Some(LinkRole::Worker), ..cfg() });
+    assert_eq!((f.spawns.len(), f.start_link), (0, 0), "nothing before the first verdict");
+    assert_eq!(f.r.state(), ReplicaState::Pending);
+    f.send(Input::Health(label("UnschedulablePendingReboot")));
+    assert_eq!(f.r.state(), ReplicaState::NodeUnhealthy);
+    assert!(f.warned("waiting for the node to become healthy"), "{:?}", f.notes);
+    assert_eq!(f.start_link, 1, "the link starts once health is known, carrying the verdict");
+    f.send(Input::Health(label("Schedulable")));
+    assert_eq!(f.spawns.len(), 0, "the rendezvous still holds the start");
+    assert_eq!(f.r.state(), ReplicaState::Rendezvous);
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    assert_eq!(f.spawns, [(0, 0)]);
+}
+
+/// Fail closed: a source that cannot be read before the start refuses with 138.
+#[tokio::test(start_paused = true)]
+async fn unknown_health_before_the_start_exits_138() {
+    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    let err = HealthError::Unreadable { path: "/labels".into(), problem: "no such file".into() };
+    f.send(Input::Health(Err(err)));
+    assert_eq!(f.exit, Some(138));
+    assert!(f.messages[0].starts_with("node health unknown, refusing to start"), "{:?}", f.messages);
+    assert!(f.spawns.is_empty());
+}
+
+/// During the run, a glitch reading the source keeps the last verdict; an unhealthy one stops.
+#[tokio::test(start_paused = true)]
+async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
+    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    f.send(Input::Health(label("Schedulable")));
+    let pid = f.pid();
+    f.send(Input::Health(Err(HealthError::Unreadable { path: "/l".into(), problem: "gone".into() })));
+    assert!(f.signals.is_empty() && f.warned("keeping the last verdict"));
+    f.send(Input::Health(label("Unschedulable")));
+    assert_eq!(f.signals, [(pid, SIGTERM)]);
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.exit, Some(138));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_first_barrier_exits_138_with_the_reason() {
+    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    assert_eq!(f.start_link, 1);
+    assert_eq!(f.r.state(), ReplicaState::Rendezvous);
+    f.send(Input::Link(LinkEvent::Failed { message: "rendezvous failed: timed out".into() }));
+    assert_eq!((f.exit, f.messages.as_slice()), (Some(138), ["rendezvous failed: timed out".to_string()].as_slice()));
+}
+
+/// Job scope: a master whose child succeeded keeps the channel until the workers are done.
+#[tokio::test(start_paused = true)]
+async fn a_finished_master_lingers_for_its_workers() {
+    let job = ReplicaConfig {
+        supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
+        link: Some(LinkRole::Master),
+        linger: Some(Duration::from_secs(60)),
+        ..cfg()
+    };
+    let mut f = Fake::new(job.clone());
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    f.send(Input::Link(LinkEvent::WorkersDone(false)));
+    f.exit_child(ExitHow::Exited(0));
+    assert_eq!((f.exit, f.sweeps.len()), (None, 0), "lingering");
+    f.send(Input::Link(LinkEvent::WorkersDone(true)));
+    assert_eq!(f.exit, Some(0));
+
+    // At most the limit, then a warning.
+    let mut g = Fake::new(job.clone());
+    g.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    g.exit_child(ExitHow::Exited(0));
+    g.advance_to_deadline().await;
+    assert_eq!(g.exit, Some(0));
+    assert!(g.warned("workers still running after 60s"), "{:?}", g.notes);
+
+    // And no longer than a TERM.
+    let mut h = Fake::new(job);
+    h.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    h.exit_child(ExitHow::Exited(0));
+    h.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(h.exit, Some(0));
+}
+
+/// A worker that loses the master: replica scope trains on and redials.
+#[tokio::test(start_paused = true)]
+async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
+    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    f.send(Input::Link(LinkEvent::MasterLost { reason: "connection reset".into() }));
+    assert!(f.signals.is_empty(), "the child is not touched");
+    assert_eq!(f.links, [LinkCommand::Reconnect]);
+    f.send(Input::Link(LinkEvent::ReconnectFailed { message: "timed out".into() }));
+    assert!(f.warned("training continues"));
+    assert_eq!(f.exit, None);
+}
+
+/// Job scope: the worker stops its child, redials once it is gone, starts the new generation.
+#[tokio::test(start_paused = true)]
+async fn job_scope_worker_restarts_with_the_master() {
+    let job = ReplicaConfig {
+        supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
+        link: Some(LinkRole::Worker),
+        ..cfg()
+    };
+    let mut f = Fake::new(job.clone());
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    let pid = f.pid();
+    f.send(Input::Link(LinkEvent::MasterLost { reason: "eof".into() }));
+    assert_eq!(f.signals, [(pid, SIGTERM)]);
+    assert!(f.links.is_empty(), "the redial waits for the child to be gone");
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.links, [LinkCommand::Reconnect]);
+    f.send(Input::Link(LinkEvent::Reconnected { generation: 1 }));
+    assert_eq!(f.spawns, [(0, 0), (1, 1)]);
+
+    // An order to restart: stop, rejoin that generation once the child is gone, start.
+    let mut g = Fake::new(job.clone());
+    g.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    g.send(Input::Link(LinkEvent::OrderRestart { generation: 1 }));
+    g.exit_child(ExitHow::Exited(0));
+    assert_eq!(g.links, [LinkCommand::Rejoin { generation: 1 }]);
+    g.send(Input::Link(LinkEvent::Released { generation: 1 }));
+    assert_eq!(g.spawns, [(0, 0), (1, 1)]);
+
+    // Its own failure asks for the next generation.
+    let mut h = Fake::new(job.clone());
+    h.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    h.exit_child(ExitHow::Exited(1));
+    assert_eq!(h.links, [LinkCommand::Rejoin { generation: 1 }]);
+
+    // A lost master that does not come back: 138.
+    let mut k = Fake::new(job);
+    k.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    k.send(Input::Link(LinkEvent::MasterLost { reason: "eof".into() }));
+    k.exit_child(ExitHow::Signaled(SIGTERM));
+    k.send(Input::Link(LinkEvent::ReconnectFailed { message: "timed out".into() }));
+    assert_eq!(k.exit, Some(138));
+    assert!(k.messages[0].starts_with("lost the master and could not rejoin"), "{:?}", k.messages);
+}
+
+/// The master decides what a rejoin request means: only under job scope, only the next one,
+/// and not once its own child is over.
+#[tokio::test(start_paused = true)]
+async fn master_rejoin_requests() {
+    let mut replica = Fake::new(ReplicaConfig { link: Some(LinkRole::Master), ..cfg() });
+    replica.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    replica.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
+    assert!(replica.signals.is_empty() && replica.links.is_empty());
+    assert!(replica.warned("the restart scope is replica"));
+
+    let job = ReplicaConfig {
+        supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
+        link: Some(LinkRole::Master),
+        ..cfg()
+    };
+    let mut f = Fake::new(job.clone());
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    let pid = f.pid();
+    f.send(Input::Link(LinkEvent::RejoinAsked { generation: u64::MAX }));
+    assert!(f.links.is_empty() && f.warned("expected 1"), "generations move forward by one");
+    f.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
+    assert_eq!(
+        (f.signals.as_slice(), f.links.as_slice()),
+        ([(pid, SIGTERM)].as_slice(), [LinkCommand::Barrier { generation: 1 }].as_slice())
+    );
+    f.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
+    assert_eq!(f.links.len(), 1, "a barrier already runs for it");
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    f.send(Input::Link(LinkEvent::Released { generation: 1 }));
+    assert_eq!(f.spawns, [(0, 0), (1, 1)]);
+
+    let mut done = Fake::new(ReplicaConfig { linger: Some(Duration::from_secs(60)), ..job });
+    done.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    done.exit_child(ExitHow::Exited(0));
+    done.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
+    assert!(
+        matches!(done.links.as_slice(), [LinkCommand::StopWorkers { reason }] if reason.contains("the job is over"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn signals_forwarded_ignored_or_stopping() {
+    let mut f = Fake::new(cfg());
+    let pid = f.pid();
+    f.send(Input::Signal { signal: SIGPIPE, own: true });
+    f.send(Input::Signal { signal: SIGUSR1, own: false });
+    f.send(Input::Signal { signal: libc::SIGABRT, own: false });
+    f.send(Input::Signal { signal: SIGPIPE, own: false });
+    assert_eq!(
+        f.signals,
+        [(pid, SIGUSR1), (pid, libc::SIGABRT), (pid, SIGPIPE)],
+        "rankvisor's own SIGPIPE stays its own; what others send (a fatal one too) goes to the child"
+    );
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(f.signals.last(), Some(&(pid, SIGTERM)));
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.exit, Some(143));
+}
+
+/// The sweep: TERM to the leftovers, KILL at the shutdown deadline, then exit regardless.
+#[tokio::test(start_paused = true)]
+async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
+    let mut r = Replica::new(cfg());
+    let t0 = Instant::now();
+    let mut effects = r.start(t0);
+    let pid = match effects.remove(0) {
+        Effect::Child(Action::Spawn { .. }) => 42,
+        e => panic!("{e:?}"),
+    };
+    r.on_input(Input::Spawned { pid }, t0);
+    r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
+    tokio::time::advance(300 * MS).await;
+    let out = r.on_input(Input::Exited { pid, how: ExitHow::Exited(0) }, Instant::now());
+    assert_eq!(out, [Effect::SweepTerm]);
+    assert!(r.on_input(Input::Descendants { alive: 2 }, Instant::now()).is_empty());
+    // The later of the TERM's deadline and a second for the leftovers.
+    assert_eq!(r.next_deadline(), Some(t0 + 1300 * MS));
+    tokio::time::advance(1000 * MS).await;
+    assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::SweepKill]);
+    tokio::time::advance(1000 * MS).await;
+    assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::Exit { code: 0 }]);
+    assert!(r.done());
+    let _ = SIGKILL;
+}
+
+/// EMFILE at a restart is the machine's fault: retried under the policy, never a permanent 126.
+#[tokio::test(start_paused = true)]
+async fn transient_spawn_failures_are_retried() {
+    let mut f = Fake::new(cfg());
+    f.exit_child(ExitHow::Exited(1));
+    let _ = f.spawns.pop();
+    let _ = f.r.on_input(
+        Input::SpawnFailed { code: 126, message: "cannot run: Too many open files".into(), transient: true },
+        Instant::now(),
+    );
+    assert_eq!(f.r.state(), ReplicaState::Restarting);
+    f.advance_to_deadline().await;
+    assert!(f.spawns.len() >= 2 && f.exit.is_none());
+    let mut g = Fake::new(cfg());
+    let _ =
+        g.r.on_input(Input::SpawnFailed { code: 127, message: "not found".into(), transient: false }, Instant::now());
+    assert_eq!(g.r.supervisor().restarts(), 0);
+}

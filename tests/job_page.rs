@@ -1,0 +1,174 @@
+//! The live job page in a real browser: Debian's headless `chromium` loads `GET /` of a real dry
+//! run (a crash-looping worker, a master back from a hang, a healthy worker), runs the page's
+//! script against the live `/job`, and the DOM it leaves is checked; a screenshot is kept under
+//! target/ as the test's artefact. chromium comes from `scripts/setup-views.sh`; without it the
+//! test fails.
+
+mod common;
+
+use common::{
+    crashloop_and_hang_seen, crashloop_and_hung_manifest, http_get, required_tool, wait_job, wait_until, DryRunHttp,
+    Rv, TestDir,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Headless chromium with a profile of its own in `dir`: its stdout. Fails the test if it does
+/// not finish in a minute.
+fn chromium(dir: &TestDir, args: &[&str]) -> String {
+    let profile = dir.join("chromium-profile");
+    let out = dir.join("chromium.out");
+    let mut child = Command::new(required_tool("chromium"))
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "chromium {args:?}: {status}");
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// The `<tr>` of `replica` in the dumped DOM.
+fn row<'a>(dom: &'a str, replica: &str) -> &'a str {
+    let at = dom.find(&format!("data-replica=\"{replica}\"")).unwrap_or_else(|| panic!("no row for {replica}:\n{dom}"));
+    let start = dom[..at].rfind("<tr").unwrap();
+    let end = at + dom[at..].find("</tr>").unwrap();
+    &dom[start..end]
+}
+
+/// Where the screenshots are kept: target/tmp/job-page/.
+fn artefacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("job-page");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn the_masters_page_shows_every_replica_and_marks_the_crash_loop_and_the_hang() {
+    let dir = TestDir::new("job-page");
+    let manifest = crashloop_and_hung_manifest(&dir);
+    let run = DryRunHttp::start(
+        &dir,
+        &manifest,
+        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", "180s"],
+    );
+    let master = run.port("pytest-master-0");
+    wait_job(master, "a crash-looping worker and a master back from a hang", crashloop_and_hang_seen);
+    let url = format!("http://127.0.0.1:{master}/");
+    let (code, html) = http_get(master, "/").expect("GET / answers");
+    assert_eq!(code, 200);
+    assert!(html.contains("<script>"), "{html}");
+
+    let dom = chromium(&dir, &["--virtual-time-budget=30000", "--dump-dom", &url]);
+    assert!(dom.contains("<title>rankvisor: job pytest</title>"), "the script ran and titled the page:\n{dom}");
+    let summary = dom.split("id=\"summary\"").nth(1).expect("summary").split("</p>").next().unwrap();
+    assert!(summary.contains(">Running<"), "the job's phase: {summary}");
+    assert!(
+        summary.contains(", but ") && summary.contains("pytest-worker-0 is crash-looping"),
+        "why the job needs a look: {summary}"
+    );
+    assert!(summary.contains("pytest-master-0 is hung"), "{summary}");
+
+    let crashing = row(&dom, "pytest-worker-0");
+    assert!(crashing.contains("class=\"alarm\""), "{crashing}");
+    assert!(crashing.contains("class=\"flag crash-looping\">crash-looping<"), "a word, not only a colour: {crashing}");
+    assert!(crashing.contains("(code 1, Exited)"), "its last exit and reason: {crashing}");
+    let hung = row(&dom, "pytest-master-0");
+    assert!(hung.contains("class=\"flag hung\">hung<"), "{hung}");
+    assert!(hung.contains("Hung)"), "the last exit's reason: {hung}");
+    assert!(hung.contains("1 hang"), "{hung}");
+    assert!(hung.contains("<polyline"), "the loss sparkline: {hung}");
+    let healthy = row(&dom, "pytest-worker-1");
+    assert!(healthy.contains("data-flags=\"\"") && healthy.contains(">ok<"), "{healthy}");
+    assert!(healthy.contains("<td>Running</td>"), "{healthy}");
+
+    let shot = artefacts().join("master.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(
+        &dir,
+        &["--virtual-time-budget=30000", "--window-size=1280,420", &format!("--screenshot={}", shot.display()), &url],
+    );
+    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", shot.display()));
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{} bytes", png.len());
+    eprintln!("job page screenshot: {}", shot.display());
+}
+
+#[test]
+fn a_workers_page_shows_that_replica_alone_and_links_to_the_master() {
+    let dir = TestDir::new("replica-page");
+    let manifest = crashloop_and_hung_manifest(&dir);
+    let run = DryRunHttp::start(
+        &dir,
+        &manifest,
+        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", "180s"],
+    );
+    let master = run.port("pytest-master-0");
+    wait_job(master, "a crash-looping worker", crashloop_and_hang_seen);
+    let worker = run.port("pytest-worker-0");
+    let url = format!("http://127.0.0.1:{worker}/");
+    let dom = chromium(&dir, &["--virtual-time-budget=4000", "--dump-dom", &url]);
+    assert!(dom.contains("<title>rankvisor: pytest-worker-0</title>"), "{dom}");
+    assert!(dom.contains("This page shows this replica alone"), "{dom}");
+    assert!(dom.contains(&format!("href=\"//pytest-master-0:{worker}/\"")), "the link to the master: {dom}");
+    assert_eq!(dom.matches("data-replica=").count(), 1, "one row: {dom}");
+    let me = row(&dom, "pytest-worker-0");
+    assert!(me.contains("class=\"flag crash-looping\">crash-looping<"), "{me}");
+
+    let shot = artefacts().join("worker.png");
+    let _ = std::fs::remove_file(&shot);
+    chromium(
+        &dir,
+        &["--virtual-time-budget=4000", "--window-size=1280,300", &format!("--screenshot={}", shot.display()), &url],
+    );
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 5_000), "{}", shot.display());
+    eprintln!("replica page screenshot: {}", shot.display());
+}
+
+#[test]
+fn a_replica_held_by_an_unhealthy_node_is_marked_with_its_fault_labels() {
+    // A real rankvisor waiting for its node (--unhealthy-node wait), HyperPod's labels in a file.
+    let dir = TestDir::new("unhealthy-page");
+    let labels = dir.join("labels");
+    std::fs::write(
+        &labels,
+        "sagemaker.amazonaws.com/node-health-status=\"UnschedulablePendingReboot\"\nsagemaker.amazonaws.com/fault-type=\"GpuFailure\"\n",
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _run = Rv::new(&dir)
+        .args(["--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--node-health", &format!("file:{}", labels.display()), "--unhealthy-node", "wait"])
+        .env("POD_NAME", "pytest-worker-2")
+        .env("NODE_NAME", "ip-10-1-2-3")
+        .sh("sleep 600")
+        .spawn();
+    wait_until("the replica to wait for its node", || {
+        http_get(port, "/status").filter(|(_, body)| body.contains("\"NodeUnhealthy\"")).map(|_| ())
+    });
+    let dom = chromium(&dir, &["--virtual-time-budget=4000", "--dump-dom", &format!("http://127.0.0.1:{port}/")]);
+    let me = row(&dom, "pytest-worker-2");
+    assert!(me.contains("class=\"flag unhealthy-node\">unhealthy-node<"), "{me}");
+    assert!(me.contains("class=\"alarm\""), "{me}");
+    assert!(
+        me.contains("UNHEALTHY \u{b7} UnschedulablePendingReboot \u{b7} GpuFailure"),
+        "the verdict and fault labels: {me}"
+    );
+    assert!(me.contains("on ip-10-1-2-3"), "{me}");
+    assert!(me.contains("<td>NodeUnhealthy</td>"), "{me}");
+}
