@@ -57,7 +57,7 @@ fn label_key() -> impl Strategy<Value = String> {
 
 fn report() -> rankvisor::report::Report {
     let st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
-    Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, None, UNIX_EPOCH)
+    Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)
 }
 
 proptest! {
