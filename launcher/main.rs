@@ -18,6 +18,11 @@ fn main() {
         }
     };
     let env = EnvSnapshot::capture();
+    // Before clap reads RANKVISOR_* itself: a value that is not UTF-8 is named, never "unset".
+    if let Err(e) = env.check_utf8() {
+        logging::init(logging::LogFormat::Text, tracing::Level::INFO);
+        std::process::exit(app::config_error(&e.to_string(), app::termination_path(None, &env)));
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => std::process::exit(usage_error(&e, &env)),

@@ -449,7 +449,7 @@ mod tests {
             restart_count: restarts,
             last_exit: exit,
             hang_detections: hangs,
-            last_exit_reason: (hangs > 0).then(|| "Hung".to_string()),
+            last_exit_reason: (hangs > 0).then_some(ExitReason::Hung),
             ..LocalStatus::default()
         };
         Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)

@@ -56,8 +56,8 @@ pub struct LocalStatus {
     pub generation: u64,
     /// How the last child ended.
     pub last_exit: Option<ExitHow>,
-    /// Why the last child is counted as failed beyond its exit (`Hung`), when it is.
-    pub last_exit_reason: Option<String>,
+    /// Why rankvisor stopped the last child, when it did (`Hung`, `NewGeneration`).
+    pub last_exit_reason: Option<ExitReason>,
     /// The running child's pid.
     pub child_pid: Option<i32>,
     /// Hangs detected so far.
@@ -124,6 +124,9 @@ pub enum ExitReason {
     Hung,
     /// The node became unhealthy and rankvisor stopped it.
     NodeUnhealthy,
+    /// The job moved to a new rendezvous generation and rankvisor stopped it (job scope): not a
+    /// failure of its own.
+    NewGeneration,
 }
 
 /// How the last child ended, spelled out for consumers that do not know the shell's 128+N rule.
@@ -141,15 +144,15 @@ pub struct LastExit {
     pub reason: ExitReason,
 }
 
-/// The last exit as reported: `hung_reason` is `LocalStatus::last_exit_reason`, and a child that
+/// The last exit as reported: `stopped_for` is `LocalStatus::last_exit_reason`, and a child that
 /// ended while the replica is `NodeUnhealthy` was stopped for that.
-pub fn last_exit(how: ExitHow, hung_reason: Option<&str>, state: ReplicaState) -> LastExit {
+pub fn last_exit(how: ExitHow, stopped_for: Option<ExitReason>, state: ReplicaState) -> LastExit {
     let (code, signal) = match how {
         ExitHow::Exited(c) => (Some(c), None),
         ExitHow::Signaled(s) => (None, Some(s)),
     };
-    let reason = match (hung_reason, state) {
-        (Some("Hung"), _) => ExitReason::Hung,
+    let reason = match (stopped_for, state) {
+        (Some(r), _) => r,
         (_, ReplicaState::NodeUnhealthy) => ExitReason::NodeUnhealthy,
         _ if signal.is_some() => ExitReason::Signaled,
         _ => ExitReason::Exited,
@@ -256,7 +259,7 @@ impl Timeline {
             restart_count: status.restart_count,
             generation: status.generation,
             child_pid: status.child_pid,
-            last_exit: status.last_exit.map(|how| last_exit(how, status.last_exit_reason.as_deref(), status.state)),
+            last_exit: status.last_exit.map(|how| last_exit(how, status.last_exit_reason, status.state)),
             hang_detections: status.hang_detections,
             node_health: status.node_health.clone(),
             progress: status.progress.clone(),
@@ -337,9 +340,10 @@ mod tests {
             (s.signal, s.signal_name.as_deref(), s.status, s.reason),
             (Some(9), Some("SIGKILL"), 137, ExitReason::Signaled)
         );
-        assert_eq!(last_exit(ExitHow::Signaled(15), Some("Hung"), Restarting).reason, ExitReason::Hung);
+        assert_eq!(last_exit(ExitHow::Signaled(15), Some(ExitReason::Hung), Restarting).reason, ExitReason::Hung);
         assert_eq!(last_exit(ExitHow::Signaled(15), None, NodeUnhealthy).reason, ExitReason::NodeUnhealthy);
-        assert_eq!(last_exit(ExitHow::Exited(0), Some("other"), Succeeded).reason, ExitReason::Exited);
+        let g = last_exit(ExitHow::Exited(0), Some(ExitReason::NewGeneration), Restarting);
+        assert_eq!(g.reason, ExitReason::NewGeneration);
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub fn parse_url(s: &str) -> Result<Uri, ReportUrlError> {
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(err("expected an http:// or https:// URL"));
     }
-    if uri.host().map_or(true, str::is_empty) {
+    if uri.host().is_none_or(str::is_empty) {
         return Err(err("expected a host after the scheme"));
     }
     // The client must be able to request it too (it is stricter about some characters).

@@ -43,7 +43,7 @@ fn a_child_that_never_beats_is_stopped_and_restarted() {
     assert_eq!(last["last_exit"]["signaled"], 15);
     assert_eq!(
         read(&dir.join("termination-log")),
-        "child hung (no heartbeat within 300ms), then killed by signal 15 (SIGTERM); gave up after 1 restarts (backoff limit 1)\n"
+        "child hung (no first heartbeat within 300ms of its start), then killed by signal 15 (SIGTERM); gave up after 1 restarts (backoff limit 1)\n"
     );
 }
 

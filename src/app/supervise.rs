@@ -50,8 +50,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     if let Some(sink) = &status_sink {
         sink.flush(FINISH);
     }
-    // Do not wait for a blocked DNS lookup of the webhook's host.
-    runtime.shutdown_background();
+    // The process exits next: no runtime teardown on the exit path (nor a wait for a blocked DNS
+    // lookup of the webhook's host); exit(2) ends every thread.
+    std::mem::forget(runtime);
     code
 }
 

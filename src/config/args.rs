@@ -78,16 +78,16 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_BACKOFF_LIMIT", default_value_t = 6)]
     pub backoff_limit: u32,
     /// Delay before the first restart; it doubles up to --backoff-max.
-    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_initial: Duration,
     /// The longest delay between restarts.
-    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "300s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_max: Duration,
     /// Healthy running this long resets the delay to --backoff-initial.
-    #[arg(long, env = "RANKVISOR_BACKOFF_RESET", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_RESET", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_reset: Duration,
     /// Time between TERM and KILL when stopping the training process.
-    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub grace_period: Duration,
     /// What a failure restarts: replica (this child) or job (every replica's child).
     #[arg(long, env = "RANKVISOR_RESTART_SCOPE", value_enum, default_value_t = RestartScope::Replica)]
@@ -96,10 +96,10 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
     pub heartbeat_file: Option<PathBuf>,
     /// A running child that does not beat for this long is hung (needs --heartbeat-file).
-    #[arg(long, env = "RANKVISOR_HANG_TIMEOUT", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_HANG_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hang_timeout: Option<Duration>,
     /// The allowance for the first beat after each start (default: 10m, or --hang-timeout if longer).
-    #[arg(long, env = "RANKVISOR_HANG_STARTUP", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_HANG_STARTUP", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hang_startup: Option<Duration>,
     /// Where to write why rankvisor gave up (default /dev/termination-log when it exists).
     #[arg(long, env = "RANKVISOR_TERMINATION_LOG")]
@@ -121,7 +121,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT")]
     pub rendezvous_port: Option<u16>,
     /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
-    #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub rendezvous_timeout: Duration,
     /// The job's name, checked at the rendezvous (default: from MASTER_ADDR `<job>-master-0` or POD_NAME).
     #[arg(long, env = "RANKVISOR_JOB_NAME")]
@@ -137,7 +137,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_REPORT_URL", value_parser = crate::webhook::parse_url)]
     pub report_url: Option<hyper::Uri>,
     /// How often to POST the report to --report-url even without a change.
-    #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub report_interval: Duration,
     /// Kubernetes Events on this Pod for each transition that matters, and the Pod condition
     /// rankvisor.dev/ReplicaHealthy: on, off, or auto (on in-cluster with POD_NAME and POD_NAMESPACE).
@@ -155,7 +155,7 @@ pub struct KubeArgs {
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// How long the Kubernetes API may stay unreachable (or refuse) at start before rankvisor gives up (138).
-    #[arg(long, env = "RANKVISOR_NODE_HEALTH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH_TIMEOUT", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub node_health_timeout: Duration,
     /// The API server's URL [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT]
     #[arg(long, env = "RANKVISOR_KUBE_API_SERVER", value_name = "URL")]
@@ -196,20 +196,20 @@ pub struct DryRunArgs {
     #[arg(long, env = "RANKVISOR_INJECT", value_name = "SPEC", value_delimiter = ',')]
     pub inject: Vec<String>,
     /// Stop everything and exit 1 if the job has not ended after this long.
-    #[arg(long, env = "RANKVISOR_TIMEOUT", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// MASTER_PORT for every replica; 0 picks a free port [default: the manifest's, or a free
     /// port if that one or the next is in use]
     #[arg(long, env = "RANKVISOR_MASTER_PORT")]
     pub master_port: Option<u16>,
     /// Each launcher's delay before a replica's first restart; it doubles up to --backoff-max.
-    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_initial: Duration,
     /// Each launcher's longest delay between restarts.
-    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_max: Duration,
     /// Time between TERM and KILL when a replica is stopped.
-    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub grace_period: Duration,
     /// What a replica's failure restarts: replica (its own child) or job (every replica's child, in
     /// a new rendezvous generation).

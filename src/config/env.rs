@@ -121,10 +121,7 @@ impl EnvSnapshot {
                 )
         };
         match self.not_utf8.iter().find(|(k, _)| read_by_us(k)) {
-            Some((k, v)) => Err(NotUtf8 {
-                var: k.clone(),
-                value: format!("{:?}", String::from_utf8_lossy(v)).replace('\u{fffd}', "\\u{fffd}"),
-            }),
+            Some((k, v)) => Err(NotUtf8 { var: k.clone(), value: format!("\"{}\"", v.escape_ascii()) }),
             None => Ok(()),
         }
     }

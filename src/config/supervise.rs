@@ -536,4 +536,48 @@ mod tests {
         let bad = Cmd::try_parse_from(["rankvisor", "--unhealthy-node", "later"]).err().unwrap().to_string();
         assert!(bad.contains("later") && bad.contains("exit") && bad.contains("wait"), "{bad}");
     }
+
+    /// `--kube-events auto`: on only in a cluster with the downward API's POD_NAME and
+    /// POD_NAMESPACE; `on` without them is an error naming both.
+    #[test]
+    fn kube_events_auto_on_off() {
+        let pod = [("POD_NAME", "j-worker-0"), ("POD_NAMESPACE", "team"), ("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
+        let in_cluster = EnvSnapshot::of(&pod).with_service_account(true);
+        let t = kube_events_target(OnOffAuto::Auto, &in_cluster).unwrap().unwrap();
+        assert_eq!((t.pod.as_str(), t.namespace.as_str(), t.best_effort), ("j-worker-0", "team", true));
+        assert_eq!(kube_events_target(OnOffAuto::Auto, &EnvSnapshot::of(&pod)).unwrap(), None, "no service account");
+        assert_eq!(kube_events_target(OnOffAuto::Off, &in_cluster).unwrap(), None);
+        assert!(!kube_events_target(OnOffAuto::On, &EnvSnapshot::of(&pod)).unwrap().unwrap().best_effort);
+        let e = kube_events_target(OnOffAuto::On, &EnvSnapshot::of(&[])).unwrap_err().to_string();
+        assert!(e.contains("POD_NAME") && e.contains("POD_NAMESPACE"), "{e}");
+    }
+
+    /// `--node-health auto`: kubernetes in a cluster with NODE_NAME, else off (with a warning
+    /// when in a cluster without NODE_NAME).
+    #[test]
+    fn node_health_auto() {
+        let cluster = EnvSnapshot::of(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]).with_service_account(true);
+        let with_node = |n: Option<&str>| {
+            let mut argv = vec!["rankvisor"];
+            if let Some(n) = n {
+                argv.extend(["--node-name", n]);
+            }
+            Cmd::try_parse_from(argv).unwrap().sup.kube
+        };
+        let mut w = Vec::new();
+        let s = health_settings(&NodeHealthSource::Auto, false, false, &with_node(Some("n1")), &cluster, &mut w);
+        assert_eq!((s.source, w.len()), (NodeHealthSource::Kubernetes, 0));
+        let s = health_settings(&NodeHealthSource::Auto, false, true, &with_node(None), &cluster, &mut w);
+        assert_eq!((s.source, s.wait), (NodeHealthSource::Off, true));
+        assert!(w[0].contains("NODE_NAME is not set"), "{w:?}");
+        let s = health_settings(
+            &NodeHealthSource::Auto,
+            false,
+            false,
+            &with_node(Some("n1")),
+            &EnvSnapshot::of(&[]),
+            &mut w,
+        );
+        assert_eq!(s.source, NodeHealthSource::Off, "outside a cluster");
+    }
 }

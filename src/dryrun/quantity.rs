@@ -90,14 +90,14 @@ fn suffix_scale(suffix: &str) -> Option<(u128, u128)> {
 /// Render thousandths of a unit the way a user writes the resource: cpu `2`/`500m`, memory
 /// `100Mi`/`1Gi`/bytes.
 pub fn format_quantity(resource: &str, milli: u128) -> String {
-    if resource == "cpu" || milli % 1000 != 0 {
-        return if milli % 1000 == 0 { format!("{}", milli / 1000) } else { format!("{milli}m") };
+    if resource == "cpu" || !milli.is_multiple_of(1000) {
+        return if milli.is_multiple_of(1000) { format!("{}", milli / 1000) } else { format!("{milli}m") };
     }
     let units = milli / 1000;
     for (suffix, scale) in
         [("Ei", 1u128 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
     {
-        if units >= scale && units % scale == 0 {
+        if units >= scale && units.is_multiple_of(scale) {
             return format!("{}{suffix}", units / scale);
         }
     }

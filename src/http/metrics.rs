@@ -16,8 +16,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
 pub const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
-const EXIT_REASONS: [ExitReason; 4] =
-    [ExitReason::Exited, ExitReason::Signaled, ExitReason::Hung, ExitReason::NodeUnhealthy];
+const EXIT_REASONS: [ExitReason; 5] =
+    [ExitReason::Exited, ExitReason::Signaled, ExitReason::Hung, ExitReason::NodeUnhealthy, ExitReason::NewGeneration];
 
 /// Every metric of one replica, with HELP and TYPE lines. Metrics whose value is unknown (no exit
 /// yet, node health off, no rendezvous, no step in the heartbeat) are left out rather than faked.
@@ -349,7 +349,7 @@ mod tests {
             state: ReplicaState::Restarting,
             restart_count: 1,
             last_exit: Some(ExitHow::Signaled(9)),
-            last_exit_reason: Some("Hung".into()),
+            last_exit_reason: Some(ExitReason::Hung),
             progress: crate::heartbeat::parse_progress(r#"{"step": 3, "loss": 0.25}"#),
             ..LocalStatus::default()
         };

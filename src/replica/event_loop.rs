@@ -10,7 +10,7 @@ use crate::exit;
 use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
-use crate::report::LocalStatus;
+use crate::report::{ExitReason, LocalStatus};
 use crate::supervise::{Action, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
@@ -341,9 +341,9 @@ impl Loop {
             info!(from = ?before, to = ?state, restarts = sup.restarts(), "state");
         }
         let reason = if sup.last_exit_hung() {
-            Some("Hung".to_string())
+            Some(ExitReason::Hung)
         } else {
-            sup.last_exit_generation_stop().then(|| "NewGeneration".to_string())
+            sup.last_exit_generation_stop().then_some(ExitReason::NewGeneration)
         };
         let node_health = self.status.borrow().node_health.clone();
         let next = LocalStatus {

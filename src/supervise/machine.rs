@@ -514,9 +514,13 @@ impl Supervisor {
     /// The restart decision for a child that ended on its own (or was stopped as hung).
     fn after_run(&mut self, pid: i32, how: ExitHow, hung: bool, started: Instant, now: Instant) -> Vec<Action> {
         let what = if hung {
-            match self.cfg.hang {
-                Some(h) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
-                None => format!("child hung, then {how}"),
+            match (self.cfg.hang, self.last_beat) {
+                (Some(h), Some(_)) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
+                // It never beat: the startup allowance is what ran out.
+                (Some(h), None) => {
+                    format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup)
+                }
+                (None, _) => format!("child hung, then {how}"),
             }
         } else {
             format!("child {how}")
@@ -851,8 +855,9 @@ mod tests {
         h.advance_to_deadline().await;
         h.exit_child(ExitHow::Exited(0));
         assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE), "a hung child that exits 0 is still a failure");
-        assert!(h.messages[0]
-            .starts_with("child hung (no heartbeat within 300ms), then exited with code 0; gave up after 1 restarts"));
+        assert!(h.messages[0].starts_with(
+            "child hung (no first heartbeat within 2s of its start), then exited with code 0; gave up after 1 restarts"
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,113 @@
+//! Issue 15, "the right exit status, always": configuration found wrong is exit 64 at once, with
+//! a message naming the option or variable and the value, and the child never starts; signals
+//! other processes send reach the child instead of killing rankvisor.
+
+mod common;
+use common::*;
+use std::os::unix::ffi::OsStrExt;
+
+/// rankvisor with `args` and `env`, a child that marks that it ran; the run must be refused.
+fn refused(name: &str, args: &[&str], env: &[(&str, &str)], parts: &[&str]) {
+    let dir = TestDir::new(name);
+    let mut rv = Rv::new(&dir).args(["--node-health", "off", "--http-addr", "off"]).args(args.iter().copied());
+    for (k, v) in env {
+        rv = rv.env(k, v);
+    }
+    let out = rv.sh(&format!("touch {}", q(&dir.file("ran")))).run();
+    out.assert_code(64);
+    assert!(!dir.join("ran").exists(), "the child must not start");
+    for p in parts {
+        assert!(out.stderr.contains(p), "stderr should name {p:?}:\n{}", out.stderr);
+    }
+}
+
+#[test]
+fn a_zero_report_interval_is_refused_not_a_panic_after_the_start() {
+    refused(
+        "cfg-interval",
+        &["--report-url", "http://127.0.0.1:9/", "--report-interval", "0s"],
+        &[],
+        &["--report-interval", "0s"],
+    );
+}
+
+#[test]
+fn a_negative_duration_names_the_option_and_the_value() {
+    refused("cfg-negative", &["--backoff-initial", "-1s"], &[], &["--backoff-initial", "-1s"]);
+}
+
+#[test]
+fn an_empty_job_name_is_refused() {
+    refused("cfg-jobname", &["--job-name", ""], &[], &["--job-name", "\"\""]);
+}
+
+#[test]
+fn a_master_addr_that_is_no_host_is_refused_at_once() {
+    for bad in ["http://m:1", "999.999.999.999"] {
+        let env = [("MASTER_ADDR", bad), ("MASTER_PORT", "23456"), ("WORLD_SIZE", "2"), ("RANK", "1")];
+        refused("cfg-addr", &[], &env, &["MASTER_ADDR", bad, "host name or IP address"]);
+    }
+}
+
+#[test]
+fn replica_counts_above_the_maximum_are_refused() {
+    refused("cfg-world", &[], &[("WORLD_SIZE", "4294967295"), ("RANK", "0")], &["WORLD_SIZE", "4294967295"]);
+    refused("cfg-nnodes", &[], &[("PET_NNODES", "999999999")], &["PET_NNODES", "999999999"]);
+}
+
+#[test]
+fn a_non_utf8_variable_is_named_never_unset() {
+    for var in ["RANKVISOR_JOB_TOKEN", "RANK", "RANKVISOR_RESTART_POLICY"] {
+        let dir = TestDir::new("cfg-utf8");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankvisor"))
+            .args(["--node-health", "off", "--http-addr", "off", "--", "touch"])
+            .arg(dir.join("ran"))
+            .env(var, std::ffi::OsStr::from_bytes(b"\xff1"))
+            .env("WORLD_SIZE", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{var}: {stderr}");
+        assert!(stderr.contains(&format!("{var}=\"\\xff1\" is not valid UTF-8")), "{var}: {stderr}");
+        assert!(!dir.join("ran").exists());
+    }
+}
+
+/// Not as PID 1, `kill -ABRT rankvisor` (or another fatal signal, or SIGPIPE) sent by another
+/// process used to kill rankvisor and orphan the child: now the child gets it.
+#[test]
+fn fatal_signals_sent_by_others_reach_the_child() {
+    for (sig, name) in [(libc::SIGABRT, "ABRT"), (libc::SIGSEGV, "SEGV"), (libc::SIGPIPE, "PIPE")] {
+        let dir = TestDir::new("cfg-fatal");
+        let got = dir.file("got");
+        let ready = dir.file("ready");
+        let run = Rv::new(&dir)
+            .args(["--node-health", "off", "--http-addr", "off", "--restart-policy", "Never"])
+            .sh(&format!(
+                "trap 'echo {name} > {g}; exit 7' {name}; touch {r}; while :; do sleep 0.05; done",
+                g = q(&got),
+                r = q(&ready)
+            ))
+            .spawn();
+        wait_file(&dir.join("ready"));
+        run.signal(sig);
+        let out = run.wait();
+        assert_eq!(out.code(), 7, "SIG{name}: rankvisor lives on and returns the child's status: {}", out.stderr);
+        assert_eq!(read(&dir.join("got")).trim(), name);
+    }
+}
+
+/// The rendezvous secret is rankvisor's: the training program and its descendants never see it.
+#[test]
+fn the_job_token_is_removed_from_the_childs_environment() {
+    let dir = TestDir::new("cfg-token");
+    let out = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off"])
+        .env("RANKVISOR_JOB_TOKEN", "s3cret")
+        .sh(&format!("env > {}", q(&dir.file("env"))))
+        .run();
+    out.assert_code(0);
+    let env = read(&dir.join("env"));
+    assert!(env.contains("RANKVISOR_RESTART_COUNT=0"), "the child's env was captured: {env}");
+    assert!(!env.contains("s3cret") && !env.contains("RANKVISOR_JOB_TOKEN"), "{env}");
+}
