@@ -170,6 +170,13 @@ mod tests {
         assert_eq!((q.queued, q.dropped), (5, 2));
     }
 
+    /// Training progress whose status line is about `bytes` long.
+    fn progress_of_size(bytes: usize) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let mut m = serde_json::Map::new();
+        m.insert("note".into(), serde_json::Value::String("x".repeat(bytes)));
+        Some(m)
+    }
+
     fn pipe() -> (File, RawFd) {
         let (r, w) = nix::unistd::pipe().unwrap();
         (File::from(r), std::os::fd::IntoRawFd::into_raw_fd(w))
@@ -179,7 +186,7 @@ mod tests {
     async fn a_reader_that_never_reads_costs_a_bounded_queue_and_no_wait() {
         let (_reader, w) = pipe();
         let sink = StatusSink::from_fd(w).unwrap();
-        let status = LocalStatus { last_exit_reason: Some("x".repeat(1000)), ..LocalStatus::default() };
+        let status = LocalStatus { progress: progress_of_size(1000), ..LocalStatus::default() };
         for _ in 0..(MAX_QUEUED_LINES * 4) {
             sink.send(&status);
         }

@@ -16,7 +16,7 @@ fn a_status_reader_that_never_reads_costs_bounded_memory() {
     let (reader, writer) = nix::unistd::pipe().expect("pipe");
     let sink = StatusSink::from_fd(writer.into_raw_fd()).expect("sink");
     // 4 KB lines: 50,000 of them are 200 MB if all are kept.
-    let status = LocalStatus { last_exit_reason: Some("x".repeat(4000)), ..LocalStatus::default() };
+    let status = LocalStatus { progress: progress_of_size(4000), ..LocalStatus::default() };
     let before = peak_rss_kib();
     for _ in 0..50_000 {
         sink.send(&status);
@@ -24,4 +24,11 @@ fn a_status_reader_that_never_reads_costs_bounded_memory() {
     let grown = peak_rss_kib().saturating_sub(before);
     assert!(grown < 32 * 1024, "queueing for a reader that never reads took {grown} kB");
     drop(reader);
+}
+
+/// Training progress whose status line is about `bytes` long.
+fn progress_of_size(bytes: usize) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut m = serde_json::Map::new();
+    m.insert("note".into(), serde_json::Value::String("x".repeat(bytes)));
+    Some(m)
 }
