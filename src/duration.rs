@@ -22,20 +22,36 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
         return Err(err());
     }
-    let value: f64 = num.parse().map_err(|_| err())?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
+    // Exact decimal arithmetic in nanoseconds: floating point turned "61959847398ms" into
+    // 61959847.398000002s.
+    let unit_ns: u128 = match unit {
+        "ms" => 1_000_000,
+        "s" => NANOS_PER_SEC,
+        "m" => 60 * NANOS_PER_SEC,
+        "h" => 3600 * NANOS_PER_SEC,
         _ => return Err(err()),
     };
-    let secs = value * scale;
-    if !secs.is_finite() || secs > 1.0e9 {
+    let (whole, fraction) = num.split_once('.').unwrap_or((num, ""));
+    if whole.len() > MAX_DIGITS || fraction.len() > MAX_DIGITS {
         return Err(err());
     }
-    Ok(Duration::from_secs_f64(secs))
+    let whole: u128 = whole.parse().map_err(|_| err())?;
+    let fraction_ns = match fraction {
+        "" => 0,
+        f => f.parse::<u128>().map_err(|_| err())? * unit_ns / 10u128.pow(f.len() as u32),
+    };
+    let ns = whole * unit_ns + fraction_ns;
+    if ns > MAX_SECS * NANOS_PER_SEC {
+        return Err(err());
+    }
+    u64::try_from(ns).map(Duration::from_nanos).map_err(|_| err())
 }
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+/// The longest duration accepted, in seconds (about 31 years).
+const MAX_SECS: u128 = 1_000_000_000;
+/// Digits read on each side of the decimal point (bounds the arithmetic; more is never meant).
+const MAX_DIGITS: usize = 20;
 
 /// Render a duration in the shortest of the forms `parse_duration` reads.
 pub fn format_duration(d: Duration) -> String {
@@ -71,7 +87,29 @@ mod tests {
 
     #[test]
     fn refuses_and_names_the_value() {
-        for bad in ["", "s", "10", "10x", "-1s", "1..2s", ".5s", "5.s", "ten s", "1e3s", "99999999999h"] {
+        for bad in [
+            "",
+            "s",
+            "10",
+            "10x",
+            "-1s",
+            "-0",
+            "+1s",
+            "+1",
+            "+0",
+            "1..2s",
+            ".5s",
+            "5.s",
+            "ten s",
+            "1e3s",
+            "99999999999h",
+            "1 s",
+            "0x10s",
+            "inf s",
+            "NaNs",
+            "1_000ms",
+            "١s",
+        ] {
             let e = parse_duration(bad).unwrap_err();
             assert_eq!(e.value, bad);
             assert!(e.to_string().contains("expected a number"), "{e}");

@@ -65,4 +65,5 @@ pub mod status_sink;
 pub mod supervise;
 pub mod termination;
 pub mod trainer;
+pub mod untrusted;
 pub mod webhook;

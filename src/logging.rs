@@ -1,11 +1,24 @@
 //! rankvisor's own log lines: on stderr, each marked as rankvisor's, so they stand out among the
 //! child's output (which passes through untouched). Text by default, JSON for log shippers.
+//!
+//! Logging never blocks supervision: a log call only queues its line (bounded); one writer
+//! thread writes the queue to stderr. When stderr is a pipe nobody drains, the queue fills and
+//! further lines are dropped and counted; once stderr moves again, the writer says how many were
+//! lost. At exit, queued lines get a bounded time to be written.
+//!
+//! Every text line is one line: control characters (newlines, ANSI escapes) and invisible
+//! characters in messages and values are escaped, so a value from outside cannot forge a line.
 
 use std::fmt;
+use std::io::Write;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
-use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 /// How log lines are written.
@@ -41,17 +54,235 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        write!(w, "[rankvisor] {} ", event.metadata().level())?;
-        ctx.field_format().format_fields(w.by_ref(), event)?;
-        writeln!(w)
+        let mut fields = String::new();
+        ctx.field_format().format_fields(Writer::new(&mut fields), event)?;
+        writeln!(w, "[rankvisor] {} {}", event.metadata().level(), crate::untrusted::escape_hidden(&fields))
     }
+}
+
+/// Lines waiting for the writer thread; beyond this they are dropped (and counted).
+const QUEUE_LINES: usize = 1024;
+/// How long the exit path waits for queued lines to be written.
+const EXIT_FLUSH: Duration = Duration::from_secs(1);
+
+/// The queue between log calls and the writer thread.
+struct Queue {
+    tx: SyncSender<Vec<u8>>,
+    dropped: AtomicU64,
+    /// Lines queued and not yet written; the exit flush waits for zero.
+    pending: Mutex<u64>,
+    written: Condvar,
+    format: LogFormat,
+}
+
+static QUEUE: OnceLock<Queue> = OnceLock::new();
+
+impl Queue {
+    fn push(&self, line: &[u8]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        match self.tx.try_send(line.to_vec()) {
+            Ok(()) => *pending += 1,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn done(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.written.notify_all();
+        }
+    }
+
+    /// Wait until every queued line is written, at most `limit`; true if they all were.
+    fn flush(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        while *pending > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            pending = self.written.wait_timeout(pending, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+}
+
+/// The line that reports lost lines, in the log's own format.
+pub fn dropped_line(format: LogFormat, count: u64) -> String {
+    let message = format!("{count} log lines dropped: stderr was not being read");
+    match format {
+        LogFormat::Text => format!("[rankvisor] WARN {message}\n"),
+        LogFormat::Json => format!("{}\n", serde_json::json!({"level": "WARN", "fields": {"message": message}})),
+    }
+}
+
+fn write_lines(rx: Receiver<Vec<u8>>, mut out: impl Write) {
+    for line in rx {
+        let Some(q) = QUEUE.get() else { continue };
+        let _ = out.write_all(&line);
+        let lost = q.dropped.swap(0, Ordering::Relaxed);
+        if lost > 0 {
+            let _ = out.write_all(dropped_line(q.format, lost).as_bytes());
+        }
+        let _ = out.flush();
+        q.done();
+    }
+}
+
+/// A handle the subscriber writes each formatted event through: one `write` is one event.
+#[derive(Debug, Clone, Copy)]
+pub struct QueuedStderr;
+
+impl Write for QueuedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match QUEUE.get() {
+            Some(q) => q.push(buf),
+            None => return std::io::stderr().write(buf),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for QueuedStderr {
+    type Writer = QueuedStderr;
+    fn make_writer(&'a self) -> Self::Writer {
+        QueuedStderr
+    }
+}
+
+/// Lines dropped so far because stderr was not being read (and not yet reported).
+pub fn dropped() -> u64 {
+    QUEUE.get().map_or(0, |q| q.dropped.load(Ordering::Relaxed))
+}
+
+/// Wait at most `limit` until every queued line is written; true if they all were.
+pub fn flush(limit: Duration) -> bool {
+    QUEUE.get().is_none_or(|q| q.flush(limit))
+}
+
+extern "C" fn flush_at_exit() {
+    flush(EXIT_FLUSH);
+}
+
+fn start_queue(format: LogFormat) -> bool {
+    if QUEUE.get().is_some() {
+        return true;
+    }
+    let (tx, rx) = sync_channel(QUEUE_LINES);
+    let spawned =
+        std::thread::Builder::new().name("log-writer".into()).spawn(move || write_lines(rx, std::io::stderr()));
+    if spawned.is_err() {
+        return false;
+    }
+    let queue = Queue { tx, dropped: AtomicU64::new(0), pending: Mutex::new(0), written: Condvar::new(), format };
+    if QUEUE.set(queue).is_ok() {
+        // `std::process::exit` runs atexit handlers: the last lines (why rankvisor exits) get written.
+        // SAFETY: registering a plain extern "C" function with no preconditions.
+        unsafe { libc::atexit(flush_at_exit) };
+    }
+    true
 }
 
 /// Install the global subscriber. Safe to call once; later calls are ignored.
 pub fn init(format: LogFormat, level: Level) {
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_ansi(false);
+    if !start_queue(format) {
+        eprintln!("[rankvisor] WARN cannot start the log writer thread: logging directly to stderr");
+    }
+    let builder = tracing_subscriber::fmt().with_writer(QueuedStderr).with_max_level(level).with_ansi(false);
     let _ = match format {
         LogFormat::Text => builder.event_format(Marked).try_init(),
         LogFormat::Json => builder.json().with_current_span(false).with_target(false).try_init(),
     };
+}
+
+/// A warning that may repeat many times a second (refused peers, accept errors): the first of a
+/// window is logged, the rest are counted and summed up with the first of the next window.
+#[derive(Debug)]
+pub struct Throttle {
+    window: Duration,
+    window_start: Option<Instant>,
+    suppressed: u64,
+}
+
+/// What to do with one occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttled {
+    /// Log it; `suppressed` occurrences were not logged since the last one that was.
+    Log {
+        /// Occurrences counted but not logged before this one.
+        suppressed: u64,
+    },
+    /// Count it only.
+    Suppress,
+}
+
+impl Throttle {
+    /// At most one logged occurrence per `window`.
+    pub fn new(window: Duration) -> Self {
+        Throttle { window, window_start: None, suppressed: 0 }
+    }
+
+    /// Decide about an occurrence at `now`.
+    pub fn hit(&mut self, now: Instant) -> Throttled {
+        match self.window_start {
+            Some(start) if now.saturating_duration_since(start) < self.window => {
+                self.suppressed += 1;
+                Throttled::Suppress
+            }
+            _ => {
+                self.window_start = Some(now);
+                Throttled::Log { suppressed: std::mem::take(&mut self.suppressed) }
+            }
+        }
+    }
+}
+
+impl Throttled {
+    /// `" (N more since the last one logged)"`, or nothing.
+    pub fn note(self) -> String {
+        match self {
+            Throttled::Log { suppressed } if suppressed > 0 => {
+                format!(" ({suppressed} more like it were not logged)")
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_logs_the_first_of_each_window_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(10));
+        assert_eq!(t.hit(t0), Throttled::Log { suppressed: 0 });
+        for ms in [1, 500, 9_999] {
+            assert_eq!(t.hit(t0 + Duration::from_millis(ms)), Throttled::Suppress);
+        }
+        let next = t.hit(t0 + Duration::from_secs(10));
+        assert_eq!(next, Throttled::Log { suppressed: 3 });
+        assert_eq!(next.note(), " (3 more like it were not logged)");
+        assert_eq!(t.hit(t0 + Duration::from_secs(30)), Throttled::Log { suppressed: 0 });
+        assert_eq!(Throttled::Log { suppressed: 0 }.note(), "");
+    }
+
+    #[test]
+    fn the_dropped_line_is_in_the_log_format() {
+        assert_eq!(
+            dropped_line(LogFormat::Text, 7),
+            "[rankvisor] WARN 7 log lines dropped: stderr was not being read\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(&dropped_line(LogFormat::Json, 2)).unwrap();
+        assert_eq!(json["fields"]["message"], "2 log lines dropped: stderr was not being read");
+    }
 }

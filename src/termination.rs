@@ -12,13 +12,23 @@ pub fn default_path() -> Option<PathBuf> {
     p.exists().then(|| p.to_path_buf())
 }
 
-/// Replace the file's content with `message` (cut to the kubelet's limit on a char boundary).
-pub fn write_message(path: &Path, message: &str) -> std::io::Result<()> {
-    let mut end = message.len().min(MAX_BYTES - 1);
-    while !message.is_char_boundary(end) {
+/// The message as written: one line (every control or invisible character, of an outside value
+/// inside it say, is escaped; backslashes are left alone, as values are usually escaped once
+/// already), cut to the kubelet's limit on a character boundary, newline-terminated.
+pub fn one_line(message: &str) -> String {
+    let escaped = crate::untrusted::escape_hidden(message);
+    let mut end = escaped.len().min(MAX_BYTES - 1);
+    while !escaped.is_char_boundary(end) {
         end -= 1;
     }
-    std::fs::write(path, format!("{}\n", &message[..end]))
+    format!("{}\n", &escaped[..end])
+}
+
+/// Replace the file's content with `message` as [`one_line`] writes it. Only a regular file is
+/// written (as /dev/termination-log is): a FIFO, device or directory there is refused at once,
+/// never waited on.
+pub fn write_message(path: &Path, message: &str) -> std::io::Result<()> {
+    Ok(crate::untrusted::files::replace_regular(path, one_line(message).as_bytes())?)
 }
 
 #[cfg(test)]
@@ -33,6 +43,24 @@ mod tests {
         write_message(&p, &"é".repeat(5000)).unwrap();
         let t = std::fs::read_to_string(&p).unwrap();
         assert!(t.len() <= MAX_BYTES);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn the_message_stays_one_line_whatever_it_quotes() {
+        let forged = "node n1\n[rankvisor] ERROR forged\r\x1b[2K";
+        assert_eq!(one_line(forged), "node n1\\n[rankvisor] ERROR forged\\r\\u{1b}[2K\n");
+        assert_eq!(one_line("already escaped: a\\nb"), "already escaped: a\\nb\n", "not escaped twice");
+        assert_eq!(one_line(forged).lines().count(), 1);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let p = std::env::temp_dir().join(format!("rv-term-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = write_message(&p, "x").unwrap_err().to_string();
+        assert!(e.contains("is a FIFO (named pipe): expected a regular file"), "{e}");
         std::fs::remove_file(&p).unwrap();
     }
 }

@@ -206,3 +206,49 @@ fn check_node_prints_the_verdict_and_exits_0_only_if_healthy() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
+
+/// Regression (issue 15): a BOM or zero-width space before the health key made another key, and
+/// check-node said healthy (exit 0). Keys follow the Kubernetes label key syntax; the verdict fails closed.
+#[test]
+fn an_invisible_character_before_a_key_fails_closed_and_is_named() {
+    let dir = temp_dir("invisible-key");
+    let labels = dir.join("labels");
+    for (what, prefix, shown) in [("BOM", "\u{feff}", "\\u{feff}"), ("zero-width space", "\u{200b}", "\\u{200b}")] {
+        std::fs::write(&labels, format!("{prefix}{}\n", status_label("Unschedulable"))).unwrap();
+        let out = Command::new(BIN)
+            .args(["check-node", "--node-health", &format!("file:{}", labels.display())])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(138),
+            "{what}: stdout {}\nstderr {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(stderr.contains(shown) && stderr.contains("not a Kubernetes label key"), "{what}: {stderr}");
+        assert!(!stderr.contains(prefix), "{what}: the invisible character is shown escaped: {stderr}");
+    }
+}
+
+/// Regression (issue 15): a label value with `\n` wrote a forged line into the log and made the
+/// one-line termination message two lines.
+#[test]
+fn a_label_value_with_a_newline_cannot_forge_a_line() {
+    let dir = temp_dir("forged-value");
+    // Go-quoted as the kubelet writes it: the value holds a real newline once unquoted.
+    write_labels(
+        &dir.join("labels"),
+        &[r#"sagemaker.amazonaws.com/node-health-status="Unschedulable\n[rankvisor] ERROR forged\r""#],
+    );
+    let out = run(&dir, &[], "touch \"$MARK\"");
+    assert_eq!(out.status.code(), Some(138), "{}", String::from_utf8_lossy(&out.stderr));
+    let message = std::fs::read_to_string(dir.join("termination-log")).unwrap();
+    assert_eq!(message.lines().count(), 1, "{message:?}");
+    assert!(!message.contains('\r'), "{message:?}");
+    assert!(message.contains("Unschedulable\\n[rankvisor] ERROR forged"), "{message:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines() {
+        assert!(!line.starts_with("[rankvisor] ERROR forged"), "forged line:\n{stderr}");
+    }
+}

@@ -169,7 +169,11 @@ fn intruders_are_refused_and_the_job_still_completes() {
     let intruder_runs: Vec<(&str, &str, Running)> = intruders
         .iter()
         .map(|(what, r, count, job, tok, cause)| {
-            let rv = r.rv("intr", *count, port).args(["--job-name", job]).env(token.0, tok).sh(&script);
+            // Another node: the same node and index would be replica 1 reconnecting (it replaces its
+            // stale connection), not a duplicate.
+            let rv =
+                r.rv("intr", *count, port).args(["--job-name", job]).env(token.0, tok).env("NODE_NAME", "elsewhere");
+            let rv = rv.sh(&script);
             (*what, *cause, rv.spawn())
         })
         .collect();
@@ -327,4 +331,32 @@ fn job_scope_after_the_master_succeeded_a_failure_stops_the_workers() {
         assert_eq!(read(&out.join(&format!("gens-{i}"))), "0\n", "worker {i} started no new generation");
         assert!(f.elapsed < Duration::from_secs(8), "worker {i} stopped after {:?}", f.elapsed);
     }
+}
+
+/// Issue 15: a master SIGSTOPped mid-barrier long enough for a worker to give up on its
+/// connection; after SIGCONT the worker's new connection replaces its own half-open one instead
+/// of being refused as a duplicate (it exited 138), and the job completes.
+#[test]
+fn a_worker_reconnecting_to_a_stopped_master_replaces_its_stale_connection() {
+    let port = free_port_pair();
+    let out = TestDir::new("rdzv-sigstop-out");
+    let script = child(out.path(), "sleep 0.2");
+    let reps: Vec<Replica> = (0..3).map(|i| Replica::new("rdzv-sigstop", i)).collect();
+    let master = reps[0].rv("sigstop", 3, port).args(["--log-level", "debug"]).sh(&script).spawn();
+    let worker = reps[1].rv("sigstop", 3, port).args(["--log-level", "debug"]).sh(&script).spawn();
+    let master_stderr = reps[0].dir.join("stderr");
+    wait_until("worker 1 to join", || read(&master_stderr).contains("replica joined the rendezvous").then_some(()));
+    master.signal(libc::SIGSTOP);
+    // The worker hears nothing for 3 heartbeats (15 s), drops the connection and dials again.
+    let worker_stderr = reps[1].dir.join("stderr");
+    common::wait_until_for("the worker to give up on the stopped master", Duration::from_secs(60), || {
+        read(&worker_stderr).contains("retrying: master silent").then_some(())
+    });
+    master.signal(libc::SIGCONT);
+    // Which the master sees first after SIGCONT, the old connection's end or the new hello, is a
+    // race; either way the worker must be admitted (rendezvous::tests::
+    // a_reconnecting_replica_replaces_its_stale_connection pins the replacement down).
+    let last = reps[2].rv("sigstop", 3, port).sh(&script).spawn();
+    let fin = finish_all(vec![master, worker, last]);
+    assert_all_code(&fin, 0);
 }

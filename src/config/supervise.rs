@@ -366,6 +366,7 @@ fn link_config(
         rendezvous: rendezvous::RendezvousConfig {
             barrier_timeout: a.rendezvous_timeout,
             token,
+            scope: a.restart_scope,
             ..rendezvous::RendezvousConfig::default()
         },
         scope: a.restart_scope,

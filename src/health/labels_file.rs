@@ -78,7 +78,49 @@ fn parse_line(line: &str) -> Result<(String, String), String> {
     if let Some(c) = key.chars().find(|c| c.is_whitespace() || *c == '"') {
         return Err(format!("key {key:?} contains {c:?}"));
     }
+    check_key(key)?;
     Ok((key.to_string(), unquote_go(quoted)?))
+}
+
+/// Longest label name (the part after the prefix's '/').
+const MAX_NAME: usize = 63;
+/// Longest label key prefix (a DNS subdomain).
+const MAX_PREFIX: usize = 253;
+
+/// A Kubernetes label (or annotation) key: an optional DNS-subdomain prefix and '/', then a name
+/// of at most 63 of `[A-Za-z0-9._-]` that starts and ends alphanumeric. Anything else (a BOM or
+/// zero-width space before a real key, say) would make a different key silently, so it is refused.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let bad = |what: String| Err(format!("key {key:?} is not a Kubernetes label key: {what}"));
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > MAX_PREFIX {
+            return bad(format!("expected a prefix of 1 to {MAX_PREFIX} characters before '/'"));
+        }
+        if let Some(c) = p.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.')) {
+            return bad(format!("prefix contains {c:?}: expected a DNS subdomain of [a-z0-9.-]"));
+        }
+        if p.split('.').any(|l| l.is_empty() || l.starts_with('-') || l.ends_with('-')) {
+            return bad(
+                "prefix is not a DNS subdomain: expected dot-separated labels that start and end with [a-z0-9]".into(),
+            );
+        }
+    }
+    if name.is_empty() || name.chars().count() > MAX_NAME {
+        return bad(format!("expected a name of 1 to {MAX_NAME} characters"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))) {
+        return bad(format!("name contains {c:?}: expected [A-Za-z0-9._-]"));
+    }
+    let alnum_ends =
+        name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !alnum_ends {
+        return bad("expected a name that starts and ends with [A-Za-z0-9]".into());
+    }
+    Ok(())
 }
 
 /// Undo Go's `strconv.Quote` (the rules of `strconv.Unquote` for a double-quoted string).
@@ -167,6 +209,46 @@ fn digits(bytes: &[u8], start: usize, count: usize, radix: u32, name: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_follow_the_kubernetes_label_key_syntax() {
+        for good in [
+            "sagemaker.amazonaws.com/node-health-status",
+            "app",
+            "a",
+            "kubernetes.io/hostname",
+            "x/Y_z.9",
+            &format!("{}/{}", "a".repeat(253), "b".repeat(63)),
+        ] {
+            assert_eq!(check_key(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("\u{feff}sagemaker.amazonaws.com/node-health-status", "prefix contains '\\u{feff}'"),
+            ("\u{200b}sagemaker.amazonaws.com/node-health-status", "prefix contains '\\u{200b}'"),
+            ("sagemaker.amazonaws.com/node\u{200b}-health-status", "name contains '\\u{200b}'"),
+            ("Sagemaker.com/x", "prefix contains 'S'"),
+            ("/x", "prefix of 1 to 253"),
+            ("a//b", "name contains '/'"),
+            ("a..b/x", "not a DNS subdomain"),
+            ("-a.com/x", "not a DNS subdomain"),
+            ("a.com/", "name of 1 to 63"),
+            ("a.com/-x", "starts and ends"),
+            ("x_", "starts and ends"),
+            ("ключ", "name contains 'к'"),
+        ] {
+            let e = check_key(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(check_key(&"b".repeat(64)).is_err());
+        assert!(check_key(&format!("{}/b", "a".repeat(254))).is_err());
+    }
+
+    #[test]
+    fn a_bom_before_the_health_key_is_an_error_not_another_key() {
+        let text = "\u{feff}sagemaker.amazonaws.com/node-health-status=\"Unschedulable\"\n";
+        let e = parse_labels_file(text).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("\\u{feff}"), "{e}");
+    }
 
     fn one(line: &str) -> Result<String, LabelsFileError> {
         parse_labels_file(&format!("k={line}\n")).map(|m| m.get("k").cloned().unwrap_or_default())

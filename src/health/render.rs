@@ -1,6 +1,7 @@
 //! What `rankvisor check-node` prints: the verdict, why, the labels it used and the fault info.
 
 use super::verdict::{NodeVerdict, DEEP_HEALTH_CHECK_STATUS, NODE_HEALTH_STATUS};
+use crate::untrusted::Escaped;
 
 /// Multi-line human rendering of a verdict, ending with a newline.
 pub fn render_text(v: &NodeVerdict) -> String {
@@ -13,16 +14,16 @@ pub fn render_text(v: &NodeVerdict) -> String {
         }
     } else {
         for reason in &v.reasons {
-            out.push_str(&format!("  - {reason}\n"));
+            out.push_str(&format!("  - {}\n", crate::untrusted::escape_hidden(reason)));
         }
     }
     if v.fault_type.is_some() || v.fault_reason.is_some() || v.fault_details.is_some() {
         out.push_str("fault:\n");
         if let Some(t) = &v.fault_type {
-            out.push_str(&format!("  type: {t}\n"));
+            out.push_str(&format!("  type: {}\n", Escaped(t)));
         }
         if let Some(r) = &v.fault_reason {
-            out.push_str(&format!("  reason: {r}\n"));
+            out.push_str(&format!("  reason: {}\n", Escaped(r)));
         }
         if let Some(d) = &v.fault_details {
             out.push_str(&format!("  details: {d}\n"));
@@ -33,7 +34,7 @@ pub fn render_text(v: &NodeVerdict) -> String {
     } else {
         out.push_str("labels used:\n");
         for (k, value) in &v.labels {
-            out.push_str(&format!("  {k}={value}\n"));
+            out.push_str(&format!("  {}={}\n", Escaped(k), Escaped(value)));
         }
     }
     if !v.taints.is_empty() {

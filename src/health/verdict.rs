@@ -3,6 +3,7 @@
 //! Fail closed: every value that is not documented as healthy, including values HyperPod may add
 //! in the future, makes the node unhealthy, and the reason names the label and the value seen.
 
+use crate::untrusted::Escaped;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -139,7 +140,7 @@ pub fn summary(v: &NodeVerdict) -> String {
     let mut line = if v.healthy {
         let mut line = "node healthy".to_string();
         if let Some(status) = &v.node_health_status {
-            line.push_str(&format!(": {NODE_HEALTH_STATUS}={status}"));
+            line.push_str(&format!(": {NODE_HEALTH_STATUS}={}", Escaped(status)));
         }
         line
     } else {
@@ -147,7 +148,7 @@ pub fn summary(v: &NodeVerdict) -> String {
     };
     let fault: Vec<String> = [("fault-type", &v.fault_type), ("fault-reason", &v.fault_reason)]
         .into_iter()
-        .filter_map(|(name, value)| value.as_ref().map(|value| format!("{name}={value}")))
+        .filter_map(|(name, value)| value.as_ref().map(|value| format!("{name}={}", Escaped(value))))
         .collect();
     if !fault.is_empty() {
         line.push_str(&format!(" ({})", fault.join(", ")));
@@ -181,7 +182,7 @@ fn check_node_health_status(value: Option<&str>, require: bool) -> Option<Failur
     let value = value.unwrap_or_default();
     Some(Failure {
         sentence: format!("label {NODE_HEALTH_STATUS} is {value:?} ({meaning}): expected {SCHEDULABLE}"),
-        short: format!("{NODE_HEALTH_STATUS}={value}"),
+        short: format!("{NODE_HEALTH_STATUS}={}", Escaped(value)),
     })
 }
 
@@ -195,7 +196,7 @@ fn check_deep_health_check_status(value: Option<&str>) -> Option<Failure> {
     let value = value.unwrap_or_default();
     Some(Failure {
         sentence: format!("label {DEEP_HEALTH_CHECK_STATUS} is {value:?} ({meaning}): expected {PASSED} or absent"),
-        short: format!("{DEEP_HEALTH_CHECK_STATUS}={value}"),
+        short: format!("{DEEP_HEALTH_CHECK_STATUS}={}", Escaped(value)),
     })
 }
 

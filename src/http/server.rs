@@ -11,18 +11,35 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-use tokio::net::TcpListener;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{debug, warn};
+
+use crate::logging::{Throttle, Throttled};
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
 /// A client that has not sent its request headers by then is cut off, so idle sockets cannot pile up.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once (the port is unauthenticated): a newcomer beyond this closes the
+/// oldest connection, so a flood of slow clients cannot lock out a well-behaved probe.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Bytes of request head buffered per connection (hyper's floor is 8 KiB; its default ~400 KiB
+/// let 1,000 connections hold 400 MiB).
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// The longest any one connection lives, keep-alive included: every request here is tiny.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Accept errors (out of descriptors) back off from this, doubling, up to `ACCEPT_BACKOFF_MAX`.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one "accept failed" / "connection limit" warning per this window.
+const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// What the handlers read: the latest report and the webhook's counters.
 #[derive(Debug, Clone)]
@@ -146,36 +163,76 @@ fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<
     resp
 }
 
-/// Serve `listener` until `shutdown` resolves; each connection runs in its own task.
+/// The connections being served, oldest first.
+struct Connections {
+    live: VecDeque<JoinHandle<()>>,
+    evicted: Throttle,
+}
+
+impl Connections {
+    /// Room for one more: forget the finished, and close the oldest when at the cap.
+    fn make_room(&mut self) {
+        self.live.retain(|c| !c.is_finished());
+        while self.live.len() >= MAX_CONNECTIONS {
+            if let Some(oldest) = self.live.pop_front() {
+                oldest.abort();
+            }
+            if let t @ Throttled::Log { .. } = self.evicted.hit(Instant::now()) {
+                warn!("http: {MAX_CONNECTIONS} connections open: closing the oldest to serve a new one{}", t.note());
+            }
+        }
+    }
+}
+
+fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpState) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let svc = service_fn(move |req| {
+            let resp = respond(&state, &req);
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .serve_connection(TokioIo::new(stream), svc);
+        match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+            Ok(Err(e)) => debug!(%peer, "http connection ended: {e}"),
+            Err(_) => debug!(%peer, "http connection closed after {CONNECTION_LIFETIME:?}"),
+            Ok(Ok(())) => {}
+        }
+    })
+}
+
+/// Serve `listener` until `shutdown` resolves; each connection runs in its own task, at most
+/// [`MAX_CONNECTIONS`] at once.
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
+    let mut conns = Connections { live: VecDeque::new(), evicted: Throttle::new(WARN_WINDOW) };
+    let mut failed = Throttle::new(WARN_WINDOW);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| {
-                            let resp = respond(&state, &req);
-                            async move { Ok::<_, Infallible>(resp) }
-                        });
-                        let conn = http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(HEADER_READ_TIMEOUT)
-                            .serve_connection(TokioIo::new(stream), svc);
-                        if let Err(e) = conn.await {
-                            debug!(%peer, "http connection ended: {e}");
-                        }
-                    });
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    conns.make_room();
+                    conns.live.push_back(serve_connection(stream, peer, state.clone()));
                 }
                 Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    warn!("http accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Out of descriptors and the like: back off (doubling) instead of spinning,
+                    // and say so once per window, not once per attempt.
+                    if let t @ Throttled::Log { .. } = failed.hit(Instant::now()) {
+                        warn!("http accept failed: {e}; retrying in {backoff:?}{}", t.note());
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 }
             }
         }
+    }
+    for c in conns.live {
+        c.abort();
     }
 }
 

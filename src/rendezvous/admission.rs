@@ -69,6 +69,24 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// The refusal as told to the peer. A peer that did not prove it knows the job token (or any
+    /// peer, when the job has none) learns nothing about the job: not its name, its replica count
+    /// or who holds an index. The master's log keeps the whole message.
+    pub fn to_peer(&self, authenticated: bool) -> String {
+        if authenticated {
+            return self.to_string();
+        }
+        match self {
+            Refusal::Job { seen, .. } => format!("job {seen:?} does not match the master's job"),
+            Refusal::ReplicaCount { seen, .. } => format!("replica_count {seen} does not match the master's"),
+            Refusal::IndexOutOfRange { index, .. } => format!("replica_index {index} is out of range"),
+            Refusal::Duplicate { index, .. } => format!("replica_index {index} is already held by a connected peer"),
+            other => other.to_string(),
+        }
+    }
+}
+
 fn worker_range(count: u32) -> String {
     match count {
         0 | 1 => "none (the job has a single replica, the master, index 0)".to_string(),
@@ -168,6 +186,29 @@ mod tests {
         assert_eq!(admit(&hello(1), &expected(), holder), Ok(()));
         let e = admit(&hello(2), &expected(), holder).unwrap_err();
         assert_eq!(e.to_string(), "replica_index 2 is already held by a connected peer on node \"node-a\"");
+    }
+
+    #[test]
+    fn an_unauthenticated_peer_learns_nothing_about_the_job() {
+        let holder = |_: u32| Some("node-a".to_string());
+        let refusals = [
+            admit(&Hello { job: "other".into(), ..hello(1) }, &expected(), nobody),
+            admit(&Hello { replica_count: 9, ..hello(1) }, &expected(), nobody),
+            admit(&hello(7), &expected(), nobody),
+            admit(&hello(2), &expected(), holder),
+        ];
+        for r in refusals {
+            let r = r.unwrap_err();
+            let told = r.to_peer(false);
+            for secret in ["pytest", "4", "node-a", "1..=3"] {
+                assert!(!told.contains(secret), "{told:?} reveals {secret:?}");
+            }
+            assert_eq!(r.to_peer(true), r.to_string());
+        }
+        assert_eq!(
+            admit(&hello(7), &expected(), nobody).unwrap_err().to_peer(false),
+            "replica_index 7 is out of range"
+        );
     }
 
     #[test]

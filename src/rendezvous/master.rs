@@ -10,22 +10,23 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{ReadHalf, WriteHalf};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::admission::{Expected, Refusal};
-use super::auth::{self, Role};
+use super::admission::Expected;
 use super::config::{Identity, Released, RendezvousConfig};
+use super::conn::{accept_loop, log_refusal, ConnContext, Inbound, REFUSAL_WARN_WINDOW};
 use super::error::RendezvousError;
 use super::frame::{Frame, Health, Hello, Order, StateUpdate};
-use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxTx, ReadError};
+use super::io::{line, Line, OutboxTx};
 use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
+use crate::logging::Throttle;
+use crate::supervise::RestartScope;
+use crate::untrusted::{escape, Escaped};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
 const LISTEN_BACKLOG: u32 = 8192;
@@ -81,12 +82,6 @@ enum Command {
     Order(Order),
 }
 
-enum Inbound {
-    Admit { conn: ConnId, peer: SocketAddr, hello: Hello, proof: Option<String>, out: OutboxTx },
-    Frame { conn: ConnId, frame: Frame },
-    Closed { conn: ConnId, reason: String },
-}
-
 struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
@@ -135,20 +130,24 @@ pub fn start_master(
     let (events_tx, events) = mpsc::channel(EVENTS);
     let (released_tx, released) = watch::channel(None);
     let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND);
+    let refusals = Arc::new(Mutex::new(Throttle::new(REFUSAL_WARN_WINDOW)));
     let ctx = Arc::new(ConnContext {
         token: cfg.token.clone(),
         hello_timeout: cfg.hello_timeout,
         heartbeat: cfg.heartbeat,
         silence: cfg.silence(),
         max_frame: cfg.max_frame,
+        refusals: Arc::clone(&refusals),
     });
     let accept = tokio::spawn(accept_loop(listener, ctx, inbound_tx));
     if !own_health.healthy {
         warn!(node = %me.node, "the master's node is unhealthy: the barrier waits for it");
     }
     let master = Master {
-        roster: Roster::new(Expected { job: me.job.clone(), replica_count: me.replica_count }, own_health.healthy),
+        roster: Roster::new(Expected { job: me.job.clone(), replica_count: me.replica_count }, own_health.healthy)
+            .allowing_new_generations(cfg.scope == RestartScope::Job),
         conns: HashMap::new(),
+        refusals,
         view: Arc::clone(&view),
         events: events_tx,
         released: released_tx,
@@ -263,6 +262,8 @@ struct Conn {
 struct Master {
     roster: Roster,
     conns: HashMap<ConnId, Conn>,
+    /// Shared with the connection tasks: refused peers are logged once per window.
+    refusals: Arc<Mutex<Throttle>>,
     view: Arc<Mutex<JobView>>,
     events: mpsc::Sender<ControlEvent>,
     released: watch::Sender<Option<u64>>,
@@ -438,18 +439,33 @@ impl Master {
 
     fn admit(&mut self, conn: ConnId, peer: SocketAddr, hello: Hello, proof: Option<String>, out: OutboxTx) {
         let index = hello.replica_index;
-        if let Err(refusal) = self.roster.admit(conn, &hello) {
-            warn!(%peer, replica = index, node = %hello.node, "refused a rendezvous peer: {refusal}");
-            if let Ok(l) = line(&Frame::Error { message: refusal.to_string() }, self.max_frame) {
-                out.push(l);
+        // With a job token, the peer proved it belongs to the job before reaching this point.
+        let authenticated = proof.is_some();
+        match self.roster.admit(conn, &hello) {
+            Err(refusal) => {
+                let detail = format!("replica {index} on node {}: {refusal}", Escaped(&hello.node));
+                log_refusal(&self.refusals, peer, "refused a rendezvous peer", &detail);
+                if let Ok(l) = line(&Frame::Error { message: refusal.to_peer(authenticated) }, self.max_frame) {
+                    out.push(l);
+                }
+                return;
             }
-            return;
+            Ok(Some(stale)) => {
+                // The same replica (job, index, node, token) dialled again: its old connection is
+                // half-open (e.g. this master was stopped while the worker gave up on it). Dropping
+                // the old outbox ends that connection's task.
+                if let Some(old) = self.conns.remove(&stale) {
+                    info!(%peer, old_peer = %old.peer, replica = index, node = %Escaped(&hello.node),
+                        "replica reconnected: its stale connection is replaced");
+                }
+            }
+            Ok(None) => {}
         }
         let health = Health { healthy: hello.healthy, verdict: hello.health };
         if health.healthy {
-            debug!(%peer, replica = index, node = %hello.node, "replica joined the rendezvous");
+            debug!(%peer, replica = index, node = %Escaped(&hello.node), "replica joined the rendezvous");
         } else {
-            warn!(%peer, replica = index, node = %hello.node, verdict = %health.verdict,
+            warn!(%peer, replica = index, node = %Escaped(&hello.node), verdict = %health.verdict,
                 "replica joined on an unhealthy node: the barrier waits for it");
         }
         self.conns.insert(conn, Conn { index, peer, out });
@@ -486,11 +502,16 @@ impl Master {
                     Some(Rejoin::Current) => self.release(Some(index)),
                     Some(Rejoin::Ahead) => self.emit(ControlEvent::Rejoin { index, generation }),
                     Some(Rejoin::Behind(current)) => self.send(conn, &Frame::Restart { generation: current }),
+                    Some(Rejoin::Refused(why)) => {
+                        let message = format!("rejoin of generation {generation} refused: {why}");
+                        warn!(%peer, replica = index, "{message}");
+                        self.send(conn, &Frame::Error { message });
+                    }
                     None => {}
                 }
             }
             Frame::Error { message } => {
-                warn!(%peer, replica = index, "replica reported an error: {message}");
+                warn!(%peer, replica = index, "replica reported an error: {}", escape(&message));
             }
             other => {
                 let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
@@ -499,152 +520,4 @@ impl Master {
             }
         }
     }
-}
-
-struct ConnContext {
-    token: Option<Vec<u8>>,
-    hello_timeout: Duration,
-    heartbeat: Duration,
-    silence: Duration,
-    max_frame: usize,
-}
-
-async fn accept_loop(listener: TcpListener, ctx: Arc<ConnContext>, inbound: mpsc::Sender<Inbound>) {
-    let mut next: ConnId = 0;
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                next += 1;
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, peer, next, Arc::clone(&ctx), inbound.clone()));
-            }
-            Err(e) => {
-                // Out of file descriptors and the like: pause instead of spinning on the error.
-                warn!("rendezvous listener cannot accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-enum HandshakeEnd {
-    Refused(Refusal),
-    Gone(String),
-}
-
-/// One task per connection: the handshake, then reading frames and writing the outbox until
-/// the peer goes or the master drops it.
-async fn serve(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    conn: ConnId,
-    ctx: Arc<ConnContext>,
-    inbound: mpsc::Sender<Inbound>,
-) {
-    let (read, mut write) = stream.split();
-    let mut reader = FrameReader::new(read, ctx.max_frame);
-    // Boxed so the handshake's state does not stay in every connection's task afterwards.
-    let handshake = Box::pin(tokio::time::timeout(ctx.hello_timeout, handshake(&mut reader, &mut write, &ctx)))
-        .await
-        .unwrap_or_else(|_| Err(HandshakeEnd::Refused(Refusal::Silent { waited: format_duration(ctx.hello_timeout) })));
-    let (hello, proof) = match handshake {
-        Ok(admitted) => admitted,
-        Err(HandshakeEnd::Refused(refusal)) => {
-            warn!(%peer, "refused a rendezvous peer: {refusal}");
-            let error = Frame::Error { message: refusal.to_string() };
-            write_frame(&mut write, &error, &ctx).await;
-            return;
-        }
-        Err(HandshakeEnd::Gone(reason)) => {
-            warn!(%peer, "rendezvous peer left before admission: {reason}");
-            return;
-        }
-    };
-    let (out, mut outbox) = outbox();
-    let admit = Inbound::Admit { conn, peer, hello, proof, out };
-    if inbound.send(admit).await.is_err() {
-        return;
-    }
-    let silence = tokio::time::sleep(ctx.silence);
-    let idle = tokio::time::sleep(ctx.heartbeat);
-    tokio::pin!(silence, idle);
-    let reason = loop {
-        // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
-        let line = tokio::select! {
-            line = outbox.recv() => match line {
-                Some(line) => line,
-                None => return,
-            },
-            () = &mut idle => heartbeat_line(),
-            () = &mut silence => break format!("silent for {}", format_duration(ctx.silence)),
-            read = reader.next() => match read {
-                Ok(Some(frame)) => {
-                    silence.as_mut().reset(tokio::time::Instant::now() + ctx.silence);
-                    if inbound.send(Inbound::Frame { conn, frame }).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                Ok(None) => break "connection closed".to_string(),
-                Err(ReadError::Frame(e)) => {
-                    let reason = e.to_string();
-                    write_frame(&mut write, &Frame::Error { message: reason.clone() }, &ctx).await;
-                    break reason;
-                }
-                Err(e) => break e.to_string(),
-            },
-        };
-        match tokio::time::timeout(ctx.silence, write.write_all(&line)).await {
-            Ok(Ok(())) => idle.as_mut().reset(tokio::time::Instant::now() + ctx.heartbeat),
-            Ok(Err(e)) => break format!("cannot write to it: {e}"),
-            Err(_) => break "not reading: a write stalled".to_string(),
-        }
-    };
-    let _ = inbound.send(Inbound::Closed { conn, reason }).await;
-}
-
-/// Best effort: a frame for a peer about to be dropped, bounded by one heartbeat.
-async fn write_frame(write: &mut WriteHalf<'_>, frame: &Frame, ctx: &ConnContext) {
-    if let Ok(l) = line(frame, ctx.max_frame) {
-        let _ = tokio::time::timeout(ctx.heartbeat, write.write_all(&l)).await;
-    }
-}
-
-async fn next_frame(reader: &mut FrameReader<ReadHalf<'_>>) -> Result<Frame, HandshakeEnd> {
-    loop {
-        match reader.next().await {
-            Ok(Some(Frame::Heartbeat)) => continue,
-            Ok(Some(Frame::Error { message })) => return Err(HandshakeEnd::Gone(format!("it gave up: {message}"))),
-            Ok(Some(frame)) => return Ok(frame),
-            Ok(None) => return Err(HandshakeEnd::Gone("connection closed".to_string())),
-            Err(ReadError::Frame(e)) => return Err(HandshakeEnd::Refused(Refusal::Frame(e))),
-            Err(e) => return Err(HandshakeEnd::Gone(e.to_string())),
-        }
-    }
-}
-
-async fn handshake(
-    reader: &mut FrameReader<ReadHalf<'_>>,
-    write: &mut WriteHalf<'_>,
-    ctx: &ConnContext,
-) -> Result<(Hello, Option<String>), HandshakeEnd> {
-    let hello = match next_frame(reader).await? {
-        Frame::Hello(hello) => hello,
-        other => return Err(HandshakeEnd::Refused(Refusal::Unexpected { expected: "hello", seen: other.kind() })),
-    };
-    let Some(token) = &ctx.token else {
-        return Ok((hello, None));
-    };
-    let token_failed = |e| HandshakeEnd::Refused(Refusal::Token(e));
-    let nonce = auth::new_nonce().map_err(token_failed)?;
-    let challenge = line(&Frame::Challenge { nonce: nonce.clone() }, ctx.max_frame)
-        .map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
-    write.write_all(&challenge).await.map_err(|e| HandshakeEnd::Gone(e.to_string()))?;
-    let proof = match next_frame(reader).await? {
-        Frame::Auth { proof } => proof,
-        other => return Err(HandshakeEnd::Refused(Refusal::Unexpected { expected: "auth", seen: other.kind() })),
-    };
-    auth::verify(token, Role::Worker, &nonce, &hello.nonce, &proof).map_err(token_failed)?;
-    let mine = auth::prove(token, Role::Master, &nonce, &hello.nonce).map_err(token_failed)?;
-    Ok((hello, Some(mine)))
 }

@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod auth;
 mod config;
+mod conn;
 mod error;
 pub mod frame;
 mod io;

@@ -54,6 +54,31 @@ pub enum Rejoin {
     Ahead,
     /// It is behind; tell it to restart into this generation.
     Behind(u64),
+    /// Not allowed: nothing changes.
+    Refused(RejoinRefusal),
+}
+
+/// The most generations a job may go through: far beyond any real job (each is a job-wide
+/// restart), far below where `generation + 1` could wrap.
+pub const MAX_GENERATION: u64 = 1 << 32;
+
+/// Why a worker's `Rejoin` changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RejoinRefusal {
+    /// Under restart scope `replica`, a worker's failure restarts only that worker.
+    #[error("the restart scope is replica: only the job's own restart policy (scope job) starts a new generation")]
+    ReplicaScope,
+    /// Generations move forward one at a time.
+    #[error("the current generation is {current}: expected at most {}", next_generation(*current).unwrap_or(*current))]
+    Skips {
+        /// The master's generation.
+        current: u64,
+    },
+}
+
+/// The generation after `current`, unless the bound is reached.
+pub fn next_generation(current: u64) -> Option<u64> {
+    current.checked_add(1).filter(|&g| g <= MAX_GENERATION)
 }
 
 /// Connections to send `Release{generation}` to.
@@ -84,12 +109,26 @@ pub struct Roster {
     phase: Phase,
     slots: HashMap<u32, Slot>,
     counted: usize,
+    new_generations: bool,
 }
 
 impl Roster {
     /// A roster gathering generation 0.
     pub fn new(expected: Expected, master_healthy: bool) -> Self {
-        Roster { expected, master_healthy, phase: Phase::Gathering(0), slots: HashMap::new(), counted: 0 }
+        Roster {
+            expected,
+            master_healthy,
+            phase: Phase::Gathering(0),
+            slots: HashMap::new(),
+            counted: 0,
+            new_generations: false,
+        }
+    }
+
+    /// Whether a worker may ask for a new generation (restart scope `job`); off by default.
+    pub fn allowing_new_generations(mut self, allow: bool) -> Self {
+        self.new_generations = allow;
+        self
     }
 
     /// Where the barrier is.
@@ -111,14 +150,21 @@ impl Roster {
         self.slots.get(&index).map(|s| s.node.clone())
     }
 
-    /// Admit a hello on connection `conn`, or say why not.
-    pub fn admit(&mut self, conn: ConnId, hello: &Hello) -> Result<(), Refusal> {
-        admit(hello, &self.expected, |i| self.holder(i))?;
+    /// Admit a hello on connection `conn`, or say why not. A hello with the identity (index and
+    /// node) of the connected holder replaces the holder's connection, returned here: the same
+    /// replica reconnected, so the old connection is stale (half-open).
+    pub fn admit(&mut self, conn: ConnId, hello: &Hello) -> Result<Option<ConnId>, Refusal> {
+        let same = |s: &Slot| s.node == hello.node;
+        let stale = self.slots.get(&hello.replica_index).filter(|s| same(s)).map(|s| s.conn);
+        admit(hello, &self.expected, |i| self.slots.get(&i).filter(|s| !same(s)).map(|s| s.node.clone()))?;
+        if let Some(old) = stale {
+            self.leave(hello.replica_index, old);
+        }
         let g = self.phase.generation();
         let slot = Slot { conn, node: hello.node.clone(), healthy: hello.healthy, ready: Some(g), released: None };
         self.counted += usize::from(slot.counts(g));
         self.slots.insert(hello.replica_index, slot);
-        Ok(())
+        Ok(stale)
     }
 
     fn update(&mut self, index: u32, conn: ConnId, change: impl FnOnce(&mut Slot)) -> bool {
@@ -155,14 +201,25 @@ impl Roster {
         self.master_healthy = healthy;
     }
 
-    /// A worker is ready for `generation`; None if `conn` does not hold `index`.
+    /// A worker is ready for `generation`; None if `conn` does not hold `index`. Asking for a
+    /// newer generation is allowed only when new generations are (scope `job`), and only for the
+    /// next one; a refused rejoin changes nothing.
     pub fn rejoin(&mut self, index: u32, conn: ConnId, generation: u64) -> Option<Rejoin> {
         let current = self.phase.generation();
-        let found = self.update(index, conn, |s| {
+        self.slots.get(&index).filter(|s| s.conn == conn)?;
+        if generation > current {
+            if !self.new_generations {
+                return Some(Rejoin::Refused(RejoinRefusal::ReplicaScope));
+            }
+            if Some(generation) != next_generation(current) {
+                return Some(Rejoin::Refused(RejoinRefusal::Skips { current }));
+            }
+        }
+        self.update(index, conn, |s| {
             s.ready = Some(generation);
             s.released = None;
         });
-        found.then_some(match generation.cmp(&current) {
+        Some(match generation.cmp(&current) {
             std::cmp::Ordering::Equal => Rejoin::Current,
             std::cmp::Ordering::Greater => Rejoin::Ahead,
             std::cmp::Ordering::Less => Rejoin::Behind(current),
@@ -243,20 +300,24 @@ mod tests {
     use serde_json::Value;
 
     fn roster(count: u32) -> Roster {
-        Roster::new(Expected { job: "j".into(), replica_count: count }, true)
+        Roster::new(Expected { job: "j".into(), replica_count: count }, true).allowing_new_generations(true)
     }
 
-    fn join(r: &mut Roster, conn: ConnId, index: u32, healthy: bool) -> Result<(), Refusal> {
-        let hello = Hello {
+    fn hello(r: &Roster, index: u32, node: &str, healthy: bool) -> Hello {
+        Hello {
             job: "j".into(),
             replica_index: index,
             replica_count: r.expected.replica_count,
-            node: format!("node-{index}"),
+            node: node.into(),
             healthy,
             health: Value::Null,
             nonce: String::new(),
-        };
-        r.admit(conn, &hello)
+        }
+    }
+
+    fn join(r: &mut Roster, conn: ConnId, index: u32, healthy: bool) -> Result<(), Refusal> {
+        let h = hello(r, index, &format!("node-{index}"), healthy);
+        r.admit(conn, &h).map(|_| ())
     }
 
     fn conns(r: Option<Release>) -> Option<(u64, Vec<ConnId>)> {
@@ -310,10 +371,24 @@ mod tests {
     }
 
     #[test]
+    fn the_same_replica_reconnecting_replaces_its_stale_connection() {
+        let mut r = roster(3);
+        join(&mut r, 1, 1, true).unwrap();
+        join(&mut r, 2, 2, true).unwrap();
+        let again = hello(&r, 1, "node-1", true);
+        assert_eq!(r.admit(7, &again), Ok(Some(1)), "connection 1 is replaced by 7");
+        assert_eq!(r.present(), 2);
+        assert!(!r.leave(1, 1), "the stale connection holds nothing any more");
+        assert_eq!(r.rejoin(1, 7, 0), Some(Rejoin::Current));
+        assert_eq!(conns(r.take_release(None)), Some((0, vec![2, 7])));
+    }
+
+    #[test]
     fn duplicates_are_refused_until_the_holder_leaves() {
         let mut r = roster(3);
         join(&mut r, 1, 1, true).unwrap();
-        assert!(matches!(join(&mut r, 2, 1, true), Err(Refusal::Duplicate { index: 1, .. })));
+        let other_node = hello(&r, 1, "node-x", true);
+        assert!(matches!(r.admit(2, &other_node), Err(Refusal::Duplicate { index: 1, .. })));
         assert!(!r.leave(1, 2), "the refused connection holds nothing");
         assert!(r.leave(1, 1));
         assert_eq!(r.present(), 0);
@@ -388,6 +463,28 @@ mod tests {
         assert_eq!(r.shortfall().missing, vec![1], "2 already acknowledged");
         r.rejoin(1, 1, 1);
         assert!(r.take_release(Some(1)).is_some());
+    }
+
+    #[test]
+    fn generations_move_forward_by_one_and_only_under_job_scope() {
+        let mut r = roster(2);
+        join(&mut r, 1, 1, true).unwrap();
+        r.take_release(None).unwrap();
+        let skip = Some(Rejoin::Refused(RejoinRefusal::Skips { current: 0 }));
+        assert_eq!(r.rejoin(1, 1, u64::MAX), skip, "no wrap-around");
+        assert_eq!(r.rejoin(1, 1, 2), skip);
+        assert_eq!(r.rejoin(1, 1, 1), Some(Rejoin::Ahead));
+        assert_eq!(next_generation(MAX_GENERATION), None);
+        assert_eq!(next_generation(u64::MAX), None);
+        let e = RejoinRefusal::Skips { current: 0 }.to_string();
+        assert_eq!(e, "the current generation is 0: expected at most 1");
+
+        let mut replica_scope = Roster::new(Expected { job: "j".into(), replica_count: 2 }, true);
+        join(&mut replica_scope, 1, 1, true).unwrap();
+        replica_scope.take_release(None).unwrap();
+        assert_eq!(replica_scope.rejoin(1, 1, 1), Some(Rejoin::Refused(RejoinRefusal::ReplicaScope)));
+        assert_eq!(replica_scope.take_release(Some(1)), None, "a refused rejoin changes nothing");
+        assert_eq!(replica_scope.rejoin(1, 1, 0), Some(Rejoin::Current), "the running generation is fine");
     }
 
     #[test]

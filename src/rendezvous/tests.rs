@@ -16,6 +16,7 @@ use super::io::FrameReader;
 use super::worker::join_observed;
 use super::*;
 use crate::report::ReplicaState;
+use crate::supervise::RestartScope;
 
 const GUARD: Duration = Duration::from_secs(10);
 
@@ -48,6 +49,8 @@ fn cfg() -> RendezvousConfig {
         heartbeat: Duration::from_millis(300),
         token: None,
         max_frame: DEFAULT_MAX_FRAME,
+        // These tests drive job-scope restarts (workers asking for a new generation).
+        scope: RestartScope::Job,
     }
 }
 
@@ -320,7 +323,9 @@ async fn bad_peers_are_refused_by_name_and_the_job_completes() {
     joined_event(&mut m, 1).await;
 
     let refused = |e: Result<WorkerSession, RendezvousError>| e.err().expect("refused").to_string();
-    let dup = refused(guard("dup", join(to.clone(), identity(1, 4), healthy().fixed(), token.clone())).await);
+    // Index 1 from another node: a duplicate (the same node would be replica 1 reconnecting).
+    let elsewhere = Identity { node: "node-x".into(), ..identity(1, 4) };
+    let dup = refused(guard("dup", join(to.clone(), elsewhere, healthy().fixed(), token.clone())).await);
     assert!(dup.ends_with("answered: replica_index 1 is already held by a connected peer on node \"node-1\""), "{dup}");
 
     let count = refused(guard("count", join(to.clone(), identity(2, 5), healthy().fixed(), token.clone())).await);
@@ -564,9 +569,114 @@ async fn a_stop_during_a_rejoin_is_reported() {
     guard("the barrier", m.barrier(0)).await.unwrap();
     let mut w1 = joined(w1).await.unwrap();
     let _w2 = joined(w2).await.unwrap();
-    let rejoin = tokio::spawn(async move { w1.rejoin(5).await.err().map(|e| e.to_string()) });
+    let rejoin = tokio::spawn(async move { w1.rejoin(1).await.err().map(|e| e.to_string()) });
     event(&mut m, "a rejoin request", |e| matches!(e, ControlEvent::Rejoin { .. })).await;
     m.order(Order::Stop { reason: "the master gave up".into() }).await.unwrap();
     let e = guard("rejoin", rejoin).await.unwrap().expect("an error");
     assert!(e.ends_with("ordered a stop: the master gave up"), "{e}");
+}
+
+// Issue 15: hostile or confused peers.
+
+async fn admitted_raw(to: &(String, u16), index: u32, count: u32) -> Raw {
+    let mut raw = Raw::connect(to).await;
+    raw.send(&raw_hello(index, count)).await;
+    assert!(matches!(raw.recv().await, Some(Frame::Admitted { .. })), "raw {index} admitted");
+    raw
+}
+
+#[tokio::test]
+async fn a_reconnecting_replica_replaces_its_stale_connection() {
+    let mut m = master(3, cfg()).await;
+    let to = at(&m);
+    // The first connection stays open but silent on our side: half-open as the master sees it.
+    let mut stale = admitted_raw(&to, 1, 3).await;
+    joined_event(&mut m, 1).await;
+    let mut fresh = admitted_raw(&to, 1, 3).await;
+    assert_eq!(stale.recv().await, None, "the master closed the stale connection");
+    let _w2 = admitted_raw(&to, 2, 3).await;
+    assert_eq!(guard("the barrier", m.barrier(0)).await.unwrap().generation, 0);
+    assert_eq!(fresh.recv().await, Some(Frame::Release { generation: 0 }));
+    // Another node claiming index 1 is still a duplicate.
+    let mut other = Raw::connect(&to).await;
+    let mut h = raw_hello(1, 3);
+    if let Frame::Hello(ref mut hello) = h {
+        hello.node = "elsewhere".into();
+    }
+    other.send(&h).await;
+    assert_eq!(other.error().await, "replica_index 1 is already held by a connected peer");
+}
+
+#[tokio::test]
+async fn under_replica_scope_a_rejoin_restarts_nothing() {
+    let replica = RendezvousConfig { scope: RestartScope::Replica, ..cfg() };
+    let mut m = master(2, replica).await;
+    let mut w = admitted_raw(&at(&m), 1, 2).await;
+    guard("the barrier", m.barrier(0)).await.unwrap();
+    assert_eq!(w.recv().await, Some(Frame::Release { generation: 0 }));
+    w.send(&Frame::Rejoin { generation: 1 }).await;
+    let e = w.error().await;
+    assert!(e.starts_with("rejoin of generation 1 refused: the restart scope is replica"), "{e}");
+    // The connection stays; nothing was asked of the supervisor.
+    w.send(&Frame::Heartbeat).await;
+    while let Ok(ev) = m.events().try_recv() {
+        assert!(!matches!(ev, ControlEvent::Rejoin { .. }), "a rejoin event under replica scope: {ev:?}");
+    }
+    assert_eq!(m.job_view().generation(), 0);
+}
+
+#[tokio::test]
+async fn generations_cannot_jump_or_wrap() {
+    let mut m = master(2, cfg()).await;
+    let mut w = admitted_raw(&at(&m), 1, 2).await;
+    guard("the barrier", m.barrier(0)).await.unwrap();
+    assert_eq!(w.recv().await, Some(Frame::Release { generation: 0 }));
+    for g in [u64::MAX, 2] {
+        w.send(&Frame::Rejoin { generation: g }).await;
+        let e = w.error().await;
+        assert_eq!(e, format!("rejoin of generation {g} refused: the current generation is 0: expected at most 1"));
+    }
+    w.send(&Frame::Rejoin { generation: 1 }).await;
+    let e = event(&mut m, "a rejoin request", |e| matches!(e, ControlEvent::Rejoin { .. })).await;
+    assert_eq!(e, ControlEvent::Rejoin { index: 1, generation: 1 });
+}
+
+#[tokio::test]
+async fn an_unauthenticated_peer_learns_nothing_from_a_refusal() {
+    let m = master(4, cfg()).await;
+    let mut raw = Raw::connect(&at(&m)).await;
+    let mut h = raw_hello(9, 4);
+    if let Frame::Hello(ref mut hello) = h {
+        hello.job = "guess".into();
+    }
+    raw.send(&h).await;
+    assert_eq!(raw.error().await, "job \"guess\" does not match the master's job");
+    let mut raw = Raw::connect(&at(&m)).await;
+    raw.send(&raw_hello(9, 4)).await;
+    assert_eq!(raw.error().await, "replica_index 9 is out of range");
+}
+
+/// A hand-driven master: accepts one worker and answers its hello with `answer`.
+async fn fake_master(answer: Frame) -> ((String, u16), JoinHandle<Option<Frame>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (read, mut write) = stream.into_split();
+        let mut reader = FrameReader::new(read, DEFAULT_MAX_FRAME);
+        assert!(matches!(recv(&mut reader).await, Some(Frame::Hello(_))));
+        write.write_all(&encode(&answer, DEFAULT_MAX_FRAME).unwrap()).await.unwrap();
+        write.write_all(&encode(&Frame::Release { generation: u64::MAX }, DEFAULT_MAX_FRAME).unwrap()).await.unwrap();
+        recv(&mut reader).await
+    });
+    (("127.0.0.1".to_string(), port), task)
+}
+
+#[tokio::test]
+async fn a_worker_refuses_a_generation_beyond_the_bound() {
+    let (to, master) = fake_master(Frame::Admitted { generation: u64::MAX, proof: None }).await;
+    let e = joined(spawn_join(to, identity(1, 2), cfg())).await.err().expect("refused").to_string();
+    assert!(e.contains("admitted frame with generation 18446744073709551615: expected at most 4294967296"), "{e}");
+    let told = guard("the fake master", master).await.unwrap();
+    assert!(matches!(told, Some(Frame::Error { .. })), "{told:?}");
 }

@@ -15,6 +15,7 @@ use super::config::{Identity, Released, RendezvousConfig};
 use super::error::RendezvousError;
 use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
 use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
+use super::roster::MAX_GENERATION;
 use crate::duration::format_duration;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
@@ -202,7 +203,13 @@ async fn meet(
             read = tokio::time::timeout(silence, reader.next()) => match read {
                 Err(_) => return Err(Step::Retry(format!("master silent for {}", format_duration(silence)))),
                 Ok(Ok(None)) => return Err(Step::Retry("master closed the connection".to_string())),
-                Ok(Ok(Some(frame))) => frame,
+                Ok(Ok(Some(frame))) => {
+                    if let Err(detail) = generation_in_bounds(&frame) {
+                        tell(&out, max, &detail);
+                        return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
+                    }
+                    frame
+                }
                 Ok(Err(ReadError::Frame(e))) => {
                     let detail = format!("bad frame: {e}");
                     tell(&out, max, &detail);
@@ -373,7 +380,7 @@ impl WorkerSession {
                 Some(FromMaster::Frame(Frame::Stop { reason })) => return Some(Order::Stop { reason }),
                 Some(FromMaster::Frame(Frame::Restart { generation })) => return Some(Order::Restart { generation }),
                 Some(FromMaster::Frame(Frame::Error { message })) => {
-                    warn!(master = %self.master, "the rendezvous master sent an error: {message}");
+                    warn!(master = %self.master, "the rendezvous master sent an error: {}", crate::untrusted::escape(&message));
                     self.lost = Some(format!("the master sent an error: {message}"));
                 }
                 Some(FromMaster::Frame(other)) => {
@@ -455,7 +462,10 @@ async fn session_reader(
                 Err(_) => FromMaster::Lost(format!("master silent for {}", format_duration(silence))),
                 Ok(Ok(None)) => FromMaster::Lost("master closed the connection".to_string()),
                 Ok(Ok(Some(Frame::Heartbeat))) => continue,
-                Ok(Ok(Some(frame))) => FromMaster::Frame(frame),
+                Ok(Ok(Some(frame))) => match generation_in_bounds(&frame) {
+                    Ok(()) => FromMaster::Frame(frame),
+                    Err(detail) => FromMaster::Lost(format!("the master broke the protocol: {detail}")),
+                },
                 Ok(Err(e)) => {
                     if let ReadError::Frame(_) = e {
                         tell(&out, max, &format!("bad frame: {e}"));
@@ -480,5 +490,18 @@ async fn session_reader(
         if inbox.send(msg).await.is_err() || end {
             return;
         }
+    }
+}
+
+/// A generation from the master beyond the bound is a protocol error: taken as it is, the next
+/// generation (`g + 1`) would wrap around.
+fn generation_in_bounds(frame: &Frame) -> Result<(), String> {
+    match frame {
+        Frame::Admitted { generation, .. } | Frame::Release { generation } | Frame::Restart { generation }
+            if *generation > MAX_GENERATION =>
+        {
+            Err(format!("{} frame with generation {generation}: expected at most {MAX_GENERATION}", frame.kind()))
+        }
+        _ => Ok(()),
     }
 }

@@ -1,0 +1,124 @@
+//! Logging never blocks supervision (issue 15): rankvisor's stderr into a pipe that nobody reads
+//! must not stop restarts or signal handling; lost lines are counted.
+
+mod common;
+
+use common::{kill_tree, read, wait_until_for, TestDir, BIN};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bytes waiting in the pipe behind `fd`.
+fn queued(fd: i32) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+    usize::try_from(n).unwrap_or(0)
+}
+
+fn starts(path: &std::path::Path) -> usize {
+    read(path).lines().count()
+}
+
+/// Regression: once 64 KB of logs piled up, the loop blocked in write(2): no restarts, TERM ignored.
+#[test]
+fn an_undrained_stderr_pipe_blocks_neither_restarts_nor_term() {
+    let dir = TestDir::new("hostile-log-pipe");
+    let starts_file = dir.join("starts");
+    let script = format!("echo x >> {}; exit 1", common::q(&starts_file.to_string_lossy()));
+    let mut child = Command::new(BIN)
+        .args(["--backoff-initial", "10ms", "--backoff-max", "10ms", "--backoff-limit", "1000000"])
+        .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
+        .args(["--", "sh", "-c", &script])
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rankvisor");
+    // Never read: the pipe fills up and stays full.
+    let pipe = child.stderr.take().expect("stderr pipe");
+    let guard = Duration::from_secs(60);
+    wait_until_for("rankvisor's stderr pipe to fill", guard, || (queued(pipe.as_raw_fd()) >= 60 * 1024).then_some(()));
+    let at_full = starts(&starts_file);
+    let more = at_full + 20;
+    let restarted = wait_until_for_opt(Duration::from_secs(20), || starts(&starts_file) >= more);
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if status.is_none() {
+        kill_tree(child.id() as i32);
+        let _ = child.wait();
+    }
+    assert!(
+        restarted,
+        "restarts stopped once the stderr pipe was full ({} starts, {at_full} when full)",
+        starts(&starts_file)
+    );
+    let status = status.expect("rankvisor did not exit within 20 s of TERM with its stderr pipe full");
+    // TERM while the child runs: 143 (the child's end); during a backoff: the last child's exit, 1.
+    assert!(matches!((status.code(), status.signal()), (Some(143 | 1), None)), "exit status after TERM: {status:?}");
+    drop(pipe);
+}
+
+fn wait_until_for_opt(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// Lost lines are counted and reported once the pipe drains.
+#[test]
+fn dropped_lines_are_reported_once_stderr_drains() {
+    use std::io::Read;
+    let dir = TestDir::new("hostile-log-drain");
+    let starts_file = dir.join("starts");
+    let script = format!(
+        "echo x >> {s}; n=$(wc -l < {s}); [ \"$n\" -ge 3000 ] && exit 0; exit 1",
+        s = common::q(&starts_file.to_string_lossy())
+    );
+    let mut child = Command::new(BIN)
+        .args(["--backoff-initial", "1ms", "--backoff-max", "1ms", "--backoff-limit", "1000000"])
+        .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
+        .args(["--", "sh", "-c", &script])
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rankvisor");
+    let mut pipe = child.stderr.take().expect("stderr pipe");
+    wait_until_for("rankvisor's stderr pipe to fill", Duration::from_secs(60), || {
+        (queued(pipe.as_raw_fd()) >= 60 * 1024).then_some(())
+    });
+    // Let lines be dropped: wait for many more restarts while the pipe stays full.
+    let full = starts(&starts_file);
+    assert!(wait_until_for_opt(Duration::from_secs(60), || starts(&starts_file) >= full + 300), "restarts continue");
+    let mut all = String::new();
+    pipe.read_to_string(&mut all).expect("read stderr");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "the child finally succeeded");
+    let report = all.lines().find(|l| l.contains("log lines dropped: stderr was not being read"));
+    let report =
+        report.unwrap_or_else(|| panic!("no dropped-lines report in:\n{}", &all[all.len().saturating_sub(3000)..]));
+    let n: u64 = report.split_whitespace().nth(2).and_then(|n| n.parse().ok()).expect("a count");
+    assert!(n > 0, "{report}");
+}
