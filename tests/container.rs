@@ -7,6 +7,10 @@
 //! scripts/test.sh runs images/build.sh when `docker info` answers). Without an engine every test
 //! here prints why and passes (skips); with an engine but without the image, they fail.
 
+mod common;
+
+use common::{http_get_at, wait_until_for};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -198,11 +202,7 @@ fn logs(name: &str) -> String {
 }
 
 fn wait_file(path: &Path, guard: Duration, what: &str) {
-    let t = Instant::now();
-    while !path.exists() {
-        assert!(t.elapsed() < guard, "{what}: {} not there after {guard:?}", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_for(&format!("{what}: {}", path.display()), guard, || path.exists().then_some(()));
 }
 
 /// Item 1: the image exists, is FROM scratch with rankvisor as ENTRYPOINT, and is small.
@@ -457,18 +457,6 @@ fn bench_container_start_to_child_started() {
     );
 }
 
-/// A plain HTTP/1.0 GET: the status code and the body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    let _ = c.read_to_string(&mut text);
-    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (code, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
-}
-
 /// The probes of examples/k8s/ answer on the container's :9400 (the default --http-addr).
 #[test]
 fn probes_and_metrics_answer_on_9400() {
@@ -479,21 +467,16 @@ fn probes_and_metrics_answer_on_9400() {
     docker_ok(&["start", &c]);
     wait_file(&out.join("started"), Duration::from_secs(20), "child start");
     let ip = docker_ok(&["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &c]);
-    let addr = format!("{ip}:9400");
-    let t = Instant::now();
-    loop {
-        let (code, _) = http_get(&addr, "/readyz");
-        if code == 200 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "/readyz answered {code}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(http_get(&addr, "/healthz").0, 200);
-    let (code, metrics) = http_get(&addr, "/metrics");
+    let addr: SocketAddr = format!("{ip}:9400").parse().unwrap_or_else(|e| panic!("container address {ip:?}: {e}"));
+    let get = |path: &str| http_get_at(addr, path).unwrap_or_else(|| panic!("GET {path} on {addr}: no answer"));
+    wait_until_for("/readyz to answer 200", Duration::from_secs(20), || {
+        http_get_at(addr, "/readyz").filter(|(code, _)| *code == 200)
+    });
+    assert_eq!(get("/healthz").0, 200);
+    let (code, metrics) = get("/metrics");
     assert_eq!(code, 200);
     assert!(metrics.contains("rankvisor_training_process_up 1"), "{metrics}");
-    let (code, status) = http_get(&addr, "/status");
+    let (code, status) = get("/status");
     assert_eq!(code, 200);
     let report: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
     assert_eq!(report["state"], "Running", "{status}");
