@@ -3,9 +3,9 @@
 //! `docker kill`, a replica cut off before the barrier, a master killed under job scope, and a
 //! node-health flip through a bind-mounted labels file.
 //!
-//! Needs a Docker engine and the image (`RANKVISOR_TEST_IMAGE`, default `rankvisor:dev`;
-//! scripts/test.sh runs images/build.sh when `docker info` answers). Without an engine every test
-//! here prints why and passes (skips); with an engine but without the image, they fail.
+//! Needs a Docker engine and the image named by `RANKVISOR_TEST_IMAGE` (scripts/test.sh runs
+//! images/build.sh and exports it). Without either, every test here FAILS, on purpose, saying what
+//! is missing: a container test that cannot run must not pass as if it had.
 
 mod common;
 
@@ -64,31 +64,31 @@ fn docker_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// The image to test, or None (after printing why) when no Docker engine answers.
-fn image(test: &str) -> Option<String> {
-    let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).stdin(Stdio::null()).output();
-    match info {
+/// How to get what the container tests need.
+const HOW_TO: &str = "run `bash scripts/test.sh`, which builds the image with `bash images/build.sh` and exports \
+                      RANKVISOR_TEST_IMAGE; a Docker engine must answer `docker info`";
+
+/// The image to test (`RANKVISOR_TEST_IMAGE`). Without a Docker engine, without the variable or
+/// without the image the test FAILS, saying why: a container test that cannot run must not pass.
+fn image() -> String {
+    match Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).stdin(Stdio::null()).output() {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
-            eprintln!(
-                "SKIPPED {test}: no Docker engine answers `docker info` ({}); the container tests need one",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return None;
+            panic!("no Docker engine answers `docker info` ({}): {HOW_TO}", String::from_utf8_lossy(&o.stderr).trim())
         }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: no docker CLI ({e}); the container tests need a Docker engine");
-            return None;
-        }
+        Err(e) => panic!("no docker CLI ({e}): {HOW_TO}"),
     }
-    let image = std::env::var("RANKVISOR_TEST_IMAGE").unwrap_or_else(|_| "rankvisor:dev".into());
+    let image = std::env::var("RANKVISOR_TEST_IMAGE")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| panic!("RANKVISOR_TEST_IMAGE is not set: {HOW_TO}"));
     let out = docker(&["image", "inspect", "--format", "{{.Id}}", &image]);
     assert!(
         out.status.success(),
-        "image {image} not found although a Docker engine answers: build it with `bash images/build.sh` \
-         (scripts/test.sh does)"
+        "RANKVISOR_TEST_IMAGE={image}: no such image ({}): {HOW_TO}",
+        String::from_utf8_lossy(&out.stderr).trim()
     );
-    Some(image)
+    image
 }
 
 /// Containers, networks and directories of one test, removed on drop (also when the test fails).
@@ -208,7 +208,7 @@ fn wait_file(path: &Path, guard: Duration, what: &str) {
 /// Item 1: the image exists, is FROM scratch with rankvisor as ENTRYPOINT, and is small.
 #[test]
 fn image_is_small_with_rankvisor_as_entrypoint() {
-    let Some(image) = image("image_is_small_with_rankvisor_as_entrypoint") else { return };
+    let image = image();
     let size: u64 = docker_ok(&["image", "inspect", "--format", "{{.Size}}", &image]).parse().unwrap();
     let entry = docker_ok(&["image", "inspect", "--format", "{{json .Config.Entrypoint}}", &image]);
     eprintln!("image {image}: {size} bytes ({:.2} MiB)", size as f64 / 1048576.0);
@@ -231,7 +231,7 @@ fn image_is_small_with_rankvisor_as_entrypoint() {
 /// Item 2: seed 000's job as four containers; the rendezvous runs across real network namespaces.
 #[test]
 fn seed_job_four_containers_rendezvous_and_succeed() {
-    let Some(image) = image("seed_job_four_containers_rendezvous_and_succeed") else { return };
+    let image = image();
     let mut s = Scene::new("seed", &image);
     let net = s.network();
     let extra = env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "60s")]);
@@ -259,7 +259,7 @@ fn seed_job_four_containers_rendezvous_and_succeed() {
 /// its grace, long before docker's own KILL, and the container exits 143.
 #[test]
 fn docker_stop_terms_the_child_and_exits_143() {
-    let Some(image) = image("docker_stop_terms_the_child_and_exits_143") else { return };
+    let image = image();
     let mut s = Scene::new("stop", &image);
     let out = s.dir("out");
     let mut opts = mount(&out, "/out");
@@ -281,7 +281,7 @@ fn docker_stop_terms_the_child_and_exits_143() {
 /// timeout (30s): the container exits 137 after about 2s.
 #[test]
 fn docker_stop_kills_a_term_ignoring_child_after_grace() {
-    let Some(image) = image("docker_stop_kills_a_term_ignoring_child_after_grace") else { return };
+    let image = image();
     let mut s = Scene::new("stopkill", &image);
     let out = s.dir("out");
     let mut opts = mount(&out, "/out");
@@ -302,7 +302,7 @@ fn docker_stop_kills_a_term_ignoring_child_after_grace() {
 /// Item 3c: `docker kill --signal USR1` reaches the child through rankvisor.
 #[test]
 fn docker_kill_usr1_reaches_the_child() {
-    let Some(image) = image("docker_kill_usr1_reaches_the_child") else { return };
+    let image = image();
     let mut s = Scene::new("usr1", &image);
     let out = s.dir("out");
     let c = s.create(
@@ -321,7 +321,7 @@ fn docker_kill_usr1_reaches_the_child() {
 /// exits 138 after the (short) rendezvous timeout, the master naming the missing replica.
 #[test]
 fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
-    let Some(image) = image("worker_cut_off_before_the_barrier_fails_the_job_with_138") else { return };
+    let image = image();
     let mut s = Scene::new("cutoff", &image);
     let net = s.network();
     let tl = s.dir("tl");
@@ -364,7 +364,7 @@ fn worker_cut_off_before_the_barrier_fails_the_job_with_138() {
 /// and exit 138 once the rendezvous timeout passes without a master.
 #[test]
 fn job_scope_master_killed_workers_stop_and_exit_138() {
-    let Some(image) = image("job_scope_master_killed_workers_stop_and_exit_138") else { return };
+    let image = image();
     let mut s = Scene::new("jobscope", &image);
     let net = s.network();
     let out = s.dir("out");
@@ -400,7 +400,7 @@ fn job_scope_master_killed_workers_stop_and_exit_138() {
 /// 138 with the reason in its (bind-mounted) termination log.
 #[test]
 fn labels_file_flip_exits_138_with_termination_log() {
-    let Some(image) = image("labels_file_flip_exits_138_with_termination_log") else { return };
+    let image = image();
     let mut s = Scene::new("labels", &image);
     let hl = s.dir("hl");
     let tl = s.dir("tl");
@@ -433,7 +433,7 @@ fn labels_file_flip_exits_138_with_termination_log() {
 /// mtime is when it ran), over a few runs; printed with the image size.
 #[test]
 fn bench_container_start_to_child_started() {
-    let Some(image) = image("bench_container_start_to_child_started") else { return };
+    let image = image();
     let mut s = Scene::new("bench", &image);
     let out = s.dir("out");
     let mut samples = vec![];
@@ -460,7 +460,7 @@ fn bench_container_start_to_child_started() {
 /// The probes of examples/k8s/ answer on the container's :9400 (the default --http-addr).
 #[test]
 fn probes_and_metrics_answer_on_9400() {
-    let Some(image) = image("probes_and_metrics_answer_on_9400") else { return };
+    let image = image();
     let mut s = Scene::new("probes", &image);
     let out = s.dir("out");
     let c = s.create("probes", &mount(&out, "/out"), &["sh", "-c", "touch /out/started; sleep 1000"]);
@@ -488,7 +488,7 @@ fn probes_and_metrics_answer_on_9400() {
 /// would come from a registry) and its entrypoint is rankvisor as PID 1.
 #[test]
 fn pytorch_dockerfile_adds_rankvisor_to_a_base() {
-    let Some(image) = image("pytorch_dockerfile_adds_rankvisor_to_a_base") else { return };
+    let image = image();
     let mut s = Scene::new("pytorchdf", &image);
     let ctx = s.dir("ctx");
     let tag = format!("rv-{}:test", s.suffix);
