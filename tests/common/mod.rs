@@ -649,7 +649,8 @@ pub fn required_tool(name: &str) -> PathBuf {
 
 /// A PyTorchJob for the monitoring tests, written into `dir`. Every trainer writes a JSON heartbeat
 /// (`step` and a falling `loss`) every 0.2 s. The master hangs on its first start after 5 steps
-/// (stops beating; its launcher has a 1.5 s hang timeout), is restarted, then trains. The worker
+/// (stops beating; its launcher has a 3 s hang timeout, 15 beats long, so a loaded machine does not
+/// make a false hang), is restarted, then trains. The worker
 /// with RANK 1 (`pytest-worker-0`) crash-loops (exit 1 after 0.5 s). The worker with RANK 2
 /// (`pytest-worker-1`) trains. No backoffLimit: the restarts never fail the job. (Only the master
 /// hangs: a manifest's env is per replica type, so the workers share one heartbeat file and one
@@ -683,7 +684,7 @@ spec:
               image: busybox:1.37.0-glibc
               env:
                 - {{name: RANKVISOR_HEARTBEAT_FILE, value: "{master_hb}"}}
-                - {{name: RANKVISOR_HANG_TIMEOUT, value: "1500ms"}}
+                - {{name: RANKVISOR_HANG_TIMEOUT, value: "3s"}}
                 - {{name: HANG_AT_FIRST_START, value: "yes"}}
               command:
                 - sh
