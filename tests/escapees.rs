@@ -124,7 +124,8 @@ fn leftovers_in_the_childs_group_get_term_when_the_child_exits() {
         .args(["--restart-policy", "Never"])
         .sh(&format!("sleep 1000 & echo $! > {}; exit 0", q(&dir.file("bg.pid"))))
         .spawn()
-        .wait_for(std::time::Duration::from_secs(10));
+        // Bounded well below the 30 s default grace it must not wait for, generous for a loaded machine.
+        .wait_for(std::time::Duration::from_secs(20));
     out.assert_code(0);
     let pid: i32 = read(&dir.join("bg.pid")).trim().parse().unwrap();
     assert!(!alive(pid), "background job {pid} outlived rankvisor");

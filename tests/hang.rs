@@ -13,11 +13,13 @@ fn hang_args<'a>(dir: &TestDir, timeout: &'a str, startup: &'a str) -> Vec<Strin
         .collect()
 }
 
-/// A child that logs its run, then beats `beats` times every 0.1 s into `target`, then exits 0.
-fn beating_child(dir: &TestDir, target: &str, beats: u32) -> String {
+/// A child that logs its run, then beats into `target` every 0.1 s until `secs` seconds (by the
+/// wall clock, to within a second) have passed, then exits 0. Beats 0.1 s apart against a
+/// `--hang-timeout` of seconds: a loaded machine may stall the loop for a while without a false hang.
+fn beating_child(dir: &TestDir, target: &str, secs: u32) -> String {
     format!(
-        "echo run >> {runs}; i=0
-         while [ $i -lt {beats} ]; do echo \"{{\\\"step\\\": $i}}\" > {target}; sleep 0.1; i=$((i+1)); done",
+        "echo run >> {runs}; end=$(( $(date +%s) + {secs} )); i=0
+         while [ $(date +%s) -lt $end ]; do echo \"{{\\\"step\\\": $i}}\" > {target}; sleep 0.1; i=$((i+1)); done",
         runs = q(&dir.file("runs")),
     )
 }
@@ -49,12 +51,13 @@ fn a_child_that_never_beats_is_stopped_and_restarted() {
 
 #[test]
 fn negative_control_beats_to_the_wrong_file_are_no_beats() {
+    // The same child and timeouts as `a_child_that_beats_runs_to_the_end`, beating elsewhere.
     let dir = TestDir::new("hang-wrong");
     let wrong = dir.file("not-the-heartbeat");
     let out = Rv::new(&dir)
-        .args(hang_args(&dir, "300ms", "300ms"))
+        .args(hang_args(&dir, "2s", "2s"))
         .args(["--restart-policy", "Never"])
-        .sh(&beating_child(&dir, &q(&wrong), 15))
+        .sh(&beating_child(&dir, &q(&wrong), 6))
         .run();
     assert_ne!(out.code(), 0);
     assert_eq!(out.last_status()["hang_detections"], 1);
@@ -62,12 +65,12 @@ fn negative_control_beats_to_the_wrong_file_are_no_beats() {
 
 #[test]
 fn a_child_that_beats_runs_to_the_end() {
-    // 1.5 s of work with a 500 ms timeout: only the beats (every 0.1 s) keep it alive.
+    // At least 5 s of work with a 2 s timeout: only the beats (every 0.1 s) keep it alive.
     let dir = TestDir::new("hang-beats");
     let out = Rv::new(&dir)
-        .args(hang_args(&dir, "500ms", "500ms"))
+        .args(hang_args(&dir, "2s", "2s"))
         .args(["--restart-policy", "OnFailure", "--backoff-initial", "20ms"])
-        .sh(&beating_child(&dir, "\"$RANKVISOR_HEARTBEAT_FILE\"", 15))
+        .sh(&beating_child(&dir, "\"$RANKVISOR_HEARTBEAT_FILE\"", 6))
         .run();
     out.assert_code(0);
     assert_eq!(read(&dir.join("runs")).lines().count(), 1);
@@ -78,12 +81,13 @@ fn a_child_that_beats_runs_to_the_end() {
 
 #[test]
 fn the_startup_allowance_covers_a_slow_first_beat() {
-    // The first beat comes after 0.8 s: later than --hang-timeout, within --hang-startup.
+    // The first beat comes after 3 s: surely later than --hang-timeout (1 s), well within
+    // --hang-startup (20 s); the child ends right after it.
     let dir = TestDir::new("hang-startup");
     let out = Rv::new(&dir)
-        .args(hang_args(&dir, "500ms", "3s"))
+        .args(hang_args(&dir, "1s", "20s"))
         .args(["--restart-policy", "Never"])
-        .sh(&format!("sleep 0.8; {}", beating_child(&dir, "\"$RANKVISOR_HEARTBEAT_FILE\"", 5)))
+        .sh("sleep 3; echo '{\"step\": 1}' > \"$RANKVISOR_HEARTBEAT_FILE\"")
         .run();
     out.assert_code(0);
     assert_eq!(out.last_status()["hang_detections"], 0);
@@ -109,10 +113,10 @@ fn progress_reaches_the_status_line_and_the_log() {
     // The child writes progress, then waits until rankvisor has published it (bounded).
     let script = format!(
         "echo '{{\"step\": 7, \"loss\": 0.5}}' > \"$RANKVISOR_HEARTBEAT_FILE\"
-         i=0; while [ $i -lt 200 ] && ! grep -q '\"step\":7' {status}; do sleep 0.02; i=$((i+1)); done"
+         i=0; while [ $i -lt 500 ] && ! grep -q '\"step\":7' {status}; do sleep 0.02; i=$((i+1)); done"
     );
     let out = Rv::new(&dir)
-        .args(hang_args(&dir, "5s", "5s"))
+        .args(hang_args(&dir, "60s", "60s"))
         .args(["--restart-policy", "Never", "--log-format", "json"])
         .sh(&script)
         .run();

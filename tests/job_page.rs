@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    crashloop_and_hang_seen, crashloop_and_hung_manifest, http_get, required_tool, wait_job, wait_until, DryRunHttp,
-    Rv, TestDir,
+    crashloop_and_hang_seen, crashloop_and_hung_manifest, free_port, http_get, required_tool, wait_job, wait_until,
+    DryRunHttp, Rv, TestDir,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -150,7 +150,7 @@ fn a_replica_held_by_an_unhealthy_node_is_marked_with_its_fault_labels() {
         "sagemaker.amazonaws.com/node-health-status=\"UnschedulablePendingReboot\"\nsagemaker.amazonaws.com/fault-type=\"GpuFailure\"\n",
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let _run = Rv::new(&dir)
         .args(["--http-addr", &format!("127.0.0.1:{port}")])
         .args(["--node-health", &format!("file:{}", labels.display()), "--unhealthy-node", "wait"])

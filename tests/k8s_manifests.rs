@@ -5,9 +5,10 @@
 //!
 //! Needs RANKVISOR_TEST_KUBE_APISERVER (scripts/test.sh builds it, cached): without it the test fails.
 
-use serde_json::{json, Value};
+mod common;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+use common::repo_file;
+use serde_json::{json, Value};
 
 #[path = "apiserver/mod.rs"]
 mod apiserver;
@@ -107,7 +108,7 @@ fn assert_kept(sent: &Value, back: &Value, at: &str) {
 }
 
 fn yaml_docs(path: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
+    let text = std::fs::read_to_string(repo_file(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| {
             use serde::Deserialize;

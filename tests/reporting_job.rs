@@ -4,55 +4,10 @@
 
 mod common;
 
-use common::{wait_file, Rv, TestDir};
-use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use common::{free_port, free_port_pair, http_get, wait_file, wait_job, wait_until, Rv, TestDir};
 
-const GUARD: Duration = Duration::from_secs(20);
+use common::HANG_GUARD as GUARD;
 const JOB: &str = "rj";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// MASTER_PORT with MASTER_PORT+1 (the rendezvous) free too.
-fn master_port() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65535 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-}
-
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
-}
-
-/// Poll `/job` until `pred` holds for its JSON.
-fn wait_job(addr: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + GUARD;
-    loop {
-        let got = get(addr, "/job");
-        if let Some((200, body)) = &got {
-            let v: Value = serde_json::from_str(body).expect("/job is JSON");
-            if pred(&v) {
-                return v;
-            }
-        }
-        assert!(Instant::now() < deadline, "waiting for {what} on /job: last answer {got:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Replica `i` of the job: the master serves HTTP on `http`, workers only when given a port.
 fn replica(dir: &TestDir, i: u32, port: u16, http: Option<u16>, script: &str) -> Rv {
@@ -81,7 +36,7 @@ const FLAKY: &str =
 
 #[test]
 fn job_view_shows_every_replica_and_a_restart() {
-    let port = master_port();
+    let port = free_port_pair();
     let (http, worker_http) = (free_port(), free_port());
     let dirs: Vec<TestDir> = (0..4).map(|i| TestDir::new(&format!("job-view-{i}"))).collect();
     let mut running = Vec::new();
@@ -94,8 +49,7 @@ fn job_view_shows_every_replica_and_a_restart() {
         };
         running.push(replica(dir, i, port, http, if i == 2 { FLAKY } else { STEADY }).spawn());
     }
-    let master: SocketAddr = ([127, 0, 0, 1], http).into();
-    let view = wait_job(master, "four Running replicas, worker rank 2 restarted once", |v| {
+    let view = wait_job(http, "four Running replicas, worker rank 2 restarted once", |v| {
         let r = &v["replicas"];
         (0..4).all(|i| r[i.to_string()]["state"] == "Running") && r["2"]["restart_count"] == 1
     });
@@ -122,11 +76,11 @@ fn job_view_shows_every_replica_and_a_restart() {
     assert_eq!(replicas["0"]["report"]["restart_count"], 0);
 
     // A worker has no job view, and says where to look.
-    let (code, body) = get(([127, 0, 0, 1], worker_http).into(), "/job").expect("the worker's HTTP server answers");
+    let (code, body) = http_get(worker_http, "/job").expect("the worker's HTTP server answers");
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("Worker rank 1") && body.contains("served by the master"), "{body}");
     // The master's own /status still answers.
-    assert_eq!(get(master, "/status").map(|(c, _)| c), Some(200));
+    assert_eq!(http_get(http, "/status").map(|(c, _)| c), Some(200));
 
     for r in running.iter().rev() {
         r.signal(libc::SIGTERM);
@@ -138,37 +92,28 @@ fn job_view_shows_every_replica_and_a_restart() {
 }
 
 /// Poll `path` until its status code is `want` and its body contains `text`.
-fn wait_answer(addr: SocketAddr, path: &str, want: u16, text: &str) -> String {
-    let deadline = Instant::now() + GUARD;
-    loop {
-        let got = get(addr, path);
-        if let Some((code, body)) = &got {
-            if *code == want && body.contains(text) {
-                return body.clone();
-            }
-        }
-        assert!(Instant::now() < deadline, "waiting for {want} {text:?} on {path}: last answer {got:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_answer(port: u16, path: &str, want: u16, text: &str) -> String {
+    wait_until(&format!("{want} {text:?} on {path}"), || {
+        http_get(port, path).filter(|(code, body)| *code == want && body.contains(text)).map(|(_, body)| body)
+    })
 }
 
 #[test]
 fn readyz_is_503_at_the_barrier_and_200_once_every_replica_is_here() {
     let dir = TestDir::new("rj-readyz");
-    let port = master_port();
+    let port = free_port_pair();
     let http = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
     // The master alone: the barrier holds, the launcher is alive but not ready.
     let master = replica(&dir, 0, port, Some(http), STEADY).spawn();
-    let body = wait_answer(addr, "/readyz", 503, "Rendezvous");
+    let body = wait_answer(http, "/readyz", 503, "Rendezvous");
     assert!(!dir.join("ready-0").exists(), "the master's child waits for the barrier");
     println!("/readyz before the barrier: 503 {body}");
-    wait_answer(addr, "/healthz", 200, "");
-    let status = wait_answer(addr, "/status", 200, "\"state\"");
+    wait_answer(http, "/healthz", 200, "");
+    let status = wait_answer(http, "/status", 200, "\"state\"");
     assert!(status.contains("\"Rendezvous\""), "the report says Rendezvous: {status}");
     // The workers arrive: released, the child runs, the master is ready.
     let workers: Vec<_> = (1..4).map(|i| replica(&dir, i, port, None, STEADY).spawn()).collect();
-    wait_answer(addr, "/readyz", 200, "");
+    wait_answer(http, "/readyz", 200, "");
     for i in 0..4 {
         wait_file(&dir.join(&format!("ready-{i}")));
     }

@@ -4,16 +4,14 @@
 
 mod common;
 
-use common::{TestDir, BIN};
-use std::path::Path;
-use std::process::Command;
+use common::{rankvisor, repo_file, TestDir};
 
 fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name).display().to_string()
+    repo_file(&format!("examples/{name}")).display().to_string()
 }
 
 fn dry_run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).arg("dry-run").args(args).output().expect("run rankvisor dry-run");
+    let out = rankvisor().arg("dry-run").args(args).output().expect("run rankvisor dry-run");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

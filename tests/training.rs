@@ -5,12 +5,14 @@
 //! `RANKVISOR_TORCH_VENV` and `RANKVISOR_SMOKE_TRAIN` (the built `smoke_train` example). Without
 //! them these tests fail, on purpose: a missing set-up must not pass as a skipped test.
 
+mod common;
+
+use common::{http_get, rankvisor, repo_file, wait_until_for, DryRunHttp, TestDir};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
 const THRESHOLD: f64 = 0.05;
 const HOW_TO: &str = "run `bash scripts/test.sh`, which installs libtorch and torch (scripts/setup-torch.sh), \
                       builds the smoke_train example and exports these variables";
@@ -43,15 +45,7 @@ fn torch_venv_setup() {
 }
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
-}
-
-/// A scratch directory of this test, emptied first.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rankvisor-training-test-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    repo_file(&format!("examples/{name}"))
 }
 
 /// One finished dry run, with each replica's output in `logs/<pod>.log`.
@@ -72,16 +66,15 @@ fn dry_run(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str) -> Run {
 /// `dry_run` with extra dry-run options.
 fn dry_run_with(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &[&str]) -> Run {
     let logs = dir.join("logs");
-    let out = Command::new(BIN)
+    // rankvisor() drops the runner's RANKVISOR_* configuration: each manifest says where its
+    // heartbeat goes, and whoever runs the tests must not add one.
+    let out = rankvisor()
         .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", timeout, "--backoff-max", "1s"])
         .args(extra)
         .arg("--logs")
         .arg(&logs)
         .arg(manifest)
         .current_dir(cwd)
-        // Each manifest says where its heartbeat goes; whoever runs the tests must not add one.
-        .env_remove("RANKVISOR_HEARTBEAT_FILE")
-        .env_remove("RANKVISOR_HANG_TIMEOUT")
         .output()
         .expect("run rankvisor dry-run");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -167,8 +160,8 @@ fn loss_at(log: &str, step: u64) -> Vec<f64> {
 #[test]
 fn tch_trainer_on_4_replicas_succeeds_with_every_rank_under_the_loss_threshold() {
     tch_setup();
-    let dir = scratch("tch");
-    let r = dry_run(&example("pytorchjob-tch-train.yaml"), &dir, &dir, "180s");
+    let dir = TestDir::new("training-tch");
+    let r = dry_run(&example("pytorchjob-tch-train.yaml"), dir.path(), dir.path(), "180s");
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     for (pod, rank) in pods("tch-train", 3) {
@@ -181,7 +174,7 @@ fn tch_trainer_on_4_replicas_succeeds_with_every_rank_under_the_loss_threshold()
         assert_eq!(res["passed"], true, "{pod}: {res}");
         assert!(r.tagged(&pod, "RESUMED").is_empty(), "{pod} never restarted");
         assert_eq!(r.pod(&pod).last().map(|(s, n)| (s.as_str(), *n)), Some(("Completed", 0)), "{pod}");
-        let ckpt = dir.join(format!("checkpoints/rank-{rank}/step-00000200.ot"));
+        let ckpt = dir.join(&format!("checkpoints/rank-{rank}/step-00000200.ot"));
         assert!(ckpt.is_file(), "{pod}: no final checkpoint {}", ckpt.display());
     }
     // The master's launcher watched the heartbeat the trainer wrote through rankvisor::trainer.
@@ -189,14 +182,13 @@ fn tch_trainer_on_4_replicas_succeeds_with_every_rank_under_the_loss_threshold()
     let hb: Value = serde_json::from_str(&hb).unwrap_or_else(|e| panic!("heartbeat {hb:?}: {e}"));
     assert_eq!((hb["step"].as_u64(), hb["checkpoint_step"].as_u64()), (Some(200), Some(200)), "{hb}");
     assert!(hb["loss"].as_f64().is_some_and(|l| l < THRESHOLD), "{hb}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_crashed_rank_is_restarted_and_resumes_from_its_checkpoint_and_the_job_succeeds() {
     tch_setup();
-    let dir = scratch("tch-crash");
-    let r = dry_run(&example("pytorchjob-tch-train-crash.yaml"), &dir, &dir, "180s");
+    let dir = TestDir::new("training-tch-crash");
+    let r = dry_run(&example("pytorchjob-tch-train-crash.yaml"), dir.path(), dir.path(), "180s");
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.job_states().ends_with(&["Succeeded".to_string()]), "{}", r.explain());
 
@@ -228,7 +220,6 @@ fn a_crashed_rank_is_restarted_and_resumes_from_its_checkpoint_and_the_job_succe
         let [res] = results.as_slice() else { panic!("{pod}: one RESULT line expected: {}", r.explain()) };
         assert_eq!((res["restart_count"].as_u64(), res["passed"].as_bool()), (Some(0), Some(true)), "{pod}: {res}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every replica's `DDP_CHECK` line: passed, its own rank, one shared master address.
@@ -250,29 +241,27 @@ fn assert_ddp_checks(r: &Run, job: &str, workers: u32, torchelastic: bool) {
 #[test]
 fn ddp_on_4_replicas_meets_over_gloo_and_every_ranks_checks_pass() {
     torch_venv_setup();
-    let dir = scratch("ddp");
-    let r = dry_run(&example("pytorchjob-ddp-train.yaml"), Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s");
+    let dir = TestDir::new("training-ddp");
+    let r = dry_run(&example("pytorchjob-ddp-train.yaml"), &repo_file(""), dir.path(), "300s");
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     assert_ddp_checks(&r, "ddp-train", 3, false);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn torchrun_as_the_child_on_2_replicas_succeeds() {
     torch_venv_setup();
-    let dir = scratch("torchrun");
-    let r = dry_run(&example("pytorchjob-torchrun-train.yaml"), Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s");
+    let dir = TestDir::new("training-torchrun");
+    let r = dry_run(&example("pytorchjob-torchrun-train.yaml"), &repo_file(""), dir.path(), "300s");
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     assert_ddp_checks(&r, "torchrun-train", 1, true);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
     torch_venv_setup();
-    let dir = scratch("ddp-job-scope");
+    let dir = TestDir::new("training-ddp-job-scope");
     let text = std::fs::read_to_string(example("pytorchjob-ddp-train.yaml")).expect("the DDP example");
     // Rank 2 dies after its all_reduce checks, in generation 0 only; every replica's restart counts,
     // so the job's backoffLimit must allow one generation change of 4 replicas.
@@ -282,7 +271,7 @@ fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
     assert!(text.contains("DDP_SMOKE_CRASH_RANK"), "the manifest changed shape");
     let manifest = dir.join("job.yaml");
     std::fs::write(&manifest, text).expect("write the manifest");
-    let r = dry_run_with(&manifest, Path::new(env!("CARGO_MANIFEST_DIR")), &dir, "300s", &["--restart-scope", "job"]);
+    let r = dry_run_with(&manifest, &repo_file(""), dir.path(), "300s", &["--restart-scope", "job"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
     let crashed = std::fs::read_to_string(r.logs.join("ddp-train-worker-1.log")).unwrap_or_default();
@@ -302,70 +291,28 @@ fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
             "no rank finishes generation 0 once one rank died: {pod}: {checks:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// GET `path` from 127.0.0.1:`port`, the body (HTTP/1.0, so the server closes the connection).
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    text.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }
 
 #[test]
 fn status_shows_the_trainers_step_and_loss_while_it_runs() {
-    use std::io::BufRead;
     tch_setup();
-    let dir = scratch("status");
+    let dir = TestDir::new("training-status");
     // 200 steps at 20 ms: about 4 s of training to watch.
     let text = std::fs::read_to_string(example("pytorchjob-tch-train.yaml"))
         .expect("the tch example")
         .replace("--loss-threshold 0.05", "--loss-threshold 0.05 --step-delay-ms 20");
     let manifest = dir.join("job.yaml");
     std::fs::write(&manifest, text).expect("write the manifest");
-    let mut child = Command::new(BIN)
-        .args(["dry-run", "--watch", "job", "--master-port", "0", "--timeout", "300s", "--http", "--logs"])
-        .arg(dir.join("logs"))
-        .arg(&manifest)
-        .current_dir(&dir)
-        .env_remove("RANKVISOR_HEARTBEAT_FILE")
-        .env_remove("RANKVISOR_HANG_TIMEOUT")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the dry run");
-    let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut port = None;
-    let mut seen = Vec::new();
-    for line in stderr.lines().map_while(Result::ok) {
-        seen.push(line.clone());
-        if let Some(rest) = line.split("tch-train-master-0 serves http://127.0.0.1:").nth(1) {
-            port = rest.split('/').next().and_then(|p| p.parse::<u16>().ok());
-            break;
-        }
-    }
-    let port = port.unwrap_or_else(|| panic!("the dry run never said where the master serves HTTP: {seen:?}"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let mut progress = None;
-    while progress.is_none() && std::time::Instant::now() < deadline {
-        if let Some(body) = http_get(port, "/status") {
-            if let Ok(report) = serde_json::from_str::<Value>(&body) {
-                let p = &report["progress"];
-                if p["step"].as_u64().is_some_and(|s| s > 0) && p["loss"].is_number() {
-                    progress = Some(p.clone());
-                }
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let status = child.wait().expect("wait for the dry run");
-    let progress = progress.expect("/status showed the trainer's step and loss while it ran");
+    let mut run = DryRunHttp::start_in(&dir, &manifest, &["--watch", "job", "--timeout", "300s"], Some(dir.path()));
+    let port = run.port("tch-train-master-0");
+    let progress = wait_until_for("/status to show the trainer's step and loss", Duration::from_secs(120), || {
+        let (_, body) = http_get(port, "/status")?;
+        let report: Value = serde_json::from_str(&body).ok()?;
+        let p = &report["progress"];
+        (p["step"].as_u64().is_some_and(|s| s > 0) && p["loss"].is_number()).then(|| p.clone())
+    });
+    let status = run.wait_for(Duration::from_secs(300));
     println!("/status progress while training: {progress}");
     assert!(progress["step"].as_u64().unwrap_or(0) < 200, "seen mid-run, not only at the end: {progress}");
     assert_eq!(status.code(), Some(0));
-    let _ = std::fs::remove_dir_all(&dir);
 }

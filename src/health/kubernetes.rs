@@ -514,7 +514,8 @@ mod tests {
         let start = Instant::now();
         let mut rx = spawn_kubernetes_watcher(client, fast(Duration::from_millis(300))).await;
         let waited = start.elapsed();
-        assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "{waited:?}");
+        // Not before the start window ends (the behaviour); the upper bound only catches a hang.
+        assert!(waited >= Duration::from_millis(300) && waited < GUARD, "{waited:?}");
         let first = rx.borrow_and_update().clone();
         match &first {
             Err(HealthError::Kubernetes { node, error: KubeError::Http { code: 503, message, .. } }) => {

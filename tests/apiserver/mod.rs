@@ -13,10 +13,17 @@ use std::time::Instant;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Three ports free on loopback right now.
+// Included here too (not through tests/common, which not every file using this harness loads);
+// two copies in one test binary are still safe: the port locks are per open file, not per copy.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/ports.rs"]
+mod ports;
+
+/// Three loopback ports (API, etcd client, etcd peer) no other test process is handed: see
+/// tests/common/ports.rs (bind(0)-then-drop would race with parallel tests).
 pub fn free_ports() -> [u16; 3] {
-    let l: Vec<_> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    [0, 1, 2].map(|i| l[i].local_addr().unwrap().port())
+    let first = ports::consecutive_ports(3);
+    [first, first + 1, first + 2]
 }
 
 /// etcd + kube-apiserver on loopback.

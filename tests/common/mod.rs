@@ -13,6 +13,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod ports;
+pub use ports::consecutive_ports;
+
+/// A loopback port for a server the test starts, not handed to any other test process (see
+/// `ports.rs`: locked, and outside the kernel's ephemeral range).
+pub fn free_port() -> u16 {
+    consecutive_ports(1)
+}
+
+/// A port P with P+1 free too (MASTER_PORT and the rendezvous on MASTER_PORT+1).
+pub fn free_port_pair() -> u16 {
+    consecutive_ports(2)
+}
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
 
@@ -37,6 +51,37 @@ const SCRUBBED: &[&str] = &[
     "PET_RDZV_ENDPOINT",
     "TORCHELASTIC_RESTART_COUNT",
 ];
+
+/// Test set-up variables that name where a component is (not rankvisor configuration): passed
+/// through to rankvisor, and so to the replicas of a dry run.
+const SET_UP_VARS: &[&str] = &["RANKVISOR_TORCH_VENV", "RANKVISOR_SMOKE_TRAIN"];
+
+/// Remove the rank contract and rankvisor's configuration variables of whoever runs the tests from
+/// `c`'s environment (set-up variables such as `RANKVISOR_TEST_*` stay).
+pub fn hermetic(c: &mut Command) -> &mut Command {
+    for k in SCRUBBED {
+        c.env_remove(k);
+    }
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RANKVISOR_") && !k.starts_with("RANKVISOR_TEST_") && !SET_UP_VARS.contains(&k.as_str()) {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// The one way a test starts the binary under test directly (`rankvisor dry-run`, `check-node`,
+/// ...): a command with a hermetic environment. Supervising runs use [`Rv`], which builds on it.
+pub fn rankvisor() -> Command {
+    let mut c = Command::new(BIN);
+    hermetic(&mut c);
+    c
+}
+
+/// A file (or, with "", the root) of this repository: examples, manifests, scripts.
+pub fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
 
 /// A scratch directory unique to one test, removed afterwards unless the test failed.
 pub struct TestDir {
@@ -197,14 +242,7 @@ impl Rv {
         }
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..]);
-        for k in SCRUBBED {
-            c.env_remove(k);
-        }
-        for (k, _) in std::env::vars() {
-            if k.starts_with("RANKVISOR_") {
-                c.env_remove(k);
-            }
-        }
+        hermetic(&mut c);
         c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).expect("stdout file"))
@@ -521,15 +559,20 @@ impl DryRunHttp {
     /// `rankvisor dry-run --http --master-port 0 --output json --logs DIR EXTRA... MANIFEST`, with
     /// the replicas' output in `dir/logs` and the watch stream in `dir/watch.jsonl`.
     pub fn start(dir: &TestDir, manifest: &Path, extra: &[&str]) -> Self {
+        Self::start_in(dir, manifest, extra, None)
+    }
+
+    /// `start`, with the dry run (so every replica) working in `cwd` when given.
+    pub fn start_in(dir: &TestDir, manifest: &Path, extra: &[&str], cwd: Option<&Path>) -> Self {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).expect("logs dir");
         let stdout = dir.join("watch.jsonl");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = rankvisor();
         // --master-port 0: a free port of its own, so dry runs of parallel tests do not collide.
         cmd.arg("dry-run").args(["--http", "--master-port", "0", "--output", "json", "--logs"]);
         cmd.arg(&logs).args(extra).arg(manifest);
-        for var in SCRUBBED {
-            cmd.env_remove(var);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
         }
         cmd.stdin(Stdio::null()).stdout(std::fs::File::create(&stdout).expect("watch file")).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn rankvisor dry-run");
@@ -554,6 +597,11 @@ impl DryRunHttp {
     pub fn port(&self, pod: &str) -> u16 {
         wait_until(&format!("the dry run to say {pod}'s HTTP port"), || self.ports.lock().unwrap().get(pod).copied())
     }
+
+    /// Wait at most `limit` for the dry run to end on its own; its exit status.
+    pub fn wait_for(&mut self, limit: Duration) -> std::process::ExitStatus {
+        wait_until_for("the dry run to end", limit, || self.child.try_wait().expect("try_wait"))
+    }
 }
 
 impl Drop for DryRunHttp {
@@ -573,11 +621,16 @@ impl Drop for DryRunHttp {
 
 /// `GET path` on 127.0.0.1:`port`: (status code, body), or None when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+/// `GET path` on `addr` (a container's address, say): (status code, body), or None when nothing
+/// answers. The one HTTP client of the tests.
+pub fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
     let mut raw = String::new();
     s.read_to_string(&mut raw).ok()?;
     let (head, body) = raw.split_once("\r\n\r\n")?;
@@ -596,7 +649,8 @@ pub fn required_tool(name: &str) -> PathBuf {
 
 /// A PyTorchJob for the monitoring tests, written into `dir`. Every trainer writes a JSON heartbeat
 /// (`step` and a falling `loss`) every 0.2 s. The master hangs on its first start after 5 steps
-/// (stops beating; its launcher has a 1.5 s hang timeout), is restarted, then trains. The worker
+/// (stops beating; its launcher has a 3 s hang timeout, 15 beats long, so a loaded machine does not
+/// make a false hang), is restarted, then trains. The worker
 /// with RANK 1 (`pytest-worker-0`) crash-loops (exit 1 after 0.5 s). The worker with RANK 2
 /// (`pytest-worker-1`) trains. No backoffLimit: the restarts never fail the job. (Only the master
 /// hangs: a manifest's env is per replica type, so the workers share one heartbeat file and one
@@ -630,7 +684,7 @@ spec:
               image: busybox:1.37.0-glibc
               env:
                 - {{name: RANKVISOR_HEARTBEAT_FILE, value: "{master_hb}"}}
-                - {{name: RANKVISOR_HANG_TIMEOUT, value: "1500ms"}}
+                - {{name: RANKVISOR_HANG_TIMEOUT, value: "3s"}}
                 - {{name: HANG_AT_FIRST_START, value: "yes"}}
               command:
                 - sh
