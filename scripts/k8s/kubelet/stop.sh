@@ -19,6 +19,17 @@ uids() {
     "${K[@]}" get pods -A -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}' 2>/dev/null >> "$R/pod-uids"
   fi
   ls -1 "$R/kubelet/pods" 2>/dev/null >> "$R/pod-uids"
+  # Pods deleted during the run are gone from both; their log directories (<ns>_<name>_<uid>) and
+  # containers remain until the kubelet's garbage collection. Only this cluster's kubelet ran since
+  # start.sh's snapshot (start.sh refuses to start beside another), so what is new is ours.
+  if [ -f "$R/before" ]; then
+    for d in /var/log/pods/*; do
+      [ -d "$d" ] && ! grep -qx "pod-logs ${d##*/}" "$R/before" && echo "${d##*_}" >> "$R/pod-uids"
+    done
+    for n in $(docker ps -a --format '{{.Names}}' | grep '^k8s_'); do
+      grep -qx "container $n" "$R/before" || docker inspect -f '{{index .Config.Labels "io.kubernetes.pod.uid"}}' "$n" >> "$R/pod-uids"
+    done
+  fi
   true
 }
 stop() {
