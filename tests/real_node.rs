@@ -94,10 +94,11 @@ fn ended(seen: &[PodEvent], pod: &str) -> PodEvent {
     })
 }
 
-/// The container ended before the pod's grace period did: `finishedAt` <= the deletion request
-/// + `terminationGracePeriodSeconds`, when the kubelet would KILL. (The API server moves
-/// `deletionTimestamp`, first the request + the grace, back by the grace when the kubelet's final
-/// delete comes with grace 0: the request time is `deletionTimestamp - deletionGracePeriodSeconds`.)
+/// The container ended before the pod's grace period did: `finishedAt` is at most the deletion
+/// request plus `terminationGracePeriodSeconds`, when the kubelet would KILL. (The API server sets
+/// `deletionTimestamp` to the request plus the grace, then moves it back by the grace when the
+/// kubelet's final delete comes with grace 0; the request is `deletionTimestamp` minus
+/// `deletionGracePeriodSeconds` in either state.)
 fn ended_within_grace(e: &PodEvent) {
     let finished = api_time(&e.terminated().unwrap()["finishedAt"]);
     let meta = &e.pod["metadata"];
