@@ -146,7 +146,10 @@ impl Cluster {
 
     fn command(&self) -> Command {
         let mut c = Command::new(&self.kubectl);
-        c.env("KUBECONFIG", self.get("KUBECONFIG")).arg("--request-timeout=20s");
+        // Its discovery cache in the cluster's directory, not the user's ~/.kube.
+        c.env("KUBECONFIG", self.get("KUBECONFIG"))
+            .arg("--request-timeout=20s")
+            .arg(format!("--cache-dir={}", self.dir.join("kubectl-cache").display()));
         c
     }
 

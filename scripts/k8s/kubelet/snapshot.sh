@@ -14,6 +14,10 @@ set -uo pipefail
   for s in iptables-save iptables-legacy-save ip6tables-save ip6tables-legacy-save; do
     command -v "$s" >/dev/null 2>&1 && "$s" 2>/dev/null | grep 'KUBE-' | sed "s/^/$s /"
   done
+  # the device-plugin manager's socket directory is hard-coded, whatever --root-dir says;
+  # kubectl's discovery cache is per user unless --cache-dir (the harness passes one)
+  find /var/lib/kubelet "${HOME:-/root}/.kube" 2>/dev/null | sed 's/^/path /'
+  for d in /var/log/pods /var/log/containers; do [ -d "$d" ] && echo "path $d"; done
   ls -1 /var/log/pods 2>/dev/null | sed 's/^/pod-logs /'
   ls -1 /var/log/containers 2>/dev/null | sed 's/^/container-logs /'
   true

@@ -84,7 +84,7 @@ ENV
 fi
 A=$(cut -d, -f1 "$R/pki/tokens.csv")
 export KUBECONFIG=$R/kubeconfig
-K=("$BIN/kubectl" --request-timeout=10s)
+K=("$BIN/kubectl" --request-timeout=10s --cache-dir="$R/kubectl-cache")
 
 if ! alive etcd; then
   rm -rf "$R/etcd-data"

@@ -12,7 +12,7 @@ R=${1:?usage: stop.sh DIR}
 R=$(cd "$R" && pwd)
 [ -f "$R/env" ] && . "$R/env"
 export KUBECONFIG=$R/kubeconfig
-K=("${KUBECTL:-kubectl}" --request-timeout=10s)
+K=("${KUBECTL:-kubectl}" --request-timeout=10s --cache-dir="$R/kubectl-cache")
 alive() { [ -f "$R/$1.pid" ] && kill -0 "$(cat "$R/$1.pid")" 2>/dev/null; }
 uids() {
   if alive apiserver; then
@@ -71,6 +71,18 @@ if ! pgrep -x kubelet >/dev/null && [ -f "$R/before" ]; then
   for h in /sys/fs/cgroup/*/kubepods; do
     [ -d "$h" ] || continue
     grep -qx "cgroup $h" "$R/before" || find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+fi
+# Files and directories new since the snapshot in the kubelet's hard-coded /var/lib/kubelet
+# (device-plugins/kubelet.sock, DEPRECATION), deepest first; never anything that was there before.
+if [ -f "$R/before" ] && ! pgrep -x kubelet >/dev/null; then
+  find /var/lib/kubelet -depth 2>/dev/null | while read -r p; do
+    grep -qxF "path $p" "$R/before" && continue
+    if [ -d "$p" ] && [ ! -L "$p" ]; then rmdir "$p" 2>/dev/null; else rm -f "$p"; fi
+  done
+  # the kubelet creates the pod log directories themselves when missing
+  for d in /var/log/pods /var/log/containers; do
+    grep -qxF "path $d" "$R/before" || rmdir "$d" 2>/dev/null
   done
 fi
 # Host sysctls back to what start.sh found (the patched kubelet does not change them; belt and braces).
