@@ -256,11 +256,12 @@ fn node_label_flip_stops_training_and_refuses_restarts(c: &Cluster) {
 // 2. probes
 
 /// Liveness `/healthz` and readiness `/readyz` on :9400, probed by the kubelet every second: a
-/// 2-replica job's master starts first and stays not Ready (the kubelet's own `Unhealthy` event
-/// says `/readyz` answered 503) while it waits at the rendezvous; once the worker pod runs, both
-/// are Ready, and the liveness probe never failed (no restart). DNS stand-in: the worker's
-/// hostAliases map the master's name to the master pod's IP (known once the master runs; a
-/// worker started first would have no address to dial until the cluster DNS had one).
+/// 2-replica job's worker pod starts first, then the master's; both run but neither is Ready (the
+/// kubelet's own `Unhealthy` events say `/readyz` answered 503) while the worker cannot reach the
+/// master. Then the master's name resolves for the worker, the two meet at the rendezvous and
+/// both become Ready; the liveness probe never failed (no restart). DNS stand-in: the master's
+/// record is appended to the worker's kubelet-managed /etc/hosts once the master pod has an IP,
+/// as the cluster DNS would serve it once the master's headless service has an endpoint.
 fn probes_ready_only_after_the_rendezvous(c: &Cluster) {
     let master = "rv-probe-master-0";
     let worker = "rv-probe-worker-0";
@@ -272,17 +273,23 @@ fn probes_ready_only_after_the_rendezvous(c: &Cluster) {
             .env("PET_NNODES", "2")
             .probes(9400)
     };
-    let args = ["--node-health", "off", "--kube-events", "off"];
+    let args = ["--node-health", "off", "--kube-events", "off", "--rendezvous-timeout", "5m"];
+    let not_ready = |pod: &str| {
+        let probed = wait_for(&format!("the kubelet's readiness probe of {pod} failing"), || {
+            c.events_of(pod).into_iter().find(|e| e["reason"] == "Unhealthy")
+        });
+        let msg = probed["message"].as_str().unwrap_or("");
+        assert!(msg.starts_with("Readiness probe failed") && msg.contains("503"), "{probed}");
+        let e = c.wait_pod(pod, "running", POD_LIMIT, |e| e.running());
+        assert!(!e.ready(), "{pod} runs but is not Ready before the rendezvous: {}", e.summary());
+        e
+    };
+    c.create(&job(PodSpec::new(c, worker, &args, "exec sleep 3600"), "1").v);
+    let w = not_ready(worker);
     c.create(&job(PodSpec::new(c, master, &args, "exec sleep 3600"), "0").v);
-    let probed = wait_for("the kubelet's readiness probe of the master failing", || {
-        c.events_of(master).into_iter().find(|e| e["reason"] == "Unhealthy")
-    });
-    let msg = probed["message"].as_str().unwrap_or("");
-    assert!(msg.starts_with("Readiness probe failed") && msg.contains("503"), "{probed}");
-    let e = c.wait_pod(master, "its state", POD_LIMIT, |_| true);
-    assert!(e.running() && !e.ready(), "the master runs but is not Ready during the rendezvous: {}", e.summary());
+    not_ready(master);
     let ip = c.pod_ip(master);
-    c.create(&job(PodSpec::new(c, worker, &args, "exec sleep 3600"), "1").host_alias(&ip, &[master]).v);
+    c.add_host_record(w.pod["metadata"]["uid"].as_str().unwrap(), &ip, master);
     let m = c.wait_pod(master, "Ready after the rendezvous", POD_LIMIT, |e| e.ready());
     let w = c.wait_pod(worker, "Ready after the rendezvous", POD_LIMIT, |e| e.ready());
     assert_eq!((m.restarts(), w.restarts()), (0, 0), "no liveness failure: {} / {}", m.summary(), w.summary());

@@ -240,6 +240,17 @@ impl Cluster {
         }
     }
 
+    /// The DNS stand-in for a pod started before its peer: append `ip name` to the /etc/hosts the
+    /// kubelet manages for the pod (`<root-dir>/pods/<uid>/etc-hosts`, bind-mounted into each of
+    /// its containers; appended in place, so the mount sees it), as a DNS record appears once the
+    /// peer's headless service has an endpoint.
+    pub fn add_host_record(&self, pod_uid: &str, ip: &str, name: &str) {
+        let path = self.dir.join("kubelet/pods").join(pod_uid).join("etc-hosts");
+        let mut f =
+            std::fs::OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        writeln!(f, "{ip}\t{name}\t# added by tests/cluster (no cluster DNS)").unwrap();
+    }
+
     /// The pod's IP once it has one.
     pub fn pod_ip(&self, pod: &str) -> String {
         let ev = self.wait_pod(pod, "a pod IP", Duration::from_secs(60), |e| e.pod_ip().is_some());
