@@ -515,6 +515,26 @@ fn operator_job_meets_and_finishes_across_pods(c: &Cluster) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// the harness itself
+
+/// The message of the scenario that fails on purpose.
+const ABANDONED: &str = "abandoned on purpose: the clean-up after a failed scenario is what is tested";
+
+/// A scenario that fails with its pod running, its hostPath volume mounted and a kubectl watch
+/// open: the suite expects exactly this failure, and the clean-up check after the stop must still
+/// find the machine as it was (so a failing scenario cannot leave anything behind unnoticed).
+fn abandoned_pod(c: &Cluster) {
+    let dir = c.host_dir("abandoned");
+    let pod = "rv-abandoned";
+    c.create(&PodSpec::new(c, pod, ALONE, "echo started > /m/started; exec sleep 3600").host_path("m", &dir, "/m").v);
+    wait_file(&dir.join("started"), "the child started", |t| t == "started\n");
+    c.wait_pod(pod, "running", POD_LIMIT, |e| {
+        assert!(!e.running(), "{ABANDONED}");
+        false
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // 7. seed 000's scenarios replayed (opt-in: scripts/k8s/kubelet/replay-seed.sh)
 
 /// A pod's state as `kubectl get pods` prints it: STATUS and RESTARTS.
@@ -699,6 +719,7 @@ const WITHOUT_NODE_LABEL: &[Scenario] = &[
     ("termination_messages", termination_messages),
     ("probes", probes_ready_only_after_the_rendezvous),
     ("operator_job", operator_job_meets_and_finishes_across_pods),
+    ("abandoned_pod", abandoned_pod),
 ];
 
 /// Not part of the suite: run only when named in RANKVISOR_REAL_NODE_ONLY (a figure, no assert
@@ -758,6 +779,7 @@ fn pods_on_a_real_kubelet() {
     for (name, r) in &results {
         match r {
             Ok(d) => eprintln!("ok      {name} ({:.1} s)", d.as_secs_f64()),
+            Err(m) if name == "abandoned_pod" => eprintln!("failed  {name}, as it must: {m}"),
             Err(m) => eprintln!("FAILED  {name}: {m}"),
         }
     }
@@ -765,8 +787,12 @@ fn pods_on_a_real_kubelet() {
         Ok(r) => eprint!("{r}"),
         Err(r) => eprint!("{r}"),
     }
-    let failed: Vec<&str> = results.iter().filter(|(_, r)| r.is_err()).map(|(n, _)| n.as_str()).collect();
     assert!(!results.is_empty(), "RANKVISOR_REAL_NODE_ONLY={only:?} selects no scenario");
-    assert!(failed.is_empty(), "failed scenarios: {failed:?}");
+    let expected = |name: &str, r: &Result<Duration, String>| match r {
+        Err(m) => name == "abandoned_pod" && m.contains(ABANDONED),
+        Ok(_) => name != "abandoned_pod",
+    };
+    let failed: Vec<&str> = results.iter().filter(|(n, r)| !expected(n, r)).map(|(n, _)| n.as_str()).collect();
+    assert!(failed.is_empty(), "failed scenarios: {failed:?} (abandoned_pod must fail, on purpose)");
     assert!(stopped.is_ok(), "the cluster left the machine changed (see check-clean above)");
 }
