@@ -329,6 +329,7 @@ fn events_and_condition_with_the_pods_service_account(c: &Cluster) {
     let args = ["--node-health", "kubernetes", "--kube-events", "on", "--backoff-initial", "100ms"];
     let pod = "rv-events";
     let [http, http_b] = cluster::free_ports::<2>();
+    c.label_node("Schedulable"); // whatever an earlier scenario left
     c.create(&PodSpec::new(c, pod, &args, script).in_cluster(c, "training", http).v);
     let e = c.wait_pod(pod, "Succeeded", POD_LIMIT, |e| e.phase() == "Succeeded");
     assert_eq!(e.terminated().unwrap()["exitCode"], 0, "{}", e.summary());
