@@ -35,6 +35,14 @@ RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
 
+# tests/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
+# the pause binary, built once from Debian's kubernetes source (cached outside the repo, like the API
+# server). That test also needs the Docker engine and the image below, and fails without them.
+t0=$SECONDS
+RANKVISOR_TEST_KUBE_NODE_BIN=$(bash scripts/k8s/kubelet/build.sh | tail -n 1)
+export RANKVISOR_TEST_KUBE_NODE_BIN
+echo "scripts/test.sh: kubelet, kubectl: $((SECONDS - t0)) s"
+
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they print why and skip.
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
