@@ -44,14 +44,14 @@ export RANKVISOR_TEST_KUBE_NODE_BIN
 echo "scripts/test.sh: kubelet, kubectl: $((SECONDS - t0)) s"
 
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
-# (FROM scratch, no registry); without an engine they print why and skip.
+# (FROM scratch, no registry); without an engine they fail, naming what is missing.
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   t1=$SECONDS
   RANKVISOR_TEST_IMAGE=$(bash images/build.sh | tail -n 1)
   export RANKVISOR_TEST_IMAGE
   echo "scripts/test.sh: image $RANKVISOR_TEST_IMAGE built in $((SECONDS - t1)) s"
 else
-  echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/container.rs will skip"
+  echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/container.rs and tests/real_node.rs will fail"
 fi
 
 t0=$SECONDS

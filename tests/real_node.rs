@@ -15,6 +15,7 @@
 
 #[path = "cluster/mod.rs"]
 mod cluster;
+use rankvisor::supervise::RestartPolicy;
 
 use cluster::{Cluster, PodEvent, PodSpec};
 use std::path::Path;
@@ -401,9 +402,10 @@ fn operator_pod(
         labels["training.kubeflow.org/job-role"] = "master".into();
     }
     let pod_spec = &mut template["spec"];
-    let restart = match spec.restart_policy.as_str() {
-        "ExitCode" => "Never",
-        p => p,
+    // The operator's pods: ExitCode is the operator's own policy; the pod itself is Never.
+    let restart = match spec.restart_policy {
+        RestartPolicy::ExitCode => "Never".to_string(),
+        p => p.to_string(),
     };
     pod_spec["restartPolicy"] = restart.into();
     pod_spec["nodeName"] = cluster::NODE.into();
