@@ -87,9 +87,6 @@ pub struct JobView {
     phase: JobPhase,
     reason: Option<String>,
     replicas: BTreeMap<u32, ReplicaView>,
-    /// Workers whose latest state gave up; kept so each update costs O(log n), not O(n).
-    #[serde(skip)]
-    failed_workers: usize,
 }
 
 impl JobView {
@@ -104,7 +101,6 @@ impl JobView {
             phase: JobPhase::Created,
             reason: None,
             replicas,
-            failed_workers: 0,
         }
     }
 
@@ -139,18 +135,7 @@ impl JobView {
     }
 
     fn replace(&mut self, view: ReplicaView) {
-        let index = view.index;
-        let now_failed = index > 0 && gave_up(view.state);
-        let was_failed = self.replicas.insert(index, view).is_some_and(|old| index > 0 && gave_up(old.state));
-        self.count_failed(was_failed, now_failed);
-    }
-
-    fn count_failed(&mut self, was: bool, now: bool) {
-        match (was, now) {
-            (false, true) => self.failed_workers += 1,
-            (true, false) => self.failed_workers = self.failed_workers.saturating_sub(1),
-            _ => {}
-        }
+        self.replicas.insert(view.index, view);
     }
 
     /// A worker was admitted: a (re)joining replica starts afresh, as a recreated pod does.
@@ -182,15 +167,11 @@ impl JobView {
     /// A replica reported a state change.
     pub fn state(&mut self, index: u32, update: &StateUpdate, now_ms: u64) {
         let view = self.entry(index, now_ms);
-        let was = gave_up(view.state);
         view.state = update.state;
         view.restart_count = update.restart_count;
         view.generation = update.generation;
         view.last_exit = update.last_exit;
         view.report = update.report.clone();
-        if index > 0 {
-            self.count_failed(was, gave_up(update.state));
-        }
         self.refresh_phase();
     }
 
@@ -225,8 +206,7 @@ impl JobView {
             return;
         }
         let master = self.replicas.get(&0).map(|r| r.state);
-        let workers = self.replica_count.saturating_sub(1);
-        let (phase, reason) = job_phase(master, self.failed_workers, workers);
+        let (phase, reason) = job_phase(master);
         self.phase = phase;
         self.reason = reason;
     }
@@ -240,18 +220,14 @@ fn gave_up(state: ReplicaState) -> bool {
     state.is_final() && state != ReplicaState::Succeeded
 }
 
-/// The job's phase from the master's state and how many of the job's `worker_count` workers
-/// gave up (latest state `Failed` or `NodeUnhealthy`); the reason is set for final phases.
-pub fn job_phase(master: Option<ReplicaState>, failed_workers: usize, worker_count: u32) -> (JobPhase, Option<String>) {
+/// The job's phase from the master's state, as the training-operator's job status follows the
+/// Master (`UpdateJobStatus`); the reason is set for final phases. There is no "every worker
+/// failed" rule: the operator fails a job for its workers through `PastBackoffLimit` and failed
+/// pods of restartPolicy Never, which a launcher cannot see (the dry run emulates both).
+pub fn job_phase(master: Option<ReplicaState>) -> (JobPhase, Option<String>) {
     match master {
-        Some(ReplicaState::Succeeded) => return (JobPhase::Succeeded, Some("the master succeeded".to_string())),
-        Some(s) if gave_up(s) => return (JobPhase::Failed, Some(format!("the master gave up (state {s:?})"))),
-        _ => {}
-    }
-    if worker_count > 0 && failed_workers >= worker_count as usize {
-        return (JobPhase::Failed, Some(format!("all {worker_count} workers failed while the master lives")));
-    }
-    match master {
+        Some(ReplicaState::Succeeded) => (JobPhase::Succeeded, Some("the master succeeded".to_string())),
+        Some(s) if gave_up(s) => (JobPhase::Failed, Some(format!("the master gave up (state {s:?})"))),
         Some(ReplicaState::Running | ReplicaState::Restarting | ReplicaState::Stopping) => (JobPhase::Running, None),
         _ => (JobPhase::Created, None),
     }
@@ -281,17 +257,17 @@ mod tests {
 
     #[test]
     fn phase_follows_the_master() {
-        assert_eq!(job_phase(None, 0, 3).0, JobPhase::Created);
-        assert_eq!(job_phase(Some(Pending), 0, 3).0, JobPhase::Created);
-        assert_eq!(job_phase(Some(Rendezvous), 0, 3).0, JobPhase::Created);
+        assert_eq!(job_phase(None).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Pending)).0, JobPhase::Created);
+        assert_eq!(job_phase(Some(Rendezvous)).0, JobPhase::Created);
         for s in [Running, Restarting, Stopping] {
-            assert_eq!(job_phase(Some(s), 0, 3), (JobPhase::Running, None));
+            assert_eq!(job_phase(Some(s)), (JobPhase::Running, None));
         }
     }
 
     #[test]
     fn master_success_is_job_success_whatever_the_workers_do() {
-        let (p, why) = job_phase(Some(Succeeded), 1, 3);
+        let (p, why) = job_phase(Some(Succeeded));
         assert_eq!(p, JobPhase::Succeeded);
         assert_eq!(why.as_deref(), Some("the master succeeded"));
     }
@@ -299,31 +275,22 @@ mod tests {
     #[test]
     fn master_giving_up_fails_the_job() {
         for s in [Failed, NodeUnhealthy] {
-            let (p, why) = job_phase(Some(s), 0, 3);
+            let (p, why) = job_phase(Some(s));
             assert_eq!(p, JobPhase::Failed);
             assert!(why.unwrap().contains(&format!("the master gave up (state {s:?})")));
         }
     }
 
+    /// Removed with issue 12: workers that all gave up do not fail the job while the master lives.
     #[test]
-    fn all_workers_failed_while_the_master_lives_fails_the_job() {
-        let (p, why) = job_phase(Some(Running), 3, 3);
-        assert_eq!(p, JobPhase::Failed);
-        assert_eq!(why.as_deref(), Some("all 3 workers failed while the master lives"));
-        assert_eq!(job_phase(Some(Pending), 3, 3).0, JobPhase::Failed);
-    }
-
-    #[test]
-    fn some_workers_failing_or_restarting_is_still_running() {
-        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
-        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running, "one never reported");
-        assert_eq!(job_phase(Some(Running), 0, 3).0, JobPhase::Running);
-        assert_eq!(job_phase(Some(Running), 2, 3).0, JobPhase::Running);
-    }
-
-    #[test]
-    fn a_single_replica_job_has_no_workers_to_fail() {
-        assert_eq!(job_phase(Some(Running), 0, 0).0, JobPhase::Running);
+    fn no_all_workers_failed_rule() {
+        let mut v = JobView::new("pytest", 3, "node-0", &healthy(), 0);
+        v.joined(1, "node-1", &healthy(), 0);
+        v.joined(2, "node-2", &healthy(), 0);
+        v.state(0, &update(Running, 0), 1);
+        v.state(1, &update(Failed, 3), 2);
+        v.state(2, &update(NodeUnhealthy, 0), 3);
+        assert_eq!(v.phase(), JobPhase::Running, "the job follows the master");
     }
 
     #[test]
@@ -337,30 +304,15 @@ mod tests {
         v.state(1, &update(Failed, 3), 2001);
         v.state(2, &update(Failed, 3), 2002);
         v.lost(2, "connection closed");
-        assert_eq!(v.phase(), JobPhase::Running);
         v.state(3, &update(Failed, 1), 2003);
-        assert_eq!(v.phase(), JobPhase::Failed);
+        assert_eq!(v.phase(), JobPhase::Running, "the job follows the master");
         assert_eq!(v.total_restarts(), 7);
         v.state(0, &update(Succeeded, 0), 3000);
-        assert_eq!(v.phase(), JobPhase::Failed, "final phases stay");
-        v.joined(3, "node-9", &healthy(), 3001);
-        assert_eq!(v.phase(), JobPhase::Failed);
-    }
-
-    #[test]
-    fn a_failed_worker_that_rejoins_no_longer_counts_as_failed() {
-        let mut v = JobView::new("pytest", 3, "node-0", &healthy(), 0);
-        v.joined(1, "node-1", &healthy(), 0);
-        v.joined(2, "node-2", &healthy(), 0);
-        v.state(0, &update(Running, 0), 1);
-        v.state(1, &update(Failed, 0), 2);
-        v.joined(1, "node-1b", &healthy(), 3);
-        v.state(2, &update(Failed, 0), 4);
-        assert_eq!(v.phase(), JobPhase::Running, "worker 1 was recreated");
-        v.state(1, &update(Restarting, 1), 5);
-        v.state(1, &update(NodeUnhealthy, 1), 6);
-        assert_eq!(v.phase(), JobPhase::Failed);
-        assert_eq!(v.reason(), Some("all 2 workers failed while the master lives"));
+        assert_eq!(v.phase(), JobPhase::Succeeded);
+        v.state(0, &update(Failed, 0), 3001);
+        assert_eq!(v.phase(), JobPhase::Succeeded, "final phases stay");
+        v.joined(3, "node-9", &healthy(), 3002);
+        assert_eq!(v.phase(), JobPhase::Succeeded);
     }
 
     #[test]
