@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, free_port_pair, http_get, wait_file, wait_job, wait_until, Rv, TestDir};
+use common::{free_port, free_port_pair, http_get, wait_file, wait_job, wait_until, Running, Rv, TestDir};
 
 use common::HANG_GUARD as GUARD;
 const JOB: &str = "rj";
@@ -124,4 +124,39 @@ fn readyz_is_503_at_the_barrier_and_200_once_every_replica_is_here() {
         assert_eq!(r.wait().code(), 0);
     }
     assert_eq!(master.wait().code(), 0);
+}
+
+/// Issue 15: a worker's final state reaches the master before the worker's launcher exits (two
+/// workers that exited 3 and 4 under Never used to stay `Running` with no last exit in `/job`).
+#[test]
+fn a_finished_workers_final_state_reaches_the_master() {
+    let port = free_port_pair();
+    let http = free_port();
+    let dirs: Vec<TestDir> = (0..4).map(|i| TestDir::new(&format!("job-final-{i}"))).collect();
+    let scripts = [STEADY, "exit 3", "exit 4", STEADY];
+    let runs: Vec<Running> = (0..4)
+        .map(|i| {
+            let rv = replica(&dirs[i], i as u32, port, (i == 0).then_some(http), scripts[i]);
+            rv.args(["--restart-policy", "Never"]).spawn()
+        })
+        .collect();
+    let mut runs = runs.into_iter();
+    let master = runs.next().unwrap();
+    let rest: Vec<Running> = runs.collect();
+    let mut rest = rest.into_iter();
+    for code in [3, 4] {
+        assert_eq!(rest.next().unwrap().wait().code(), code);
+    }
+    let view = wait_job(http, "workers 1 and 2 Failed with their codes", |v| {
+        let r = &v["replicas"];
+        r["1"]["state"] == "Failed" && r["2"]["state"] == "Failed"
+    });
+    assert_eq!(
+        (view["replicas"]["1"]["last_exit"].clone(), view["replicas"]["2"]["last_exit"].clone()),
+        (3.into(), 4.into())
+    );
+    for r in std::iter::once(master).chain(rest) {
+        r.signal(libc::SIGTERM);
+        let _ = r.wait();
+    }
 }

@@ -10,6 +10,7 @@ use crate::replica::{self, link, HealthSource, LinkRole, LinkStarter, LoopConfig
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status_sink::StatusSink;
 use crate::{exit, kube_events};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
@@ -83,7 +84,8 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
+    let link_task: LinkTask = Arc::default();
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe(), link_task.clone()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -112,6 +114,11 @@ async fn supervise(
             exit::EXTERNAL_FAILURE
         }
     };
+    // The status channel is closed: the link sends this replica's final state, then closes.
+    let task = link_task.lock().ok().and_then(|mut t| t.take());
+    if let Some(task) = task {
+        let _ = tokio::time::timeout(FINISH, task).await;
+    }
     reporting.finish(FINISH).await;
     if let Some(k) = kube_events {
         k.finish(FINISH).await;
@@ -121,10 +128,14 @@ async fn supervise(
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
+/// Where the link's task lands once it starts, for the final flush.
+type LinkTask = Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>;
+
 fn link_starter(
     lc: link::JobLinkConfig,
     reporting: &Reporting,
     status: tokio::sync::watch::Receiver<crate::report::LocalStatus>,
+    task: LinkTask,
 ) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
@@ -134,6 +145,9 @@ fn link_starter(
             .map_err(|e| format!("rendezvous failed: {e}"))?;
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
+        }
+        if let Ok(mut t) = task.lock() {
+            *t = Some(l.task);
         }
         Ok((l.commands, l.events))
     })

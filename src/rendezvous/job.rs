@@ -94,14 +94,7 @@ impl JobView {
     pub fn new(job: &str, replica_count: u32, master_node: &str, health: &Health, now_ms: u64) -> Self {
         let mut replicas = BTreeMap::new();
         replicas.insert(0, ReplicaView::new(0, master_node.to_string(), health, now_ms));
-        JobView {
-            job: job.to_string(),
-            replica_count,
-            generation: 0,
-            phase: JobPhase::Created,
-            reason: None,
-            replicas,
-        }
+        JobView { job: job.to_string(), replica_count, generation: 0, phase: JobPhase::Created, reason: None, replicas }
     }
 
     /// The job's identity.

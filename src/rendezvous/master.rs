@@ -35,6 +35,9 @@ const INBOUND: usize = 1024;
 
 /// What the master's control channel reports to the supervisor loop. The job view is the
 /// authoritative state; events are hints to look at it (they are dropped if never read).
+/// The reason of a `Lost` event for a replica that reported a final state before it closed.
+pub const FINISHED: &str = "finished";
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ControlEvent {
     /// A worker was admitted.
@@ -351,9 +354,17 @@ impl Master {
             return;
         };
         self.roster.leave(c.index, conn);
-        self.view().lost(c.index, &reason);
-        warn!(peer = %c.peer, replica = c.index, "rendezvous peer lost: {reason}");
-        self.emit(ControlEvent::Lost { index: c.index, reason });
+        let mut view = self.view();
+        // A replica that reported a final state and then closes has finished: no warning.
+        let finished = view.replicas().get(&c.index).is_some_and(|r| r.state.is_final());
+        view.lost(c.index, &reason);
+        drop(view);
+        if finished {
+            info!(peer = %c.peer, replica = c.index, "rendezvous peer finished and closed: {reason}");
+        } else {
+            warn!(peer = %c.peer, replica = c.index, "rendezvous peer lost: {reason}");
+        }
+        self.emit(ControlEvent::Lost { index: c.index, reason: if finished { FINISHED.to_string() } else { reason } });
     }
 
     fn release(&mut self, changed: Option<u32>) {

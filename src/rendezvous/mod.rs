@@ -25,5 +25,5 @@ pub use config::{Identity, Released, RendezvousConfig, MAX_REPLICAS};
 pub use error::RendezvousError;
 pub use frame::{Health, Order, StateUpdate, PROTOCOL_VERSION};
 pub use job::{JobPhase, JobView, ReplicaView};
-pub use master::{listen, start_master, ControlEvent, MasterHandle};
+pub use master::{listen, start_master, ControlEvent, MasterHandle, FINISHED};
 pub use worker::{join, WorkerSession};

@@ -32,6 +32,7 @@ pub struct WorkerSession {
     barrier_timeout: Duration,
     waited: Duration,
     reader: JoinHandle<()>,
+    writer: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -178,7 +179,7 @@ async fn meet(
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let (out, outbox) = mpsc::channel(OUTBOX);
-    tokio::spawn(write_loop(write, outbox, cfg.heartbeat));
+    let writer = tokio::spawn(write_loop(write, outbox, cfg.heartbeat));
     let mut reader = FrameReader::new(read, cfg.max_frame);
     let max = cfg.max_frame;
     let fatal = |e: RendezvousError| Step::Fatal(e);
@@ -273,6 +274,7 @@ async fn meet(
                 let mut session =
                     WorkerSession::start(master, generation, out, reader, health.clone(), *health_live, cfg);
                 session.waited = started.elapsed();
+                session.writer = Some(writer);
                 return Ok(session);
             }
             Frame::Error { message } => {
@@ -317,6 +319,7 @@ impl WorkerSession {
             barrier_timeout: cfg.barrier_timeout,
             waited: Duration::ZERO,
             reader: task,
+            writer: None,
         }
     }
 
@@ -333,6 +336,17 @@ impl WorkerSession {
     /// Why the master was lost, once `next_order` has returned None.
     pub fn lost_reason(&self) -> Option<&str> {
         self.lost.as_deref()
+    }
+
+    /// Close the control channel after every queued frame went out (at most `limit`): a
+    /// launcher that exits calls this so that its final state reaches the master.
+    pub async fn close(mut self, limit: Duration) {
+        let writer = self.writer.take();
+        // Dropping the session closes the outbox; the writer drains it, then shuts the socket.
+        drop(self);
+        if let Some(w) = writer {
+            let _ = tokio::time::timeout(limit, w).await;
+        }
     }
 
     /// Stream a state change to the master; never waits (the update is queued).

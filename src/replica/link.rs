@@ -19,6 +19,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+/// How long a finishing worker waits for its last frames (its final state) to reach the master.
+const CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
 /// How often the master's job view is rebuilt while events arrive (O(replicas) per build).
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 
@@ -134,6 +137,8 @@ pub struct Link {
     pub events: mpsc::UnboundedReceiver<LinkEvent>,
     /// The master's job view, kept current once the first barrier released (None on workers).
     pub job_view: Option<watch::Receiver<Option<JobView>>>,
+    /// The actor; it ends once the replica's status channel closes and its last frames are out.
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 /// The node's health as the rendezvous carries it, following the node-health source.
@@ -222,15 +227,12 @@ pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upst
             let listener = rendezvous::listen(cfg.listen)?;
             let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
             let (view_tx, view_rx) = watch::channel(None);
-            tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx));
-            Some(view_rx)
+            (Some(view_rx), tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx)))
         }
-        LinkRole::Worker => {
-            tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx));
-            None
-        }
+        LinkRole::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
-    Ok(Link { commands: cmd_tx, events: ev_rx, job_view })
+    let (job_view, task) = job_view;
+    Ok(Link { commands: cmd_tx, events: ev_rx, job_view, task })
 }
 
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
@@ -313,6 +315,9 @@ async fn run_master(
                         info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
                         let _ = events.send(LinkEvent::RejoinAsked { generation });
                     }
+                    ControlEvent::Lost { index, reason } if reason == rendezvous::FINISHED => {
+                        info!(replica = index, "rendezvous: replica finished")
+                    }
                     ControlEvent::Lost { index, reason } => warn!(replica = index, "rendezvous: replica lost: {reason}"),
                     ControlEvent::Joined { index, node, .. } => info!(replica = index, node, "rendezvous: replica (re)joined"),
                     _ => {}
@@ -381,7 +386,13 @@ async fn run_worker(
             }
             update = upstream.next() => {
                 // While a rejoin runs the latest status waits in the watch; it goes out after.
-                let Some(update) = update else { return };
+                let Some(update) = update else {
+                    // The replica is done: its final state goes out before the channel closes.
+                    if let Some(s) = session.take() {
+                        s.close(CLOSE_LIMIT).await;
+                    }
+                    return;
+                };
                 if let Some(s) = &session {
                     let _ = s.send_state(update);
                 }
