@@ -487,7 +487,9 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
 
     drop(m);
     assert_eq!(guard("the lost master", w1.next_order()).await, None);
-    assert_eq!(w1.lost_reason(), Some("master closed the connection"));
+    // A master that closes with frames unread by it resets the connection: either way it is gone.
+    let reason = w1.lost_reason().unwrap_or_default().to_string();
+    assert!(reason == "master closed the connection" || reason.contains("reset by peer"), "{reason}");
     assert!(w1.send_state(state(ReplicaState::Running)).is_err());
 }
 
