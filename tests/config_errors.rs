@@ -111,3 +111,25 @@ fn the_job_token_is_removed_from_the_childs_environment() {
     assert!(env.contains("RANKVISOR_RESTART_COUNT=0"), "the child's env was captured: {env}");
     assert!(!env.contains("s3cret") && !env.contains("RANKVISOR_JOB_TOKEN"), "{env}");
 }
+
+#[test]
+fn numbers_are_plain_digits() {
+    refused("cfg-plus", &["--backoff-limit", "+1"], &[], &["--backoff-limit", "+1", "plain decimal digits"]);
+    refused("cfg-minus", &["--rendezvous-port", "-5"], &[], &["--rendezvous-port", "-5"]);
+}
+
+/// A FIFO as the heartbeat file would block the loop in open(2): refused before the start.
+#[test]
+fn a_fifo_heartbeat_file_is_refused() {
+    let dir = TestDir::new("cfg-fifo");
+    let fifo = dir.join("hb");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo takes a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    refused(
+        "cfg-fifo-run",
+        &["--heartbeat-file", &fifo.to_string_lossy()],
+        &[],
+        &["--heartbeat-file", "FIFO", "regular file"],
+    );
+}

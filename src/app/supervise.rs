@@ -25,6 +25,15 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     if !cfg.inferred.is_empty() {
         info!("rank contract: {}", cfg.inferred.join("; "));
     }
+    if let Some(path) = &cfg.heartbeat_file {
+        // A FIFO or device there would block the loop: refused before anything starts.
+        if let Err(e) = crate::heartbeat::check_path(path) {
+            return super::config_error(
+                &format!("--heartbeat-file (RANKVISOR_HEARTBEAT_FILE): {e}"),
+                cfg.termination_log.clone(),
+            );
+        }
+    }
     let status_sink = match cfg.status_fd.map(StatusSink::from_fd).transpose() {
         Ok(s) => s,
         Err(e) => return super::config_error(&e.to_string(), cfg.termination_log.clone()),

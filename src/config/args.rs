@@ -12,6 +12,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tracing::Level;
 
+/// A whole number written as plain decimal digits: `+1`, `-1`, ` 1` and `0x10` are refused (the
+/// standard parser takes a leading `+`).
+pub fn decimal<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match s.parse::<T>() {
+        Ok(n) if digits => Ok(n),
+        _ => Err(format!(
+            "expected a whole number in plain decimal digits (no sign, no spaces) that fits {}",
+            std::any::type_name::<T>()
+        )),
+    }
+}
+
 /// What to do when the node is unhealthy before the child's first start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum UnhealthyNode {
@@ -75,7 +88,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_RESTART_POLICY", value_enum, default_value_t = RestartPolicy::OnFailure)]
     pub restart_policy: RestartPolicy,
     /// The most restarts, under every policy.
-    #[arg(long, env = "RANKVISOR_BACKOFF_LIMIT", default_value_t = 6)]
+    #[arg(long, env = "RANKVISOR_BACKOFF_LIMIT", default_value_t = 6, value_parser = decimal::<u32>, allow_hyphen_values = true)]
     pub backoff_limit: u32,
     /// Delay before the first restart; it doubles up to --backoff-max.
     #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -118,7 +131,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_RENDEZVOUS", value_enum, default_value_t = OnOff::On)]
     pub rendezvous: OnOff,
     /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
-    #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT")]
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
     pub rendezvous_port: Option<u16>,
     /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -127,7 +140,7 @@ pub struct SuperviseArgs {
     #[arg(long, env = "RANKVISOR_JOB_NAME")]
     pub job_name: Option<String>,
     /// Write every status change as one JSON line to this inherited file descriptor (for tools).
-    #[arg(long, env = "RANKVISOR_STATUS_FD")]
+    #[arg(long, env = "RANKVISOR_STATUS_FD", value_parser = decimal::<i32>, allow_hyphen_values = true)]
     pub status_fd: Option<i32>,
     /// Serve /healthz, /readyz, /metrics, /status (and /job on the master) here (IP:PORT), or off.
     #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = crate::http::HttpAddr::DEFAULT,
@@ -200,7 +213,7 @@ pub struct DryRunArgs {
     pub timeout: Option<Duration>,
     /// MASTER_PORT for every replica; 0 picks a free port [default: the manifest's, or a free
     /// port if that one or the next is in use]
-    #[arg(long, env = "RANKVISOR_MASTER_PORT")]
+    #[arg(long, env = "RANKVISOR_MASTER_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
     pub master_port: Option<u16>,
     /// Each launcher's delay before a replica's first restart; it doubles up to --backoff-max.
     #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
