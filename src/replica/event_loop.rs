@@ -11,7 +11,7 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::report::{ExitReason, LocalStatus};
-use crate::supervise::{Action, Phase, SupervisorConfig};
+use crate::supervise::{Action, Event, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
@@ -168,7 +168,7 @@ impl Loop {
                 if Some(pid) == self.replica.supervisor().child_pid() {
                     info!(pid, "child {how}");
                 }
-                self.feed(Input::Exited { pid, how });
+                self.feed(Input::Child(Event::Exited { pid, how }));
             }
             if self.replica.sweeping() {
                 self.count_descendants();
@@ -303,13 +303,13 @@ impl Loop {
         let input = match process::spawn_child(&cmd, &self.signals) {
             Ok(pid) => {
                 info!(pid, restart_count, "child started");
-                Input::Spawned { pid }
+                Input::Child(Event::Spawned { pid })
             }
             Err(e) => {
                 if e.transient {
                     warn!("{e}; retrying under the restart policy");
                 }
-                Input::SpawnFailed { code: e.code, message: e.to_string(), transient: e.transient }
+                Input::Child(Event::SpawnFailed { code: e.code, message: e.to_string(), transient: e.transient })
             }
         };
         self.feed(input);

@@ -6,7 +6,7 @@
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
 use super::link::{LinkCommand, LinkEvent, LinkRole};
-use crate::exit::{self, ExitHow};
+use crate::exit;
 use crate::health::{self, Observation};
 use crate::report::ReplicaState;
 use crate::supervise::{Action, Event, GiveUp, Phase, RestartScope, Supervisor, SupervisorConfig};
@@ -36,27 +36,9 @@ pub enum Input {
         /// rankvisor raised it itself (its own broken pipe).
         own: bool,
     },
-    /// The reaper collected a process: the child or anyone else.
-    Exited {
-        /// Its pid.
-        pid: i32,
-        /// How it ended.
-        how: ExitHow,
-    },
-    /// The child was started.
-    Spawned {
-        /// Its pid.
-        pid: i32,
-    },
-    /// The child could not be started.
-    SpawnFailed {
-        /// 126 or 127.
-        code: i32,
-        /// Why.
-        message: String,
-        /// The machine's fault (EMFILE, EAGAIN, ...), not the command's.
-        transient: bool,
-    },
+    /// News of the child's process for its supervisor: `Exited` (the reaper collected a process,
+    /// the child or anyone else), `Spawned` or `SpawnFailed`.
+    Child(Event),
     /// A deadline may have passed.
     Tick,
     /// The heartbeat file was touched at `at`.
@@ -249,13 +231,9 @@ impl Replica {
         let mut out = Vec::new();
         match input {
             Input::Signal { signal, own } => self.on_signal(signal, own, now, &mut out),
-            Input::Exited { pid, how } => {
-                self.feed(Event::Exited { pid, how }, now, &mut out);
+            Input::Child(event) => {
+                self.feed(event, now, &mut out);
                 self.after_child_gone(&mut out);
-            }
-            Input::Spawned { pid } => self.feed(Event::Spawned { pid }, now, &mut out),
-            Input::SpawnFailed { code, message, transient } => {
-                self.feed(Event::SpawnFailed { code, message, transient }, now, &mut out)
             }
             Input::Tick => self.on_tick(now, &mut out),
             Input::Beat { at } => self.feed(Event::Beat, at, &mut out),

@@ -6,7 +6,7 @@ use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
 use crate::report::ReplicaState;
-use crate::supervise::{Action, BackoffConfig, RestartPolicy, RestartScope, SupervisorConfig};
+use crate::supervise::{Action, BackoffConfig, Event, RestartPolicy, RestartScope, SupervisorConfig};
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -84,7 +84,7 @@ impl Fake {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
                     let pid = self.next_pid;
-                    self.send(Input::Spawned { pid });
+                    self.send(Input::Child(Event::Spawned { pid }));
                 }
                 Effect::Child(Action::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
                 Effect::Child(Action::TerminationMessage(m)) => self.messages.push(m),
@@ -108,7 +108,7 @@ impl Fake {
 
     fn exit_child(&mut self, how: ExitHow) {
         let pid = self.pid();
-        self.send(Input::Exited { pid, how });
+        self.send(Input::Child(Event::Exited { pid, how }));
     }
 
     fn warned(&self, part: &str) -> bool {
@@ -346,10 +346,10 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
         Effect::Child(Action::Spawn { .. }) => 42,
         e => panic!("{e:?}"),
     };
-    r.on_input(Input::Spawned { pid }, t0);
+    r.on_input(Input::Child(Event::Spawned { pid }), t0);
     r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
     tokio::time::advance(300 * MS).await;
-    let out = r.on_input(Input::Exited { pid, how: ExitHow::Exited(0) }, Instant::now());
+    let out = r.on_input(Input::Child(Event::Exited { pid, how: ExitHow::Exited(0) }), Instant::now());
     assert_eq!(out, [Effect::SweepTerm]);
     assert!(r.on_input(Input::Descendants { alive: 2 }, Instant::now()).is_empty());
     // The later of the TERM's deadline and a second for the leftovers.
@@ -369,14 +369,20 @@ async fn transient_spawn_failures_are_retried() {
     f.exit_child(ExitHow::Exited(1));
     let _ = f.spawns.pop();
     let _ = f.r.on_input(
-        Input::SpawnFailed { code: 126, message: "cannot run: Too many open files".into(), transient: true },
+        Input::Child(Event::SpawnFailed {
+            code: 126,
+            message: "cannot run: Too many open files".into(),
+            transient: true,
+        }),
         Instant::now(),
     );
     assert_eq!(f.r.state(), ReplicaState::Restarting);
     f.advance_to_deadline().await;
     assert!(f.spawns.len() >= 2 && f.exit.is_none());
     let mut g = Fake::new(cfg());
-    let _ =
-        g.r.on_input(Input::SpawnFailed { code: 127, message: "not found".into(), transient: false }, Instant::now());
+    let _ = g.r.on_input(
+        Input::Child(Event::SpawnFailed { code: 127, message: "not found".into(), transient: false }),
+        Instant::now(),
+    );
     assert_eq!(g.r.supervisor().restarts(), 0);
 }
