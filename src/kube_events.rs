@@ -102,17 +102,21 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
             format!("the training process stopped beating and was stopped (hang {})", next.hang_detections),
         ));
     }
-    // A failure is seen on entering Restarting/Failed, or inferred from a restart whose
-    // Restarting report was skipped.
-    let ended = (entered(Restarting) || entered(Failed)) || (next.restart_count > p_restarts && p_state != Restarting);
-    if ended && child_failed(next) {
-        out.push(transition(
-            "ChildFailed",
-            Warning,
-            format!("the training process {} (restarts so far: {})", exit_text(next), next.restart_count),
-        ));
+    // Every restart since the previous report ended a run (Restarting already counts its
+    // restart), and so does entering Failed: reports skipped in between (the first restart after a
+    // crash is immediate, and the channel keeps only the latest) are counted, not lost.
+    let restarted = next.restart_count.saturating_sub(p_restarts);
+    let ended = restarted + u32::from(entered(Failed));
+    if child_failed(next) {
+        for _ in 0..ended {
+            out.push(transition(
+                "ChildFailed",
+                Warning,
+                format!("the training process {} (restarts so far: {})", exit_text(next), next.restart_count),
+            ));
+        }
     }
-    if next.restart_count > p_restarts {
+    for _ in 0..restarted {
         out.push(transition(
             "ChildRestarted",
             Normal,
@@ -465,16 +469,20 @@ mod tests {
         let running = rep(Running, 0, None, 0);
         assert!(reasons(None, &rep(Pending, 0, None, 0)).is_empty());
         assert!(reasons(Some(&rep(Rendezvous, 0, None, 0)), &running).is_empty());
-        let failed = rep(Restarting, 0, Some(ExitHow::Exited(1)), 0);
+        // Entering Restarting counts the restart it waits for (the machine's own convention).
+        let failed = rep(Restarting, 1, Some(ExitHow::Exited(1)), 0);
         let t = transitions(Some(&running), &failed);
-        assert_eq!(t.len(), 1);
-        assert_eq!((t[0].reason, t[0].kind), ("ChildFailed", EventType::Warning));
+        assert_eq!(t.iter().map(|t| t.reason).collect::<Vec<_>>(), ["ChildFailed", "ChildRestarted"]);
+        assert_eq!(t[0].kind, EventType::Warning);
         assert!(t[0].message.contains("exited with code 1"), "{}", t[0].message);
         let again = rep(Running, 1, Some(ExitHow::Exited(1)), 0);
-        assert_eq!(reasons(Some(&failed), &again), ["ChildRestarted"]);
+        assert!(reasons(Some(&failed), &again).is_empty(), "the restart was already counted");
         assert_eq!(reasons(Some(&again), &rep(Succeeded, 1, Some(ExitHow::Exited(0)), 0)), ["Succeeded"]);
-        // The Restarting report was skipped: the failure is inferred from the restart.
+        // The Restarting report was skipped (the first restart is immediate): still counted.
         assert_eq!(reasons(Some(&running), &again), ["ChildFailed", "ChildRestarted"]);
+        // Two restarts between two reports: two of each, as the Event counts must say.
+        let twice = rep(Restarting, 2, Some(ExitHow::Exited(3)), 0);
+        assert_eq!(reasons(Some(&running), &twice), ["ChildFailed", "ChildFailed", "ChildRestarted", "ChildRestarted"]);
         // The same state again is nothing new.
         assert!(reasons(Some(&again), &again).is_empty());
     }
