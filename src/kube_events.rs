@@ -76,7 +76,7 @@ fn child_failed(r: &Report) -> bool {
 /// (the channel keeps only the latest), so counters are compared as well as states.
 pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
     use EventType::{Normal, Warning};
-    use ReplicaState::{Failed, Pending, Rendezvous, Restarting, Succeeded};
+    use ReplicaState::{Failed, Pending, Rendezvous, Succeeded};
     let (p_state, p_restarts, p_hangs, p_unhealthy) = match prev {
         Some(p) => (p.state, p.restart_count, p.hang_detections, node_unhealthy(p)),
         None => (Pending, 0, 0, false),
