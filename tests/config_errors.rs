@@ -133,3 +133,31 @@ fn a_fifo_heartbeat_file_is_refused() {
         &["--heartbeat-file", "FIFO", "regular file"],
     );
 }
+
+/// Whatever the path to a fatal end, the child is not left running unsupervised: a panic (here
+/// forced by a debug-build failpoint right after the start) kills the child's group first and
+/// writes why to the termination log.
+#[test]
+fn a_panic_kills_the_childs_group_and_says_why() {
+    let dir = TestDir::new("cfg-panic");
+    let pidfile = dir.file("child-pid");
+    let out = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off", "--termination-log", &dir.file("termination-log")])
+        .env("RANKVISOR_TEST_FAILPOINT", "panic-after-spawn")
+        .sh(&format!("echo $$ > {}; exec sleep 60", q(&pidfile)))
+        .run();
+    assert_ne!(out.code, Some(0), "rankvisor failed: {out:?}");
+    let log = read(&dir.join("termination-log"));
+    assert!(log.starts_with("rankvisor failed: internal error"), "{log}");
+    assert!(log.contains("the child's process group was killed"), "{log}");
+    // rankvisor logged the child's pid before it panicked: that process is gone.
+    let pid: i32 = out
+        .stderr
+        .split("child started pid=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no child pid logged: {}", out.stderr));
+    wait_until("the child is gone", || (!alive(pid)).then_some(()));
+    let _ = pidfile;
+}

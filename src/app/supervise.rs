@@ -55,7 +55,11 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let code = runtime.block_on(supervise(cfg, kube_health, kube_events_cfg, status_sink.clone(), signals));
+    // A failpoint for the test of the panic path, compiled into debug builds only.
+    let panic_after_spawn =
+        cfg!(debug_assertions) && env.get("RANKVISOR_TEST_FAILPOINT").as_deref() == Some("panic-after-spawn");
+    let code =
+        runtime.block_on(supervise(cfg, kube_health, kube_events_cfg, status_sink.clone(), signals, panic_after_spawn));
     // Off the event loop: the --status-fd reader gets every line before the launcher is gone.
     if let Some(sink) = &status_sink {
         sink.flush(FINISH);
@@ -72,6 +76,7 @@ async fn supervise(
     kube_events_cfg: Option<kube_events::KubeEventsConfig>,
     status_sink: Option<StatusSink>,
     signals: Signals,
+    panic_after_spawn: bool,
 ) -> i32 {
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
     let health: Option<HealthSource> = match (&cfg.health.source, kube_health) {
@@ -115,6 +120,7 @@ async fn supervise(
         heartbeat_file: cfg.heartbeat_file.clone(),
         termination_log: cfg.termination_log.clone(),
         status_sink,
+        panic_after_spawn,
     };
     let code = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
         Ok(code) => code,

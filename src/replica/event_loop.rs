@@ -33,6 +33,8 @@ pub struct LoopConfig {
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`: every status change, in order (the dry run follows replicas by it).
     pub status_sink: Option<crate::status_sink::StatusSink>,
+    /// Debug builds only, for the test of the last resort: panic right after the child started.
+    pub panic_after_spawn: bool,
 }
 
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
@@ -303,6 +305,10 @@ impl Loop {
         let input = match process::spawn_child(&cmd, &self.signals) {
             Ok(pid) => {
                 info!(pid, restart_count, "child started");
+                if self.cfg.panic_after_spawn {
+                    process::set_child_group(Some(pid));
+                    panic!("failpoint panic-after-spawn");
+                }
                 Input::Child(Event::Spawned { pid })
             }
             Err(e) => {
