@@ -336,12 +336,27 @@ fn events_and_condition_with_the_pods_service_account(c: &Cluster) {
     assert_eq!(e.terminated().unwrap()["exitCode"], 0, "{}", e.summary());
     let cond = e.condition("rankvisor.dev/ReplicaHealthy").unwrap_or_else(|| panic!("no condition: {}", e.pod));
     assert_eq!((cond["status"].as_str(), cond["reason"].as_str()), (Some("False"), Some("Succeeded")), "{cond}");
-    let events = wait_for("rankvisor's three Events", || {
+    let mut seen = String::new();
+    let deadline = Instant::now() + POD_LIMIT;
+    let events = loop {
         let ev = c.events_of(pod);
         let count = |reason: &str| ev.iter().find(|e| e["reason"] == reason).and_then(|e| e["count"].as_u64());
-        (count("ChildFailed") == Some(2) && count("ChildRestarted") == Some(2) && count("Succeeded") == Some(1))
-            .then_some(ev)
-    });
+        if count("ChildFailed") == Some(2) && count("ChildRestarted") == Some(2) && count("Succeeded") == Some(1) {
+            break ev;
+        }
+        seen = ev
+            .iter()
+            .map(|e| format!("{} x{} ({})", e["reason"], e["count"], e["message"]))
+            .collect::<Vec<_>>()
+            .join("; ");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {POD_LIMIT:?} waiting for rankvisor's three Events; seen: {seen}\nlog: {}",
+            c.kubectl_ok(&["logs", pod])
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = seen;
     let uid = &e.pod["metadata"]["uid"];
     for ev in &events {
         if ["ChildFailed", "ChildRestarted", "Succeeded"].contains(&ev["reason"].as_str().unwrap_or("")) {
