@@ -214,6 +214,12 @@ fn launcher(bin: &str, replicas: u32) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let barrier = join_fleets(spawn_fleets(port, replicas));
+    if barrier.is_none() {
+        // A fleet failed: the barrier will not complete; stop the launcher instead of waiting out
+        // its rendezvous timeout.
+        // SAFETY: kill sends a signal to our own child, not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
     // Let the launcher's child end (nothing reads the FIFO if the child never started: ENXIO).
     // SAFETY: open and write get a valid path and buffer; the descriptor is closed here.
     unsafe {
@@ -320,8 +326,6 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             let permit = dialling.acquire_owned().await.map_err(|e| e.to_string())?;
             let stream = loop {
                 let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
-                // The fleet closes first, so its sockets linger in TIME_WAIT: let the next run reuse.
-                socket.set_reuseaddr(true).map_err(|e| e.to_string())?;
                 socket.bind(source(index)).map_err(|e| format!("bind {}: {e}", source(index)))?;
                 match socket.connect(master).await {
                     Ok(s) => break s,
