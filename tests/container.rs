@@ -259,7 +259,8 @@ fn seed_job_four_containers_rendezvous_and_succeed() {
 /// NSS. A pod resolves the master's short name as the kubelet sets it up: a search list and
 /// `ndots:5` in resolv.conf, the cluster's DNS answering only the fully qualified name. Here Docker's
 /// embedded DNS (127.0.0.11) answers only `<master pod>.default.svc.cluster.local` (the master's
-/// one network alias; not in /etc/hosts), so the short name resolves only through the search list.
+/// one network alias; not in /etc/hosts, not its hostname), so the short name resolves only through
+/// the search list (without it the worker cannot resolve the master and the job fails with 138).
 #[test]
 fn master_pod_name_resolves_through_the_dns_search_list() {
     let Some(image) = image("master_pod_name_resolves_through_the_dns_search_list") else { return };
@@ -276,9 +277,13 @@ fn master_pod_name_resolves_through_the_dns_search_list() {
     let names: Vec<String> = (0..2)
         .map(|rank| {
             let pod = pod_name(job, rank);
-            let mut opts: Vec<String> = vec!["--network".into(), net.clone(), "--hostname".into(), pod.clone()];
+            let mut opts: Vec<String> = vec!["--network".into(), net.clone()];
             if rank == 0 {
+                // Docker's DNS also answers a container's hostname: the master keeps Docker's own
+                // (its id), so that its short pod name is answered by nothing but the search list.
                 opts.extend(["--network-alias".to_string(), fqdn.clone()]);
+            } else {
+                opts.extend(["--hostname".to_string(), pod.clone()]);
             }
             opts.extend(dns.iter().cloned());
             for (k, v) in operator_env(job, rank, 2) {
