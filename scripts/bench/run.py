@@ -495,7 +495,7 @@ def header(rep, a):
     rep(f"  tini      {version([a.tini, '--version'])} ({a.tini}; {a.tini_static})")
     with open("/proc/loadavg") as f:
         rep(f"  load      {f.read().split()[:3]} at the start (1, 5, 15 min; other jobs share the cores)")
-    rep(f"  /proc     {nproc} processes visible (rankvisor scans them all before it exits)")
+    rep(f"  /proc     {nproc} processes visible")
     rep("  Every supervisor runs with its stderr on /dev/null and default options unless shown.")
     rep()
 
