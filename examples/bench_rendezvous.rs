@@ -27,6 +27,33 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpSocket;
 use tokio::sync::Semaphore;
 
+/// Counts the heap bytes in use, so the bench can say what the master's state costs per replica
+/// (RSS alone cannot: freed pages are reused or returned unevenly).
+struct CountingAlloc;
+
+static HEAP_IN_USE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        HEAP_IN_USE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed on as is.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HEAP_IN_USE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: ptr came from alloc with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn heap_kb() -> usize {
+    HEAP_IN_USE.load(std::sync::atomic::Ordering::Relaxed) / 1024
+}
+
 fn proc_kb(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -275,11 +302,17 @@ async fn master(n: u32) {
     };
     let took = started.elapsed();
     let rss_after = proc_kb("VmRSS:");
+    // The heap the master holds once released, and what one snapshot of the job view adds (the
+    // launcher publishes such copies for /job).
+    let heap_released_kb = heap_kb();
+    let copy = m.job_view();
+    let view_copy_kb = heap_kb().saturating_sub(heap_released_kb);
+    drop(copy);
     let fleet = fleet.ok().flatten();
     let ok = released.is_ok() && fleet.is_some();
     println!(
         "replicas={} barrier_ms={} fleet_barrier_ms={} master_rss_before_kb={rss_before} master_rss_released_kb={rss_after} \
-         master_peak_rss_kb={} master_cpu_ms={} ok={ok}",
+         master_peak_rss_kb={} master_cpu_ms={} heap_released_kb={heap_released_kb} job_view_copy_kb={view_copy_kb} ok={ok}",
         n + 1,
         took.as_millis(),
         fleet.map_or("-".to_string(), |(b, _)| b.to_string()),
