@@ -1,12 +1,20 @@
-//! Rendezvous scale benchmark: one master (this process, on a current-thread runtime like the
-//! launcher's) against N simulated workers opened by a second process (this binary re-executed
-//! with `--fleet`), so the master's memory and CPU are measured alone.
+//! Rendezvous scale benchmark: one master against N-1 simulated workers opened by fleet processes
+//! (this binary re-executed with `--fleet`), so the master's memory and CPU are measured alone.
 //!
-//! `cargo run --release --example bench_rendezvous -- N` (N replicas: the master and N-1
-//! workers; default 16384). The fleet spreads its
-//! source addresses over 127.0.0.0/8 so N connections to one port never exhaust ephemeral ports;
-//! BENCH_DIAL bounds the dials in flight (default 2000, below the listen backlog).
-//! Prints one line: `replicas=N barrier_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
+//! - `bench_rendezvous N`: the library's master (this process, on a current-thread runtime like
+//!   the launcher's).
+//! - `bench_rendezvous --launcher BIN N`: the real launcher `BIN` as replica 0 of an N-replica job
+//!   (RANK=0, WORLD_SIZE=N, MASTER_ADDR=127.0.0.1), whose child (started once the barrier released
+//!   the master) waits until every worker is released; the launcher's peak RSS and CPU come from
+//!   `wait4` when it exits (its whole life, the workers' disconnection included, not a sample).
+//!
+//! The workers are spread over BENCH_FLEETS processes (default 1), each dialling from source
+//! addresses spread over 127.0.0.0/8, so N connections to one port never exhaust the ephemeral
+//! ports of one source address; BENCH_DIAL bounds the dials in flight per fleet (default 2000,
+//! below the listen backlog). Every process raises its open-files limit (2^20 as root).
+//! The barrier time is measured by the fleets on CLOCK_MONOTONIC: from the first dial to the last
+//! worker released; `dialled_ms` is when the last hello was written.
+//! Prints one line: `replicas=N barrier_ms=.. dialled_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -18,6 +26,33 @@ use rankvisor::rendezvous::{listen, start_master, Health, Identity, RendezvousCo
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpSocket;
 use tokio::sync::Semaphore;
+
+/// Counts the heap bytes in use, so the bench can say what the master's state costs per replica
+/// (RSS alone cannot: freed pages are reused or returned unevenly).
+struct CountingAlloc;
+
+static HEAP_IN_USE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        HEAP_IN_USE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed on as is.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HEAP_IN_USE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: ptr came from alloc with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn heap_kb() -> usize {
+    HEAP_IN_USE.load(std::sync::atomic::Ordering::Relaxed) / 1024
+}
 
 fn proc_kb(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -65,6 +100,15 @@ fn nofile() -> u64 {
     r.rlim_cur
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: comparable across the fleet processes.
+fn mono_ns() -> u64 {
+    // SAFETY: clock_gettime only writes the struct it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
@@ -72,14 +116,165 @@ fn runtime() -> tokio::runtime::Runtime {
 fn main() {
     raise_nofile();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--fleet") {
-        let port = args.get(1).and_then(|p| p.parse().ok()).expect("--fleet PORT N");
-        let n = args.get(2).and_then(|p| p.parse().ok()).expect("--fleet PORT N");
-        runtime().block_on(fleet(port, n));
-        return;
+    let arg = |i: usize| args.get(i).and_then(|p| p.parse::<u32>().ok());
+    match args.first().map(String::as_str) {
+        Some("--fleet") => {
+            let usage = "--fleet PORT REPLICAS FIRST LAST";
+            let port = arg(1).and_then(|p| u16::try_from(p).ok()).expect(usage);
+            let (replicas, first, last) = (arg(2).expect(usage), arg(3).expect(usage), arg(4).expect(usage));
+            runtime().block_on(fleet(port, replicas, first, last));
+        }
+        Some("--launcher") => {
+            let bin = args.get(1).expect("--launcher BIN N");
+            launcher(bin, arg(2).unwrap_or(16384).max(2));
+        }
+        _ => {
+            let replicas = arg(0).unwrap_or(16384);
+            runtime().block_on(master(replicas.max(2) - 1));
+        }
     }
-    let replicas: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(16384);
-    runtime().block_on(master(replicas.max(2) - 1));
+}
+
+/// The fleet processes for workers 1..replicas-1 against `port`, started at once.
+fn spawn_fleets(port: u16, replicas: u32) -> Vec<std::process::Child> {
+    let fleets: u32 = std::env::var("BENCH_FLEETS").ok().and_then(|d| d.parse().ok()).unwrap_or(1).max(1);
+    let workers = replicas - 1;
+    let per = workers.div_ceil(fleets);
+    let exe = std::env::current_exe().expect("own path");
+    (0..fleets)
+        .map(|f| (1 + f * per, ((f + 1) * per).min(workers)))
+        .filter(|(first, last)| first <= last)
+        .map(|(first, last)| {
+            Command::new(&exe)
+                .args(["--fleet", &port.to_string(), &replicas.to_string(), &first.to_string(), &last.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn a fleet")
+        })
+        .collect()
+}
+
+/// Wait for the fleets; each prints `first_dial_ns dialled_ns released_ns`. Returns the barrier
+/// (first dial of any -> last release of all) and the dialling time, in ms, or None if one failed.
+fn join_fleets(fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
+    let mut stamps = Vec::new();
+    let mut ok = true;
+    for f in fleets {
+        let out = f.wait_with_output().expect("wait for a fleet");
+        ok &= out.status.success();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        if v.len() == 3 {
+            stamps.push((v[0], v[1], v[2]));
+        } else {
+            ok = false;
+        }
+    }
+    let first = stamps.iter().map(|s| s.0).min()?;
+    let dialled = stamps.iter().map(|s| s.1).max()?;
+    let released = stamps.iter().map(|s| s.2).max()?;
+    ok.then(|| ((released - first) / 1_000_000, (dialled - first) / 1_000_000))
+}
+
+/// Is anything listening on `port` (any IPv4 address)? Read from /proc/net/tcp: no probe connection.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").unwrap_or_default().lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+    })
+}
+
+/// The real launcher as replica 0 of an N-replica job.
+#[expect(clippy::zombie_processes, reason = "the launcher is reaped by wait4, which also gives its rusage")]
+fn launcher(bin: &str, replicas: u32) {
+    if u64::from(replicas) + 64 > nofile() {
+        eprintln!(
+            "launcher: {replicas} connections need {} file descriptors, the limit is {}",
+            replicas + 64,
+            nofile()
+        );
+        std::process::exit(1);
+    }
+    // Below the ephemeral range (32768 and up), so no fleet socket of an earlier run (in TIME_WAIT)
+    // holds it; MASTER_PORT itself is not opened by the launcher.
+    let port = 20_001 + (std::process::id() % 10_000) as u16;
+    // The launcher's child waits on a FIFO until every worker was released: the master's release
+    // frames are written after its own child starts, and a launcher whose child is already done
+    // would exit (and close the connections) before they all went out.
+    let fifo = std::env::temp_dir().join(format!("bench-rendezvous-{}.fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+    // SAFETY: mkfifo reads the NUL-terminated path it is given.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
+    let log = std::env::var("BENCH_LAUNCHER_LOG").unwrap_or_else(|_| "/dev/null".into());
+    let log = std::fs::File::create(&log).expect("the launcher's log file");
+    let mut child = Command::new(bin)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs([
+            ("RANK", "0".to_string()),
+            ("PET_NODE_RANK", "0".to_string()),
+            ("WORLD_SIZE", replicas.to_string()),
+            ("PET_NNODES", replicas.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", (port - 1).to_string()),
+        ])
+        // RANKVISOR_* from the bench's environment (e.g. RANKVISOR_LOG_LEVEL=warn) reach the launcher.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("RANKVISOR_")))
+        .args(["--job-name", "bench", "--http-addr", "off", "--node-health", "off", "--kube-events", "off"])
+        .args(["--rendezvous-timeout", "5m", "--restart-policy", "Never", "--", "/bin/sh", "-c", "read _ < \"$0\""])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn the launcher");
+    let pid = child.id() as libc::pid_t;
+    let t = Instant::now();
+    while !listening(port) {
+        if t.elapsed() > Duration::from_secs(30) || child.try_wait().ok().flatten().is_some() {
+            eprintln!("launcher: not listening on port {port} (MASTER_PORT+1) after {:?}", t.elapsed());
+            let _ = child.kill();
+            let _ = child.wait();
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let barrier = join_fleets(spawn_fleets(port, replicas));
+    if barrier.is_none() {
+        // A fleet failed: the barrier will not complete; stop the launcher instead of waiting out
+        // its rendezvous timeout.
+        // SAFETY: kill sends a signal to our own child, not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    // Let the launcher's child end (nothing reads the FIFO if the child never started: ENXIO).
+    // SAFETY: open and write get a valid path and buffer; the descriptor is closed here.
+    unsafe {
+        let fd = libc::open(c_fifo.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK);
+        if fd >= 0 {
+            libc::write(fd, b"\n".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+    let _ = std::fs::remove_file(&fifo);
+    // The launcher's own peak RSS and CPU over its whole life, from the kernel when it is reaped.
+    let mut status = 0;
+    // SAFETY: wait4 writes the status and the rusage it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; pid is our child, not reaped yet.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let code = if reaped == pid && libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    let (barrier_ms, dialled_ms) =
+        barrier.map_or(("failed".to_string(), "-".to_string()), |(b, d)| (b.to_string(), d.to_string()));
+    println!(
+        "replicas={replicas} barrier_ms={barrier_ms} dialled_ms={dialled_ms} launcher_peak_rss_kb={} launcher_cpu_ms={} launcher_exit={code}",
+        usage.ru_maxrss,
+        ms(usage.ru_utime) + ms(usage.ru_stime),
+    );
+    if barrier.is_none() {
+        std::process::exit(1);
+    }
 }
 
 /// Serve the barrier of `n` workers and the master.
@@ -95,28 +290,32 @@ async fn master(n: u32) {
     let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
     let healthy = Health { healthy: true, verdict: serde_json::Value::Null };
     let m = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
-    let exe = std::env::current_exe().expect("own path");
     let started = Instant::now();
-    let mut fleet = Command::new(exe)
-        .args(["--fleet", &m.local_addr().port().to_string(), &n.to_string()])
-        .spawn()
-        .expect("spawn the fleet");
+    let port = m.local_addr().port();
     // Waiting in a blocking thread keeps this runtime serving the barrier (and writing the
-    // release to every worker) while the fleet runs.
-    let mut fleet = tokio::task::spawn_blocking(move || fleet.wait());
+    // release to every worker) while the fleets run.
+    let mut fleets = tokio::task::spawn_blocking(move || join_fleets(spawn_fleets(port, n + 1)));
     let (released, fleet) = tokio::select! {
-        released = m.barrier(0) => (released, fleet.await),
-        // The fleet gave up (it says why): do not wait for the barrier's timeout.
-        done = &mut fleet => (Err(rankvisor::rendezvous::RendezvousError::MasterStopped), done),
+        released = m.barrier(0) => (released, fleets.await),
+        // A fleet gave up (it says why): do not wait for the barrier's timeout.
+        done = &mut fleets => (Err(rankvisor::rendezvous::RendezvousError::MasterStopped), done),
     };
     let took = started.elapsed();
     let rss_after = proc_kb("VmRSS:");
-    let ok = released.is_ok() && fleet.is_ok_and(|s| s.is_ok_and(|s| s.success()));
+    // The heap the master holds once released, and what one snapshot of the job view adds (the
+    // launcher publishes such copies for /job).
+    let heap_released_kb = heap_kb();
+    let copy = m.job_view();
+    let view_copy_kb = heap_kb().saturating_sub(heap_released_kb);
+    drop(copy);
+    let fleet = fleet.ok().flatten();
+    let ok = released.is_ok() && fleet.is_some();
     println!(
-        "replicas={} barrier_ms={} master_rss_before_kb={rss_before} master_rss_released_kb={rss_after} \
-         master_peak_rss_kb={} master_cpu_ms={} ok={ok}",
+        "replicas={} barrier_ms={} fleet_barrier_ms={} master_rss_before_kb={rss_before} master_rss_released_kb={rss_after} \
+         master_peak_rss_kb={} master_cpu_ms={} heap_released_kb={heap_released_kb} job_view_copy_kb={view_copy_kb} ok={ok}",
         n + 1,
         took.as_millis(),
+        fleet.map_or("-".to_string(), |(b, _)| b.to_string()),
         proc_kb("VmHWM:"),
         cpu_ms() - cpu_before,
     );
@@ -137,8 +336,11 @@ fn source(index: u32) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::new(127, hi as u8, mid as u8, lo as u8), 0))
 }
 
-/// Open `n` worker connections, say hello, wait for every release.
-async fn fleet(port: u16, n: u32) {
+/// Open the connections of workers `first..=last` of a `replicas`-replica job, say hello, wait
+/// for every release; print `first_dial_ns dialled_ns released_ns` (CLOCK_MONOTONIC) and exit at
+/// once (closing thousands of sockets one by one is not part of the barrier).
+async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
+    let n = last + 1 - first;
     let limit = nofile();
     if u64::from(n) + 64 > limit {
         eprintln!("fleet: {n} connections need {} file descriptors, the limit is {limit} (ulimit -n)", n + 64);
@@ -147,9 +349,12 @@ async fn fleet(port: u16, n: u32) {
     let inflight = std::env::var("BENCH_DIAL").ok().and_then(|d| d.parse().ok()).unwrap_or(2000);
     let dialling = Arc::new(Semaphore::new(inflight));
     let master = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = mono_ns();
+    let dialled = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = tokio::task::JoinSet::new();
-    for index in 1..=n {
+    for index in first..=last {
         let dialling = Arc::clone(&dialling);
+        let dialled = Arc::clone(&dialled);
         workers.spawn(async move {
             let permit = dialling.acquire_owned().await.map_err(|e| e.to_string())?;
             let stream = loop {
@@ -164,7 +369,7 @@ async fn fleet(port: u16, n: u32) {
             let hello = Frame::Hello(Hello {
                 job: "bench".into(),
                 replica_index: index,
-                replica_count: n + 1,
+                replica_count: replicas,
                 node: format!("node-{index}"),
                 healthy: true,
                 health: serde_json::Value::Null,
@@ -172,6 +377,7 @@ async fn fleet(port: u16, n: u32) {
             });
             let line = encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
             write.write_all(&line).await.map_err(|e| e.to_string())?;
+            dialled.fetch_max(mono_ns(), std::sync::atomic::Ordering::Relaxed);
             drop(permit);
             let mut lines = BufReader::new(read).lines();
             while let Ok(Some(l)) = lines.next_line().await {
@@ -197,4 +403,6 @@ async fn fleet(port: u16, n: u32) {
             }
         }
     }
+    println!("{started} {} {}", dialled.load(std::sync::atomic::Ordering::Relaxed), mono_ns());
+    std::process::exit(0);
 }

@@ -1,24 +1,81 @@
 #!/usr/bin/env bash
-# Builds a static rankvisor and the image rankvisor:dev (FROM scratch: no registry, no network).
-# Usage: bash images/build.sh [TAG]        (TAG defaults to rankvisor:dev)
-# Prints the binary's and the image's sizes; the last line is the image tag.
+# Builds the lean static rankvisor (the PID 1 build: no dry run, no YAML) and the images
+# rankvisor:dev and rankvisor:dev-slim (FROM scratch: no registry, no network).
+# Usage: bash images/build.sh [TAG]          (TAG defaults to rankvisor:dev)
+#        bash images/build.sh --binary-only  (the binary alone, no Docker needed)
+# RANKVISOR_LINK picks the link mode (README "Container images" has the measurements):
+#   musl-static (default)  x86_64-unknown-linux-musl, static, not PIE
+#   musl-static-pie        x86_64-unknown-linux-musl, static-pie (the target's default)
+#   glibc-static           x86_64-unknown-linux-gnu, static, not PIE
+#   glibc-static-pie       x86_64-unknown-linux-gnu, static-pie (the image's build before)
+# The binary is copied to <target dir>/image/rankvisor and how it was built to
+# <target dir>/image/build.txt (scripts/bench.sh names the build it measures from there).
+# Prints the binary's and the images' sizes; the last line is the image tag.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+binary_only=0
+if [ "${1:-}" = --binary-only ]; then
+  binary_only=1
+  shift
+fi
 tag=${1:-rankvisor:dev}
-target=x86_64-unknown-linux-gnu
+link=${RANKVISOR_LINK:-musl-static}
 
-# static-pie glibc: +crt-static with an explicit --target, so proc-macros (host crates) stay dynamic.
-# The rendezvous resolves MASTER_ADDR with getaddrinfo: glibc >= 2.34 has the files and dns NSS
-# modules built in, so the static binary resolves pod names (Docker's and the cluster's DNS)
-# without any libnss_*.so in the image (the linker's warning about getaddrinfo is expected).
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --release --locked --target "$target" --bin rankvisor >&2
+# --no-default-features: PID 1 never runs `rankvisor dry-run`, so its YAML parser, its process
+# spawner and tokio's process/signal drivers (a socketpair, a dup and an epoll registration in every
+# runtime) stay out. The link mode goes to the final crate only (`cargo rustc -- ...`): with the
+# release profile's fat LTO every crate's code is generated there anyway, and the dependencies'
+# build is shared between the modes. +crt-static is the musl target's default; glibc needs it in
+# RUSTFLAGS (it selects the static libc everywhere), with an explicit --target so that proc-macros
+# and build scripts (host crates) stay dynamic.
+rustflags=""
+final=""
+case "$link" in
+  musl-static) target=x86_64-unknown-linux-musl; final="-C relocation-model=static" ;;
+  musl-static-pie) target=x86_64-unknown-linux-musl ;;
+  glibc-static) target=x86_64-unknown-linux-gnu; rustflags="-C target-feature=+crt-static"; final="-C relocation-model=static" ;;
+  glibc-static-pie) target=x86_64-unknown-linux-gnu; rustflags="-C target-feature=+crt-static" ;;
+  *) echo "images/build.sh: RANKVISOR_LINK=$link: expected musl-static, musl-static-pie, glibc-static or glibc-static-pie" >&2; exit 2 ;;
+esac
+if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+  echo "images/build.sh: the Rust target $target is not installed: rustup target add $target" >&2
+  exit 1
+fi
+case "$target" in
+  *musl)
+    # ring's C and assembly are compiled for musl by musl-gcc (Debian's musl-tools); Rust links its
+    # own bundled musl (self-contained crt objects and libc.a).
+    if ! command -v musl-gcc >/dev/null 2>&1; then
+      echo "images/build.sh: installing musl-tools (musl-gcc, for ring's C code)" >&2
+      apt-get install -y -qq musl-tools >&2
+    fi
+    ;;
+  *gnu)
+    # The rendezvous resolves MASTER_ADDR with getaddrinfo: glibc >= 2.34 has the files and dns
+    # NSS modules built in, so the static binary resolves pod names without any libnss_*.so in the
+    # image (the linker's warning about getaddrinfo is expected).
+    ;;
+esac
+# shellcheck disable=SC2086 # $final is a list of options on purpose
+RUSTFLAGS="${RUSTFLAGS:-} $rustflags" \
+  cargo rustc --release --locked --no-default-features --target "$target" --bin rankvisor -- $final >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 bin=$target_dir/$target/release/rankvisor
 if ldd "$bin" 2>&1 | grep -q '=>'; then
   echo "images/build.sh: $bin is not static:" >&2
   ldd "$bin" >&2
   exit 1
+fi
+mkdir -p "$target_dir/image"
+cp "$bin" "$target_dir/image/rankvisor"
+echo "lean $link: cargo rustc --release --no-default-features --target $target --bin rankvisor -- $final${rustflags:+ (RUSTFLAGS=$rustflags)}, $(stat -c %s "$bin") bytes" \
+  >"$target_dir/image/build.txt"
+mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }
+bin_bytes=$(stat -c %s "$bin")
+echo "images/build.sh: static rankvisor ($link): $bin_bytes bytes ($(mib "$bin_bytes") MiB): $target_dir/image/rankvisor" >&2
+if [ "$binary_only" = 1 ]; then
+  echo "$target_dir/image/rankvisor"
+  exit 0
 fi
 
 # busybox for the demos and the seed's commands (sh, sleep, ...): Debian's static build.
@@ -38,19 +95,17 @@ for applet in sh ash sleep cat echo date touch ls mkdir rm kill ps true false en
   ln -s busybox "$ctx/bin/$applet"
 done
 # Docker manages /etc/hosts, /etc/resolv.conf and /etc/hostname; these make the root filesystem sane.
+# (nsswitch.conf is read by glibc's getaddrinfo; musl has no NSS and ignores it.)
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$ctx/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$ctx/etc/group"
 printf 'hosts: files dns\n' >"$ctx/etc/nsswitch.conf"
 cp images/Dockerfile "$ctx/Dockerfile"
 
-mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }
 # The legacy builder is enough for a FROM scratch image and needs no network at all.
 DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag" "$ctx" >/dev/null
 # <tag>-slim: rankvisor alone (no shell), for images that only need PID 1 (or to copy it from).
-rm -rf "${ctx:?}/bin"/* 
+rm -rf "${ctx:?}/bin"/*
 DOCKER_BUILDKIT=0 docker build --network none -q -t "$tag-slim" "$ctx" >/dev/null
-bin_bytes=$(stat -c %s "$bin")
-echo "images/build.sh: static rankvisor: $bin_bytes bytes ($(mib "$bin_bytes") MiB)" >&2
 for t in "$tag" "$tag-slim"; do
   b=$(docker image inspect -f '{{.Size}}' "$t")
   echo "images/build.sh: image $t: $b bytes ($(mib "$b") MiB)" >&2

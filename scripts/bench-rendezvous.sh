@@ -1,66 +1,80 @@
 #!/usr/bin/env bash
-# Rendezvous scale benchmark: one master launcher's barrier against 1,024, 4,096 and 16,384
-# simulated replicas on loopback (examples/bench_rendezvous.rs), printing the barrier time (from
-# the first dial to every worker released) and the master's peak RSS and CPU.
+# Rendezvous at scale: the barrier of one master against N-1 simulated workers on loopback
+# (examples/bench_rendezvous.rs), for 1,024, 4,096, 16,384, 65,536 and 98,304 replicas.
 #
-#   bash scripts/bench-rendezvous.sh            # SIZES="1024 4096 16384" by default
-#   SIZES="65536" bash scripts/bench-rendezvous.sh
+#   bash scripts/bench-rendezvous.sh                 # SIZES="1024 4096 16384 65536 98304"
+#   SIZES="16384" ROUNDS=3 bash scripts/bench-rendezvous.sh
 #
-# One process opens all the worker connections, spreading its source addresses over 127.0.0.0/8
-# so N connections to one port never run out of ephemeral ports. Each process needs N file
-# descriptors: the binary raises its soft limit to the hard one (`ulimit -Hn`).
+# Two masters per size: the REAL launcher (`rankvisor` as replica 0 of an N-replica job, the lean
+# build images/build.sh ships; its peak RSS and CPU from wait4 over its whole life), then the
+# library's master alone (rendezvous::start_master on a current-thread runtime, as the launcher
+# runs it). Printed per size: barrier_ms (the fleet's first dial -> the last worker released, on
+# CLOCK_MONOTONIC), dialled_ms (-> the last hello written), the master's peak RSS and CPU.
 #
-# Each process needs N+64 descriptors and cannot go past `ulimit -Hn` (20000 on the machine measured,
-# so about 19,900 replicas at most there).
-#
-# The master listens with a backlog of 8192, which the kernel caps at net.core.somaxconn (4096
-# here). The fleet keeps BENCH_DIAL (2000) dials in flight, so the accept queue never overflows.
-# RAISE_SOMAXCONN=1 (as root) raises somaxconn to 16384 for the run and restores it afterwards; on
-# loopback it made no measurable difference (16,384 replicas: 1.29-1.70 s either way, with
-# BENCH_DIAL=2000 or 16384), so it is off by default.
+# Descriptors: the master holds one connection per worker, so it needs N+64 open files in one
+# process. As root the script raises the hard limit (`ulimit -Hn`), fs.nr_open and fs.file-max when
+# they are lower; that needs CAP_SYS_RESOURCE. Where the hard limit cannot be raised (a container
+# without CAP_SYS_RESOURCE: this project's VM is capped at 20,000), a size that does not fit is
+# reported as not measurable, and the largest size that fits (the ceiling) is measured instead.
+# The workers are spread over as many fleet processes as the limit needs (BENCH_FLEETS to force),
+# each binding its sockets to source addresses spread over 127.0.0.0/8 (250 per address), so no
+# source address runs out of ephemeral ports. BENCH_DIAL (default 2000) bounds each fleet's dials
+# in flight, below the listen backlog (net.core.somaxconn caps the master's 8192).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZES="${SIZES:-1024 4096 16384}"
-target="${CARGO_TARGET_DIR:-target}"
+SIZES="${SIZES:-1024 4096 16384 65536 98304}"
+ROUNDS="${ROUNDS:-1}"
+say() { printf '[bench-rendezvous] %s\n' "$*" >&2; }
 
-cargo build --release
-cargo build --release --example bench_rendezvous
-bin="$target/release/examples/bench_rendezvous"
+# The launcher exactly as the image ships it (or RANKVISOR_BIN), and the bench program (release,
+# default target).
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+if [ -n "${RANKVISOR_BIN:-}" ]; then
+  launcher=$RANKVISOR_BIN
+  build="$RANKVISOR_BIN (as given)"
+else
+  bash images/build.sh --binary-only >/dev/null
+  launcher="$target_dir/image/rankvisor"
+  build=$(cat "$target_dir/image/build.txt")
+fi
+cargo build --release --quiet --example bench_rendezvous
+bench="$target_dir/release/examples/bench_rendezvous"
 
-ulimit -n "$(ulimit -Hn)"
-tmp=$(mktemp -d)
-restore=""
-trap 'rm -rf "$tmp"; if [ -n "$restore" ]; then sysctl -qw net.core.somaxconn="$restore"; fi' EXIT
-somaxconn=$(cat /proc/sys/net/core/somaxconn)
-if [ "$(id -u)" = 0 ] && [ "${RAISE_SOMAXCONN:-0}" = 1 ] && [ "$somaxconn" -lt 16384 ]; then
-  if sysctl -qw net.core.somaxconn=16384 2>/dev/null; then
-    restore=$somaxconn
-    echo "net.core.somaxconn raised from $somaxconn to 16384 for the run"
+largest=0
+for n in $SIZES; do [ "$n" -gt "$largest" ] && largest=$n; done
+want=$((largest + 1024))
+if [ "$(id -u)" = 0 ]; then
+  [ "$(cat /proc/sys/fs/nr_open)" -ge "$want" ] || sysctl -qw fs.nr_open="$want" || say "cannot raise fs.nr_open"
+  [ "$(cat /proc/sys/fs/file-max)" -ge $((2 * want + 65536)) ] || sysctl -qw fs.file-max=$((2 * want + 65536)) || say "cannot raise fs.file-max"
+  if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$want" ]; then
+    ulimit -Hn "$want" 2>/dev/null || say "cannot raise the hard open-files limit from $(ulimit -Hn) to $want (no CAP_SYS_RESOURCE here)"
   fi
 fi
-echo "net.core.somaxconn=$(cat /proc/sys/net/core/somaxconn) ulimit -Hn=$(ulimit -Hn) BENCH_DIAL=${BENCH_DIAL:-2000} cores=$(nproc)"
+ulimit -n "$(ulimit -Hn)"
+hard=$(ulimit -Hn)
+ceiling=$((hard - 100))
+echo "rendezvous at scale, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  launcher: $build"
+echo "  open files: hard limit $hard (fs.nr_open $(cat /proc/sys/fs/nr_open), fs.file-max $(cat /proc/sys/fs/file-max));" \
+  "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); BENCH_DIAL ${BENCH_DIAL:-2000}"
 
-echo "== the rendezvous master alone (MasterHandle on a current-thread runtime)"
+sizes=""
 for n in $SIZES; do
-  "$bin" "$n"
+  if [ "$n" -gt "$ceiling" ]; then
+    echo "replicas=$n NOT MEASURABLE here: the master needs $((n + 64)) open files in one process, the hard limit is $hard"
+    case " $sizes " in *" $ceiling "*) ;; *) sizes="$sizes $ceiling" ;; esac
+  else
+    sizes="$sizes $n"
+  fi
 done
-
-# The same fleet against the real launcher: `rankvisor` as replica 0 of an N-replica job, whose
-# child reports the launcher's peak RSS once the barrier has released it.
-echo "== the rankvisor launcher as the master (child started after the barrier)"
-rv="$target/release/rankvisor"
-for n in $SIZES; do
-  port=$((20000 + RANDOM % 20000))
-  env -i PATH="$PATH" RANK=0 PET_NODE_RANK=0 WORLD_SIZE="$n" PET_NNODES="$n" MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT="$port" "$rv" --job-name bench --http-addr off --node-health off --rendezvous-timeout 5m \
-    -- sh -c 'sleep 1; grep VmHWM /proc/$PPID/status' >"$tmp/out" 2>"$tmp/err" &
-  pid=$!
-  sleep 0.2
-  t0=$(date +%s%N)
-  "$bin" --fleet $((port + 1)) $((n - 1))
-  t1=$(date +%s%N)
-  status=0
-  wait "$pid" || status=$?
-  echo "replicas=$n barrier_ms=$(((t1 - t0) / 1000000)) launcher_peak_rss_kb=$(awk '{print $2}' "$tmp/out") exit=$status"
+# Workers per fleet process: what one process may open.
+per_fleet=$((hard - 200))
+for n in $sizes; do
+  fleets=${BENCH_FLEETS:-$(((n - 1 + per_fleet - 1) / per_fleet))}
+  for _ in $(seq 1 "$ROUNDS"); do
+    echo "launcher: $(BENCH_FLEETS=$fleets BENCH_LAUNCHER_LOG="$target_dir/bench-rendezvous-launcher.log" "$bench" --launcher "$launcher" "$n")"
+    echo "library:  $(BENCH_FLEETS=$fleets "$bench" "$n")"
+  done
 done
+echo "  (the launcher's log of the last run: $target_dir/bench-rendezvous-launcher.log)"

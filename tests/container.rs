@@ -259,6 +259,65 @@ fn seed_job_four_containers_rendezvous_and_succeed() {
     assert!(master.to_lowercase().contains("rendezvous"), "master logs say nothing of the rendezvous:\n{master}");
 }
 
+/// The image's rankvisor is static musl: MASTER_ADDR is resolved by musl's stub resolver, with no
+/// NSS. A pod resolves the master's short name as the kubelet sets it up: a search list and
+/// `ndots:5` in resolv.conf, the cluster's DNS answering only the fully qualified name. Here Docker's
+/// embedded DNS (127.0.0.11) answers only `<master pod>.default.svc.cluster.local` (the master's
+/// one network alias; not in /etc/hosts, not its hostname), so the short name resolves only through
+/// the search list (without it the worker cannot resolve the master and the job fails with 138).
+#[test]
+fn master_pod_name_resolves_through_the_dns_search_list() {
+    let image = image();
+    let mut s = Scene::new("dns", &image);
+    let net = s.network();
+    let job = "dnsjob";
+    let fqdn = format!("{}.default.svc.cluster.local", pod_name(job, 0));
+    // The kubelet's resolv.conf for a pod in namespace `default`.
+    let dns: Vec<String> = ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+        .iter()
+        .flat_map(|d| ["--dns-search".to_string(), d.to_string()])
+        .chain(["--dns-opt".to_string(), "ndots:5".to_string()])
+        .collect();
+    let names: Vec<String> = (0..2)
+        .map(|rank| {
+            let pod = pod_name(job, rank);
+            let mut opts: Vec<String> = vec!["--network".into(), net.clone()];
+            if rank == 0 {
+                // Docker's DNS also answers a container's hostname: the master keeps Docker's own
+                // (its id), so that its short pod name is answered by nothing but the search list.
+                opts.extend(["--network-alias".to_string(), fqdn.clone()]);
+            } else {
+                opts.extend(["--hostname".to_string(), pod.clone()]);
+            }
+            opts.extend(dns.iter().cloned());
+            for (k, v) in operator_env(job, rank, 2) {
+                opts.extend(["-e".to_string(), format!("{k}={v}")]);
+            }
+            opts.extend(env_opts(&[("RANKVISOR_RENDEZVOUS_TIMEOUT", "60s")]));
+            // The child shows the resolver's inputs: the search list and that /etc/hosts lacks the name.
+            let show = format!("cat /etc/resolv.conf; grep -c {} /etc/hosts || true", pod_name(job, 0));
+            s.create(&pod, &opts, &["sh", "-c", &show])
+        })
+        .collect();
+    for n in &names {
+        docker_ok(&["start", n]);
+    }
+    for n in &names {
+        let code = wait_exit(n, Duration::from_secs(90));
+        assert_eq!(code, 0, "{n} exited {code}:\n{}", logs(n));
+    }
+    let worker = logs(&names[1]);
+    assert!(
+        worker.contains("search default.svc.cluster.local svc.cluster.local cluster.local")
+            && worker.contains("ndots:5"),
+        "the worker's resolv.conf is not the kubelet's:\n{worker}"
+    );
+    let hosts_hits = worker.lines().rev().find(|l| l.trim().parse::<u32>().is_ok()).map(str::trim);
+    assert_eq!(hosts_hits, Some("0"), "the master's name must not come from /etc/hosts:\n{worker}");
+    // The child runs only after the barrier, which the worker reached by that name.
+    assert!(worker.contains("nameserver 127.0.0.11"), "not Docker's embedded DNS:\n{worker}");
+}
+
 /// Item 3a: `docker stop` sends TERM to PID 1; rankvisor stops the child (no trap needed) and the
 /// container exits 143: a TERM, not docker's own KILL (137), which would come only after 60 s.
 #[test]
