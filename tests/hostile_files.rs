@@ -41,14 +41,16 @@ fn a_huge_heartbeat_file_is_read_only_in_its_head() {
 /// Regression: rankvisor blocked in open(2) on the FIFO forever and ignored TERM.
 #[test]
 fn a_fifo_heartbeat_file_never_blocks_and_is_reported() {
+    // A FIFO there at the start is a configuration error (tests/config_errors.rs); one that
+    // replaces the file during the run must not block the loop either.
     let dir = TestDir::new("hostile-hb-fifo");
     let fifo = dir.join("hb");
-    mkfifo(&fifo);
     let fifo_s = fifo.to_string_lossy().into_owned();
-    // The child keeps changing the FIFO's mtime without opening it: a "beat" rankvisor looks at.
+    // The child turns the heartbeat file into a FIFO, then keeps changing its mtime without
+    // opening it: a "beat" rankvisor looks at.
     let run = Rv::new(&dir)
         .args(["--heartbeat-file", &fifo_s, "--node-health", "off", "--http-addr", "off"])
-        .sh(&format!("while :; do touch {}; sleep 0.05; done", common::q(&fifo_s)))
+        .sh(&format!("mkfifo {f}; while :; do touch {f}; sleep 0.05; done", f = common::q(&fifo_s)))
         .spawn();
     let stderr = dir.join("stderr");
     wait_until("the FIFO heartbeat file to be reported", || {

