@@ -645,7 +645,6 @@ fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_
 }
 
 #[test]
-#[ignore = "waits for the launcher (src/job_link.rs, src/rendezvous): a replica that ends normally closes its control connection and its peers log WARN 'lost the rendezvous master' / 'rendezvous peer lost'"]
 fn a_normal_completion_prints_no_warnings() {
     let r = json_run(&example("pytorchjob.yaml"), &[]);
     assert_eq!(r.code, 0, "{}", r.explain());

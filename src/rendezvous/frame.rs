@@ -74,6 +74,12 @@ pub enum Order {
         /// The new rendezvous generation.
         generation: u64,
     },
+    /// The master's launcher is done and closes the channel: nothing for the worker to do (its
+    /// training goes on), and the closed connection that follows is no loss.
+    Finished {
+        /// Why, for the worker's log.
+        reason: String,
+    },
 }
 
 /// One frame of the protocol.
@@ -131,10 +137,15 @@ pub enum Frame {
         /// The new generation.
         generation: u64,
     },
+    /// Master -> worker: the master's launcher is done; the connection closes next.
+    Finished {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 12] = [
+pub const FRAME_TYPES: [&str; 13] = [
     "hello",
     "challenge",
     "auth",
@@ -147,6 +158,7 @@ pub const FRAME_TYPES: [&str; 12] = [
     "rejoin",
     "stop",
     "restart",
+    "finished",
 ];
 
 impl Frame {
@@ -165,6 +177,7 @@ impl Frame {
             Frame::Rejoin { .. } => "rejoin",
             Frame::Stop { .. } => "stop",
             Frame::Restart { .. } => "restart",
+            Frame::Finished { .. } => "finished",
         }
     }
 }
@@ -174,6 +187,7 @@ impl From<Order> for Frame {
         match order {
             Order::Stop { reason } => Frame::Stop { reason },
             Order::Restart { generation } => Frame::Restart { generation },
+            Order::Finished { reason } => Frame::Finished { reason },
         }
     }
 }
@@ -348,6 +362,7 @@ mod tests {
             Frame::Rejoin { generation: 2 },
             Frame::Stop { reason: "job failed".into() },
             Frame::Restart { generation: 2 },
+            Frame::Finished { reason: "the master's launcher finished".into() },
         ]
     }
 

@@ -80,9 +80,21 @@ pub enum ControlEvent {
 }
 
 enum Command {
-    Gather { generation: u64, reply: oneshot::Sender<Result<(), u64>> },
-    Fail { generation: u64, waited: Duration, reply: oneshot::Sender<Option<Shortfall>> },
+    Gather {
+        generation: u64,
+        reply: oneshot::Sender<Result<(), u64>>,
+    },
+    Fail {
+        generation: u64,
+        waited: Duration,
+        reply: oneshot::Sender<Option<Shortfall>>,
+    },
     Order(Order),
+    /// Broadcast `Finished`, then answer: the frames are queued on every connection.
+    Finish {
+        reason: String,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 struct AbortOnDrop(JoinHandle<()>);
@@ -219,6 +231,15 @@ impl MasterHandle {
     /// Send an order to every connected worker (`Restart` also starts gathering its generation).
     pub async fn order(&self, order: Order) -> Result<(), RendezvousError> {
         self.command(Command::Order(order)).await
+    }
+
+    /// Tell every worker the master is finished (their connections close next, and that is no
+    /// loss), and return once the frame is queued on every connection, at most `limit`.
+    pub async fn finish(&self, reason: String, limit: Duration) {
+        let (reply, answer) = oneshot::channel();
+        if self.command(Command::Finish { reason, reply }).await.is_ok() {
+            let _ = tokio::time::timeout(limit, answer).await;
+        }
     }
 
     /// A snapshot of the job view (for `/job` and the job-phase decision).
@@ -428,6 +449,10 @@ impl Master {
                 }
             }
             Command::Order(order) => self.broadcast(&Frame::from(order)),
+            Command::Finish { reason, reply } => {
+                self.broadcast(&Frame::Finished { reason });
+                let _ = reply.send(());
+            }
         }
     }
 

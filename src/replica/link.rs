@@ -112,6 +112,11 @@ pub enum LinkEvent {
         /// Why.
         reason: String,
     },
+    /// Worker: the master's launcher finished and closed the channel on purpose.
+    MasterFinished {
+        /// Why.
+        reason: String,
+    },
     /// Worker: the connection to the master is gone.
     MasterLost {
         /// Why.
@@ -331,8 +336,14 @@ async fn run_master(
                     }
                 }
                 Some(other) => warn!("rendezvous: the master ignores {other:?}"),
-                // The machine is done: the channel closes with the link.
-                None => return,
+                // The machine is done: tell the workers, then the channel closes with the link.
+                None => {
+                    master.finish("the master's launcher finished".to_string(), CLOSE_LIMIT).await;
+                    // The connections' writers send what is queued once the master is dropped.
+                    drop(master);
+                    tokio::task::yield_now().await;
+                    return;
+                }
             },
         }
     }
@@ -406,6 +417,11 @@ async fn run_worker(
                 let event = match order {
                     Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
                     Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
+                    Ok(Order::Finished { reason }) => {
+                        // The close that follows is no loss: drop the session quietly.
+                        session = None;
+                        LinkEvent::MasterFinished { reason }
+                    }
                     Err(reason) => {
                         session = None;
                         LinkEvent::MasterLost { reason }
@@ -427,7 +443,14 @@ async fn run_worker(
                     pending = join();
                 }
                 Some(other) => warn!("rendezvous: a worker ignores {other:?}"),
-                None => return,
+                // The replica is done: its final state goes out before the channel closes.
+                None => {
+                    if let Some(s) = session.take() {
+                        let _ = s.send_state(upstream.current());
+                        s.close(CLOSE_LIMIT).await;
+                    }
+                    return;
+                }
             },
         }
     }

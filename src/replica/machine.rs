@@ -382,6 +382,10 @@ impl Replica {
                 let message = format!("stopped by the master: {reason}");
                 self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
             }
+            // Training goes on: the job follows the master, and the pods are kept (seed 000).
+            LinkEvent::MasterFinished { reason } => {
+                out.push(Effect::Note(Note::Info(format!("rendezvous: {reason}; the control channel is closed"))));
+            }
             LinkEvent::MasterLost { reason } => match scope {
                 // The seed's behaviour: workers outlive the master; keep training, and meet a
                 // recreated master when it comes back.
