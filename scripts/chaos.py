@@ -11,8 +11,8 @@ Faults (kinds):
                   restarted); a worker's is hidden by its peers' beats on the shared heartbeat file,
                   so it is SIGCONTed after hang-timeout + 8 s (a transient hang)
   hostile-peer    on the rendezvous port (MASTER_PORT+1): garbage bytes, a bogus hello (wrong job,
-                  index out of range, wrong count, wrong version, an oversized line), or a silent
-                  connection held 5-20 s
+                  index out of range, wrong count, wrong version, a live worker's identity without
+                  the job token's proof, an oversized line), or a silent connection held 5-20 s
   http-flood      on the launchers' --http ports: 40-120 parallel connections, half of them slow
                   (partial headers trickled, then held), half full GETs of /status, /metrics, ...
   label-flip      `--inject label:REPLICA@T=chaos.rankvisor.dev/flip=vN` at random times (the dry run
@@ -135,6 +135,14 @@ def environ(pid):
         if sep:
             env[k.decode(errors="replace")] = v.decode(errors="replace")
     return env
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except OSError:
+        return "?"
 
 
 def pod_replica(pod):
@@ -280,8 +288,10 @@ class Soak:
         self.events_file = open(os.path.join(self.workdir, "events.jsonl"), "wb")
         self.stderr_file = open(os.path.join(self.workdir, "dry-run.log"), "w")
         self.t0 = time.monotonic()
+        # Whoever runs the soak may have RANKVISOR_* settings of their own: the job is the manifest's.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RANKVISOR_")}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         threading.Thread(target=self.read_stdout, daemon=True).start()
         threading.Thread(target=self.read_stderr, daemon=True).start()
 
@@ -527,7 +537,7 @@ class Soak:
             return False
         port = self.master_port + 1
         variant = self.rng.choice(["garbage", "hello-wrong-job", "hello-bad-index", "hello-bad-count",
-                                   "hello-bad-version", "long-line", "silent"])
+                                   "hello-bad-version", "hello-impersonate", "long-line", "silent"])
         hello = {"v": 1, "type": "hello", "job": "chaos", "replica_index": 3, "replica_count": 8,
                  "node": "evil\n[rankvisor] ERROR forged", "healthy": True, "health": {}, "nonce": "00"}
         if variant == "hello-wrong-job":
@@ -539,6 +549,10 @@ class Soak:
             hello["replica_index"] = 0
         elif variant == "hello-bad-version":
             hello["v"] = 999
+        elif variant == "hello-impersonate":
+            # A live worker's identity, without the job token's proof: refused, the worker unharmed.
+            hello["replica_index"] = self.rng.randint(1, 7)
+            hello["node"] = "localhost"
         payload = {
             "garbage": bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(1, 4096))),
             "long-line": b"{" + b"a" * (1024 * 1024),
@@ -729,7 +743,8 @@ class Soak:
                 if any(self.workdir in v for v in env.values()) and proc_state(int(name)) is not None:
                     mine.append(int(name))
         if mine:
-            self.violate(f"processes of the run left after the dry run ended: {mine}")
+            self.violate("processes of the run left after the dry run ended: " + "; ".join(
+                f"{p} (parent {self.parent(p)}, POD_NAME={environ(p).get('POD_NAME', '?')}, {cmdline(p)!r})" for p in mine))
             for p in mine:
                 try:
                     os.kill(p, signal.SIGKILL)
