@@ -2,22 +2,10 @@
 
 mod common;
 
-use common::{read, wait_until, Rv, TestDir};
+use common::{free_port_pair, read, wait_until, Rv, TestDir};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
-
-/// A free port `p` whose neighbour `p+1` (the rendezvous port) is free too.
-fn free_port_pair() -> u16 {
-    for _ in 0..200 {
-        let Ok(a) = TcpListener::bind("127.0.0.1:0") else { continue };
-        let Ok(p) = a.local_addr().map(|a| a.port()) else { continue };
-        if p < 65535 && TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free pair of ports");
-}
 
 /// The master of a 2-replica job `job` whose rendezvous port is `port + 1`.
 fn master(dir: &TestDir, job: &str, port: u16) -> Rv {

@@ -5,12 +5,7 @@
 
 mod common;
 use common::*;
-use std::net::TcpListener;
 use std::path::PathBuf;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A Worker-only PyTorchJob of 3 replicas, exactly as setPodEnv writes its env (no Master: no
 /// MASTER_*, WORLD_SIZE, RANK). The replicas meet at worker 0, whose name stands in for the

@@ -1,10 +1,10 @@
 //! The node-health gate with the labels-file source, end to end with the real binary.
 
+mod common;
+use common::rankvisor;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rv-nh-{name}-{}", std::process::id()));
@@ -24,7 +24,7 @@ fn status_label(v: &str) -> String {
 }
 
 fn run(dir: &Path, extra: &[&str], script: &str) -> Output {
-    Command::new(BIN)
+    rankvisor()
         .args(["--node-health", &format!("file:{}", dir.join("labels").display())])
         .args(["--termination-log", dir.join("termination-log").to_str().unwrap()])
         .args(["--restart-policy", "Never", "--grace-period", "5s"])
@@ -97,7 +97,7 @@ fn a_label_change_mid_run_stops_the_child_and_exits_138() {
         got_term.display(),
         ready.display()
     );
-    let child = Command::new(BIN)
+    let child = rankvisor()
         .args(["--node-health", &format!("file:{}", labels.display())])
         .args(["--termination-log", dir.join("termination-log").to_str().unwrap()])
         .args(["--", "sh", "-c", &script])
@@ -132,7 +132,7 @@ fn wait_mode_starts_once_healthy() {
     let labels = dir.join("labels");
     write_labels(&labels, &[&status_label("Unschedulable")]);
     let (mut rd, wr) = std::io::pipe().unwrap();
-    let mut cmd = Command::new(BIN);
+    let mut cmd = rankvisor();
     cmd.args(["--node-health", &format!("file:{}", labels.display()), "--unhealthy-node", "wait"]).args([
         "--status-fd",
         "3",
@@ -168,7 +168,7 @@ fn check_node_prints_the_verdict_and_exits_0_only_if_healthy() {
     let dir = temp_dir("check");
     let labels = dir.join("labels");
     let check = |json: bool| {
-        let mut c = Command::new(BIN);
+        let mut c = rankvisor();
         c.args(["check-node", "--node-health", &format!("file:{}", labels.display())]);
         if json {
             c.arg("--json");
@@ -202,7 +202,7 @@ fn check_node_prints_the_verdict_and_exits_0_only_if_healthy() {
     let out = check(false);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(BIN).args(["check-node", "--node-health", "bogus"]).output().unwrap();
+    let out = rankvisor().args(["check-node", "--node-health", "bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
@@ -215,10 +215,8 @@ fn an_invisible_character_before_a_key_fails_closed_and_is_named() {
     let labels = dir.join("labels");
     for (what, prefix, shown) in [("BOM", "\u{feff}", "\\u{feff}"), ("zero-width space", "\u{200b}", "\\u{200b}")] {
         std::fs::write(&labels, format!("{prefix}{}\n", status_label("Unschedulable"))).unwrap();
-        let out = Command::new(BIN)
-            .args(["check-node", "--node-health", &format!("file:{}", labels.display())])
-            .output()
-            .unwrap();
+        let out =
+            rankvisor().args(["check-node", "--node-health", &format!("file:{}", labels.display())]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             out.status.code(),

@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{read, wait_until, Finished, Running, Rv, TestDir};
+use common::{free_port_pair, read, wait_until, Finished, Running, Rv, TestDir};
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,18 +14,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const EXTERNAL: i32 = 138;
 /// Replicas of every job here.
 const N: u32 = 4;
-
-/// A free port `p` whose neighbour `p+1` (the rendezvous port) is free too.
-fn free_port_pair() -> u16 {
-    for _ in 0..200 {
-        let Ok(a) = TcpListener::bind("127.0.0.1:0") else { continue };
-        let Ok(p) = a.local_addr().map(|a| a.port()) else { continue };
-        if p < 65535 && TcpListener::bind(("0.0.0.0", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free pair of ports");
-}
 
 fn now_ns() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()

@@ -4,31 +4,14 @@
 
 mod common;
 
-use common::{Rv, TestDir};
+use common::{free_port, http_get_at as get, Rv, TestDir};
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const GUARD: Duration = Duration::from_secs(20);
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// GET `path`: (status code, body), or None when nothing answers.
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    let code = head.split(' ').nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
 
 /// Poll `path` until `pred` holds for its answer.
 fn wait_get(addr: SocketAddr, path: &str, what: &str, pred: impl Fn(u16, &str) -> bool) -> (u16, String) {
