@@ -684,3 +684,31 @@ fn what_a_local_run_cannot_do_is_said_in_one_line() {
     );
     assert!(warnings[0].contains("resources.limits[nvidia.com/gpu] (counted against --queue-capability; no device is given to a local process)"), "{}", r.stderr);
 }
+
+/// Issue 15: hostile manifests are refused at once (exit 64, naming why): a device that streams
+/// forever, a FIFO that blocks, an oversized file, flow nesting that is quadratic to parse, and an
+/// alias bomb that amplifies a 100 KB file into gigabytes.
+#[test]
+fn hostile_manifests_are_refused_without_hanging_or_growing() {
+    let tmp = TestDir::new("dry-run-hostile");
+    let fifo = tmp.path().join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo takes a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = write(tmp.path(), "big.yaml", &format!("# {}\n", "x".repeat(2 * 1024 * 1024)));
+    let nested = write(tmp.path(), "nested.yaml", &"[".repeat(50_000));
+    let bomb =
+        write(tmp.path(), "bomb.yaml", &format!("a: &a {}\nb: [{}]\n", "x".repeat(100_000), vec!["*a"; 100].join(",")));
+    let cases = [
+        ("/dev/zero".to_string(), "is a character device: expected a regular file"),
+        (fifo.to_string_lossy().into_owned(), "is a FIFO (named pipe): expected a regular file"),
+        (big.to_string_lossy().into_owned(), "larger than 1048576 bytes"),
+        (nested.to_string_lossy().into_owned(), "nested 50000 levels deep: expected at most 64"),
+        (bomb.to_string_lossy().into_owned(), "uses 100 YAML aliases: expected at most 64"),
+    ];
+    for (path, why) in cases {
+        let r = dry_run(&[&path]);
+        assert_eq!(r.code, 64, "{path}: {}", r.explain());
+        assert!(r.stderr.contains(why), "{path}: {}", r.stderr);
+    }
+}

@@ -83,11 +83,64 @@ pub struct LoadedJob {
     pub not_emulated: Vec<String>,
 }
 
-/// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part).
+/// The largest manifest read (a PyTorchJob is a few KiB; `/dev/zero` must not fill memory).
+pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+/// The most YAML aliases a manifest may use (each may repeat a large node: no amplification).
+pub const MAX_ALIASES: usize = 64;
+/// The deepest nesting of flow collections (`[` and `{`) accepted (deeper is quadratic to parse).
+pub const MAX_FLOW_DEPTH: usize = 64;
+
+/// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part). Only a
+/// regular file is read (a FIFO or device never blocks or streams forever), at most
+/// [`MAX_MANIFEST_BYTES`].
 pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ManifestError::Read { path: path.display().to_string(), source })?;
+    let read = |source: std::io::Error| ManifestError::Read { path: path.display().to_string(), source };
+    let invalid = |m: String| read(std::io::Error::new(std::io::ErrorKind::InvalidData, m));
+    let bytes = crate::untrusted::files::read_head(path, MAX_MANIFEST_BYTES + 1).map_err(|e| invalid(e.to_string()))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(invalid(format!("larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob manifest")));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| invalid(format!("not UTF-8 ({e}): expected YAML or JSON text")))?;
+    check_shape(&text).map_err(invalid)?;
     admit_text(&text, &path.display().to_string())
+}
+
+/// Bounds on what a parser would amplify: YAML aliases and deeply nested flow collections.
+fn check_shape(text: &str) -> Result<(), String> {
+    let (mut depth, mut deepest, mut aliases) = (0usize, 0usize, 0usize);
+    let (mut quote, mut prev) = (None::<char>, ' ');
+    for line in text.lines() {
+        let mut comment = false;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '#') if prev == ' ' || prev == '\t' => comment = true,
+                _ if comment => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '[' | '{') => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                (None, '*') if matches!(prev, ' ' | '[' | '{' | ',' | ':' | '-') => aliases += 1,
+                _ => {}
+            }
+            prev = c;
+        }
+        prev = ' ';
+        // A plain scalar never spans lines with an open quote in a manifest worth reading.
+        if quote == Some('\'') {
+            quote = None;
+        }
+    }
+    if deepest > MAX_FLOW_DEPTH {
+        return Err(format!("nested {deepest} levels deep: expected at most {MAX_FLOW_DEPTH}"));
+    }
+    if aliases > MAX_ALIASES {
+        return Err(format!("uses {aliases} YAML aliases: expected at most {MAX_ALIASES}"));
+    }
+    Ok(())
 }
 
 /// Parse and admit a manifest's text; `source_name` is used in messages.
