@@ -35,7 +35,8 @@ fn hello(job: &str, index: u32, node: &str) -> String {
 fn a_forged_node_name_cannot_forge_a_log_line() {
     let dir = TestDir::new("hostile-rdzv-forge");
     let port = free_port_pair();
-    let run = master(&dir, "fj", port).sh("sleep 100").spawn();
+    // A join is a DEBUG line (one per replica is too many at scale).
+    let run = master(&dir, "fj", port).args(["--log-level", "debug"]).sh("sleep 100").spawn();
     let forged = "n1\n[rankvisor] ERROR forged line\r\x1b[2K";
     // Refused (index out of range): logged with the peer's node.
     let mut refused = connect(port);
