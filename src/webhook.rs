@@ -354,7 +354,7 @@ mod tests {
     use super::*;
     use crate::report::{Identity, LocalStatus, ReplicaState, Timeline};
     use std::time::UNIX_EPOCH;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
 
     fn reports(n: usize) -> Vec<Report> {
@@ -492,26 +492,9 @@ mod tests {
             let mut n = 0;
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
-                let mut buf = Vec::new();
-                let body = loop {
-                    let mut chunk = [0u8; 4096];
-                    let k = s.read(&mut chunk).await.unwrap();
-                    if k == 0 {
-                        break None;
-                    }
-                    buf.extend_from_slice(&chunk[..k]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_string))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if body.len() >= len {
-                            break Some(body[..len].to_string());
-                        }
-                    }
-                };
+                let request = crate::http::client::tests::read_request_or_eof(&mut s).await;
+                // The body is all after the head: read_request stops at the announced length.
+                let body = request.and_then(|t| t.split_once("\r\n\r\n").map(|(_, b)| b.to_string()));
                 let Some(body) = body else { continue };
                 n += 1;
                 let answer = if n <= fail_first { "500 Internal Server Error" } else { "204 No Content" };

@@ -70,6 +70,8 @@ pub struct SignalInfo {
 /// The stream of signals delivered to rankvisor.
 pub struct SignalStream {
     fd: AsyncFd<SignalFd>,
+    /// rankvisor's own pid, to tell its own signals (a broken pipe) from others'.
+    me: u32,
 }
 
 impl SignalStream {
@@ -79,12 +81,12 @@ impl SignalStream {
         // SAFETY: the SignalFd owns its descriptor and closes it only when dropped, which happens
         // after the AsyncFd that holds it has deregistered it.
         let fd = unsafe { AsyncFd::register_with_interest(sfd, tokio::io::Interest::READABLE) }?;
-        Ok(Self { fd })
+        Ok(Self { fd, me: std::process::id() })
     }
 
     /// Wait for at least one signal and return every one pending, in order.
     pub async fn next(&mut self) -> io::Result<Vec<SignalInfo>> {
-        let me = std::process::id();
+        let me = self.me;
         loop {
             let mut guard = self.fd.readable_mut().await?;
             let mut out = Vec::new();

@@ -351,27 +351,28 @@ impl Loop {
         } else {
             sup.last_exit_generation_stop().then_some(ExitReason::NewGeneration)
         };
-        let node_health = self.status.borrow().node_health.clone();
-        let next = LocalStatus {
-            node_health,
-            state,
-            restart_count: sup.restarts(),
-            generation: sup.generation(),
-            last_exit: sup.last_exit(),
-            last_exit_reason: reason,
-            child_pid: sup.child_pid(),
-            hang_detections: sup.hang_detections(),
-            progress: None,
-        };
-        process::set_child_group(sup.child_pid());
+        let (restart_count, generation, last_exit) = (sup.restarts(), sup.generation(), sup.last_exit());
+        let (child_pid, hang_detections) = (sup.child_pid(), sup.hang_detections());
+        process::set_child_group(child_pid);
+        // Only the supervisor's fields: node health and progress are set where they change, and
+        // nothing is cloned on this path (it runs after every signal, exit and tick).
         let changed = self.status.send_if_modified(|s| {
-            let next = LocalStatus { progress: s.progress.clone(), ..next };
-            if *s == next {
-                false
-            } else {
-                *s = next;
-                true
+            let fields = (state, restart_count, generation, last_exit, reason, child_pid, hang_detections);
+            let old = (
+                s.state,
+                s.restart_count,
+                s.generation,
+                s.last_exit,
+                s.last_exit_reason,
+                s.child_pid,
+                s.hang_detections,
+            );
+            if fields == old {
+                return false;
             }
+            (s.state, s.restart_count, s.generation, s.last_exit, s.last_exit_reason, s.child_pid, s.hang_detections) =
+                fields;
+            true
         });
         if changed {
             if let Some(sink) = &self.cfg.status_sink {
