@@ -1,16 +1,18 @@
 //! Connection plumbing shared by master and worker: a bounded, cancel-safe frame reader and a
 //! writer task that sends queued lines and a heartbeat whenever it has been idle.
 //!
-//! Per-connection memory is kept small on purpose (a master holds thousands of connections):
-//! a 512-byte read buffer, a line buffer that exists only while a long frame is being read, and
-//! an outbox of shared, pre-encoded lines.
+//! Per-connection memory is kept small on purpose (a master holds thousands of connections): no
+//! read buffer while idle (reads go to the stack; only the unread rest of a read is kept, until it
+//! is decoded), and an outbox of shared, pre-encoded lines.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, Notify};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::mpsc;
 
 use super::frame::{decode, encode, Frame, FrameError};
 
@@ -20,7 +22,8 @@ pub(crate) type Line = Arc<[u8]>;
 /// Lines queued towards one peer before it counts as not reading.
 pub(crate) const OUTBOX: usize = 32;
 
-const READ_BUFFER: usize = 512;
+/// One read from the socket, into a buffer on the stack of the poll.
+const READ_CHUNK: usize = 2048;
 
 static HEARTBEAT: LazyLock<Line> = LazyLock::new(|| Arc::from(&b"{\"v\":1,\"type\":\"heartbeat\"}\n"[..]));
 
@@ -43,51 +46,110 @@ pub(crate) enum ReadError {
     Truncated(usize),
 }
 
-/// Reads newline-delimited frames, never buffering more than `max + 1` bytes of one line.
+/// Reads newline-delimited frames, never buffering more than `max` bytes of an incomplete line.
+///
+/// Holds no buffer while idle: each read goes to a buffer on the stack of the poll (so not in the
+/// connection's task either), a line found whole there is decoded in place, and only bytes that
+/// are not consumed yet (the part of a line spread over several reads, or the lines after the
+/// first) are kept on the heap, in a buffer released once it is drained.
 pub(crate) struct FrameReader<R> {
-    inner: BufReader<R>,
+    read: R,
+    /// Bytes read but not decoded yet; `start` is where they begin. Empty (no allocation)
+    /// whenever everything read has been decoded.
     buf: Vec<u8>,
+    start: usize,
     max: usize,
+    eof: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Wrap a read half.
     pub(crate) fn new(read: R, max: usize) -> Self {
-        FrameReader { inner: BufReader::with_capacity(READ_BUFFER, read), buf: Vec::new(), max }
+        FrameReader { read, buf: Vec::new(), start: 0, max, eof: false }
     }
 
     /// The next frame, or None at a clean end of stream.
     ///
-    /// A line that fits in the read buffer is decoded in place; only a line spread over several
-    /// reads is copied, so an idle connection holds no line buffer. Cancel-safe: a partly read
-    /// line stays in the buffer and the next call goes on.
+    /// Cancel-safe: bytes are only ever taken from the socket inside a poll that also stores
+    /// them, so a cancelled call loses nothing and the next call goes on.
     pub(crate) async fn next(&mut self) -> Result<Option<Frame>, ReadError> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Frame>, ReadError>> {
         loop {
-            let available = self.inner.fill_buf().await?;
-            if available.is_empty() {
-                let len = std::mem::take(&mut self.buf).len();
-                return if len == 0 { Ok(None) } else { Err(ReadError::Truncated(len)) };
+            if let Some(done) = self.buffered() {
+                return Poll::Ready(done);
             }
-            let newline = available.iter().position(|&b| b == b'\n');
-            if let (Some(end), true) = (newline, self.buf.is_empty()) {
-                let frame = decode(&available[..end], self.max);
-                self.inner.consume(end + 1);
-                return Ok(Some(frame?));
+            if self.eof {
+                let len = self.pending().len();
+                self.release();
+                return Poll::Ready(if len == 0 { Ok(None) } else { Err(ReadError::Truncated(len)) });
             }
-            let take = newline.map_or(available.len(), |end| end + 1);
-            let content = self.buf.len() + take - usize::from(newline.is_some());
-            if content > self.max {
-                self.inner.consume(take);
-                self.buf = Vec::new();
-                return Err(FrameError::LineTooLong { max: self.max }.into());
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut filled = ReadBuf::new(&mut chunk);
+            ready!(Pin::new(&mut self.read).poll_read(cx, &mut filled))?;
+            let got = filled.filled();
+            if got.is_empty() {
+                self.eof = true;
+                continue;
             }
-            self.buf.extend_from_slice(&available[..take]);
-            self.inner.consume(take);
-            if newline.is_some() {
-                let line = std::mem::take(&mut self.buf);
-                return Ok(Some(decode(&line, self.max)?));
+            // The common case: nothing pending and one whole line read: decode it in place.
+            if self.pending().is_empty() {
+                if let Some(end) = got.iter().position(|&b| b == b'\n') {
+                    let frame = self.decode(&got[..end]);
+                    if end + 1 < got.len() {
+                        self.buf.extend_from_slice(&got[end + 1..]);
+                    }
+                    return Poll::Ready(frame.map(Some));
+                }
             }
+            self.buf.extend_from_slice(got);
         }
+    }
+
+    /// The bytes read and not decoded yet.
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// Decode the first whole line of the pending bytes, or refuse an incomplete one over the
+    /// bound; None when more bytes are needed.
+    fn buffered(&mut self) -> Option<Result<Option<Frame>, ReadError>> {
+        let pending = self.pending();
+        match pending.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                let frame = self.decode(&pending[..end]);
+                self.start += end + 1;
+                if self.start == self.buf.len() {
+                    self.release();
+                } else if self.start > self.buf.len() / 2 {
+                    // Keep the buffer compact: what was decoded is not held.
+                    self.buf.drain(..self.start);
+                    self.start = 0;
+                }
+                Some(frame.map(Some))
+            }
+            // `max` bytes without a newline: no frame can end within the bound any more.
+            None if pending.len() > self.max => {
+                self.release();
+                Some(Err(FrameError::LineTooLong { max: self.max }.into()))
+            }
+            None => None,
+        }
+    }
+
+    /// One line, newline excluded; a line over the bound is refused as such however it was read.
+    fn decode(&self, line: &[u8]) -> Result<Frame, ReadError> {
+        if line.len() > self.max {
+            return Err(FrameError::LineTooLong { max: self.max }.into());
+        }
+        Ok(decode(line, self.max)?)
+    }
+
+    fn release(&mut self) {
+        self.buf = Vec::new();
+        self.start = 0;
     }
 }
 
@@ -97,20 +159,34 @@ pub(crate) fn heartbeat_line() -> Line {
 }
 
 /// A bounded queue of lines towards one peer: a tenth of a channel's footprint, which matters
-/// when the master holds thousands of connections.
+/// when the master holds thousands of connections. The receiver's waker is kept with the lines,
+/// so waiting for one costs the connection's task no room (a `Notify` waiter would).
 struct Outbox {
     state: Mutex<OutboxState>,
-    ready: Notify,
 }
 
 struct OutboxState {
     lines: VecDeque<Line>,
     closed: bool,
+    waker: Option<Waker>,
 }
 
 impl Outbox {
     fn state(&self) -> MutexGuard<'_, OutboxState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Change the state, then wake the receiver (outside the lock).
+    fn update(&self, change: impl FnOnce(&mut OutboxState) -> bool) -> bool {
+        let (done, waker) = {
+            let mut state = self.state();
+            let done = change(&mut state);
+            (done, if done { state.waker.take() } else { None })
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        done
     }
 }
 
@@ -122,32 +198,30 @@ pub(crate) struct OutboxRx(Arc<Outbox>);
 
 /// A new outbox holding at most `OUTBOX` lines.
 pub(crate) fn outbox() -> (OutboxTx, OutboxRx) {
-    let shared = Arc::new(Outbox {
-        state: Mutex::new(OutboxState { lines: VecDeque::new(), closed: false }),
-        ready: Notify::new(),
-    });
+    let shared =
+        Arc::new(Outbox { state: Mutex::new(OutboxState { lines: VecDeque::new(), closed: false, waker: None }) });
     (OutboxTx(Arc::clone(&shared)), OutboxRx(shared))
 }
 
 impl OutboxTx {
     /// Queue a line; false when the outbox is full (the peer is not reading).
     pub(crate) fn push(&self, line: Line) -> bool {
-        {
-            let mut state = self.0.state();
+        self.0.update(|state| {
             if state.lines.len() >= OUTBOX {
                 return false;
             }
             state.lines.push_back(line);
-        }
-        self.0.ready.notify_one();
-        true
+            true
+        })
     }
 }
 
 impl Drop for OutboxTx {
     fn drop(&mut self) {
-        self.0.state().closed = true;
-        self.0.ready.notify_one();
+        self.0.update(|state| {
+            state.closed = true;
+            true
+        });
     }
 }
 
@@ -155,18 +229,26 @@ impl OutboxRx {
     /// The next queued line, or None once the sender is gone and every line was taken.
     /// Cancel-safe: a line is only removed when it is returned.
     pub(crate) async fn recv(&mut self) -> Option<Line> {
-        loop {
-            {
-                let mut state = self.0.state();
-                if let Some(line) = state.lines.pop_front() {
-                    return Some(line);
+        std::future::poll_fn(|cx| {
+            let mut state = self.0.state();
+            if let Some(line) = state.lines.pop_front() {
+                if state.lines.is_empty() {
+                    // Lines are rare (a release, an order, a heartbeat per interval): an idle
+                    // outbox keeps no room for them.
+                    state.lines = VecDeque::new();
                 }
-                if state.closed {
-                    return None;
-                }
+                return Poll::Ready(Some(line));
             }
-            self.0.ready.notified().await;
-        }
+            if state.closed {
+                return Poll::Ready(None);
+            }
+            match &mut state.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
     }
 }
 
@@ -252,8 +334,45 @@ mod tests {
         tx.write_all(&encode(&long(2048 - exact + 2), 4096).unwrap()).await.unwrap();
         tx.write_all(&encode(&Frame::Heartbeat, 2048).unwrap()).await.unwrap();
         assert_eq!(reader.next().await.unwrap(), Some(fits));
-        assert_eq!(reader.buf.capacity(), 0, "the line buffer is released");
+        assert!(reader.pending().len() <= READ_CHUNK, "only the unread rest is kept");
         assert!(matches!(reader.next().await, Err(ReadError::Frame(FrameError::LineTooLong { max: 2048 }))));
+    }
+
+    #[tokio::test]
+    async fn an_idle_reader_holds_no_buffer() {
+        let (mut tx, rx) = tokio::io::duplex(4096);
+        let mut reader = FrameReader::new(rx, 1024);
+        let l = |g| encode(&Frame::Release { generation: g }, 1024).unwrap();
+        tx.write_all(&l(1)).await.unwrap();
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Release { generation: 1 }));
+        assert_eq!(reader.buf.capacity(), 0, "a whole line is decoded where it was read");
+        let two = l(2);
+        let (head, tail) = two.split_at(7);
+        tx.write_all(head).await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(20), reader.next()).await;
+        assert!(early.is_err(), "no full line yet");
+        assert_eq!(reader.pending(), head, "the incomplete line is kept");
+        tx.write_all(tail).await.unwrap();
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Release { generation: 2 }));
+        assert_eq!(reader.buf.capacity(), 0, "released once the line is decoded");
+        tx.write_all(&[l(3), l(4), l(5)].concat()).await.unwrap();
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Release { generation: 3 }));
+        assert_eq!(reader.pending(), &[l(4), l(5)].concat()[..], "the lines after the first wait");
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Release { generation: 4 }));
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Release { generation: 5 }));
+        assert_eq!(reader.buf.capacity(), 0, "released once drained");
+    }
+
+    #[tokio::test]
+    async fn a_whole_line_over_the_bound_is_refused_as_too_long() {
+        let (mut tx, rx) = tokio::io::duplex(8192);
+        let mut reader = FrameReader::new(rx, 1024);
+        let big = encode(&Frame::Error { message: "m".repeat(1500) }, 4096).unwrap();
+        assert!(big.len() > 1025 && big.len() < READ_CHUNK, "one read holds it whole");
+        tx.write_all(&big).await.unwrap();
+        tx.write_all(&encode(&Frame::Heartbeat, 1024).unwrap()).await.unwrap();
+        assert!(matches!(reader.next().await, Err(ReadError::Frame(FrameError::LineTooLong { max: 1024 }))));
+        assert_eq!(reader.next().await.unwrap(), Some(Frame::Heartbeat));
     }
 
     #[tokio::test]
