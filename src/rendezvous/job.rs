@@ -3,8 +3,9 @@
 //! fails early when every worker has failed while the master still lives.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::frame::{Health, StateUpdate};
@@ -79,6 +80,11 @@ impl ReplicaView {
 }
 
 /// The job-wide view the master serves on `/job`.
+///
+/// Cloning it (a snapshot for `/job`) shares every replica's entry with the original: a snapshot
+/// costs a map of pointers, and the master copies an entry only when it changes one a snapshot
+/// still holds (copy on write), so the launcher never holds several deep copies of thousands of
+/// replicas.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobView {
     job: String,
@@ -86,14 +92,19 @@ pub struct JobView {
     generation: u64,
     phase: JobPhase,
     reason: Option<String>,
-    replicas: BTreeMap<u32, ReplicaView>,
+    #[serde(serialize_with = "shared_replicas")]
+    replicas: BTreeMap<u32, Arc<ReplicaView>>,
+}
+
+fn shared_replicas<S: Serializer>(replicas: &BTreeMap<u32, Arc<ReplicaView>>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(replicas.iter().map(|(index, view)| (index, &**view)))
 }
 
 impl JobView {
     /// A view holding only the master itself, `Pending`.
     pub fn new(job: &str, replica_count: u32, master_node: &str, health: &Health, now_ms: u64) -> Self {
         let mut replicas = BTreeMap::new();
-        replicas.insert(0, ReplicaView::new(0, master_node.to_string(), health, now_ms));
+        replicas.insert(0, Arc::new(ReplicaView::new(0, master_node.to_string(), health, now_ms)));
         JobView { job: job.to_string(), replica_count, generation: 0, phase: JobPhase::Created, reason: None, replicas }
     }
 
@@ -123,12 +134,12 @@ impl JobView {
     }
 
     /// Every replica heard from, by index (0 is the master).
-    pub fn replicas(&self) -> &BTreeMap<u32, ReplicaView> {
+    pub fn replicas(&self) -> &BTreeMap<u32, Arc<ReplicaView>> {
         &self.replicas
     }
 
     fn replace(&mut self, view: ReplicaView) {
-        self.replicas.insert(view.index, view);
+        self.replicas.insert(view.index, Arc::new(view));
     }
 
     /// A worker was admitted: a (re)joining replica starts afresh, as a recreated pod does.
@@ -141,11 +152,11 @@ impl JobView {
 
     fn entry(&mut self, index: u32, now_ms: u64) -> &mut ReplicaView {
         let generation = self.generation;
-        let view = self.replicas.entry(index).or_insert_with(|| {
+        let view = Arc::make_mut(self.replicas.entry(index).or_insert_with(|| {
             let mut v = ReplicaView::new(index, String::new(), &unknown_health(), now_ms);
             v.generation = generation;
-            v
-        });
+            Arc::new(v)
+        }));
         view.last_seen_unix_ms = view.last_seen_unix_ms.max(now_ms);
         view
     }
@@ -171,7 +182,9 @@ impl JobView {
     /// A replica was heard from (a heartbeat).
     pub fn seen(&mut self, index: u32, now_ms: u64) {
         if let Some(view) = self.replicas.get_mut(&index) {
-            view.last_seen_unix_ms = view.last_seen_unix_ms.max(now_ms);
+            if now_ms > view.last_seen_unix_ms {
+                Arc::make_mut(view).last_seen_unix_ms = now_ms;
+            }
         }
     }
 
@@ -179,6 +192,7 @@ impl JobView {
     /// still counts as failed).
     pub fn lost(&mut self, index: u32, reason: &str) {
         if let Some(view) = self.replicas.get_mut(&index) {
+            let view = Arc::make_mut(view);
             view.connected = false;
             view.lost = Some(reason.to_string());
         }
@@ -349,6 +363,25 @@ mod tests {
         assert_eq!(j["replicas"]["3"]["node"], "node-3");
         assert_eq!(j["replicas"]["3"]["last_seen_unix_ms"], 1003);
         assert_eq!(j["replicas"]["3"]["health"]["status"], "Schedulable");
+    }
+
+    #[test]
+    fn a_snapshot_shares_the_replicas_until_one_changes() {
+        let mut v = view();
+        let snapshot = v.clone();
+        for i in 0..4 {
+            assert!(Arc::ptr_eq(&v.replicas()[&i], &snapshot.replicas()[&i]), "replica {i} is shared");
+        }
+        v.state(2, &update(Running, 1), 5000);
+        v.seen(3, 5001);
+        assert!(!Arc::ptr_eq(&v.replicas()[&2], &snapshot.replicas()[&2]), "a changed replica is copied");
+        assert!(!Arc::ptr_eq(&v.replicas()[&3], &snapshot.replicas()[&3]));
+        assert!(Arc::ptr_eq(&v.replicas()[&1], &snapshot.replicas()[&1]), "the others stay shared");
+        assert_eq!(snapshot.replicas()[&2].state, Rendezvous, "the snapshot keeps what it saw");
+        assert_eq!(snapshot.replicas()[&3].last_seen_unix_ms, 1003);
+        assert_eq!((v.replicas()[&2].state, v.replicas()[&3].last_seen_unix_ms), (Running, 5001));
+        v.seen(3, 4000);
+        assert_eq!(v.replicas()[&3].last_seen_unix_ms, 5001, "time never goes back");
     }
 
     #[test]
