@@ -2,7 +2,9 @@
 //! admitted worker that reads its frames and writes its outbox. A silent or hostile peer only
 //! ever holds its own task; every decision is the master task's (`master`).
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,7 @@ use tracing::{debug, warn};
 use super::admission::Refusal;
 use super::auth::{self, Role};
 use super::frame::{Frame, Hello};
-use super::io::{heartbeat_line, line, outbox, FrameReader, OutboxTx, ReadError};
+use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxRx, OutboxTx, ReadError};
 use super::roster::ConnId;
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
@@ -61,12 +63,18 @@ pub(super) async fn accept_loop(listener: TcpListener, ctx: Arc<ConnContext>, in
     let mut next: ConnId = 0;
     let mut failed = Throttle::new(REFUSAL_WARN_WINDOW);
     let mut backoff = ACCEPT_BACKOFF_MIN;
+    // Lines go out whole: no Nagle delay. Linux copies TCP_NODELAY from the listener to the
+    // connections it accepts (`listen` sets it), so it is set per connection only when the first
+    // accepted one shows the listener did not have it: one system call less per connection.
+    let mut inherits_nodelay = None;
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 next += 1;
                 backoff = ACCEPT_BACKOFF_MIN;
-                let _ = stream.set_nodelay(true);
+                if !*inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false)) {
+                    let _ = stream.set_nodelay(true);
+                }
                 tokio::spawn(serve(stream, peer, next, Arc::clone(&ctx), inbound.clone()));
             }
             Err(e) => {
@@ -89,17 +97,105 @@ enum HandshakeEnd {
 
 /// One task per connection: the handshake, then reading frames and writing the outbox until
 /// the peer goes or the master drops it.
-async fn serve(
+///
+/// The task lives as long as the connection, so its size is what every connection costs the
+/// master: the handshake, rare paths and waits are boxed (allocated only while they run), and an
+/// async block (not an `async fn`, whose arguments take room twice) holds the rest.
+fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
     ctx: Arc<ConnContext>,
     inbound: mpsc::Sender<Inbound>,
-) {
-    let (read, mut write) = stream.split();
-    let mut reader = FrameReader::new(read, ctx.max_frame);
-    // Boxed so the handshake's state does not stay in every connection's task afterwards.
-    let handshake = Box::pin(tokio::time::timeout(ctx.hello_timeout, handshake(&mut reader, &mut write, &ctx)))
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let (read, mut write) = stream.split();
+        let mut reader = FrameReader::new(read, ctx.max_frame);
+        // Boxed: the handshake's state (the hello, the token exchange, a refusal, the admission
+        // waiting for room in the master's queue) does not stay in every connection's task afterwards.
+        let Some(mut outbox) = Box::pin(admission(&mut reader, &mut write, peer, conn, &ctx, &inbound)).await else {
+            return;
+        };
+        // One timer per connection: it fires at the earlier of the heartbeat (nothing written for a
+        // heartbeat) and the silence limit (nothing read for `silence`), and is told which one it was
+        // by the two deadlines, which are plain instants.
+        let now = tokio::time::Instant::now();
+        let (mut silent_at, mut idle_at) = (now + ctx.silence, now + ctx.heartbeat);
+        let timer = tokio::time::sleep_until(silent_at.min(idle_at));
+        tokio::pin!(timer);
+        let reason = loop {
+            // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
+            // No arm awaits: what needs a wait comes out as a small `Step`, so the arms' values
+            // (a decoded frame, a read error) never take room in the task while it waits.
+            let step = tokio::select! {
+                line = outbox.recv() => match line {
+                    Some(line) => Step::Write(line),
+                    None => return,
+                },
+                () = &mut timer => {
+                    let now = tokio::time::Instant::now();
+                    if now >= silent_at {
+                        break format!("silent for {}", format_duration(ctx.silence));
+                    }
+                    if now < idle_at {
+                        // Woken for a silence limit that was pushed back since: wait again.
+                        timer.as_mut().reset(silent_at.min(idle_at));
+                        continue;
+                    }
+                    Step::Write(heartbeat_line())
+                }
+                read = reader.next() => match read {
+                    Ok(Some(frame)) => {
+                        // The timer is not re-armed here: it fires at the old limit, sees the new one
+                        // and waits again (one timer update per silence window, not per frame).
+                        silent_at = tokio::time::Instant::now() + ctx.silence;
+                        match tell(&inbound, Inbound::Frame { conn, frame }) {
+                            Told::Sent(true) => continue,
+                            Told::Sent(false) => return,
+                            Told::Wait(send) => Step::Wait(send),
+                        }
+                    }
+                    Ok(None) => break "connection closed".to_string(),
+                    Err(ReadError::Frame(e)) => Step::Refuse(e.to_string()),
+                    Err(e) => break e.to_string(),
+                },
+            };
+            match step {
+                Step::Write(line) => {
+                    if let Err(reason) = write_line(&mut write, &line, ctx.silence).await {
+                        break reason;
+                    }
+                    idle_at = tokio::time::Instant::now() + ctx.heartbeat;
+                    timer.as_mut().reset(silent_at.min(idle_at));
+                }
+                Step::Wait(send) => {
+                    if !send.await {
+                        return;
+                    }
+                }
+                Step::Refuse(reason) => {
+                    Box::pin(write_error(&mut write, reason.clone(), &ctx)).await;
+                    break reason;
+                }
+            }
+        };
+        if let Told::Wait(send) = tell(&inbound, Inbound::Closed { conn, reason }) {
+            send.await;
+        }
+    }
+}
+
+/// The handshake, then the admission handed to the master task; the admitted peer's outbox, or
+/// None when it was refused, left, or the master is gone.
+async fn admission(
+    reader: &mut FrameReader<ReadHalf<'_>>,
+    write: &mut WriteHalf<'_>,
+    peer: SocketAddr,
+    conn: ConnId,
+    ctx: &ConnContext,
+    inbound: &mpsc::Sender<Inbound>,
+) -> Option<OutboxRx> {
+    let handshake = tokio::time::timeout(ctx.hello_timeout, handshake(reader, write, ctx))
         .await
         .unwrap_or_else(|_| Err(HandshakeEnd::Refused(Refusal::Silent { waited: format_duration(ctx.hello_timeout) })));
     let (hello, proof) = match handshake {
@@ -107,61 +203,68 @@ async fn serve(
         Err(HandshakeEnd::Refused(refusal)) => {
             log_refusal(&ctx.refusals, peer, "refused a rendezvous peer", &refusal.to_string());
             // Nothing about the job: this peer is not authenticated.
-            let error = Frame::Error { message: refusal.to_peer(false) };
-            write_frame(&mut write, &error, &ctx).await;
-            return;
+            write_error(write, refusal.to_peer(false), ctx).await;
+            return None;
         }
         Err(HandshakeEnd::Gone(reason)) => {
             log_refusal(&ctx.refusals, peer, "rendezvous peer left before admission", &reason);
-            return;
+            return None;
         }
     };
-    let (out, mut outbox) = outbox();
-    let admit = Inbound::Admit { conn, peer, hello, proof, out };
-    if inbound.send(admit).await.is_err() {
-        return;
-    }
-    let silence = tokio::time::sleep(ctx.silence);
-    let idle = tokio::time::sleep(ctx.heartbeat);
-    tokio::pin!(silence, idle);
-    let reason = loop {
-        // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
-        let line = tokio::select! {
-            line = outbox.recv() => match line {
-                Some(line) => line,
-                None => return,
-            },
-            () = &mut idle => heartbeat_line(),
-            () = &mut silence => break format!("silent for {}", format_duration(ctx.silence)),
-            read = reader.next() => match read {
-                Ok(Some(frame)) => {
-                    silence.as_mut().reset(tokio::time::Instant::now() + ctx.silence);
-                    if inbound.send(Inbound::Frame { conn, frame }).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                Ok(None) => break "connection closed".to_string(),
-                Err(ReadError::Frame(e)) => {
-                    let reason = e.to_string();
-                    write_frame(&mut write, &Frame::Error { message: reason.clone() }, &ctx).await;
-                    break reason;
-                }
-                Err(e) => break e.to_string(),
-            },
-        };
-        match tokio::time::timeout(ctx.silence, write.write_all(&line)).await {
-            Ok(Ok(())) => idle.as_mut().reset(tokio::time::Instant::now() + ctx.heartbeat),
-            Ok(Err(e)) => break format!("cannot write to it: {e}"),
-            Err(_) => break "not reading: a write stalled".to_string(),
-        }
-    };
-    let _ = inbound.send(Inbound::Closed { conn, reason }).await;
+    let (out, outbox) = outbox();
+    inbound.send(Inbound::Admit { conn, peer, hello, proof, out }).await.ok()?;
+    Some(outbox)
 }
 
-/// Best effort: a frame for a peer about to be dropped, bounded by one heartbeat.
-async fn write_frame(write: &mut WriteHalf<'_>, frame: &Frame, ctx: &ConnContext) {
-    if let Ok(l) = line(frame, ctx.max_frame) {
+/// What an admitted connection does next, after its wait for the peer, the outbox or the timer.
+enum Step<'a> {
+    /// Write a line to the peer.
+    Write(Line),
+    /// Wait for room in the master task's queue.
+    Wait(Pin<Box<dyn Future<Output = bool> + Send + 'a>>),
+    /// The peer sent a bad frame: tell it why, then drop it.
+    Refuse(String),
+}
+
+/// Whether a message reached the master task's queue, or the boxed wait for room in it.
+enum Told<'a> {
+    Sent(bool),
+    Wait(Pin<Box<dyn Future<Output = bool> + Send + 'a>>),
+}
+
+/// Hand a message to the master task: at once when its queue has room; otherwise the message
+/// waits in a boxed send, so the connection's task does not carry room for one all its life.
+fn tell(inbound: &mpsc::Sender<Inbound>, msg: Inbound) -> Told<'_> {
+    match inbound.try_send(msg) {
+        Ok(()) => Told::Sent(true),
+        Err(mpsc::error::TrySendError::Full(msg)) => {
+            Told::Wait(Box::pin(async move { inbound.send(msg).await.is_ok() }))
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => Told::Sent(false),
+    }
+}
+
+/// Write one line: at once when the socket takes it whole (no timer), otherwise the rest within
+/// `limit` (a peer that does not read is dropped), in a boxed write.
+async fn write_line(write: &mut WriteHalf<'_>, line: &[u8], limit: Duration) -> Result<(), String> {
+    let written = match write.try_write(line) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(format!("cannot write to it: {e}")),
+    };
+    if written == line.len() {
+        return Ok(());
+    }
+    match Box::pin(tokio::time::timeout(limit, write.write_all(&line[written..]))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("cannot write to it: {e}")),
+        Err(_) => Err("not reading: a write stalled".to_string()),
+    }
+}
+
+/// Best effort: an error frame for a peer about to be dropped, bounded by one heartbeat.
+async fn write_error(write: &mut WriteHalf<'_>, message: String, ctx: &ConnContext) {
+    if let Ok(l) = line(&Frame::Error { message }, ctx.max_frame) {
         let _ = tokio::time::timeout(ctx.heartbeat, write.write_all(&l)).await;
     }
 }

@@ -123,6 +123,8 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener, RendezvousError> {
     let failed = |source| RendezvousError::Listen { addr: addr.to_string(), source };
     let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(failed)?;
     socket.set_reuseaddr(true).map_err(failed)?;
+    // Inherited by every accepted connection (see `conn::accept_loop`).
+    socket.set_nodelay(true).map_err(failed)?;
     socket.bind(addr).map_err(failed)?;
     socket.listen(LISTEN_BACKLOG).map_err(failed)
 }
