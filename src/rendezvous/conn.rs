@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,37 @@ pub(super) struct ConnContext {
     pub(super) max_frame: usize,
     /// Shared with the master task: refused peers are logged once per window, then summed up.
     pub(super) refusals: Arc<Mutex<Throttle>>,
+    /// Connections between accept and admission (or refusal), and the most there were at once:
+    /// what the join burst holds beyond the admitted connections (the master logs the peak).
+    pub(super) handshakes: Gauge,
+}
+
+/// A count and its peak.
+#[derive(Debug, Default)]
+pub(super) struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Gauge {
+    fn enter(&self) -> GaugeGuard<'_> {
+        let now = self.now.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        GaugeGuard(self)
+    }
+
+    /// The most counted at once so far.
+    pub(super) fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+struct GaugeGuard<'a>(&'a Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How often at most a refused or departed peer is logged at WARN (the rest go to DEBUG).
@@ -195,6 +227,7 @@ async fn admission(
     ctx: &ConnContext,
     inbound: &mpsc::Sender<Inbound>,
 ) -> Option<OutboxRx> {
+    let _counted = ctx.handshakes.enter();
     let handshake = tokio::time::timeout(ctx.hello_timeout, handshake(reader, write, ctx))
         .await
         .unwrap_or_else(|_| Err(HandshakeEnd::Refused(Refusal::Silent { waited: format_duration(ctx.hello_timeout) })));

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::admission::Expected;
 use super::config::{Identity, Released, RendezvousConfig};
-use super::conn::{accept_loop, log_refusal, ConnContext, Inbound, REFUSAL_WARN_WINDOW};
+use super::conn::{accept_loop, log_refusal, ConnContext, Gauge, Inbound, REFUSAL_WARN_WINDOW};
 use super::error::RendezvousError;
 use super::frame::{Frame, Health, Hello, Order, StateUpdate};
 use super::io::{line, Line, OutboxTx};
@@ -155,8 +155,9 @@ pub fn start_master(
         silence: cfg.silence(),
         max_frame: cfg.max_frame,
         refusals: Arc::clone(&refusals),
+        handshakes: Gauge::default(),
     });
-    let accept = tokio::spawn(accept_loop(listener, ctx, inbound_tx));
+    let accept = tokio::spawn(accept_loop(listener, Arc::clone(&ctx), inbound_tx));
     if !own_health.healthy {
         warn!(node = %me.node, "the master's node is unhealthy: the barrier waits for it");
     }
@@ -165,6 +166,7 @@ pub fn start_master(
             .allowing_new_generations(cfg.scope == RestartScope::Job),
         conns: HashMap::new(),
         refusals,
+        ctx,
         view: Arc::clone(&view),
         events: events_tx,
         released: released_tx,
@@ -290,6 +292,8 @@ struct Master {
     conns: HashMap<ConnId, Conn>,
     /// Shared with the connection tasks: refused peers are logged once per window.
     refusals: Arc<Mutex<Throttle>>,
+    /// The connections' shared context (for the handshakes' gauge).
+    ctx: Arc<ConnContext>,
     view: Arc<Mutex<JobView>>,
     events: mpsc::Sender<ControlEvent>,
     released: watch::Sender<Option<u64>>,
@@ -411,7 +415,12 @@ impl Master {
             });
             if newly {
                 self.view().set_generation(g);
-                info!(generation = g, replicas = self.replica_count, "rendezvous barrier released");
+                info!(
+                    generation = g,
+                    replicas = self.replica_count,
+                    handshakes_peak = self.ctx.handshakes.peak(),
+                    "rendezvous barrier released"
+                );
             }
         }
     }
