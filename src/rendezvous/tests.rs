@@ -493,6 +493,36 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
     assert!(w1.send_state(state(ReplicaState::Running)).is_err());
 }
 
+// The master's connection task keeps one timer for both limits: a peer that keeps talking gets
+// the master's heartbeats and outlives the silence limit many times over; once it falls silent
+// it is lost for its silence, not for anything else.
+#[tokio::test]
+async fn one_timer_keeps_the_heartbeat_and_the_silence_limit() {
+    let mut m = master(2, cfg()).await;
+    let mut peer = Raw::connect(&at(&m)).await;
+    peer.send(&raw_hello(1, 2)).await;
+    assert_eq!(peer.recv().await, Some(Frame::Admitted { generation: 0, proof: None }));
+    guard("the barrier", m.barrier(0)).await.unwrap();
+    assert_eq!(peer.recv().await, Some(Frame::Release { generation: 0 }));
+    // 3 s of talking (more than 3 silence limits of 900 ms): the master's heartbeats (every
+    // 300 ms while it has nothing else to say) keep coming, and it never drops the peer.
+    let (mut heard, talking) = (0, tokio::time::Instant::now());
+    while talking.elapsed() < Duration::from_secs(3) {
+        peer.send(&Frame::Heartbeat).await;
+        let next = tokio::time::timeout(Duration::from_millis(200), peer.reader.next()).await;
+        match next {
+            Ok(Ok(Some(Frame::Heartbeat))) => heard += 1,
+            Err(_) => {}
+            other => panic!("a talking peer got {other:?}"),
+        }
+    }
+    assert!(heard >= 3, "only {heard} heartbeats from the master in 3 s at a 300 ms interval");
+    assert!(m.job_view().replicas()[&1].connected, "a talking peer is never lost");
+    // Now silent: lost for it, while the master's heartbeats still reach it until then.
+    let e = event(&mut m, "the loss of the silent peer", |e| matches!(e, ControlEvent::Lost { .. })).await;
+    assert_eq!(e, ControlEvent::Lost { index: 1, reason: "silent for 900ms".into() });
+}
+
 #[tokio::test]
 async fn a_silent_master_is_lost() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
