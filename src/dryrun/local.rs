@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::pytorchjob::{Container, EnvSource, PyTorchJob, ReplicaType};
 use super::quantity::format_quantity;
+use crate::untrusted::escape::escape;
 
 /// What this machine offers that a manifest written for a cluster may count on: read once at the
 /// edge ([`Machine::this`]), so [`localize`] stays a function of its inputs.
@@ -121,7 +122,7 @@ pub fn localize(
             .0
             .iter()
             .filter(|(name, n)| is_gpu_resource(name) && **n > 0)
-            .map(|(name, n)| format!("{name}: {}", format_quantity(name, *n)))
+            .map(|(name, n)| format!("{}: {}", escape(name), format_quantity(name, *n)))
             .collect();
         let c: &mut Container = &mut spec.container;
         let overridden = commands.iter().rev().find(|o| o.rtype == rtype);
@@ -199,18 +200,22 @@ enum Missing {
 }
 
 impl Missing {
+    /// One line; the manifest's words escaped (they come from outside).
     fn explain(&self, rtype: ReplicaType, image: &str) -> String {
         let command = format!("give the command with --command {rtype}='...'");
         match self {
             Self::Absolute(path) => format!(
-                "replica type {rtype} runs {path}, which is not on this machine (a path inside image {image:?}?): map its directory with --path-map IMAGE_DIR=LOCAL_DIR, or {command}"
+                "replica type {rtype} runs {}, which is not on this machine (a path inside image {image:?}?): map its directory with --path-map IMAGE_DIR=LOCAL_DIR, or {command}",
+                escape(path)
             ),
             Self::Relative { script, dir } => format!(
                 "replica type {rtype} runs {script} from its working directory (image {image:?}'s WORKDIR, unknown here), and {} has no {script}: run the dry run in the directory that holds it, or {command}",
-                dir.display()
+                escape(&dir.display().to_string()),
+                script = escape(script)
             ),
             Self::NotOnPath(program) => format!(
-                "replica type {rtype} runs {program}, which is on no directory of this machine's PATH (a program of image {image:?}): put it on PATH (a venv's bin/, say), or {command}"
+                "replica type {rtype} runs {}, which is on no directory of this machine's PATH (a program of image {image:?}): put it on PATH (a venv's bin/, say), or {command}",
+                escape(program)
             ),
         }
     }
@@ -377,6 +382,17 @@ mod tests {
         here.nvidia_gpu = false;
         let mut job = parse_job(&gloo, "gloo.yaml").unwrap();
         assert_eq!(localize(&mut job, &commands, &[], &dir, &here), Ok(Vec::new()), "gloo runs on CPU");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_missing_files_name_is_escaped() {
+        let (dir, here) = machine("escape", &[]);
+        let text = TORCHRUN_JOB.replace("command: [torchrun, demo.py]", "command: [\"tor\\x1b[2Jch\\nrun\"]");
+        let mut job = parse_job(&text, "demo.yaml").unwrap();
+        let e = localize(&mut job, &[], &[], &dir, &here).unwrap_err();
+        assert!(e.starts_with("replica type Worker runs tor\\u{1b}[2Jch\\nrun, which is on no directory"), "{e}");
+        assert!(!e.contains(['\n', '\x1b']), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
