@@ -384,10 +384,17 @@ fn kubeflow_mnist_gloo_shape_passes_its_args_to_the_command_that_stands_for_its_
 }
 
 #[test]
-fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas_as_written() {
+fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas() {
     let env = venv_env();
     let dir = TestDir::new("training-kf-echo");
-    let manifest = kubeflow_examples().join("elastic_echo.yaml");
+    // As written the job leaves nprocPerNode unset: PET_NPROC_PER_NODE=auto, which torchrun reads
+    // as one process per CPU, dozens per replica on a large CI machine. Two per replica here, so
+    // the run is the same everywhere; the echo example's dir stays the working directory.
+    let text = std::fs::read_to_string(kubeflow_examples().join("elastic_echo.yaml")).expect("elastic_echo.yaml");
+    let text = text.replace("spec:\n  elasticPolicy:", "spec:\n  nprocPerNode: \"2\"\n  elasticPolicy:");
+    assert!(text.contains("nprocPerNode: \"2\""), "the manifest changed shape");
+    let manifest = dir.join("elastic_echo.yaml");
+    std::fs::write(&manifest, text).expect("write the manifest");
     let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &[], &env);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
@@ -403,8 +410,8 @@ fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas_as_written(
             // From the operator's PET_MAX_RESTARTS (elasticPolicy.maxRestarts), through torchrun.
             assert_eq!(agent["TORCHELASTIC_MAX_RESTARTS"], "100", "{pod}: {c}");
             assert_eq!(agent["TORCHELASTIC_RESTART_COUNT"], "0", "{pod}: {c}");
-            let local_world: u64 = agent["LOCAL_WORLD_SIZE"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
-            assert_eq!(checks.len() as u64, local_world, "{pod}: one line per local process: {checks:?}");
+            assert_eq!(agent["LOCAL_WORLD_SIZE"], "2", "{pod}: PET_NPROC_PER_NODE=2: {c}");
+            assert_eq!(checks.len(), 2, "{pod}: one line per local process: {checks:?}");
             ranks.push(c["rank"].as_u64().unwrap_or(u64::MAX));
             worlds.push(c["world_size"].as_u64().unwrap_or(0));
         }
@@ -416,9 +423,8 @@ fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas_as_written(
     nodes.sort();
     assert_eq!(nodes, ["0", "1"], "torchrun's rendezvous took both Worker replicas (PET_NNODES=1:2)");
     ranks.sort_unstable();
-    let world = ranks.len() as u64;
-    assert!(worlds.iter().all(|w| *w == world), "every process saw the same world of {world}: {worlds:?}");
-    assert_eq!(ranks, (0..world).collect::<Vec<_>>(), "every rank once");
+    assert!(worlds.iter().all(|w| *w == 4), "every process saw the world of 2 nodes x 2: {worlds:?}");
+    assert_eq!(ranks, [0, 1, 2, 3], "every rank once");
 }
 
 #[test]
