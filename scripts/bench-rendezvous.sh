@@ -9,7 +9,9 @@
 # build images/build.sh ships; its peak RSS and CPU from wait4 over its whole life), then the
 # library's master alone (rendezvous::start_master on a current-thread runtime, as the launcher
 # runs it). Printed per size: barrier_ms (the fleet's first dial -> the last worker released, on
-# CLOCK_MONOTONIC), dialled_ms (-> the last hello written), the master's peak RSS and CPU.
+# CLOCK_MONOTONIC), dialled_ms (-> the last hello written), the master's peak RSS and CPU, the
+# load average before the run, and for the launcher the most handshakes it had in flight at once
+# (from its log); then a summary per size: medians and ranges, RSS and CPU per replica.
 #
 # Descriptors: the master holds one connection per worker, so it needs N+64 open files in one
 # process. As root the script raises the hard limit (`ulimit -Hn`), fs.nr_open and fs.file-max when
@@ -70,11 +72,40 @@ for n in $SIZES; do
 done
 # Workers per fleet process: what one process may open.
 per_fleet=$((hard - 200))
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+load() { cut -d' ' -f1 /proc/loadavg; }
 for n in $sizes; do
   fleets=${BENCH_FLEETS:-$(((n - 1 + per_fleet - 1) / per_fleet))}
   for _ in $(seq 1 "$ROUNDS"); do
-    echo "launcher: $(BENCH_FLEETS=$fleets BENCH_LAUNCHER_LOG="$target_dir/bench-rendezvous-launcher.log" "$bench" --launcher "$launcher" "$n")"
-    echo "library:  $(BENCH_FLEETS=$fleets "$bench" "$n")"
+    # The load average (1 min) before each run: the machine is shared, wall-clock figures are not
+    # comparable across loads.
+    l=$(load)
+    line=$(BENCH_FLEETS=$fleets BENCH_LAUNCHER_LOG="$target_dir/bench-rendezvous-launcher.log" "$bench" --launcher "$launcher" "$n")
+    peak=$(grep -o 'handshakes_peak=[0-9]*' "$target_dir/bench-rendezvous-launcher.log" | head -1 || true)
+    echo "launcher: load=$l $line $peak" | tee -a "$results"
+    l=$(load)
+    echo "library:  load=$l $(BENCH_FLEETS=$fleets "$bench" "$n")" | tee -a "$results"
   done
 done
 echo "  (the launcher's log of the last run: $target_dir/bench-rendezvous-launcher.log)"
+# Medians and ranges per size and master (barrier, peak RSS, CPU; per replica for RSS and CPU).
+python3 - "$results" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who = line.split(":")[0].strip()
+    f = dict(re.findall(r"(\w+)=([\w.]+)", line))
+    if not f.get("barrier_ms", "").isdigit():
+        continue
+    n = int(f["replicas"])
+    rss = int(f.get("launcher_peak_rss_kb") or f.get("master_peak_rss_kb"))
+    cpu = int(f.get("launcher_cpu_ms") or f.get("master_cpu_ms"))
+    rows.setdefault((n, who), []).append((int(f["barrier_ms"]), rss, cpu, float(f["load"])))
+print("summary: replicas master runs | barrier ms median [min-max] | peak RSS MiB median [min-max] (KiB per replica, base included) | CPU ms median (us/replica) | load [min-max]")
+for (n, who), runs in sorted(rows.items()):
+    b, r, c, l = (sorted(x[i] for x in runs) for i in range(4))
+    med = statistics.median
+    print(f"summary: {n} {who} {len(runs)} | {med(b):.0f} [{b[0]}-{b[-1]}] | {med(r) / 1024:.1f} [{r[0] / 1024:.1f}-{r[-1] / 1024:.1f}] ({med(r) / n:.2f}) "
+          f"| {med(c):.0f} ({med(c) * 1000 / n:.0f}) | [{l[0]}-{l[-1]}]")
+PY
