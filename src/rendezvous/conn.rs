@@ -367,7 +367,8 @@ mod tests {
         let (inbound, _rx) = mpsc::channel(1);
         let task = serve(stream, peer, 1, ctx, inbound);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 512, "the connection task's future grew to {size} bytes");
+        // 408 bytes of future make a 512-byte task (tokio aligns a task to 128 bytes).
+        assert!(size <= 408, "the connection task's future grew to {size} bytes");
     }
 
     #[test]
