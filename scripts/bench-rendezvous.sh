@@ -53,13 +53,31 @@ if [ "$(id -u)" = 0 ]; then
     ulimit -Hn "$want" 2>/dev/null || say "cannot raise the hard open-files limit from $(ulimit -Hn) to $want (no CAP_SYS_RESOURCE here)"
   fi
 fi
+# Loopback connections are tracked by netfilter when the host has conntrack rules: each run leaves
+# up to 2 entries per replica for two minutes (TIME_WAIT), and a full table drops packets (SYN
+# retransmits after 1, 3, 7, 15 s: the earliest simulated workers, which send no heartbeats, are
+# then dropped for silence). As root the table is raised; before each run the script waits for room.
+ct_max=/proc/sys/net/netfilter/nf_conntrack_max
+ct_count=/proc/sys/net/netfilter/nf_conntrack_count
+if [ "$(id -u)" = 0 ] && [ -w "$ct_max" ] && [ "$(cat "$ct_max")" -lt 1048576 ]; then
+  sysctl -qw net.netfilter.nf_conntrack_max=1048576 || say "cannot raise net.netfilter.nf_conntrack_max"
+fi
+conntrack_room() {
+  [ -r "$ct_count" ] || return 0
+  local need=$((4 * $1)) waited=0
+  while [ $(($(cat "$ct_count") + need)) -gt "$(cat "$ct_max")" ] && [ "$waited" -lt 150 ]; do
+    [ "$waited" = 0 ] && say "waiting for room in the conntrack table ($(cat "$ct_count") of $(cat "$ct_max") entries)"
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
 ulimit -n "$(ulimit -Hn)"
 hard=$(ulimit -Hn)
 ceiling=$((hard - 100))
 echo "rendezvous at scale, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  launcher: $build"
 echo "  open files: hard limit $hard (fs.nr_open $(cat /proc/sys/fs/nr_open), fs.file-max $(cat /proc/sys/fs/file-max));" \
-  "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); BENCH_DIAL ${BENCH_DIAL:-2000}"
+  "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); nf_conntrack_max $(cat "$ct_max" 2>/dev/null || echo -); BENCH_DIAL ${BENCH_DIAL:-2000}"
 
 sizes=""
 for n in $SIZES; do
@@ -80,10 +98,12 @@ for n in $sizes; do
   for _ in $(seq 1 "$ROUNDS"); do
     # The load average (1 min) before each run: the machine is shared, wall-clock figures are not
     # comparable across loads.
+    conntrack_room "$n"
     l=$(load)
     line=$(BENCH_FLEETS=$fleets BENCH_LAUNCHER_LOG="$target_dir/bench-rendezvous-launcher.log" "$bench" --launcher "$launcher" "$n")
     peak=$(grep -o 'handshakes_peak=[0-9]*' "$target_dir/bench-rendezvous-launcher.log" | head -1 || true)
     echo "launcher: load=$l $line $peak" | tee -a "$results"
+    conntrack_room "$n"
     l=$(load)
     echo "library:  load=$l $(BENCH_FLEETS=$fleets "$bench" "$n")" | tee -a "$results"
   done
