@@ -23,22 +23,22 @@ pub const ARENA_MAX_BLOCK: usize = 16 * 1024;
 #[repr(C, align(4096))]
 struct Pages<const N: usize>([u8; N]);
 
-/// A bump arena of `N` bytes in front of the system allocator.
-pub struct Arena<const N: usize> {
+/// A bump arena of `N` bytes in front of the system allocator, for blocks up to `MAX` bytes.
+/// All zero when new, so a static one lives in `.bss` (not in the binary).
+pub struct Arena<const N: usize, const MAX: usize> {
     mem: UnsafeCell<Pages<N>>,
     /// Offset of the first free byte; every live arena block lies below it.
     next: AtomicUsize,
-    max_block: usize,
 }
 
 // SAFETY: the bytes are handed out by compare-and-swap on `next`, so no two live blocks overlap;
 // the arena itself never reads or writes them.
-unsafe impl<const N: usize> Sync for Arena<N> {}
+unsafe impl<const N: usize, const MAX: usize> Sync for Arena<N, MAX> {}
 
-impl<const N: usize> Arena<N> {
+impl<const N: usize, const MAX: usize> Arena<N, MAX> {
     /// An empty arena (all zeroes: it lives in `.bss` as a static).
-    pub const fn new(max_block: usize) -> Self {
-        Self { mem: UnsafeCell::new(Pages([0; N])), next: AtomicUsize::new(0), max_block }
+    pub const fn new() -> Self {
+        Self { mem: UnsafeCell::new(Pages([0; N])), next: AtomicUsize::new(0) }
     }
 
     fn base(&self) -> usize {
@@ -52,13 +52,14 @@ impl<const N: usize> Arena<N> {
     }
 
     /// Bytes handed out so far (the high-water mark, less what was taken back).
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    fn used(&self) -> usize {
         self.next.load(Ordering::Acquire)
     }
 
     /// A block for `layout` from the arena, or None when it does not fit.
     fn carve(&self, layout: Layout) -> Option<*mut u8> {
-        if layout.size() > self.max_block {
+        if layout.size() > MAX {
             return None;
         }
         let base = self.base();
@@ -91,7 +92,7 @@ impl<const N: usize> Arena<N> {
 // SAFETY: blocks from the arena are aligned as asked (the address is rounded up to the layout's
 // alignment), within the arena and disjoint (see `Sync`); everything else is the system
 // allocator's, and each pointer goes back to the allocator it came from (`owns`).
-unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
+unsafe impl<const N: usize, const MAX: usize> GlobalAlloc for Arena<N, MAX> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match self.carve(layout) {
             Some(p) => p,
@@ -121,7 +122,7 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
             self.resize_last(ptr, layout.size(), new_size);
             return ptr;
         }
-        if new_size <= self.max_block && self.resize_last(ptr, layout.size(), new_size) {
+        if new_size <= MAX && self.resize_last(ptr, layout.size(), new_size) {
             return ptr;
         }
         // SAFETY: new_size is non-zero and, rounded up to the alignment, does not overflow
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn blocks_are_aligned_disjoint_and_inside() {
-        let a = Arena::<4096>::new(1024);
+        let a = Arena::<4096, 1024>::new();
         let mut blocks = Vec::new();
         for (size, align) in [(1, 1), (24, 8), (3, 1), (64, 64), (16, 16), (100, 4)] {
             // SAFETY: non-zero sizes.
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn the_most_recent_block_is_taken_back_and_grows_in_place() {
-        let a = Arena::<4096>::new(4096);
+        let a = Arena::<4096, 4096>::new();
         let l = layout(32, 8);
         // SAFETY: the layouts are valid and each pointer is freed with the layout it has.
         unsafe {
@@ -188,7 +189,7 @@ mod tests {
 
     #[test]
     fn an_older_block_moves_when_it_grows_and_keeps_its_bytes() {
-        let a = Arena::<4096>::new(4096);
+        let a = Arena::<4096, 4096>::new();
         // SAFETY: as above.
         unsafe {
             let p = a.alloc(layout(8, 1));
@@ -206,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_full_arena_and_large_blocks_fall_back_to_the_system_allocator() {
-        let a = Arena::<4096>::new(1024);
+        let a = Arena::<4096, 1024>::new();
         // SAFETY: as above.
         unsafe {
             let big = a.alloc(layout(2048, 8));
@@ -227,7 +228,7 @@ mod tests {
 
     #[test]
     fn threads_get_disjoint_blocks() {
-        static A: Arena<{ 64 * 1024 }> = Arena::new(1024);
+        static A: Arena<{ 64 * 1024 }, 1024> = Arena::new();
         let handles: Vec<_> = (0..4)
             .map(|t| {
                 std::thread::spawn(move || {

@@ -12,7 +12,7 @@ use rankvisor::{app, exit, logging, process};
 /// Start-up's allocations come from a bump arena (see `arena.rs`): no `mmap`/`munmap` per page of
 /// musl's allocator while clap, tracing and the runtime set up.
 #[global_allocator]
-static ALLOCATOR: arena::Arena<{ arena::ARENA_BYTES }> = arena::Arena::new(arena::ARENA_MAX_BLOCK);
+static ALLOCATOR: arena::Arena<{ arena::ARENA_BYTES }, { arena::ARENA_MAX_BLOCK }> = arena::Arena::new();
 
 fn main() {
     // Before anything can start a thread: every thread must inherit the blocked mask.
