@@ -122,12 +122,17 @@ pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnEr
     // SAFETY: isatty has no memory-safety preconditions.
     let terminal = unsafe { libc::isatty(libc::STDIN_FILENO) } == 1;
     let path = start_path(terminal, path_lookup_changed(cmd), sigdefault.is_some());
-    tracing::debug!(path = ?path, reset = ?defaults.iter().collect::<Vec<_>>(), "starting the child");
-    match (path, sigdefault) {
-        (StartPath::Spawn, Some(set)) => posix_spawn(cmd, signals, &set),
-        _ => fork_exec(cmd, signals, signals.ignored, terminal),
-    }
-    .map_err(|e| SpawnError::new(&cmd.program, e))
+    let result = match (path, sigdefault) {
+        (StartPath::Spawn, Some(set)) => {
+            tracing::debug!(?path, reset = ?defaults.iter().collect::<Vec<_>>(), "starting the child");
+            posix_spawn(cmd, signals, &set)
+        }
+        _ => {
+            tracing::debug!(?path, reset = ?signals.ignored.iter().collect::<Vec<_>>(), "starting the child");
+            fork_exec(cmd, signals, signals.ignored, terminal)
+        }
+    };
+    result.map_err(|e| SpawnError::new(&cmd.program, e))
 }
 
 /// A libc `sigset_t` holding exactly `mask`, or None when libc's own `sigismember` does not agree
