@@ -74,9 +74,11 @@ impl SignalMask {
     }
 }
 
-/// The `SigIgn:` mask of a `/proc/PID/status` text, None when the line is missing or malformed.
+/// The `SigIgn:` mask of a `/proc/PID/status` text, None when the line is missing, cut off (no
+/// newline after it yet) or malformed.
 pub fn parse_sig_ign(status: &[u8]) -> Option<SignalMask> {
-    let line = status.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"SigIgn:"))?;
+    let whole_lines = &status[..status.iter().rposition(|&b| b == b'\n')? + 1];
+    let line = whole_lines.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"SigIgn:"))?;
     let hex = std::str::from_utf8(line).ok()?.trim();
     if hex.is_empty() || hex.len() > 16 {
         return None;
@@ -84,8 +86,8 @@ pub fn parse_sig_ign(status: &[u8]) -> Option<SignalMask> {
     u64::from_str_radix(hex, 16).ok().map(SignalMask)
 }
 
-/// The signals now ignored in this process: /proc/self/status's SigIgn (one open and read, into
-/// a buffer on the stack), else one `rt_sigaction` query per signal.
+/// The signals now ignored in this process: /proc/self/status's SigIgn (read into a buffer on the
+/// stack until the line is whole: usually one read), else one `rt_sigaction` query per signal.
 fn ignored_now() -> SignalMask {
     use std::io::Read;
     let mut buf = [0u8; 4096];
@@ -94,7 +96,12 @@ fn ignored_now() -> SignalMask {
         while len < buf.len() {
             match f.read(&mut buf[len..]) {
                 Ok(0) => break,
-                Ok(n) => len += n,
+                Ok(n) => {
+                    len += n;
+                    if let Some(mask) = parse_sig_ign(&buf[..len]) {
+                        return mask;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
@@ -222,8 +229,10 @@ mod tests {
         assert_eq!(parse_sig_ign(b"SigIgn:\tnothex\n"), None);
         assert_eq!(parse_sig_ign(b"SigIgn:\t\n"), None);
         assert_eq!(parse_sig_ign(b"SigIgn:\t00000000000000000000\n"), None, "more than 64 signals");
-        // A text cut off in the middle of the line still has a whole hex number or none.
-        assert_eq!(parse_sig_ign(b"SigIgn:\t0000000000001000"), Some(SignalMask::of(&[13])));
+        // A text cut off in the line (a short read) is not taken: the rest may be more digits.
+        assert_eq!(parse_sig_ign(b"SigIgn:\t0000000000001000"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t00000000"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t0000000000001000\nSigCgt:\t00"), Some(SignalMask::of(&[13])));
     }
 
     #[test]
