@@ -5,7 +5,7 @@
 //! never feeds back into supervision: a refused or failing request is logged, never fatal.
 
 use crate::kube::{KubeClient, KubeError};
-use crate::report::{rfc3339, ExitReason, ReplicaState, Report};
+use crate::status::{rfc3339, ExitReason, ReplicaState, Report};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -445,7 +445,7 @@ async fn run(cfg: KubeEventsConfig, mut reports: watch::Receiver<Report>) {
 mod tests {
     use super::*;
     use crate::exit::ExitHow;
-    use crate::report::{Identity, LocalStatus, NodeHealthReport, Timeline};
+    use crate::status::{Identity, LocalStatus, NodeHealthReport, Timeline};
 
     fn rep(state: ReplicaState, restarts: u32, exit: Option<ExitHow>, hangs: u32) -> Report {
         let st = LocalStatus {

@@ -21,7 +21,7 @@
 //! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
 //! it owns every decision and is unit-tested with paused time and no processes. It delegates the
 //! child's own lifecycle to `supervise::Supervisor`. The loop performs the effects and publishes
-//! one `report::LocalStatus` on a watch channel; every sink follows it: `--status-fd`, the
+//! one `status::LocalStatus` on a watch channel; every sink follows it: `--status-fd`, the
 //! reporter (whose `Report` feeds HTTP, the webhook and Kubernetes Events) and the link (which
 //! streams it to the master, whose typed `JobView` is served on `/job`).
 //!
@@ -31,16 +31,16 @@
 //!          ▼
 //!   replica::event_loop ──Input──> replica::machine ──Effect──> process / termination / link
 //!          │
-//!   watch<LocalStatus> ──> status-fd, reporting (Report ─> HTTP, webhook, Kubernetes Events), link
+//!   watch<LocalStatus> ──> status-fd (read back by the dry run as LocalStatus), reporting (Report ─> HTTP, webhook, Kubernetes Events), link
 //! ```
 //!
 //! # Modules
 //!
 //! `config` (arguments and environment -> configuration), `app` (composition roots), `replica`
 //! (machine, loop, link), `supervise` (the child's pure lifecycle), `process` (signals, reaper,
-//! spawn), `rank`, `health`, `rendezvous`, `report` and `reporting` with their sinks (`http`,
-//! `webhook`, `kube_events`, `status_sink`), `kube`, `dryrun`, and small edges (`heartbeat`,
-//! `termination`, `logging`, `exit`, `duration`, `trainer`).
+//! spawn), `rank`, `health`, `rendezvous`, `status` (the one status model, with the `--status-fd`
+//! sink) and `reporting` with its sinks (`http`, `webhook`, `kube_events`), `kube`, `dryrun`, and
+//! small edges (`heartbeat`, `termination`, `logging`, `exit`, `duration`, `trainer`).
 
 pub mod app;
 pub mod backoff;
@@ -59,9 +59,8 @@ pub mod process;
 pub mod rank;
 pub mod rendezvous;
 pub mod replica;
-pub mod report;
 pub mod reporting;
-pub mod status_sink;
+pub mod status;
 pub mod supervise;
 pub mod termination;
 pub mod trainer;

@@ -4,7 +4,7 @@
 //! reporting can neither block nor slow supervision.
 
 use crate::http::{serve, HttpAddr, HttpState};
-use crate::report::{is_state_change, Identity, LocalStatus, Report, Timeline};
+use crate::status::{is_state_change, Identity, LocalStatus, Report, Timeline};
 use crate::webhook::{Webhook, WebhookConfig, WebhookStats};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};

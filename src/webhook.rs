@@ -10,7 +10,7 @@
 
 use crate::backoff::Backoff;
 use crate::http::client::{redact_url, Body, ClientOptions, HttpClient, Method, ProxySettings, Roots};
-use crate::report::Report;
+use crate::status::Report;
 use hyper::Uri;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -352,7 +352,7 @@ async fn post(client: &HttpClient, cfg: &WebhookConfig, url: &str, report: &Repo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Identity, LocalStatus, ReplicaState, Timeline};
+    use crate::status::{Identity, LocalStatus, ReplicaState, Timeline};
     use std::time::UNIX_EPOCH;
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;

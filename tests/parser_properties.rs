@@ -10,7 +10,7 @@ use rankvisor::duration::{format_duration, parse_duration};
 use rankvisor::health::parse_labels_file;
 use rankvisor::http::route;
 use rankvisor::rendezvous::frame::{decode, encode, Frame, Hello, DEFAULT_MAX_FRAME};
-use rankvisor::report::{Identity, LocalStatus, ReplicaState, Timeline};
+use rankvisor::status::{Identity, LocalStatus, ReplicaState, Timeline};
 use rankvisor::untrusted::{escape, escape_bytes};
 use rankvisor::webhook::WebhookCounts;
 
@@ -55,7 +55,7 @@ fn label_key() -> impl Strategy<Value = String> {
     })
 }
 
-fn report() -> rankvisor::report::Report {
+fn report() -> rankvisor::status::Report {
     let st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
     Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)
 }

@@ -8,7 +8,7 @@ use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, ChildCommand, Signals};
 use crate::replica::{self, link, HealthSource, LinkRole, LinkStarter, LoopConfig, ReplicaConfig, Sources};
 use crate::reporting::{self, Reporting, ReportingConfig};
-use crate::status_sink::StatusSink;
+use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -152,7 +152,7 @@ type LinkTask = Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>;
 fn link_starter(
     lc: link::JobLinkConfig,
     reporting: &Reporting,
-    status: tokio::sync::watch::Receiver<crate::report::LocalStatus>,
+    status: tokio::sync::watch::Receiver<crate::status::LocalStatus>,
     task: LinkTask,
 ) -> LinkStarter {
     let reports = reporting.subscribe();

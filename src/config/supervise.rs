@@ -10,7 +10,7 @@ use crate::kube::KubeOverrides;
 use crate::rank::{self, RankEnv, ReplicaCount, Role};
 use crate::rendezvous;
 use crate::replica::JobLinkConfig;
-use crate::report::Identity;
+use crate::status::Identity;
 use crate::supervise::{BackoffConfig, HangConfig, RestartScope, SupervisorConfig};
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -7,11 +7,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::duration::format_duration;
-use crate::exit::ExitHow;
-use crate::report::ReplicaState;
+use crate::status::{ExitReason, LocalStatus, ReplicaState};
 
 use super::cluster::ClusterEvent;
 use super::env::LaunchSpec;
@@ -129,24 +126,6 @@ pub fn is_operator_managed_var(name: &str) -> bool {
     EXACT.contains(&name) || name.starts_with("PET_") || name.starts_with("TORCHELASTIC_")
 }
 
-/// One line a launcher writes on `--status-fd` (`report::LocalStatus`; fields not needed here are
-/// ignored, so the launcher may add more).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct StatusLine {
-    /// Where the replica is.
-    pub state: ReplicaState,
-    /// Restarts made by the launcher so far.
-    pub restart_count: u32,
-    /// How the latest child ended.
-    pub last_exit: Option<ExitHow>,
-    /// The running child's pid (also its process group).
-    pub child_pid: Option<i32>,
-    /// Why the latest child counts as ended beyond its exit: `Hung`, or `NewGeneration` (stopped
-    /// by a job-scope restart: not a failure the kubelet would see, since the container runs on).
-    #[serde(default)]
-    pub last_exit_reason: Option<String>,
-}
-
 /// A status line that is not the launcher's JSON.
 #[derive(Debug, thiserror::Error)]
 #[error("unreadable status line {line:?} from the launcher: {source}")]
@@ -157,8 +136,8 @@ pub struct StatusLineError {
     pub source: serde_json::Error,
 }
 
-/// Read one `--status-fd` line.
-pub fn parse_status_line(line: &str) -> Result<StatusLine, StatusLineError> {
+/// Read one `--status-fd` line: the launcher's [`LocalStatus`], the same type it published.
+pub fn parse_status_line(line: &str) -> Result<LocalStatus, StatusLineError> {
     serde_json::from_str(line).map_err(|source| StatusLineError { line: line.chars().take(200).collect(), source })
 }
 
@@ -178,7 +157,7 @@ pub struct StatusTracker {
 
 impl StatusTracker {
     /// The events one status line of `pod`'s launcher means, in order.
-    pub fn observe(&mut self, pod: ReplicaId, line: &StatusLine) -> Vec<ClusterEvent> {
+    pub fn observe(&mut self, pod: ReplicaId, line: &LocalStatus) -> Vec<ClusterEvent> {
         self.child_pid = line.child_pid;
         let exit = line.last_exit;
         let ended = |will_restart: bool, restart_count: u32| {
@@ -198,7 +177,7 @@ impl StatusTracker {
                 self.run = Some(line.restart_count);
             }
             ReplicaState::Restarting => {
-                let generation_stop = line.last_exit_reason.as_deref() == Some("NewGeneration");
+                let generation_stop = line.last_exit_reason == Some(ExitReason::NewGeneration);
                 if let Some(n) = self.run.take() {
                     if !generation_stop {
                         events.extend(ended(true, n));
@@ -311,13 +290,14 @@ mod tests {
     use super::super::env::launch_spec;
     use super::super::manifest::parse_job;
     use super::*;
+    use crate::exit::ExitHow;
     use crate::health::parse_labels_file;
     use crate::supervise::RestartPolicy;
 
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
-    fn line(state: ReplicaState, restart_count: u32, last_exit: Option<ExitHow>, pid: Option<i32>) -> StatusLine {
-        StatusLine { state, restart_count, last_exit, child_pid: pid, last_exit_reason: None }
+    fn line(state: ReplicaState, restart_count: u32, last_exit: Option<ExitHow>, pid: Option<i32>) -> LocalStatus {
+        LocalStatus { state, restart_count, last_exit, child_pid: pid, ..LocalStatus::default() }
     }
 
     fn settings() -> LauncherSettings {
@@ -408,8 +388,17 @@ mod tests {
     fn status_lines_parse_and_ignore_extra_fields() {
         let text = r#"{"state":"Restarting","restart_count":1,"generation":0,"last_exit":{"exited":1},"last_exit_reason":null,"child_pid":null,"hang_detections":0,"progress":null,"new":1}"#;
         assert_eq!(parse_status_line(text).unwrap(), line(ReplicaState::Restarting, 1, Some(ExitHow::Exited(1)), None));
-        let text = r#"{"state":"Failed","restart_count":0,"last_exit":{"signaled":9},"child_pid":null}"#;
-        assert_eq!(parse_status_line(text).unwrap().last_exit, Some(ExitHow::Signaled(9)));
+        // The line is what the launcher's status publishes, read back as the same type.
+        let published = LocalStatus {
+            state: ReplicaState::Failed,
+            last_exit: Some(ExitHow::Signaled(9)),
+            last_exit_reason: Some(ExitReason::Hung),
+            ..LocalStatus::default()
+        };
+        let text = serde_json::to_string(&published).unwrap();
+        assert_eq!(parse_status_line(&text).unwrap(), published);
+        let e = parse_status_line(r#"{"state":"Failed","restart_count":0}"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `generation`"), "{e}");
         let e = parse_status_line("{\"state\":\"Dancing\"}").unwrap_err();
         assert!(e.to_string().starts_with("unreadable status line \"{\\\"state\\\":\\\"Dancing\\\"}\""), "{e}");
     }
@@ -541,7 +530,7 @@ mod tests {
         let mut t = StatusTracker::default();
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))).len(), 1);
         let mut stop = line(ReplicaState::Restarting, 1, Some(ExitHow::Signaled(15)), None);
-        stop.last_exit_reason = Some("NewGeneration".into());
+        stop.last_exit_reason = Some(ExitReason::NewGeneration);
         assert!(t.observe(MASTER, &stop).is_empty(), "no ChildExited for a job-scope stop");
         let events = t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(15)), Some(11)));
         assert!(matches!(events.as_slice(), [ClusterEvent::ChildRunning { restart_count: 1, .. }]), "{events:?}");

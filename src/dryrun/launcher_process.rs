@@ -14,9 +14,7 @@ use tokio::sync::mpsc;
 use crate::exit::{self, ExitHow};
 
 use super::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
-use super::launcher::{
-    is_operator_managed_var, launcher_args, parse_status_line, LauncherFiles, LauncherSettings, StatusLine,
-};
+use super::launcher::{is_operator_managed_var, launcher_args, parse_status_line, LauncherFiles, LauncherSettings};
 use super::options::DryRunOptions;
 use super::output::{note, open_log};
 use super::ports::free_loopback_port;
@@ -36,7 +34,7 @@ pub(super) struct LauncherReport {
 
 #[derive(Debug)]
 pub(super) enum LauncherNews {
-    Status(StatusLine),
+    Status(Box<crate::status::LocalStatus>),
     Unreadable(String),
     Exited(ExitHow),
 }
@@ -154,7 +152,7 @@ impl LauncherTask {
             return;
         }
         match parse_status_line(line) {
-            Ok(status) => self.send(LauncherNews::Status(status)),
+            Ok(status) => self.send(LauncherNews::Status(Box::new(status))),
             Err(e) => self.send(LauncherNews::Unreadable(e.to_string())),
         }
     }

@@ -6,7 +6,7 @@
 //! without bound (identity lives in `rankvisor_info` only, for joins). The label `job` is left to
 //! Prometheus' own target label: the PyTorchJob's name is `pytorchjob`.
 
-use crate::report::{ExitReason, ReplicaState, Report};
+use crate::status::{ExitReason, ReplicaState, Report};
 use crate::webhook::WebhookCounts;
 use std::fmt::Write;
 
@@ -148,7 +148,7 @@ pub fn render_job_metrics(job: &crate::rendezvous::JobView) -> String {
     out
 }
 
-/// Unix seconds of an RFC 3339 UTC time as [`crate::report::rfc3339`] writes it
+/// Unix seconds of an RFC 3339 UTC time as [`crate::status::rfc3339`] writes it
 /// (`2026-11-29T14:39:54.123456Z`); None for any other shape.
 pub fn unix_seconds(rfc3339: &str) -> Option<f64> {
     let b = rfc3339.as_bytes();
@@ -237,7 +237,7 @@ pub fn escape_label(v: &str) -> String {
 mod tests {
     use super::*;
     use crate::exit::ExitHow;
-    use crate::report::{Identity, LocalStatus, NodeHealthReport, Timeline};
+    use crate::status::{Identity, LocalStatus, NodeHealthReport, Timeline};
     use std::time::UNIX_EPOCH;
 
     fn report(status: LocalStatus, node: Option<NodeHealthReport>) -> Report {
@@ -369,7 +369,7 @@ mod tests {
         use std::time::Duration;
         for (secs, micros) in [(0u64, 0u32), (951_782_400, 5), (1_709_164_799, 999_999), (4_102_444_800, 0)] {
             let t = UNIX_EPOCH + Duration::new(secs, micros * 1000);
-            let got = unix_seconds(&crate::report::rfc3339(t)).unwrap();
+            let got = unix_seconds(&crate::status::rfc3339(t)).unwrap();
             assert!((got - (secs as f64 + f64::from(micros) / 1e6)).abs() < 1e-6, "{secs}.{micros}: {got}");
         }
         assert_eq!(unix_seconds("2026-11-29T14:39:54Z"), Some(1_795_963_194.0));

@@ -3,7 +3,7 @@
 
 use super::metrics::{render_job_metrics, render_metrics, CONTENT_TYPE as METRICS};
 use crate::rendezvous::JobView;
-use crate::report::{ReplicaState, Report};
+use crate::status::{ReplicaState, Report};
 use crate::webhook::{WebhookCounts, WebhookStats};
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -239,7 +239,7 @@ pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Futur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Identity, LocalStatus, Timeline};
+    use crate::status::{Identity, LocalStatus, Timeline};
     use std::time::UNIX_EPOCH;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

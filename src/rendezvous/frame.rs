@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 
 /// The protocol version this rankvisor speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

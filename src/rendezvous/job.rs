@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::frame::{Health, StateUpdate};
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 
 /// The job's phase, named as `kubectl get pytorchjob` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use super::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
 use super::io::FrameReader;
 use super::worker::join_observed;
 use super::*;
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 use crate::supervise::RestartScope;
 
 const GUARD: Duration = Duration::from_secs(10);

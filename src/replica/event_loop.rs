@@ -10,7 +10,7 @@ use crate::exit;
 use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
-use crate::report::{ExitReason, LocalStatus};
+use crate::status::{ExitReason, LocalStatus};
 use crate::supervise::{Action, Event, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
@@ -32,7 +32,7 @@ pub struct LoopConfig {
     /// Where to write why rankvisor gave up.
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`: every status change, in order (the dry run follows replicas by it).
-    pub status_sink: Option<crate::status_sink::StatusSink>,
+    pub status_sink: Option<crate::status::fd_sink::StatusSink>,
     /// Debug builds only, for the test of the last resort: panic right after the child started.
     pub panic_after_spawn: bool,
 }
@@ -182,7 +182,7 @@ impl Loop {
 
     /// A verdict is news for the machine and part of the published status.
     fn on_health(&mut self, obs: Observation) {
-        let report = crate::report::NodeHealthReport::from_observation(&obs);
+        let report = crate::status::NodeHealthReport::from_observation(&obs);
         self.status.send_modify(|s| s.node_health = Some(report));
         self.feed(Input::Health(obs));
     }

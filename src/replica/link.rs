@@ -9,7 +9,7 @@ use crate::rendezvous::{
     self, ControlEvent, Health, Identity, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
-use crate::report::{LocalStatus, Report};
+use crate::status::{LocalStatus, Report};
 use crate::supervise::RestartScope;
 use std::future::Future;
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@
 use super::link::{LinkCommand, LinkEvent, LinkRole};
 use crate::exit;
 use crate::health::{self, Observation};
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 use crate::supervise::{Action, Event, GiveUp, Phase, RestartScope, Supervisor, SupervisorConfig};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -5,7 +5,7 @@ use super::link::{LinkCommand, LinkEvent, LinkRole};
 use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 use crate::supervise::{Action, BackoffConfig, Event, RestartPolicy, RestartScope, SupervisorConfig};
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use super::{BackoffConfig, RestartPolicy, RestartScope};
 use crate::exit::{self, ExitHow};
-use crate::report::ReplicaState;
+use crate::status::ReplicaState;
 use std::time::Duration;
 use tokio::time::Instant;
 

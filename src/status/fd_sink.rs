@@ -6,7 +6,7 @@
 //! latest status is what matters) and counted. Waiting for the queue to be written (before exit)
 //! is async (`flushed`), so it never blocks the runtime's thread.
 
-use crate::report::LocalStatus;
+use super::LocalStatus;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;

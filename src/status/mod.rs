@@ -1,0 +1,152 @@
+//! The one status model: the replica's state, its typed last exit and why, node health, identity
+//! and progress. `replica::event_loop` publishes one [`LocalStatus`] on a watch channel; every
+//! sink subscribes to it and none keeps a copy of its own: the HTTP `/status` and `/metrics`, the
+//! webhook and the Kubernetes Events (through [`report::Report`], built from it), `--status-fd`
+//! ([`fd_sink`], one JSON line of [`LocalStatus`] that the dry run reads back as the same type),
+//! and the rendezvous stream (the [`report::Report`] inside every `state` frame).
+
+pub mod fd_sink;
+pub mod report;
+
+pub use report::{is_state_change, last_exit, rfc3339, LastExit, Report, Timeline, SCHEMA_VERSION};
+
+use crate::exit::ExitHow;
+use crate::health::NodeVerdict;
+use serde::{Deserialize, Serialize};
+
+/// Where a replica is in its life, as reported upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaState {
+    /// Launcher started; nothing checked yet.
+    Pending,
+    /// Waiting at the rendezvous barrier.
+    Rendezvous,
+    /// The training process runs.
+    Running,
+    /// The training process ended and will be started again after a backoff.
+    Restarting,
+    /// The training process is being stopped (signal forwarded, grace period running).
+    Stopping,
+    /// Finished: the training process succeeded and will not be restarted.
+    Succeeded,
+    /// Finished: rankvisor gave up (child failed, hang, rendezvous).
+    Failed,
+    /// The node's health labels mark it unhealthy.
+    NodeUnhealthy,
+}
+
+impl ReplicaState {
+    /// Every state, in the order of a replica's life.
+    pub const ALL: [ReplicaState; 8] = [
+        Self::Pending,
+        Self::Rendezvous,
+        Self::Running,
+        Self::Restarting,
+        Self::Stopping,
+        Self::Succeeded,
+        Self::Failed,
+        Self::NodeUnhealthy,
+    ];
+
+    /// True for the states after which nothing more happens.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::NodeUnhealthy)
+    }
+}
+
+/// This replica's supervision status, published by the driver on every change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalStatus {
+    /// Where the replica is.
+    pub state: ReplicaState,
+    /// Restarts made by rankvisor.
+    pub restart_count: u32,
+    /// Rendezvous generation of the running child.
+    pub generation: u64,
+    /// How the last child ended.
+    pub last_exit: Option<ExitHow>,
+    /// Why rankvisor stopped the last child, when it did (`Hung`, `NewGeneration`).
+    pub last_exit_reason: Option<ExitReason>,
+    /// The running child's pid.
+    pub child_pid: Option<i32>,
+    /// Hangs detected so far.
+    pub hang_detections: u32,
+    /// The latest training progress from the heartbeat file.
+    pub progress: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The node-health verdict; None when node-health checking is off (or before the first look).
+    pub node_health: Option<NodeHealthReport>,
+}
+
+impl Default for LocalStatus {
+    fn default() -> Self {
+        Self {
+            state: ReplicaState::Pending,
+            restart_count: 0,
+            generation: 0,
+            last_exit: None,
+            last_exit_reason: None,
+            child_pid: None,
+            hang_detections: 0,
+            progress: None,
+            node_health: None,
+        }
+    }
+}
+
+/// Who this replica is, from the rank contract and the downward API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The PyTorchJob's name, from `MASTER_ADDR` (`<job>-master-0`) or `POD_NAME`.
+    pub job: Option<String>,
+    /// Kubeflow's replica type: `Master` or `Worker`.
+    pub replica_type: Option<String>,
+    /// Replica (node) index: `RANK` = `PET_NODE_RANK`.
+    pub rank: Option<u32>,
+    /// Replicas in the job (the most, for an elastic job).
+    pub replica_count: Option<u32>,
+    /// `WORLD_SIZE`: training processes in the job.
+    pub world_size: Option<u32>,
+    /// `POD_NAME`, else `HOSTNAME`.
+    pub pod: Option<String>,
+    /// `POD_NAMESPACE`.
+    pub namespace: Option<String>,
+    /// `NODE_NAME`.
+    pub node: Option<String>,
+}
+
+/// Why the last child counts as ended: its own exit, or a verdict of rankvisor's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitReason {
+    /// It called exit.
+    Exited,
+    /// A signal killed it.
+    Signaled,
+    /// It stopped beating and rankvisor stopped it.
+    Hung,
+    /// The node became unhealthy and rankvisor stopped it.
+    NodeUnhealthy,
+    /// The job moved to a new rendezvous generation and rankvisor stopped it (job scope): not a
+    /// failure of its own.
+    NewGeneration,
+}
+
+/// The node-health part of a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHealthReport {
+    /// Whether the node may run the training process; None while the source cannot be read.
+    pub healthy: Option<bool>,
+    /// The verdict with the labels, fault type and reason; None while the source cannot be read.
+    pub verdict: Option<NodeVerdict>,
+    /// Why the source cannot be read, when it cannot.
+    pub error: Option<String>,
+}
+
+impl NodeHealthReport {
+    /// From a health source's latest observation.
+    pub fn from_observation(obs: &crate::health::Observation) -> Self {
+        match obs {
+            Ok(v) => Self { healthy: Some(v.healthy), verdict: Some(v.clone()), error: None },
+            Err(e) => Self { healthy: None, verdict: None, error: Some(e.to_string()) },
+        }
+    }
+}
