@@ -1,11 +1,12 @@
 //! The chaos soak's short version (issue 15, item 6): `scripts/chaos.py` runs the real dry run of
 //! `examples/chaos-job.yaml` (1 Master + 7 Workers, OnFailure) for 120 s with one random fault
-//! every few seconds (launcher SIGSTOP/SIGCONT, child crashes and hangs, label flips, pod
-//! deletions, launchers killed outright, hostile rendezvous peers, HTTP floods) and checks after each step: no zombie, bounded
-//! fds and RSS, every launcher exit accounted for, the dry run alive and printing, the job's final
-//! state as the operator's rules say, nothing left over. The script exits non-zero on any
-//! violation; its summary (faults by kind, checks passed, fd/RSS figures) is printed here.
-//! The 10-minute soak: `python3 scripts/chaos.py` (see its --help).
+//! every few seconds (launcher SIGSTOP/SIGCONT, launchers killed outright, child crashes and
+//! hangs, label flips, pod deletions, hostile rendezvous peers, HTTP floods) and checks after each
+//! step: no zombie, bounded fds and RSS, every launcher exit accounted for, a killed launcher's
+//! training child gone, the dry run alive and printing, the job's final state as the operator's
+//! rules say, nothing left over. The script exits non-zero on any violation; its summary (faults
+//! by kind, checks passed, fd/RSS figures) is printed here.
+//! The 10-minute soak: `bash scripts/chaos.sh` (see `python3 scripts/chaos.py --help`).
 
 mod common;
 
@@ -167,6 +168,10 @@ impl Killed {
         let grandchild: i32 =
             wait_until("the worker's grandchild pid", || std::fs::read_to_string(&gc).ok()?.trim().parse().ok());
         assert!(alive(grandchild), "the grandchild {grandchild} runs");
+        // The dry run has seen the child run (its status line): what follows is the kill's doing.
+        wait_until("worker-0 Running", || {
+            worker_rows(&events(&watch)).any(|e| e["fields"]["status"] == "Running").then_some(())
+        });
         let before = events(&watch).len();
         // SAFETY: kill(2) has no memory-safety preconditions.
         assert_eq!(unsafe { libc::kill(launcher, libc::SIGKILL) }, 0, "kill -9 {launcher}");
