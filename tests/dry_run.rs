@@ -663,7 +663,11 @@ fn what_a_local_run_cannot_do_is_said_in_one_line() {
     assert_eq!(r.code, 64, "{}", r.explain());
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
-    assert!(lines[0].contains("replica type Master runs ./train.py, which is not on this machine"), "{}", r.stderr);
+    assert!(
+        lines[0].contains("replica type Master runs ./train.py from its working directory (image \"example/trainer:latest\"'s WORKDIR, unknown here)"),
+        "{}",
+        r.stderr
+    );
 
     let gpu_job = ELASTIC_WORKERS
         .replace("    maxRestarts: 100\n", "    maxRestarts: 100\n    metrics: []\n")

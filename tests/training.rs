@@ -65,6 +65,11 @@ fn dry_run(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str) -> Run {
 
 /// `dry_run` with extra dry-run options.
 fn dry_run_with(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &[&str]) -> Run {
+    dry_run_env(manifest, cwd, dir, timeout, extra, &[])
+}
+
+/// `dry_run_with` with extra environment variables for the dry run (and so its replicas).
+fn dry_run_env(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &[&str], env: &[(&str, String)]) -> Run {
     let logs = dir.join("logs");
     // rankvisor() drops the runner's RANKVISOR_* configuration: each manifest says where its
     // heartbeat goes, and whoever runs the tests must not add one.
@@ -74,6 +79,7 @@ fn dry_run_with(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &
         .arg("--logs")
         .arg(&logs)
         .arg(manifest)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir(cwd)
         .output()
         .expect("run rankvisor dry-run");
@@ -315,4 +321,135 @@ fn status_shows_the_trainers_step_and_loss_while_it_runs() {
     println!("/status progress while training: {progress}");
     assert!(progress["step"].as_u64().unwrap_or(0) < 200, "seen mid-run, not only at the end: {progress}");
     assert_eq!(status.code(), Some(0));
+}
+
+// Kubeflow's own examples (the training-operator's examples/pytorch/, release-1.9), as the job
+// shapes modelled in tests/kubeflow_examples/ with this project's own programs, run as a user
+// would: in that directory, torch's venv first on PATH (as `source VENV/bin/activate` does),
+// `--command` where the manifest relies on its image's entrypoint.
+
+/// The directory of the modelled examples and their programs.
+fn kubeflow_examples() -> PathBuf {
+    repo_file("tests/kubeflow_examples")
+}
+
+/// PATH with the torch venv's bin/ first, and no numpy warning from torch's import.
+fn venv_env() -> Vec<(&'static str, String)> {
+    torch_venv_setup();
+    let venv = required_path("RANKVISOR_TORCH_VENV");
+    let path = std::env::var("PATH").unwrap_or_default();
+    vec![("PATH", format!("{}:{path}", venv.join("bin").display())), ("PYTHONWARNINGS", "ignore".to_string())]
+}
+
+/// The one `SENDRECV_CHECK` line of each pod: passed, its rank, the world, who it talked to.
+fn assert_sendrecv_checks(r: &Run, pods: &[(String, u64)], backend: &str) {
+    let world = pods.len() as u64;
+    for (pod, rank) in pods {
+        let checks = r.tagged(pod, "SENDRECV_CHECK");
+        let [c] = checks.as_slice() else { panic!("{pod}: one SENDRECV_CHECK line expected: {}", r.explain()) };
+        assert_eq!(c["passed"], true, "{pod}: {c}");
+        assert_eq!((c["rank"].as_u64(), c["world_size"].as_u64()), (Some(*rank), Some(world)), "{pod}: {c}");
+        assert_eq!(c["backend"], backend, "{pod}: {c}");
+        let peers: Vec<u64> = c["peers"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+        let want: Vec<u64> = if *rank == 0 { (1..world).collect() } else { vec![0] };
+        assert_eq!(peers, want, "{pod}: rank 0 talks to every other rank, each of them to rank 0: {c}");
+        assert_eq!(r.pod(pod).last().map(|(s, _)| s.as_str()), Some("Completed"), "{pod}");
+    }
+}
+
+#[test]
+fn kubeflow_sendrecv_runs_with_its_entrypoint_given_by_command_and_every_peer_checks_out() {
+    let env = venv_env();
+    let dir = TestDir::new("training-kf-sendrecv");
+    let command = ["--command", "Master=python sendrecv.py", "--command", "Worker=python sendrecv.py"];
+    let manifest = kubeflow_examples().join("sendrecv.yaml");
+    let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &command, &env);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert_sendrecv_checks(&r, &pods("pytorch-dist-basic-sendrecv", 3), "gloo");
+}
+
+#[test]
+fn kubeflow_mnist_gloo_shape_passes_its_args_to_the_command_that_stands_for_its_entrypoint() {
+    // The image's entrypoint takes `--backend gloo` from the container's args: sendrecv.py stands
+    // in for it and must see them.
+    let env = venv_env();
+    let dir = TestDir::new("training-kf-mnist-gloo");
+    let command = ["--command", "Master=python sendrecv.py", "--command", "Worker=python sendrecv.py"];
+    let manifest = kubeflow_examples().join("mnist_gloo.yaml");
+    let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &command, &env);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert_sendrecv_checks(&r, &pods("pytorch-dist-mnist-gloo", 1), "gloo");
+}
+
+#[test]
+fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas() {
+    let env = venv_env();
+    let dir = TestDir::new("training-kf-echo");
+    // As written the job leaves nprocPerNode unset: PET_NPROC_PER_NODE=auto, which torchrun reads
+    // as one process per CPU, dozens per replica on a large CI machine. Two per replica here, so
+    // the run is the same everywhere; the echo example's dir stays the working directory.
+    let text = std::fs::read_to_string(kubeflow_examples().join("elastic_echo.yaml")).expect("elastic_echo.yaml");
+    let text = text.replace("spec:\n  elasticPolicy:", "spec:\n  nprocPerNode: \"2\"\n  elasticPolicy:");
+    assert!(text.contains("nprocPerNode: \"2\""), "the manifest changed shape");
+    let manifest = dir.join("elastic_echo.yaml");
+    std::fs::write(&manifest, text).expect("write the manifest");
+    let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &[], &env);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let mut ranks = Vec::new();
+    let mut nodes = Vec::new();
+    let mut worlds = Vec::new();
+    for pod in ["elastic-example-echo-worker-0", "elastic-example-echo-worker-1"] {
+        let checks = r.tagged(pod, "ECHO_CHECK");
+        assert!(!checks.is_empty(), "{pod}: ECHO_CHECK lines expected: {}", r.explain());
+        for c in &checks {
+            assert_eq!(c["passed"], true, "{pod}: {c}");
+            let agent = &c["agent"];
+            // From the operator's PET_MAX_RESTARTS (elasticPolicy.maxRestarts), through torchrun.
+            assert_eq!(agent["TORCHELASTIC_MAX_RESTARTS"], "100", "{pod}: {c}");
+            assert_eq!(agent["TORCHELASTIC_RESTART_COUNT"], "0", "{pod}: {c}");
+            assert_eq!(agent["LOCAL_WORLD_SIZE"], "2", "{pod}: PET_NPROC_PER_NODE=2: {c}");
+            assert_eq!(checks.len(), 2, "{pod}: one line per local process: {checks:?}");
+            ranks.push(c["rank"].as_u64().unwrap_or(u64::MAX));
+            worlds.push(c["world_size"].as_u64().unwrap_or(0));
+        }
+        let groups: Vec<&str> = checks.iter().filter_map(|c| c["agent"]["GROUP_RANK"].as_str()).collect();
+        assert!(groups.iter().all(|g| *g == groups[0]), "{pod}: one node, one GROUP_RANK: {groups:?}");
+        nodes.push(groups[0].to_string());
+        assert_eq!(r.pod(pod).last().map(|(s, _)| s.as_str()), Some("Completed"), "{pod}");
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["0", "1"], "torchrun's rendezvous took both Worker replicas (PET_NNODES=1:2)");
+    ranks.sort_unstable();
+    assert!(worlds.iter().all(|w| *w == 4), "every process saw the world of 2 nodes x 2: {worlds:?}");
+    assert_eq!(ranks, [0, 1, 2, 3], "every rank once");
+}
+
+#[test]
+fn kubeflow_cpu_demo_trains_ddp_on_4_processes_under_torchrun_as_written() {
+    let env = venv_env();
+    let dir = TestDir::new("training-kf-cpu-demo");
+    let manifest = kubeflow_examples().join("cpu_demo.yaml");
+    let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &[], &env);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let mut weights = Vec::new();
+    // nprocPerNode "2": WORLD_SIZE 4, torchrun starts 2 processes in each of the 2 replicas.
+    for (pod, node) in [("torchrun-cpu-master-0", 0), ("torchrun-cpu-worker-0", 1)] {
+        let mut checks = r.tagged(pod, "DEMO_CHECK");
+        checks.sort_by_key(|c| c["rank"].as_u64());
+        let ranks: Vec<Option<u64>> = checks.iter().map(|c| c["rank"].as_u64()).collect();
+        assert_eq!(ranks, [Some(2 * node), Some(2 * node + 1)], "{pod}: PET_NODE_RANK {node}'s ranks: {}", r.explain());
+        for c in &checks {
+            assert_eq!(c["passed"], true, "{pod}: {c}");
+            assert_eq!((c["world_size"].as_u64(), c["node_rank"].as_u64()), (Some(4), Some(node)), "{pod}: {c}");
+            let (first, last) = (c["first_loss"].as_f64().unwrap_or(0.0), c["loss"].as_f64().unwrap_or(f64::NAN));
+            assert!(last < first / 10.0, "{pod}: the loss fell from {first} to {last}: {c}");
+            weights.push(c["weights"].clone());
+        }
+        assert_eq!(r.pod(pod).last().map(|(s, _)| s.as_str()), Some("Completed"), "{pod}");
+    }
+    assert!(weights.iter().all(|w| *w == weights[0]), "DDP kept the weights equal on every rank: {weights:?}");
 }

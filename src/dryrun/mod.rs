@@ -57,7 +57,7 @@ pub use launcher::{
     LauncherFiles, LauncherSettings, LineSplitter, StatusLineError, StatusTracker, HEALTHY_NODE, MAX_OUTPUT_LINE,
     UNLIMITED_RESTARTS,
 };
-pub use local::{localize, parse_command_override, parse_path_map, CommandOverride, PathMap};
+pub use local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
 pub use manifest::{admit_text, load_job, parse_job, LoadedJob, ManifestError, API_VERSION, KIND};
 pub use options::{
     DryRunOptions, OutputFormat, OutputFormatError, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX, DEFAULT_GRACE_PERIOD,

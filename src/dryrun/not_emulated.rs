@@ -12,6 +12,10 @@ const SCHEDULING_NOT_EMULATED: [(&str, &str); 2] = [
 /// `elasticPolicy` fields the dry run does not act on.
 const ELASTIC_NOT_EMULATED: [(&str, &str); 1] = [("metrics", "the operator's HorizontalPodAutoscaler")];
 
+/// The job's labels and annotations that Kueue acts on (`kueue.x-k8s.io/queue-name`, ...): the
+/// training operator itself ignores them.
+const KUEUE_PREFIX: &str = "kueue.x-k8s.io/";
+
 /// Pod template `spec` fields the dry run uses; every other one is named.
 const POD_SPEC_EMULATED: [&str; 3] = ["containers", "serviceAccountName", "restartPolicy"];
 
@@ -23,6 +27,15 @@ const CONTAINER_EMULATED: [&str; 9] =
 /// where that is not plain, in document order.
 pub fn not_emulated(doc: &Value) -> Vec<String> {
     let mut out = Vec::new();
+    for kind in ["labels", "annotations"] {
+        if let Some(fields) = doc["metadata"][kind].as_object() {
+            for key in fields.keys().filter(|k| k.starts_with(KUEUE_PREFIX)) {
+                out.push(format!(
+                    "metadata.{kind}[{key}] (Kueue's admission: a cluster with Kueue holds the job suspended until its queue admits it; here it starts at once)"
+                ));
+            }
+        }
+    }
     let spec = &doc["spec"];
     if let Some(sp) = spec["runPolicy"]["schedulingPolicy"].as_object() {
         for (field, why) in SCHEDULING_NOT_EMULATED {
@@ -104,6 +117,11 @@ mod tests {
         ] {
             assert!(fields.iter().any(|f| f == want), "{want} in {fields:?}");
         }
+        let kueue = "metadata:\n  labels: {kueue.x-k8s.io/queue-name: user-queue, team: a}\n";
+        assert_eq!(
+            not_emulated(&doc(kueue)),
+            ["metadata.labels[kueue.x-k8s.io/queue-name] (Kueue's admission: a cluster with Kueue holds the job suspended until its queue admits it; here it starts at once)"]
+        );
         let text = "spec:\n  runPolicy:\n    schedulingPolicy: {priorityClass: high}\n  pytorchReplicaSpecs:\n    Worker:\n      template:\n        spec:\n          volumes: []\n          containers:\n            - {name: pytorch, image: x}\n            - {name: sidecar, image: y}\n";
         assert_eq!(
             not_emulated(&doc(text)),

@@ -9,7 +9,7 @@ use crate::exit;
 
 use super::injection::{parse_injection, Injection};
 use super::launcher::{healthy_labels, labels_file_text};
-use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, PathMap};
+use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
 use super::manifest::load_job;
 use super::options::DryRunOptions;
 use super::output::note;
@@ -64,7 +64,7 @@ impl Setup {
             .map(|m| parse_path_map(m, &cwd))
             .collect::<Result<_, _>>()
             .map_err(SetupError::config)?;
-        let notes = localize(&mut job, &commands, &maps, &cwd).map_err(|e| {
+        let notes = localize(&mut job, &commands, &maps, &cwd, &Machine::this()).map_err(|e| {
             SetupError::config(format!("{}: the dry run cannot run this job: {e}", opts.manifest.display()))
         })?;
         for n in notes {
