@@ -7,8 +7,8 @@ mod signals;
 mod spawn;
 
 pub use fatal::{install_panic_hook, set_child_group};
-pub use procfs::{alive_descendants, ProcEntry};
-pub use reaper::{has_children, reap_all};
+pub use procfs::{alive_descendants, children_of, ProcEntry};
+pub use reaper::{has_children, reap, reap_all};
 pub use signals::{
     block_signals, is_shutdown, parse_sig_ign, signal_group, SignalInfo, SignalMask, SignalStream, Signals,
 };
