@@ -1,12 +1,18 @@
 //! The rankvisor binary, as a table of contents: block signals, read the environment once, parse
 //! the command line, set up logging, run one subcommand, exit with its status.
 
+mod arena;
 mod cli;
 
 use clap::Parser;
 use cli::{Cli, Sub};
 use rankvisor::config::{self, EnvSnapshot};
 use rankvisor::{app, exit, logging, process};
+
+/// Start-up's allocations come from a bump arena (see `arena.rs`): no `mmap`/`munmap` per page of
+/// musl's allocator while clap, tracing and the runtime set up.
+#[global_allocator]
+static ALLOCATOR: arena::Arena<{ arena::ARENA_BYTES }, { arena::ARENA_MAX_BLOCK }> = arena::Arena::new();
 
 fn main() {
     // Before anything can start a thread: every thread must inherit the blocked mask.

@@ -8,6 +8,7 @@
 #   bash scripts/bench.sh                 # builds the image's binary and the images (images/build.sh)
 #   BENCH_ARGS="--rounds 80" bash scripts/bench.sh   # extra options for scripts/bench/run.py
 #   RANKVISOR_BIN=path BENCH_BUILD="what it is" bash scripts/bench.sh   # measure another binary
+#   BENCH_IMAGE_TAG=rankvisor:mine bash scripts/bench.sh   # the images' tag (default rankvisor:dev)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,7 +30,7 @@ images=""
 if [ -z "${RANKVISOR_BIN:-}" ]; then
     if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
         say "building the image's binary and the images (images/build.sh)"
-        tag=$(bash images/build.sh)
+        tag=$(bash images/build.sh "${BENCH_IMAGE_TAG:-rankvisor:dev}")
         images="$tag,$tag-slim"
     else
         say "no Docker engine: building the image's binary only (images/build.sh --binary-only)"

@@ -19,10 +19,10 @@ Faults (kinds):
                   health key rewritten) at random times (the dry run takes injections up front):
                   the labels file changes, the node stays healthy
   pod-delete      `--inject delete:REPLICA@T` at random times: the launcher is killed, the pod recreated
-  launcher-kill   kill -9 of a launcher from outside: KNOWN BUGS, only with --include-known-bugs: the
-                  dry run fails the job (the kubelet would restart the container under OnFailure),
-                  and the killed launcher's training child outlives the dry run
-                  (tests/chaos.rs has both as ignored tests)
+  launcher-kill   kill -9 of a launcher from outside (the container's PID 1 killed): its training
+                  child and whatever it started must be gone before the dry run prints the
+                  container's end (Error), as the kernel ends a PID namespace with its PID 1; under
+                  OnFailure the kubelet starts a new launcher in the same pod (RESTARTS+1)
 A launcher forwards the SIGCONT it receives to its child's process group, so a launcher-stop's
 SIGCONT also ends a child-hang of that launcher's child (counted as hang-ended-by-forwarded-sigcont).
 The seed fixes the faults' kinds, targets and delays; process timing still varies between runs.
@@ -59,15 +59,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 MIB = 1024 * 1024
 
-DEFAULT_KINDS = ["launcher-stop", "child-crash", "child-hang", "hostile-peer", "http-flood"]
+DEFAULT_KINDS = ["launcher-stop", "launcher-kill", "child-crash", "child-hang", "hostile-peer", "http-flood"]
 UP_FRONT_KINDS = ["label-flip", "pod-delete"]
-# Fault classes that expose a known rankvisor bug: left out unless --include-known-bugs.
-KNOWN_BUG_KINDS = {
-    # The dry run treats a launcher killed from outside (the container's PID 1 dying with 137)
-    # as "the replica failed for good" and fails the whole job under restartPolicy OnFailure,
-    # where the kubelet would restart the container (RESTARTS+1) and the job would run on.
-    "launcher-kill": "dry run: a launcher killed by SIGKILL under OnFailure fails the job (the kubelet restarts the container) and its training child outlives the dry run",
-}
+# Fault classes that expose a known rankvisor bug: left out unless --include-known-bugs. None today
+# (launcher-kill was one until the dry run emulated the PID namespace's end and the kubelet's restart).
+KNOWN_BUG_KINDS = {}
+KILL_TEARDOWN_S = 15  # a killed launcher's processes must be gone within this, printed row or not
+KILL_RESTART_S = 30  # and a new launcher started in its pod (the kubelet's back-off is at most 10 s)
 ZOMBIE_GRACE_S = 3
 HANG_TIMEOUT_S = 6  # RANKVISOR_HANG_TIMEOUT in examples/chaos-job.yaml
 BACKOFF_LIMIT = 10000  # runPolicy.backoffLimit in examples/chaos-job.yaml
@@ -195,9 +193,8 @@ def expected_outcome(faults, include_unhealthy_labels=False):
     if restarts >= BACKOFF_LIMIT:
         return "Failed", f"{restarts} restarts reach backoffLimit {BACKOFF_LIMIT}"
     if faults["launcher-kill"]:
-        # What the kubelet does (restart the container) and so what the operator's rules say;
-        # the dry run today says Failed: the known bug.
-        return "Succeeded", "OnFailure restarts a container whose PID 1 was killed; the master completes"
+        # The container's PID 1 killed (137) is a container crash: OnFailure restarts it in place.
+        return "Succeeded", "OnFailure restarts every crashed or hung child and every container whose PID 1 was killed; the master completes"
     return "Succeeded", "OnFailure restarts every crashed or hung child, no replica gives up, the master completes"
 
 
@@ -239,6 +236,7 @@ class Soak:
         self.zombies_reported = set()
         self.quiet_since = 0.0  # when the last held socket was released
         self.flood_answers = Counter()
+        self.kills = []  # {at, replica, pid (the launcher), child (its training child, None once checked)}
 
     # -- setup
 
@@ -466,6 +464,7 @@ class Soak:
                 self.violate(f"launcher {pid} of {replica} exited {now - at:.0f}s ago and no row of its pod was printed since")
         self.check_master_hangs()
         self.check_resumed()
+        self.check_kills()
         for (at, replica) in list(self.crashes):
             if self.rows_since(at, replica):
                 self.crashes.remove((at, replica))
@@ -473,6 +472,38 @@ class Soak:
             elif now - at > 15:
                 self.crashes.remove((at, replica))
                 self.violate(f"{replica}'s child was killed {now - at:.0f}s ago and no row of its pod was printed since")
+
+    def check_kills(self, final=False):
+        """A launcher killed outright: once a row of its pod shows the container's end (Error,
+        CrashLoopBackOff or DELETED), its training child is gone (the dry run reports the end only
+        after the PID namespace's emulated teardown), and in any case within KILL_TEARDOWN_S; and
+        under OnFailure a new launcher runs in its pod within KILL_RESTART_S (unless the job ended)."""
+        now = time.monotonic()
+        for kill in list(self.kills):
+            at, replica, pid = kill["at"], kill["replica"], kill["pid"]
+            child = kill["child"]
+            if child is not None:
+                ended = [ev for ev in self.rows_since(at, replica)
+                         if ev.get("type") == "DELETED" or ev["fields"].get("status") in ("Error", "CrashLoopBackOff")]
+                if ended or now - at > KILL_TEARDOWN_S or final:
+                    state = proc_state(child)
+                    # Gone, or a zombie not ours (its pid reused meanwhile is not ours either).
+                    if state is None or (state == "Z" and self.parent(child) != self.proc.pid):
+                        self.checks["kill-teardown"] += 1
+                    else:
+                        why = "once the row of its container's end is printed" if ended else f"{now - at:.0f}s after the kill"
+                        self.violate(f"the training child {child} of {replica}'s killed launcher {pid} is still there "
+                                     f"(state {state}, parent {self.parent(child)}) {why}: {cmdline(child)!r}")
+                    kill["child"] = None
+            if kill["child"] is not None:
+                continue
+            if any(r == replica and p != pid for p, r in self.launchers.items()):
+                self.kills.remove(kill)
+                self.checks["kill-restarted"] += 1
+            elif now - at > KILL_RESTART_S or final:
+                self.kills.remove(kill)
+                if not final and self.proc.poll() is None:
+                    self.violate(f"{replica}'s launcher {pid} was killed {now - at:.0f}s ago and no new launcher runs in its pod")
 
     def role(self, pid):
         if pid == self.proc.pid:
@@ -543,8 +574,11 @@ class Soak:
             pid, replica = self.pick_launcher()
             if pid is None:
                 return False
+            child = self.training_child(pid)
             os.kill(pid, signal.SIGKILL)
-            self.fault_note(f"fault launcher-kill: SIGKILL launcher {replica} (pid {pid})")
+            self.kills.append({"at": time.monotonic(), "replica": replica, "pid": pid, "child": child})
+            self.hung = {c: v for c, v in self.hung.items() if v[1] != pid}
+            self.fault_note(f"fault launcher-kill: SIGKILL launcher {replica} (pid {pid}, training child {child})")
         elif kind in ("child-crash", "child-hang"):
             pairs = []
             for pid, replica in sorted(self.scan_launchers().items()):
@@ -757,6 +791,7 @@ class Soak:
         time.sleep(1)  # let the reader threads drain
         self.check_exits_accounted_final()
         self.check_master_hangs(final=True)
+        self.check_kills(final=True)
         code = self.proc.returncode
         jobs = [ev for _, ev in self.lines if ev.get("kind") == "PyTorchJob"]
         state = jobs[-1]["fields"].get("state") if jobs else None

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The chaos soak (issue 15, item 6): builds rankvisor, then runs scripts/chaos.py against it.
-# Usage: bash scripts/chaos.sh [--duration 600] [--seed N] [--include-known-bugs] [...]
+# Usage: bash scripts/chaos.sh [--duration 600] [--seed N] [--only KINDS] [...]
 # (every argument goes to scripts/chaos.py; see `python3 scripts/chaos.py --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,9 @@
 //! The Kubernetes termination message: one line saying why rankvisor gave up, which
 //! `kubectl describe pod` shows.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The kubelet reads at most 4096 bytes of the termination message.
 const MAX_BYTES: usize = 4096;
@@ -24,16 +26,50 @@ pub fn one_line(message: &str) -> String {
     format!("{}\n", &escaped[..end])
 }
 
+/// A descriptor held back for the termination message: when rankvisor gives up because its
+/// descriptor table is full (a restart that failed with EMFILE), the message still gets written.
+static RESERVE: Mutex<Option<File>> = Mutex::new(None);
+
+/// Hold one descriptor in reserve for [`write_message`] (call once, before the child starts).
+pub fn reserve_descriptor() {
+    if let (Ok(f), Ok(mut reserve)) = (File::open("/dev/null"), RESERVE.try_lock()) {
+        *reserve = Some(f);
+    }
+}
+
 /// Replace the file's content with `message` as [`one_line`] writes it. Only a regular file is
 /// written (as /dev/termination-log is): a FIFO, device or directory there is refused at once,
-/// never waited on.
+/// never waited on. Out of descriptors, the reserved one is given up and the write tried again.
 pub fn write_message(path: &Path, message: &str) -> std::io::Result<()> {
-    Ok(crate::untrusted::files::replace_regular(path, one_line(message).as_bytes())?)
+    let write = || crate::untrusted::files::replace_regular(path, one_line(message).as_bytes());
+    match write() {
+        Err(e) if e.is_out_of_descriptors() => {
+            // try_lock: the panic hook writes here too, and must never wait.
+            let released = RESERVE.try_lock().ok().and_then(|mut r| r.take()).is_some();
+            if released {
+                Ok(write()?)
+            } else {
+                Err(e.into())
+            }
+        }
+        r => Ok(r?),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_is_held_in_reserve_and_kept_while_others_are_free() {
+        reserve_descriptor();
+        assert!(RESERVE.lock().unwrap().is_some(), "a descriptor is held");
+        let p = std::env::temp_dir().join(format!("rv-term-reserve-{}", std::process::id()));
+        write_message(&p, "fine").unwrap();
+        assert!(RESERVE.lock().unwrap().is_some(), "kept while descriptors are there");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "fine\n");
+        let _ = std::fs::remove_file(&p);
+    }
 
     #[test]
     fn writes_and_caps() {

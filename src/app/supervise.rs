@@ -51,6 +51,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     };
     process::become_subreaper();
     process::install_panic_hook(cfg.termination_log.clone());
+    if cfg.termination_log.is_some() {
+        crate::termination::reserve_descriptor();
+    }
     let runtime = match super::runtime() {
         Ok(r) => r,
         Err(code) => return code,

@@ -18,8 +18,13 @@
 //!   Terminating, deleted, created anew with RESTARTS 0.
 //! - `label:REPLICA@T=VALUE`: the replica's node labels file is rewritten atomically (temp file,
 //!   then rename, as the kubelet does), which the launcher's `--node-health file:` source reads.
+//!
+//! A launcher that ends while processes it started still run (killed outright from outside) is a
+//! container whose PID 1 died: the dry run, a child subreaper, kills what the launcher left and
+//! reports the launcher's exit only once those are collected, as the kernel tears a PID namespace
+//! down before the kubelet sees the container end (see [`super::orphans`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -40,6 +45,7 @@ use super::kubectl::{render_json, TextRenderer};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
 use super::launcher_process::{fail_child, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT};
 use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
+use super::orphans;
 use super::output::{boxed, note, relay_output};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::rows::Change;
@@ -51,6 +57,12 @@ use super::workdir::{write_atomically, WorkDir};
 const STOP_MARGIN: Duration = Duration::from_secs(2);
 /// After a success, replicas still running this long later are named (they keep the dry run alive).
 const STRAGGLER_NOTE_AFTER: Duration = Duration::from_secs(1);
+/// How long a launcher's exit waits for the processes it left to be killed and collected before
+/// it is reported anyway (a process stuck in the kernel does not die at once).
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
+/// While a launcher's exit waits for its orphans, they are looked for again this often, beside
+/// each SIGCHLD (signals coalesce).
+const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
 /// 1 Failed (or `--timeout`), 64 invalid manifest or options, 128+N stopped by signal N.
@@ -99,10 +111,22 @@ fn write_timeline(path: &Path, recording: Recording, code: i32) -> i32 {
 #[derive(Debug)]
 struct LiveLauncher {
     instance: u64,
+    /// Its pid (None if the OS did not give one): never reaped here, only by its task.
+    pid: Option<i32>,
     tracker: StatusTracker,
     signals: mpsc::UnboundedSender<i32>,
     /// When to SIGKILL it if a stop has not ended it.
     kill_at: Option<Instant>,
+}
+
+/// A launcher that exited, reported once what it left is gone.
+#[derive(Debug)]
+struct PendingExit {
+    pod: ReplicaId,
+    status: ExitHow,
+    /// Its training process, as its status lines last named it.
+    child: Option<i32>,
+    since: Instant,
 }
 
 /// Why the dry run is ending before the job settles.
@@ -128,6 +152,10 @@ struct DryRunLoop {
     labels: BTreeMap<ReplicaId, BTreeMap<String, String>>,
     injections: VecDeque<Injection>,
     launchers: BTreeMap<ReplicaId, LiveLauncher>,
+    /// Launchers that exited, while the processes they left are being killed.
+    pending_exits: Vec<PendingExit>,
+    /// Orphans already named in a note.
+    orphans_noted: BTreeSet<i32>,
     next_instance: u64,
     tx: mpsc::UnboundedSender<LauncherReport>,
     output_tasks: Vec<JoinHandle<()>>,
@@ -173,6 +201,8 @@ impl DryRunLoop {
             labels: BTreeMap::new(),
             injections,
             launchers: BTreeMap::new(),
+            pending_exits: Vec::new(),
+            orphans_noted: BTreeSet::new(),
             next_instance: 0,
             tx,
             output_tasks: Vec::new(),
@@ -185,13 +215,17 @@ impl DryRunLoop {
     }
 
     async fn run(&mut self, mut reports: mpsc::UnboundedReceiver<LauncherReport>) -> i32 {
-        let (mut interrupt, mut terminate) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
-            (Ok(i), Ok(t)) => (i, t),
-            (Err(e), _) | (_, Err(e)) => {
-                eprintln!("dry-run: cannot handle INT and TERM: {e}");
+        let signals = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::child()));
+        let (mut interrupt, mut terminate, mut child_ended) = match signals {
+            (Ok(i), Ok(t), Ok(c)) => (i, t, c),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                eprintln!("dry-run: cannot handle INT, TERM and CHLD: {e}");
                 return 1;
             }
         };
+        if let Err(message) = orphans::become_subreaper() {
+            note(&message);
+        }
         note(&format!(
             "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher (MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={})",
             self.master_port
@@ -204,6 +238,7 @@ impl DryRunLoop {
                 Some(report) = reports.recv() => self.on_report(report),
                 _ = interrupt.recv() => self.on_signal(libc::SIGINT),
                 _ = terminate.recv() => self.on_signal(libc::SIGTERM),
+                _ = child_ended.recv() => self.tear_down(),
                 () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_wake(),
             }
         }
@@ -215,7 +250,9 @@ impl DryRunLoop {
 
     /// Every launcher is gone, and the job is settled or the run was cut short.
     fn done(&self) -> bool {
-        self.launchers.is_empty() && (self.abort.is_some() || self.controller.is_settled())
+        self.launchers.is_empty()
+            && self.pending_exits.is_empty()
+            && (self.abort.is_some() || self.controller.is_settled())
     }
 
     fn now(&self) -> Duration {
@@ -230,11 +267,22 @@ impl DryRunLoop {
         let timeout = self.opts.timeout.filter(|_| live).map(|t| self.start + t);
         let kills = self.launchers.values().filter_map(|l| l.kill_at);
         let straggler_note = self.straggler_note_at.filter(|_| live);
-        [tick, inject, timeout, straggler_note].into_iter().flatten().chain(kills).min()
+        let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
+        [tick, inject, timeout, straggler_note, teardown].into_iter().flatten().chain(kills).min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
+        if !self.pending_exits.is_empty() {
+            self.tear_down();
+            if self.pending_exits.first().is_some_and(|p| p.since + TEARDOWN_LIMIT <= now) {
+                note(&format!(
+                    "processes left by a launcher that ended are still not gone {} after their SIGKILL: reporting the launcher's end anyway",
+                    format_duration(TEARDOWN_LIMIT)
+                ));
+                self.report_exits();
+            }
+        }
         if self.abort.is_none() && self.controller.next_tick().is_some_and(|d| self.start + d <= now) {
             self.feed(ClusterEvent::Tick);
         }
@@ -311,6 +359,7 @@ impl DryRunLoop {
             // (and the watch) ends where it was; only the launchers' exits are awaited.
             if let LauncherNews::Exited(_) = what {
                 self.launchers.remove(&pod);
+                self.tear_down();
             }
             return;
         }
@@ -328,8 +377,49 @@ impl DryRunLoop {
             }
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
             LauncherNews::Exited(status) => {
-                self.launchers.remove(&pod);
+                let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
                 self.deferred_fails.retain(|p| *p != pod);
+                self.pending_exits.push(PendingExit { pod, status, child, since: Instant::now() });
+                self.tear_down();
+            }
+        }
+    }
+
+    /// Kill and collect what ended launchers left (any child of the dry run that is not a live
+    /// launcher); once nothing is left, report the launchers' exits to the controller.
+    fn tear_down(&mut self) {
+        let launchers: BTreeSet<i32> = self.launchers.values().filter_map(|l| l.pid).collect();
+        let sweep = orphans::sweep(&launchers);
+        for &(pid, group) in &sweep.killed {
+            if !self.orphans_noted.insert(pid) {
+                continue;
+            }
+            // Whose: the launcher whose training process (and process group) it is, if known.
+            let ours = |child: Option<i32>| child.is_some_and(|c| c == pid || Some(c) == group);
+            let pod = self
+                .launchers
+                .iter()
+                .find(|(_, l)| ours(l.tracker.child_pid()))
+                .map(|(pod, _)| *pod)
+                .or_else(|| self.pending_exits.iter().find(|p| ours(p.child)).map(|p| p.pod));
+            let whose =
+                pod.map_or_else(|| "a launcher".to_string(), |p| format!("{}'s launcher", self.job.pod_name(p)));
+            note(&format!(
+                "{whose} ended and left process {pid} running: killing it (and its process group), as a container's processes end with its PID 1"
+            ));
+        }
+        for (pid, _) in &sweep.reaped {
+            self.orphans_noted.remove(pid);
+        }
+        if sweep.clear() {
+            self.report_exits();
+        }
+    }
+
+    /// Report every launcher exit held for its orphans (nothing to report once the run is cut short).
+    fn report_exits(&mut self) {
+        for PendingExit { pod, status, .. } in std::mem::take(&mut self.pending_exits) {
+            if self.abort.is_none() {
                 self.feed(ClusterEvent::LauncherExited { pod, status });
             }
         }
@@ -475,8 +565,11 @@ impl DryRunLoop {
         match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {
             Ok((child, status_pipe)) => {
                 let (signals, signal_rx) = mpsc::unbounded_channel();
-                self.launchers
-                    .insert(pod, LiveLauncher { instance, tracker: StatusTracker::default(), signals, kill_at: None });
+                let pid = child.id().and_then(|p| i32::try_from(p).ok());
+                self.launchers.insert(
+                    pod,
+                    LiveLauncher { instance, pid, tracker: StatusTracker::default(), signals, kill_at: None },
+                );
                 let mut child = child;
                 for out in [child.stdout.take().map(boxed), child.stderr.take().map(boxed)].into_iter().flatten() {
                     self.output_tasks.push(tokio::spawn(relay_output(out, name.clone(), self.pod_width)));

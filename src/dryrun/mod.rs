@@ -9,7 +9,7 @@
 //! command line and status lines); `cluster` (events in, actions out) and `controller` (the
 //! cluster: `pod` is the kubelet's view, `operator` the training operator's rules); `rows` and
 //! `kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
-//! `launcher_process`, `output`, `event_loop`.
+//! `launcher_process`, `orphans` (what a killed launcher leaves), `output`, `event_loop`.
 //!
 //! The event loop ([`run_dry_run`]: processes, timers, signals; the only I/O here) loads the job with [`load_job`],
 //! feeds a [`Controller`] the [`ClusterEvent`]s it observes, carries out the returned [`ClusterAction`]s
@@ -31,6 +31,7 @@ mod manifest;
 mod not_emulated;
 mod operator;
 mod options;
+mod orphans;
 mod output;
 mod pod;
 mod ports;

@@ -7,10 +7,12 @@ mod signals;
 mod spawn;
 
 pub use fatal::{install_panic_hook, set_child_group};
-pub use procfs::{alive_descendants, ProcEntry};
-pub use reaper::{has_children, reap_all};
-pub use signals::{block_signals, is_shutdown, signal_group, SignalInfo, SignalStream, Signals};
-pub use spawn::{spawn_child, ChildCommand, SpawnError};
+pub use procfs::{alive_descendants, children_of, ProcEntry};
+pub use reaper::{has_children, reap, reap_all};
+pub use signals::{
+    block_signals, is_shutdown, parse_sig_ign, signal_group, SignalInfo, SignalMask, SignalStream, Signals,
+};
+pub use spawn::{spawn_child, start_path, ChildCommand, ForkReason, SpawnError, StartPath};
 
 /// Orphans of the child are reparented to rankvisor, not to the host's init, and reaped the same
 /// way (PID 1 gets them anyway).

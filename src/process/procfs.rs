@@ -12,6 +12,8 @@ pub struct ProcEntry {
     pub ppid: i32,
     /// Its state letter (R, S, Z, ...).
     pub state: char,
+    /// Its process group.
+    pub pgrp: i32,
 }
 
 /// Parse the fields we need from a /proc/PID/stat line; `comm` may hold spaces and parentheses.
@@ -21,7 +23,8 @@ pub fn parse_stat(line: &str) -> Option<ProcEntry> {
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let ppid = fields.next()?.parse().ok()?;
-    Some(ProcEntry { pid, ppid, state })
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcEntry { pid, ppid, state, pgrp })
 }
 
 fn list() -> Vec<ProcEntry> {
@@ -38,6 +41,11 @@ fn list() -> Vec<ProcEntry> {
         parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?)
     })
     .collect()
+}
+
+/// The children of `parent`, zombies included (an unreadable /proc gives none).
+pub fn children_of(parent: i32) -> Vec<ProcEntry> {
+    list().into_iter().filter(|p| p.ppid == parent).collect()
 }
 
 /// Every living (non-zombie) descendant of `root`.
@@ -73,14 +81,15 @@ mod tests {
     #[test]
     fn parses_odd_command_names() {
         let e = parse_stat("42 (a b) c)) S 7 42 42 0 -1").unwrap();
-        assert_eq!(e, ProcEntry { pid: 42, ppid: 7, state: 'S' });
+        assert_eq!(e, ProcEntry { pid: 42, ppid: 7, state: 'S', pgrp: 42 });
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S notanumber").is_none());
+        assert!(parse_stat("1 (x) S 0").is_none(), "no process group");
     }
 
     #[test]
     fn walks_the_tree_and_skips_zombies() {
-        let p = |pid, ppid, state| ProcEntry { pid, ppid, state };
+        let p = |pid, ppid, state| ProcEntry { pid, ppid, state, pgrp: pid };
         let procs = [p(1, 0, 'S'), p(2, 1, 'S'), p(3, 2, 'Z'), p(4, 3, 'S'), p(5, 9, 'S'), p(6, 1, 'R')];
         let mut d = descendants_of(1, &procs);
         d.sort();
@@ -93,6 +102,7 @@ mod tests {
         let mut c = std::process::Command::new("sleep").arg("5").spawn().unwrap();
         let me = std::process::id() as i32;
         assert!(alive_descendants(me).contains(&(c.id() as i32)));
+        assert!(children_of(me).iter().any(|p| p.pid == c.id() as i32 && p.ppid == me));
         c.kill().unwrap();
         c.wait().unwrap();
     }

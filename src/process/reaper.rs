@@ -39,3 +39,27 @@ pub fn has_children() -> bool {
     let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
     !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
 }
+
+/// Collect the exit of the one child `pid`, if it has exited (never blocks, never touches another
+/// child: a caller that shares its children with another waiter, as the dry run does with tokio,
+/// reaps only the pids that are its own).
+pub fn reap(pid: i32) -> Option<ExitHow> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid writes only to `status`.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            if libc::WIFEXITED(status) {
+                return Some(ExitHow::Exited(libc::WEXITSTATUS(status)));
+            }
+            if libc::WIFSIGNALED(status) {
+                return Some(ExitHow::Signaled(libc::WTERMSIG(status)));
+            }
+            continue;
+        }
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return None;
+    }
+}

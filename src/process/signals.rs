@@ -22,6 +22,109 @@ pub struct Signals {
     pub blocked: SigSet,
     /// The mask rankvisor inherited, restored in the child before exec.
     pub original: SigSet,
+    /// The signals rankvisor inherited ignored (SIG_IGN), read once at start: the only ones the
+    /// child must get back to SIG_DFL, since `exec` keeps SIG_IGN and resets every caught signal
+    /// itself. rankvisor never ignores a signal after that (the SIG_IGN of SIGPIPE that Rust's
+    /// runtime sets happens before `main`, so it is in this set).
+    pub ignored: SignalMask,
+}
+
+/// A set of the signals 1..=64 (Linux's range on every architecture rankvisor builds for), bit
+/// `sig - 1` as in the kernel's `sigset_t` and `/proc/PID/status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SignalMask(pub u64);
+
+impl SignalMask {
+    /// The set with `sigs` in it (numbers outside 1..=64 are left out).
+    pub fn of(sigs: &[i32]) -> Self {
+        sigs.iter().fold(Self(0), |m, &s| m.with(s))
+    }
+
+    /// This set plus `sig` (unchanged when `sig` is outside 1..=64).
+    pub fn with(self, sig: i32) -> Self {
+        if (1..=64).contains(&sig) {
+            Self(self.0 | 1 << (sig - 1))
+        } else {
+            self
+        }
+    }
+
+    /// This set without `sig`.
+    pub fn without(self, sig: i32) -> Self {
+        if (1..=64).contains(&sig) {
+            Self(self.0 & !(1 << (sig - 1)))
+        } else {
+            self
+        }
+    }
+
+    /// Whether `sig` is in the set.
+    pub fn contains(self, sig: i32) -> bool {
+        (1..=64).contains(&sig) && self.0 & (1 << (sig - 1)) != 0
+    }
+
+    /// The signal numbers in the set, ascending.
+    pub fn iter(self) -> impl Iterator<Item = i32> {
+        (1..=64).filter(move |&s| self.contains(s))
+    }
+
+    /// True when no signal is in the set.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The `SigIgn:` mask of a `/proc/PID/status` text, None when the line is missing, cut off (no
+/// newline after it yet) or malformed.
+pub fn parse_sig_ign(status: &[u8]) -> Option<SignalMask> {
+    let whole_lines = &status[..status.iter().rposition(|&b| b == b'\n')? + 1];
+    let line = whole_lines.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"SigIgn:"))?;
+    let hex = std::str::from_utf8(line).ok()?.trim();
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok().map(SignalMask)
+}
+
+/// The signals now ignored in this process: /proc/self/status's SigIgn (read into a buffer on the
+/// stack until the line is whole: usually one read), else one `rt_sigaction` query per signal.
+fn ignored_now() -> SignalMask {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    if let Ok(mut f) = std::fs::File::open("/proc/self/status") {
+        while len < buf.len() {
+            match f.read(&mut buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    len += n;
+                    if let Some(mask) = parse_sig_ign(&buf[..len]) {
+                        return mask;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    parse_sig_ign(&buf[..len]).unwrap_or_else(ignored_by_query)
+}
+
+/// No /proc (or a status text without SigIgn): ask the kernel signal by signal, with the raw
+/// syscall so that glibc's reserved 32 and 33 are asked too.
+fn ignored_by_query() -> SignalMask {
+    let mut mask = SignalMask::default();
+    for sig in 1..=64 {
+        // The kernel's struct sigaction: handler, flags, restorer, mask (8 bytes on 64-bit).
+        let mut old = [0usize; 4];
+        // SAFETY: a query (no new action) writes only `old`, which is as large as the kernel's struct.
+        let r =
+            unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, std::ptr::null::<usize>(), old.as_mut_ptr(), 8usize) };
+        if r == 0 && old[0] == libc::SIG_IGN {
+            mask = mask.with(sig);
+        }
+    }
+    mask
 }
 
 /// Block every asynchronous signal in the calling thread. Call before any thread exists so every
@@ -34,7 +137,7 @@ pub fn block_signals() -> io::Result<Signals> {
     let blocked = SigSet::all();
     let mut original = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut original))?;
-    Ok(Signals { blocked, original })
+    Ok(Signals { blocked, original, ignored: ignored_now() })
 }
 
 /// TERM and INT stop the child (forward, grace, KILL); the rest are only forwarded.
@@ -103,5 +206,56 @@ impl SignalStream {
                 return Ok(out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_sig_ign_from_a_status_text() {
+        let status =
+            b"Name:\tx\nSigPnd:\t0000000000000000\nSigBlk:\tfffffffe7ffbfeff\nSigIgn:\t0000000180001001\nSigCgt:\t0\n";
+        let m = parse_sig_ign(status).unwrap();
+        assert_eq!(m.iter().collect::<Vec<_>>(), [1, 13, 32, 33]);
+        assert!(m.contains(libc::SIGHUP) && m.contains(libc::SIGPIPE) && !m.contains(libc::SIGINT));
+    }
+
+    #[test]
+    fn a_missing_or_malformed_sig_ign_is_none() {
+        assert_eq!(parse_sig_ign(b""), None);
+        assert_eq!(parse_sig_ign(b"SigBlk:\t0000000000000000\n"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\tnothex\n"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t\n"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t00000000000000000000\n"), None, "more than 64 signals");
+        // A text cut off in the line (a short read) is not taken: the rest may be more digits.
+        assert_eq!(parse_sig_ign(b"SigIgn:\t0000000000001000"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t00000000"), None);
+        assert_eq!(parse_sig_ign(b"SigIgn:\t0000000000001000\nSigCgt:\t00"), Some(SignalMask::of(&[13])));
+    }
+
+    #[test]
+    fn signal_masks_hold_1_to_64_only() {
+        let m = SignalMask::of(&[0, 1, 64, 65, -3]);
+        assert_eq!(m.iter().collect::<Vec<_>>(), [1, 64]);
+        assert!(!m.contains(0) && !m.contains(65));
+        assert_eq!(m.without(1).without(64), SignalMask::default());
+        assert!(m.without(1).without(64).is_empty());
+    }
+
+    #[test]
+    fn the_ignored_set_read_at_start_matches_the_kernels() {
+        // This test process ignores what Rust's runtime ignores (SIGPIPE) plus one real-time
+        // signal nothing else in the test binary uses.
+        let sig = libc::SIGRTMAX() - 2;
+        // SAFETY: SIG_IGN and SIG_DFL install no handler.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+        let (from_proc, queried) = (ignored_now(), ignored_by_query());
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+        assert!(from_proc.contains(sig), "{from_proc:?}");
+        assert!(from_proc.contains(libc::SIGPIPE), "Rust's runtime ignores SIGPIPE before main: {from_proc:?}");
+        assert!(!from_proc.contains(libc::SIGTERM), "{from_proc:?}");
+        assert_eq!(from_proc, queried, "/proc/self/status and the per-signal queries agree");
     }
 }

@@ -120,7 +120,8 @@ pub enum Event {
         /// Why, for the log and termination message.
         message: String,
         /// The machine's fault (EMFILE, ENFILE, EAGAIN, ENOMEM), not the command's: a failed run
-        /// for the restart policy instead of a permanent 126.
+        /// for the restart policy instead of a permanent 126, and when the policy or the backoff
+        /// limit ends the retries, 138 (a reason outside the training program), not 126.
         transient: bool,
     },
     /// A reaped process: the child or anyone else.
@@ -307,9 +308,7 @@ impl Supervisor {
                 vec![]
             }
             Event::SpawnFailed { code, message, transient: false } => self.finish(code, Some(message)),
-            Event::SpawnFailed { code, message, transient: true } => {
-                self.on_transient_spawn_failure(code, message, now)
-            }
+            Event::SpawnFailed { code: _, message, transient: true } => self.on_transient_spawn_failure(message, now),
             Event::Exited { pid, how } => self.on_exit(pid, how, now),
             Event::Shutdown { signal } => self.on_shutdown(signal, now),
             Event::Beat => {
@@ -495,14 +494,25 @@ impl Supervisor {
     }
 
     /// A start that failed for a reason outside the command (no descriptors, no memory): retried
-    /// like a failure from outside the program, within the backoff limit.
-    fn on_transient_spawn_failure(&mut self, code: i32, message: String, now: Instant) -> Vec<Action> {
-        if !self.cfg.policy.should_restart(ExitHow::Exited(code), true) || self.restarts >= self.cfg.backoff_limit {
+    /// like a failure from outside the program, within the backoff limit. When the policy (Never)
+    /// or the limit ends the retries, the exit is 138, the code for a reason outside the training
+    /// program (Kubeflow's ExitCode policy retries it, maybe on a node with room), never the
+    /// permanent 126 of a command that cannot be executed.
+    fn on_transient_spawn_failure(&mut self, message: String, now: Instant) -> Vec<Action> {
+        let failed = ExitHow::Exited(exit::EXTERNAL_FAILURE);
+        if !self.cfg.policy.should_restart(failed, true) {
             let msg = format!(
-                "{message}; gave up after {} restarts (backoff limit {})",
+                "{message} (the machine's fault, not the command's); restart policy {} does not restart it",
+                self.cfg.policy
+            );
+            return self.finish(exit::EXTERNAL_FAILURE, Some(msg));
+        }
+        if self.restarts >= self.cfg.backoff_limit {
+            let msg = format!(
+                "{message} (the machine's fault, not the command's); gave up after {} restarts (backoff limit {})",
                 self.restarts, self.cfg.backoff_limit
             );
-            return self.finish(code, Some(msg));
+            return self.finish(exit::EXTERNAL_FAILURE, Some(msg));
         }
         let delay = self.cfg.backoff.delay(self.backoff_step.max(1));
         self.backoff_step = self.backoff_step.saturating_add(1).max(2);
@@ -818,6 +828,35 @@ mod tests {
         h.send(Event::SpawnFailed { code: 127, message: "command not found".into(), transient: false });
         assert_eq!(h.exit, Some(127));
         assert_eq!(h.messages, ["command not found"]);
+    }
+
+    /// Regression (issue 15): a transient start failure the policy or the limit does not retry
+    /// exited 126, which Kubeflow's ExitCode policy treats as permanent.
+    #[tokio::test(start_paused = true)]
+    async fn transient_spawn_failure_that_is_not_retried_exits_138() {
+        let emfile = || Event::SpawnFailed {
+            code: 126,
+            message: "cannot run \"train\": Too many open files (os error 24)".into(),
+            transient: true,
+        };
+        let mut h = Harness::new(cfg(Never, 6));
+        h.send(Event::Start);
+        h.send(emfile());
+        assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE), "Never: no retry, but not a permanent 126");
+        assert_eq!(h.sup.state(), ReplicaState::Failed);
+        assert!(h.messages[0].contains("Too many open files") && h.messages[0].contains("restart policy Never"));
+        // The backoff limit reached by a failed start after a crash.
+        let mut h = Harness::new(cfg(OnFailure, 1));
+        h.send(Event::Start);
+        h.exit_child(ExitHow::Exited(1));
+        h.send(emfile());
+        assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE));
+        assert!(h.messages[0].contains("backoff limit 1"), "{:?}", h.messages);
+        // Under ExitCode a failed start is retried (it is outside the program, like a hang).
+        let mut h = Harness::new(cfg(ExitCode, 6));
+        h.send(Event::Start);
+        h.send(emfile());
+        assert_eq!((h.exit, h.sup.state()), (None, ReplicaState::Restarting));
     }
 
     #[tokio::test(start_paused = true)]

@@ -30,6 +30,13 @@ pub enum FileError {
     },
 }
 
+impl FileError {
+    /// The process (EMFILE) or the system (ENFILE) has no descriptor left.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+    }
+}
+
 impl From<FileError> for std::io::Error {
     fn from(e: FileError) -> Self {
         let kind = match &e {

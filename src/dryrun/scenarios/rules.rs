@@ -353,3 +353,42 @@ fn a_new_failure_with_backoff_limit_zero_exceeds_it_reconcile_jobs_exceeds_backo
         vec![(Outcome::Failed, "Job pytest has failed because it has reached the specified backoff limit".into())]
     );
 }
+
+/// A launcher killed outright (kill -9 from outside) while its training process runs: the
+/// container's PID 1 ended with 137. What becomes of the pod and the job, per policy.
+#[test]
+fn a_launcher_killed_outright_is_a_container_ending_with_137() {
+    let killed = ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Signaled(9) };
+    // OnFailure and Always: the kubelet restarts the container in the same pod (RESTARTS 1).
+    for policy in ["OnFailure", "Always"] {
+        let mut r = Run::new(&worker_policy(NORMAL, policy));
+        r.start_all();
+        let actions = r.at(2.0, killed.clone());
+        assert!(actions.is_empty(), "{policy}: {actions:?}");
+        assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error, "{policy}");
+        assert_eq!(r.c.state(), Some(JobState::Running), "{policy}: the pod is not Failed");
+        assert_eq!(r.at(2.0, ClusterEvent::Tick), vec![ClusterAction::StartLauncher { pod: W0 }], "{policy}");
+        r.at(2.1, ClusterEvent::LauncherStarted { pod: W0 });
+        r.run(2.5, W0, 0);
+        let row = r.pod(W0).unwrap();
+        assert_eq!((row.status, row.restarts), (PodStatus::Running, 1), "{policy}: the kubelet's restart counts");
+        assert!(!r.changes.iter().any(|c| c.event == WatchEventType::Deleted), "{policy}: restarted in place");
+    }
+    // ExitCode: the pod's own policy is Never, so it fails; 137 is retryable: recreated.
+    let mut r = Run::new(&worker_policy(NORMAL, "ExitCode"));
+    r.start_all();
+    assert_eq!(r.at(2.0, killed.clone()), vec![ClusterAction::StartLauncher { pod: W0 }]);
+    assert_eq!(r.c.state(), Some(JobState::Restarting));
+    assert_eq!(r.pod(W0).unwrap().restarts, 0, "a new pod");
+    assert!(r.changes.iter().any(|c| c.event == WatchEventType::Deleted));
+    assert!(r.finishes().is_empty());
+    // Never: the pod fails with its container, and the job with it.
+    let mut r = Run::new(&worker_policy(NORMAL, "Never"));
+    r.start_all();
+    r.at(2.0, killed);
+    assert_eq!(r.pod(W0).unwrap().status, PodStatus::Error);
+    assert_eq!(
+        r.finishes(),
+        vec![(Outcome::Failed, "PyTorchJob pytest is failed because 1 Worker replica(s) failed.".into())]
+    );
+}
