@@ -26,7 +26,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -46,11 +45,11 @@ use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, Status
 use super::launcher_process::{fail_child, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT};
 use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
 use super::orphans;
-use super::output::{boxed, note, relay_output};
+use super::output::{boxed, note, relay_output, write_timeline};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::rows::Change;
 use super::setup::{Setup, SetupError};
-use super::timeline::{render as render_timeline, FaultMark, Recording, TimelineFormat};
+use super::timeline::{FaultMark, Recording};
 use super::workdir::{write_atomically, WorkDir};
 
 /// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
@@ -82,28 +81,6 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
     match event_loop.opts.timeline.clone() {
         Some(path) => write_timeline(&path, event_loop.recording(), code),
         None => code,
-    }
-}
-
-/// Write the timeline; a file that cannot be written turns a success into exit 1.
-fn write_timeline(path: &Path, recording: Recording, code: i32) -> i32 {
-    let failed = if code == 0 { 1 } else { code };
-    let text = match TimelineFormat::from_path(path) {
-        Ok(format) => render_timeline(&recording, format),
-        Err(e) => {
-            eprintln!("dry-run: {e}");
-            return failed;
-        }
-    };
-    match std::fs::write(path, text) {
-        Ok(()) => {
-            note(&format!("timeline written to {}", path.display()));
-            code
-        }
-        Err(e) => {
-            eprintln!("dry-run: cannot write the timeline to {}: {e}", path.display());
-            failed
-        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::launcher::{prefixed, LineSplitter};
+use super::timeline::{render as render_timeline, Recording, TimelineFormat};
 
 /// One line on stderr from the dry run itself.
 pub(super) fn note(message: &str) {
@@ -44,5 +45,27 @@ fn write_lines(pod: &str, width: usize, lines: impl IntoIterator<Item = String>)
     let mut err = std::io::stderr().lock();
     for line in lines {
         let _ = writeln!(err, "{}", prefixed(pod, width, &line));
+    }
+}
+
+/// Write the timeline; a file that cannot be written turns a success into exit 1.
+pub(super) fn write_timeline(path: &Path, recording: Recording, code: i32) -> i32 {
+    let failed = if code == 0 { 1 } else { code };
+    let text = match TimelineFormat::from_path(path) {
+        Ok(format) => render_timeline(&recording, format),
+        Err(e) => {
+            eprintln!("dry-run: {e}");
+            return failed;
+        }
+    };
+    match std::fs::write(path, text) {
+        Ok(()) => {
+            note(&format!("timeline written to {}", path.display()));
+            code
+        }
+        Err(e) => {
+            eprintln!("dry-run: cannot write the timeline to {}: {e}", path.display());
+            failed
+        }
     }
 }
