@@ -1,7 +1,10 @@
 //! File-descriptor exhaustion at a restart (issue 15, item 5), through the real binary: rankvisor
 //! runs under a low RLIMIT_NOFILE with its HTTP port open; the test fills rankvisor's descriptor
-//! table with idle connections to that port, lets the child crash, and sees the restart fail with
-//! a real EMFILE. A start that fails for the machine's reasons is retried under the restart policy
+//! table with idle connections to that port and lets the child crash.
+//!
+//! The usual start (`posix_spawn`, CLONE_VFORK) needs no descriptor, so the restart succeeds with
+//! the table full. The fork path (stdin a terminal, as a container with `tty: true`) needs a pipe
+//! for exec's errors, so there the restart fails with a real EMFILE. A start that fails for the machine's reasons is retried under the restart policy
 //! (never the permanent 126 of a command that cannot be executed); once the connections are gone
 //! the restart succeeds and the run ends with the child's own status. When the policy's retries
 //! run out on such a failure, the exit is 138 (a reason outside the training program), not 126,
@@ -11,9 +14,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
 
-use common::{free_port, read, wait_until, Running, Rv, TestDir};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use common::{free_port, pty, read, wait_until, Running, Rv, TestDir};
 
 /// rankvisor's descriptor limit: room for its own dozen descriptors and a few connections, below
 /// the HTTP server's cap of 64 connections (at the cap it would close the oldest one itself).
@@ -35,11 +41,12 @@ fn healthz(port: u16) -> Option<String> {
     out.starts_with("HTTP/1.1 200").then_some(out)
 }
 
-/// Start rankvisor (limit `NOFILE`, `--http-addr`, `extra` options) on a child whose first run
-/// waits for the file `go` and then fails (exit 1), and whose later runs write their restart count
-/// to `ran` and exit 0. Fill rankvisor's descriptor table, let the first run fail, and return once
-/// rankvisor has logged a restart that failed with EMFILE, with the connections still held.
-fn crash_with_a_full_fd_table(dir: &TestDir, extra: &[&str]) -> (Running, Vec<TcpStream>) {
+/// Start rankvisor (limit `NOFILE`, `--http-addr`, debug logs, `extra` options; stdin from
+/// `stdin_path` when given, /dev/null otherwise) on a child whose first run waits for the file `go`
+/// and then fails (exit 1), and whose later runs write their restart count to `ran` and exit 0.
+/// Fill rankvisor's descriptor table with idle connections, let the first run fail, and return
+/// with the connections still held.
+fn crash_with_a_full_fd_table(dir: &TestDir, extra: &[&str], stdin_path: Option<&Path>) -> (Running, Vec<TcpStream>) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let (go, ran) = (dir.file("go"), dir.file("ran"));
@@ -47,9 +54,14 @@ fn crash_with_a_full_fd_table(dir: &TestDir, extra: &[&str]) -> (Running, Vec<Tc
         "if [ \"$RANKVISOR_RESTART_COUNT\" = 0 ]; then while [ ! -e '{go}' ]; do sleep 0.02; done; exit 1; fi\n\
          echo \"$RANKVISOR_RESTART_COUNT\" > '{ran}'"
     );
-    let mut args = vec!["--http-addr", &addr, "--node-health", "off", "--backoff-initial", "1s"];
+    let mut args =
+        vec!["--http-addr", &addr, "--node-health", "off", "--backoff-initial", "1s", "--log-level", "debug"];
     args.extend_from_slice(extra);
-    let run = Rv::new(dir).shell_wrapper(&format!("ulimit -n {NOFILE}")).args(args).sh(&script).spawn();
+    let wrapper = match stdin_path {
+        Some(path) => format!("ulimit -n {NOFILE}; exec 0<'{}'", path.display()),
+        None => format!("ulimit -n {NOFILE}"),
+    };
+    let run = Rv::new(dir).shell_wrapper(&wrapper).args(args).sh(&script).spawn();
     run.wait_status("the first run", |s| s["state"] == "Running" && s["child_pid"].is_i64());
     wait_until("/healthz to answer", || healthz(port));
     let pid = run.rankvisor_pid();
@@ -69,14 +81,27 @@ fn crash_with_a_full_fd_table(dir: &TestDir, extra: &[&str]) -> (Running, Vec<Tc
         read(&stderr).contains("http accept failed: Too many open files").then_some(())
     });
     std::fs::write(dir.join("go"), "").expect("touch go");
-    wait_until("a restart that fails with EMFILE", || read(&stderr).contains(RETRYING).then_some(()));
     (run, held)
+}
+
+/// As [`crash_with_a_full_fd_table`] with stdin a terminal, so rankvisor starts its child by fork;
+/// returns once a restart failed with EMFILE, with the terminal's controller still held.
+fn fork_restart_with_a_full_fd_table(dir: &TestDir, extra: &[&str]) -> (Running, Vec<TcpStream>, OwnedFd) {
+    let (controller, terminal) = pty();
+    let tty = std::fs::read_link(format!("/proc/self/fd/{}", terminal.as_raw_fd())).expect("the terminal's path");
+    let (run, held) = crash_with_a_full_fd_table(dir, extra, Some(&tty));
+    drop(terminal);
+    let stderr = dir.join("stderr");
+    wait_until("a restart that fails with EMFILE", || read(&stderr).contains(RETRYING).then_some(()));
+    let starts = read(&stderr);
+    assert!(starts.contains("path=Fork(Terminal)"), "stdin is a terminal: the fork path\n{starts}");
+    (run, held, controller)
 }
 
 #[test]
 fn emfile_at_a_restart_is_retried_and_the_run_ends_with_the_childs_status() {
     let dir = TestDir::new("hostile-fds-retried");
-    let (run, held) = crash_with_a_full_fd_table(&dir, &[]);
+    let (run, held, _terminal) = fork_restart_with_a_full_fd_table(&dir, &[]);
     // Still supervising, restarting: not the permanent 126 it once exited with.
     let restarting = run.wait_status("Restarting after the failed start", |s| {
         s["state"] == "Restarting" && s["last_exit"] == serde_json::json!({"exited": 1})
@@ -104,7 +129,8 @@ fn emfile_when_the_backoff_limit_is_reached_exits_138_not_126() {
     let dir = TestDir::new("hostile-fds-limit");
     let log = dir.file("termination-log");
     // One restart allowed: the crash's. The failed start that follows reaches the limit.
-    let (run, held) = crash_with_a_full_fd_table(&dir, &["--backoff-limit", "1", "--termination-log", &log]);
+    let (run, held, _terminal) =
+        fork_restart_with_a_full_fd_table(&dir, &["--backoff-limit", "1", "--termination-log", &log]);
     let out = run.wait_for(Duration::from_secs(30));
     drop(held);
     out.assert_code(138);
@@ -115,4 +141,22 @@ fn emfile_when_the_backoff_limit_is_reached_exits_138_not_126() {
         "the termination message names the cause and the limit: {message:?}"
     );
     assert!(!dir.join("ran").exists(), "no run after the crash started");
+}
+
+/// The usual start needs no descriptor: with rankvisor's table full (stdin not a terminal, so
+/// `posix_spawn`), the crashed child is started again at once and the run ends with its status.
+#[test]
+fn a_full_fd_table_does_not_stop_a_posix_spawn_restart() {
+    let dir = TestDir::new("hostile-fds-spawn");
+    let (run, held) = crash_with_a_full_fd_table(&dir, &[], None);
+    // The restarted run ends while every connection is still held: the table stayed full.
+    wait_until("the restarted run to write its restart count", || {
+        std::fs::read_to_string(dir.join("ran")).ok().filter(|t| t.ends_with('\n'))
+    });
+    let out = run.wait_for(Duration::from_secs(30));
+    drop(held);
+    out.assert_code(0);
+    assert_eq!(read(&dir.join("ran")).trim(), "1", "the first restart ran: no failed start before it");
+    assert!(!out.stderr.contains(RETRYING), "no start failed\n{}", out.stderr);
+    assert!(out.stderr.contains("path=Spawn"), "posix_spawn started the child\n{}", out.stderr);
 }

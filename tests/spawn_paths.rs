@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
@@ -99,18 +99,6 @@ fn negative_control_the_ignored_signals_reach_rankvisor() {
     }
     run.signal(libc::SIGTERM);
     run.wait().assert_code(143);
-}
-
-/// A new pseudo-terminal: (controller, terminal).
-fn pty() -> (OwnedFd, OwnedFd) {
-    let (mut controller, mut terminal) = (-1, -1);
-    // SAFETY: openpty writes the two descriptors; the name, termios and winsize are not asked for.
-    let r = unsafe {
-        libc::openpty(&mut controller, &mut terminal, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
-    };
-    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: openpty returned two open descriptors that nothing else owns.
-    unsafe { (OwnedFd::from_raw_fd(controller), OwnedFd::from_raw_fd(terminal)) }
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 use std::ffi::OsString;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -442,6 +443,18 @@ fn read_statuses(path: &Path) -> Vec<Value> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("status line is JSON"))
         .collect()
+}
+
+/// A new pseudo-terminal: (controller, terminal).
+pub fn pty() -> (OwnedFd, OwnedFd) {
+    let (mut controller, mut terminal) = (-1, -1);
+    // SAFETY: openpty writes the two descriptors; the name, termios and winsize are not asked for.
+    let r = unsafe {
+        libc::openpty(&mut controller, &mut terminal, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty returned two open descriptors that nothing else owns.
+    unsafe { (OwnedFd::from_raw_fd(controller), OwnedFd::from_raw_fd(terminal)) }
 }
 
 /// Poll `f` every 5 ms until it yields a value; fail the test after `HANG_GUARD`.
