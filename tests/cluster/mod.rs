@@ -253,16 +253,17 @@ impl Cluster {
 
     /// The pod's IP once it has one.
     pub fn pod_ip(&self, pod: &str) -> String {
-        let ev = self.wait_pod(pod, "a pod IP", Duration::from_secs(60), |e| e.pod_ip().is_some());
+        let ev = self.wait_pod(pod, "a pod IP", Duration::from_secs(120), |e| e.pod_ip().is_some());
         ev.pod_ip().unwrap()
     }
 
-    /// Delete pods (grace 1 s) and wait until they are gone.
+    /// Delete pods (grace 1 s) and wait until they are gone (a generous bound: a kubelet on a loaded
+    /// 2-core machine took over 60 s to finish a delete).
     pub fn delete_pods(&self, pods: &[&str]) {
         if pods.is_empty() {
             return;
         }
-        let mut args = vec!["delete", "pod", "--grace-period=1", "--wait=true", "--ignore-not-found", "--timeout=60s"];
+        let mut args = vec!["delete", "pod", "--grace-period=1", "--wait=true", "--ignore-not-found", "--timeout=180s"];
         args.extend_from_slice(pods);
         self.kubectl_ok(&args);
     }
