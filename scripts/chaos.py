@@ -575,8 +575,9 @@ class Soak:
             if pid is None:
                 return False
             child = self.training_child(pid)
+            at = time.monotonic()  # before the signal, as for a child crash
             os.kill(pid, signal.SIGKILL)
-            self.kills.append({"at": time.monotonic(), "replica": replica, "pid": pid, "child": child})
+            self.kills.append({"at": at, "replica": replica, "pid": pid, "child": child})
             self.hung = {c: v for c, v in self.hung.items() if v[1] != pid}
             self.fault_note(f"fault launcher-kill: SIGKILL launcher {replica} (pid {pid}, training child {child})")
         elif kind in ("child-crash", "child-hang"):
@@ -589,8 +590,11 @@ class Soak:
                 return False
             child, replica, launcher = self.rng.choice(pairs)
             if kind == "child-crash":
+                # The time is taken before the signal: the dry run may print the rows before this
+                # thread runs again, and they count.
+                at = time.monotonic()
                 os.kill(child, signal.SIGKILL)
-                self.crashes.append((time.monotonic(), replica))
+                self.crashes.append((at, replica))
                 self.fault_note(f"fault child-crash: SIGKILL {replica}'s child (pid {child})")
             else:
                 os.kill(child, signal.SIGSTOP)
