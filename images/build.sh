@@ -38,8 +38,12 @@ case "$link" in
   *) echo "images/build.sh: RANKVISOR_LINK=$link: expected musl-static, musl-static-pie, glibc-static or glibc-static-pie" >&2; exit 2 ;;
 esac
 if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
-  echo "images/build.sh: the Rust target $target is not installed: rustup target add $target" >&2
-  exit 1
+  # A fresh machine has only the host's standard library: fetch the target's (rust-std, ~40 MB).
+  echo "images/build.sh: installing the Rust target $target (rustup target add)" >&2
+  if ! rustup target add "$target" >&2; then
+    echo "images/build.sh: the Rust target $target is not installed and \`rustup target add $target\` failed" >&2
+    exit 1
+  fi
 fi
 case "$target" in
   *musl)
