@@ -4,6 +4,7 @@
 #
 #   bash scripts/bench-rendezvous.sh                 # SIZES="1024 4096 16384 65536 98304"
 #   SIZES="16384" ROUNDS=3 bash scripts/bench-rendezvous.sh
+#   BENCH_NETNS=host bash scripts/bench-rendezvous.sh   # in the host's network namespace (conntrack)
 #
 # Two masters per size: the REAL launcher (`rankvisor` as replica 0 of an N-replica job, the lean
 # build images/build.sh ships; its peak RSS and CPU from wait4 over its whole life), then the
@@ -40,8 +41,28 @@ else
   launcher="$target_dir/image/rankvisor"
   build=$(cat "$target_dir/image/build.txt")
 fi
-cargo build --release --quiet --example bench_rendezvous
-bench="$target_dir/release/examples/bench_rendezvous"
+if [ -n "${BENCH_BIN:-}" ]; then
+  bench=$BENCH_BIN
+else
+  cargo build --release --quiet --example bench_rendezvous
+  bench="$target_dir/release/examples/bench_rendezvous"
+fi
+
+# A network namespace of its own (BENCH_NETNS=own, the default as root): its loopback has no
+# netfilter rules, so no connection is tracked by conntrack. In the host's namespace (BENCH_NETNS=host)
+# Docker's NAT rules make the kernel track every loopback connection: a cost on both ends of every
+# packet that, in a cluster, the master's node and each worker's node pay apart, and a table that a
+# 16K run fills for two minutes (it then drops SYNs: other loopback users on the machine stall too).
+netns=${BENCH_NETNS:-own}
+if [ "$netns" = own ] && [ -z "${RANKVISOR_BENCH_IN_NETNS:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null; then
+    export RANKVISOR_BENCH_IN_NETNS=1 RANKVISOR_BIN=$launcher BENCH_BUILD=$build BENCH_BIN=$bench
+    exec unshare --net -- bash -c 'ip link set lo up && exec bash "$0"' "$0"
+  fi
+  say "cannot make a network namespace (needs root, unshare and ip): measuring in the host's (BENCH_NETNS=host)"
+  netns=host
+fi
+[ -n "${BENCH_BUILD:-}" ] && build=$BENCH_BUILD
 
 largest=0
 for n in $SIZES; do [ "$n" -gt "$largest" ] && largest=$n; done
@@ -59,7 +80,7 @@ fi
 # then dropped for silence). As root the table is raised; before each run the script waits for room.
 ct_max=/proc/sys/net/netfilter/nf_conntrack_max
 ct_count=/proc/sys/net/netfilter/nf_conntrack_count
-if [ "$(id -u)" = 0 ] && [ -w "$ct_max" ] && [ "$(cat "$ct_max")" -lt 1048576 ]; then
+if [ -z "${RANKVISOR_BENCH_IN_NETNS:-}" ] && [ "$(id -u)" = 0 ] && [ -w "$ct_max" ] && [ "$(cat "$ct_max")" -lt 1048576 ]; then
   sysctl -qw net.netfilter.nf_conntrack_max=1048576 || say "cannot raise net.netfilter.nf_conntrack_max"
 fi
 conntrack_room() {
@@ -76,6 +97,7 @@ hard=$(ulimit -Hn)
 ceiling=$((hard - 100))
 echo "rendezvous at scale, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  launcher: $build"
+echo "  network namespace: $([ -n "${RANKVISOR_BENCH_IN_NETNS:-}" ] && echo "its own (loopback without conntrack)" || echo "the host's (conntrack: $(cat /proc/sys/net/netfilter/nf_conntrack_count 2>/dev/null || echo -) entries)")"
 echo "  open files: hard limit $hard (fs.nr_open $(cat /proc/sys/fs/nr_open), fs.file-max $(cat /proc/sys/fs/file-max));" \
   "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); nf_conntrack_max $(cat "$ct_max" 2>/dev/null || echo -); BENCH_DIAL ${BENCH_DIAL:-2000}"
 

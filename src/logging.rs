@@ -245,6 +245,14 @@ impl Throttle {
     }
 }
 
+impl Throttle {
+    /// The occurrences counted but not logged since the last one that was, and reset the count:
+    /// for a summary when the throttled source goes away.
+    pub fn take_suppressed(&mut self) -> u64 {
+        std::mem::take(&mut self.suppressed)
+    }
+}
+
 impl Throttled {
     /// `" (N more since the last one logged)"`, or nothing.
     pub fn note(self) -> String {

@@ -348,3 +348,41 @@ fn a_worker_reconnecting_to_a_stopped_master_replaces_its_stale_connection() {
     let fin = finish_all(vec![master, worker, last]);
     assert_all_code(&fin, 0);
 }
+
+/// A job's end at scale: every worker finishing at once would be one INFO line per replica (16K
+/// lines at 16,384 replicas, twice over). The master logs the first at INFO, the others at DEBUG,
+/// and when its job is done one line with how many were not logged at INFO; no peer is "lost".
+#[test]
+fn workers_finishing_together_are_summed_up_in_the_masters_log() {
+    const JOB: u32 = 8;
+    let port = free_port_pair();
+    let out = TestDir::new("rdzv-departures-out");
+    let reps: Vec<Replica> = (0..JOB).map(|i| Replica::new("rdzv-departures", i)).collect();
+    let go = out.join("go");
+    let master_body = format!("while [ ! -e {} ]; do sleep 0.02; done", common::q(&go.to_string_lossy()));
+    let master =
+        reps[0].rv("departures", JOB, port).args(["--log-level", "debug"]).sh(&child(out.path(), &master_body)).spawn();
+    let workers: Vec<Running> =
+        reps[1..].iter().map(|r| r.rv("departures", JOB, port).sh(&child(out.path(), "true")).spawn()).collect();
+    let workers = finish_all(workers);
+    assert_all_code(&workers, 0);
+    let stderr = reps[0].dir.join("stderr");
+    let finished_lines = |log: &str| log.lines().filter(|l| l.contains("rendezvous peer finished and closed")).count();
+    wait_until("the master saw every worker finish", || (finished_lines(&read(&stderr)) == 7).then_some(()));
+    std::fs::write(&go, "").expect("write go");
+    let master = master.wait();
+    assert_eq!(master.code, Some(0), "master:\n{}", master.stderr);
+    let log = &master.stderr;
+    let at = |level: &str| {
+        log.lines()
+            .filter(|l| l.contains(&format!("] {level} ")) && l.contains("rendezvous peer finished and closed"))
+            .count()
+    };
+    assert_eq!(at("INFO"), 1, "one INFO line for the first worker that finished:\n{log}");
+    assert_eq!(at("DEBUG"), 6, "the other six at DEBUG:\n{log}");
+    assert!(
+        log.lines().any(|l| l.contains("] INFO ") && l.contains("6 more rendezvous peers finished and closed")),
+        "a summary line when the job is done:\n{log}"
+    );
+    assert!(!log.contains("peer lost") && !log.contains("peers were lost"), "no worker was lost:\n{log}");
+}

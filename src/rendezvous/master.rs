@@ -24,7 +24,7 @@ use super::io::{line, Line, OutboxTx};
 use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
-use crate::logging::Throttle;
+use crate::logging::{Throttle, Throttled};
 use crate::supervise::RestartScope;
 use crate::untrusted::{escape, Escaped};
 
@@ -173,6 +173,7 @@ pub fn start_master(
         max_frame: cfg.max_frame,
         replica_count: me.replica_count,
         events_dropped: 0,
+        departures: Departures::default(),
     };
     let task = tokio::spawn(master.run(command_rx, inbound_rx, health, AbortOnDrop(accept)));
     info!(addr = %local_addr, job = %me.job, replicas = me.replica_count, "rendezvous master listening");
@@ -300,6 +301,40 @@ struct Master {
     max_frame: usize,
     replica_count: u32,
     events_dropped: u64,
+    departures: Departures,
+}
+
+/// How often replicas that finished or were lost are logged at INFO / WARN (the rest at DEBUG).
+struct Departures {
+    finished: Throttle,
+    lost: Throttle,
+}
+
+impl Default for Departures {
+    fn default() -> Self {
+        Departures { finished: Throttle::new(REFUSAL_WARN_WINDOW), lost: Throttle::new(REFUSAL_WARN_WINDOW) }
+    }
+}
+
+impl Departures {
+    /// The departures not logged one by one since the last line, in one line each: when the
+    /// master's job is done (`finish`), or the master goes.
+    fn summary(&mut self) {
+        let finished = self.finished.take_suppressed();
+        if finished > 0 {
+            info!("{finished} more rendezvous peers finished and closed (logged one by one at DEBUG)");
+        }
+        let lost = self.lost.take_suppressed();
+        if lost > 0 {
+            warn!("{lost} more rendezvous peers were lost (logged one by one at DEBUG; /job has every replica)");
+        }
+    }
+}
+
+impl Drop for Departures {
+    fn drop(&mut self) {
+        self.summary();
+    }
 }
 
 impl Master {
@@ -386,10 +421,23 @@ impl Master {
         let finished = view.replicas().get(&c.index).is_some_and(|r| r.state.is_final());
         view.lost(c.index, &reason);
         drop(view);
+        // Thousands of replicas may finish or go at once (a job's end, a network partition): one
+        // line per window at INFO / WARN with how many were not logged, the rest at DEBUG. `/job`
+        // and the events keep every replica's state.
+        let now = Instant::now();
+        let (peer, replica) = (c.peer, c.index);
         if finished {
-            info!(peer = %c.peer, replica = c.index, "rendezvous peer finished and closed: {reason}");
+            match self.departures.finished.hit(now) {
+                t @ Throttled::Log { .. } => {
+                    info!(%peer, replica, "rendezvous peer finished and closed: {reason}{}", t.note())
+                }
+                Throttled::Suppress => debug!(%peer, replica, "rendezvous peer finished and closed: {reason}"),
+            }
         } else {
-            warn!(peer = %c.peer, replica = c.index, "rendezvous peer lost: {reason}");
+            match self.departures.lost.hit(now) {
+                t @ Throttled::Log { .. } => warn!(%peer, replica, "rendezvous peer lost: {reason}{}", t.note()),
+                Throttled::Suppress => debug!(%peer, replica, "rendezvous peer lost: {reason}"),
+            }
         }
         self.emit(ControlEvent::Lost { index: c.index, reason: if finished { FINISHED.to_string() } else { reason } });
     }
@@ -461,6 +509,7 @@ impl Master {
             }
             Command::Order(order) => self.broadcast(&Frame::from(order)),
             Command::Finish { reason, reply } => {
+                self.departures.summary();
                 self.broadcast(&Frame::Finished { reason });
                 let _ = reply.send(());
             }
