@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod dry_run;
 mod ports;
 pub use ports::consecutive_ports;
 
@@ -113,6 +114,13 @@ impl TestDir {
     /// The path inside the directory as a string, for shell scripts.
     pub fn file(&self, p: &str) -> String {
         self.join(p).to_string_lossy().into_owned()
+    }
+
+    /// Write a file (a manifest, say) into the directory and return its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
     }
 
     /// Write an executable shell script and return its path.
@@ -722,9 +730,7 @@ spec:
                   {train}
 "#
     );
-    let path = dir.join("pytorchjob-crashloop-hung.yaml");
-    std::fs::write(&path, text).expect("write manifest");
-    path
+    dir.write("pytorchjob-crashloop-hung.yaml", &text)
 }
 
 /// The master's `/job` view, once `pred` holds for it.
