@@ -142,6 +142,19 @@ impl Drop for TestDir {
     }
 }
 
+/// The words that run a command as PID 1 of a fresh PID namespace with a /proc of its own, the
+/// namespace killed when `unshare` is.
+pub const UNSHARE_PID1: [&str; 5] = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"];
+
+/// `sh -c script` as PID 1 of a fresh PID namespace ([`UNSHARE_PID1`]), stdin from /dev/null, in a
+/// process group of its own: the negative controls, whose PID 1 is not rankvisor (rankvisor as
+/// PID 1 is [`Rv::pid1`]).
+pub fn sh_as_pid1(script: &str) -> Command {
+    let mut c = Command::new(UNSHARE_PID1[0]);
+    c.args(&UNSHARE_PID1[1..]).args(["sh", "-c", script]).stdin(Stdio::null()).process_group(0);
+    c
+}
+
 /// A rankvisor invocation being built.
 pub struct Rv {
     dir: PathBuf,
@@ -244,8 +257,7 @@ impl Rv {
             argv = w;
         }
         if self.pid1 {
-            let mut u: Vec<OsString> =
-                vec!["unshare".into(), "--pid".into(), "--fork".into(), "--mount-proc".into(), "--kill-child".into()];
+            let mut u: Vec<OsString> = UNSHARE_PID1.iter().map(OsString::from).collect();
             u.extend(argv);
             argv = u;
         }
