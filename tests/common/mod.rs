@@ -745,6 +745,21 @@ spec:
     dir.write("pytorchjob-crashloop-hung.yaml", &text)
 }
 
+/// A dry run of [`crashloop_and_hung_manifest`] in `dir` (backoff 200 ms to 400 ms, `--timeout
+/// timeout`), once the master's `/job` shows the crash loop and the hang
+/// ([`crashloop_and_hang_seen`]; `what` names that in the failure): the run and the master's port.
+pub fn crashloop_and_hang_running(dir: &TestDir, timeout: &str, what: &str) -> (DryRunHttp, u16) {
+    let manifest = crashloop_and_hung_manifest(dir);
+    let run = DryRunHttp::start(
+        dir,
+        &manifest,
+        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", timeout],
+    );
+    let master = run.port("pytest-master-0");
+    wait_job(master, what, crashloop_and_hang_seen);
+    (run, master)
+}
+
 /// The master's `/job` view, once `pred` holds for it.
 pub fn wait_job(master_port: u16, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     wait_until_for(what, Duration::from_secs(60), || {
