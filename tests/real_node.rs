@@ -441,6 +441,17 @@ fn operator_pod(
     })
 }
 
+/// Delete the pods of the replicas `ids` of `job` and their headless services: a job scenario's
+/// clean-up.
+fn delete_operator_objects(c: &Cluster, job: &rankvisor::dryrun::PyTorchJob, ids: &[rankvisor::dryrun::ReplicaId]) {
+    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
+    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
+    c.delete_pods(&pods);
+    let mut args = vec!["delete", "service"];
+    args.extend_from_slice(&pods);
+    c.kubectl_ok(&args);
+}
+
 /// The operator's headless service for a replica: named like its pod, selecting it by labels.
 fn operator_service(job: &rankvisor::dryrun::PyTorchJob, id: rankvisor::dryrun::ReplicaId) -> serde_json::Value {
     let selector = serde_json::json!({
@@ -512,12 +523,7 @@ fn operator_job_meets_and_finishes_across_pods(c: &Cluster) {
             assert_eq!(e.restarts(), 0, "{}", e.summary());
         }
     }
-    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
-    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
-    c.delete_pods(&pods);
-    let mut args = vec!["delete", "service"];
-    args.extend_from_slice(&pods);
-    c.kubectl_ok(&args);
+    delete_operator_objects(c, &job, &ids);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -670,12 +676,7 @@ fn kubelet_timeline(c: &Cluster, example: &str, window: Duration) -> Timeline {
         }
         timeline
     });
-    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
-    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
-    c.delete_pods(&pods);
-    let mut args = vec!["delete", "service"];
-    args.extend_from_slice(&pods);
-    c.kubectl_ok(&args);
+    delete_operator_objects(c, &job, &ids);
     timeline
 }
 
