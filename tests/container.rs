@@ -142,6 +142,19 @@ impl Scene {
         cname
     }
 
+    /// The container `name` running `sh -c script`, with a host directory mounted at /out, started;
+    /// returned once its child has run `touch /out/started` (which `script` does, after any trap
+    /// it sets): the container's name and the host directory.
+    fn start_child(&mut self, name: &str, opts: &[String], script: &str) -> (String, PathBuf) {
+        let out = self.dir("out");
+        let mut all = mount(&out, "/out");
+        all.extend(opts.iter().cloned());
+        let c = self.create(name, &all, &["sh", "-c", script]);
+        docker_ok(&["start", &c]);
+        wait_file(&out.join("started"), GUARD, "child start");
+        (c, out)
+    }
+
     /// One replica of the job `job` on `net`: hostname and network alias are the pod's name.
     fn replica(&mut self, job: &str, rank: u32, count: u32, net: &str, extra: &[String], cmd: &[&str]) -> String {
         let pod = pod_name(job, rank);
@@ -198,6 +211,15 @@ fn wait_exit(name: &str, guard: Duration) -> i64 {
         assert!(t.elapsed() < guard, "{name} still {state} after {guard:?}; logs:\n{}", logs(name));
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// `docker stop -t 60` (docker's own KILL only after 60 s): the container's exit code and how long
+/// the `docker stop` took.
+fn docker_stop(name: &str) -> (i64, Duration) {
+    let t = Instant::now();
+    docker_ok(&["stop", "-t", "60", name]);
+    let took = t.elapsed();
+    (wait_exit(name, GUARD), took)
 }
 
 fn logs(name: &str) -> String {
@@ -324,16 +346,9 @@ fn master_pod_name_resolves_through_the_dns_search_list() {
 fn docker_stop_terms_the_child_and_exits_143() {
     let image = image();
     let mut s = Scene::new("stop", &image);
-    let out = s.dir("out");
-    let mut opts = mount(&out, "/out");
-    opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "20s")]));
-    let c = s.create("stop", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
-    docker_ok(&["start", &c]);
-    wait_file(&out.join("started"), GUARD, "child start");
-    let t = Instant::now();
-    docker_ok(&["stop", "-t", "60", &c]);
-    let took = t.elapsed();
-    let code = wait_exit(&c, GUARD);
+    let opts = env_opts(&[("RANKVISOR_GRACE_PERIOD", "20s")]);
+    let (c, _) = s.start_child("stop", &opts, "touch /out/started; sleep 1000");
+    let (code, took) = docker_stop(&c);
     eprintln!("docker stop -> exited {code} in {took:?}");
     assert_eq!(code, 143, "{}", logs(&c));
 }
@@ -344,17 +359,9 @@ fn docker_stop_terms_the_child_and_exits_143() {
 fn docker_stop_kills_a_term_ignoring_child_after_grace() {
     let image = image();
     let mut s = Scene::new("stopkill", &image);
-    let out = s.dir("out");
-    let mut opts = mount(&out, "/out");
-    opts.extend(env_opts(&[("RANKVISOR_GRACE_PERIOD", "2s")]));
-    let c =
-        s.create("stopkill", &opts, &["sh", "-c", "trap '' TERM; touch /out/started; while true; do sleep 0.2; done"]);
-    docker_ok(&["start", &c]);
-    wait_file(&out.join("started"), GUARD, "child start");
-    let t = Instant::now();
-    docker_ok(&["stop", "-t", "60", &c]);
-    let took = t.elapsed();
-    let code = wait_exit(&c, GUARD);
+    let opts = env_opts(&[("RANKVISOR_GRACE_PERIOD", "2s")]);
+    let (c, _) = s.start_child("stopkill", &opts, "trap '' TERM; touch /out/started; while true; do sleep 0.2; done");
+    let (code, took) = docker_stop(&c);
     eprintln!("docker stop (TERM ignored, grace 2s) -> exited {code} in {took:?}");
     assert_eq!(code, 137, "{}", logs(&c));
     // Order, not speed: the KILL came after rankvisor's grace and before docker's (a loaded machine
@@ -368,14 +375,11 @@ fn docker_stop_kills_a_term_ignoring_child_after_grace() {
 fn docker_kill_usr1_reaches_the_child() {
     let image = image();
     let mut s = Scene::new("usr1", &image);
-    let out = s.dir("out");
-    let c = s.create(
+    let (c, out) = s.start_child(
         "usr1",
-        &mount(&out, "/out"),
-        &["sh", "-c", "trap 'echo usr1 > /out/usr1; exit 0' USR1; touch /out/started; while true; do sleep 0.1; done"],
+        &[],
+        "trap 'echo usr1 > /out/usr1; exit 0' USR1; touch /out/started; while true; do sleep 0.1; done",
     );
-    docker_ok(&["start", &c]);
-    wait_file(&out.join("started"), GUARD, "child start");
     docker_ok(&["kill", "--signal", "USR1", &c]);
     wait_file(&out.join("usr1"), GUARD, "USR1 trap");
     assert_eq!(wait_exit(&c, GUARD), 0, "{}", logs(&c));
@@ -470,20 +474,16 @@ fn labels_file_flip_exits_138_with_termination_log() {
     let mut s = Scene::new("labels", &image);
     let hl = s.dir("hl");
     let tl = s.dir("tl");
-    let out = s.dir("out");
     let labels = hl.join("labels");
     std::fs::write(&labels, "sagemaker.amazonaws.com/node-health-status=\"Schedulable\"\n").unwrap();
     let mut opts = mount(&hl, "/hl");
     opts.extend(mount(&tl, "/tl"));
-    opts.extend(mount(&out, "/out"));
     opts.extend(env_opts(&[
         ("RANKVISOR_NODE_HEALTH", "file:/hl/labels"),
         ("RANKVISOR_TERMINATION_LOG", "/tl/termination-log"),
         ("RANKVISOR_GRACE_PERIOD", "2s"),
     ]));
-    let c = s.create("labels", &opts, &["sh", "-c", "touch /out/started; sleep 1000"]);
-    docker_ok(&["start", &c]);
-    wait_file(&out.join("started"), GUARD, "child start");
+    let (c, _) = s.start_child("labels", &opts, "touch /out/started; sleep 1000");
     let tmp = hl.join("labels.tmp");
     std::fs::write(&tmp, "sagemaker.amazonaws.com/node-health-status=\"UnschedulablePendingReboot\"\n").unwrap();
     std::fs::rename(&tmp, &labels).unwrap();
@@ -528,10 +528,7 @@ fn bench_container_start_to_child_started() {
 fn probes_and_metrics_answer_on_9400() {
     let image = image();
     let mut s = Scene::new("probes", &image);
-    let out = s.dir("out");
-    let c = s.create("probes", &mount(&out, "/out"), &["sh", "-c", "touch /out/started; sleep 1000"]);
-    docker_ok(&["start", &c]);
-    wait_file(&out.join("started"), GUARD, "child start");
+    let (c, _) = s.start_child("probes", &[], "touch /out/started; sleep 1000");
     let ip = docker_ok(&["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &c]);
     let addr: SocketAddr = format!("{ip}:9400").parse().unwrap_or_else(|e| panic!("container address {ip:?}: {e}"));
     let get = |path: &str| http_get_at(addr, path).unwrap_or_else(|| panic!("GET {path} on {addr}: no answer"));

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
+use common::dry_run::DryRun;
 use common::{TestDir, BIN};
 
 fn example(name: &str) -> PathBuf {
@@ -34,23 +35,9 @@ fn logged_dry_run(args: &[&str], logs: &Path, manifest: &Path) -> (Option<i32>, 
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write manifest");
-    path
-}
-
-/// One finished dry run.
-struct Run {
-    code: i32,
-    events: Vec<Value>,
-    stdout: String,
-    stderr: String,
-}
-
 /// `rankvisor dry-run ARGS...` with a safety `--timeout` and `--master-port 0` unless the test
 /// sets them.
-fn dry_run(args: &[&str]) -> Run {
+fn dry_run(args: &[&str]) -> DryRun {
     let mut cmd = Command::new(BIN);
     cmd.arg("dry-run").args(args);
     if !args.contains(&"--timeout") {
@@ -61,21 +48,17 @@ fn dry_run(args: &[&str]) -> Run {
         cmd.args(["--master-port", "0"]);
     }
     let out = cmd.output().expect("run rankvisor dry-run");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let events = if args.contains(&"json") {
-        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
-    } else {
-        Vec::new()
-    };
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        events,
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    // With `--output json` every line of stdout is an event.
+    DryRun::new(&out, |stdout| {
+        if args.contains(&"json") {
+            stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+        } else {
+            Vec::new()
+        }
+    })
 }
 
-fn json_run(manifest: &Path, extra: &[&str]) -> Run {
+fn json_run(manifest: &Path, extra: &[&str]) -> DryRun {
     let path = manifest.to_str().expect("utf-8 path");
     let mut args = vec!["--output", "json"];
     args.extend_from_slice(extra);
@@ -92,25 +75,8 @@ struct PodEvent {
     at: u64,
 }
 
-impl Run {
-    fn of_kind(&self, kind: &str) -> impl Iterator<Item = &Value> {
-        let kind = kind.to_string();
-        self.events.iter().filter(move |e| e["kind"] == kind.as_str())
-    }
-
-    /// The job's STATE column over time, blanks and repeats left out.
-    fn job_states(&self) -> Vec<String> {
-        let mut states: Vec<String> = Vec::new();
-        for e in self.of_kind("PyTorchJob") {
-            if let Some(s) = e["fields"]["state"].as_str() {
-                if states.last().map(String::as_str) != Some(s) {
-                    states.push(s.to_string());
-                }
-            }
-        }
-        states
-    }
-
+/// The pods' and the gang's rows, and when the job reached a state.
+impl DryRun {
     /// When the job first showed `state`.
     fn job_time(&self, state: &str) -> Option<u64> {
         self.of_kind("PyTorchJob").find(|e| e["fields"]["state"] == state).and_then(|e| e["time_ms"].as_u64())
@@ -135,10 +101,6 @@ impl Run {
 
     fn podgroup(&self) -> Vec<&Value> {
         self.of_kind("PodGroup").collect()
-    }
-
-    fn explain(&self) -> String {
-        format!("exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
 }
 
@@ -268,7 +230,7 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     let text = example_text("pytorchjob.yaml")
         .replacen("command: [\"sh\", \"-c\", \"sleep 3\"]", &command, 1)
         .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", "command: [\"sh\", \"-c\", \"sleep 7\"]");
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = json_run(&manifest, &["--backoff-max", "1s", "--inject", "delete:master-0@4s"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "a deletion is not a failure");
@@ -298,9 +260,8 @@ fn an_unhealthy_node_label_crash_loops_the_replica_until_the_backoff_limit() {
     // The launcher gives up (138) under OnFailure: a container crash the kubelet restarts in
     // place; the restarts reach backoffLimit 1 and the operator fails the job.
     let tmp = TestDir::new("dry-run-label");
-    let dir = tmp.path();
     let text = example_text("pytorchjob.yaml").replace("backoffLimit: 3", "backoffLimit: 1");
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = json_run(&manifest, &["--inject", "label:worker-1@1s=UnschedulablePendingReboot"]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -318,7 +279,7 @@ fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_fil
     let logs = dir.join("logs");
     let command = "command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort; grep -E '^Sig(Blk|Ign)' /proc/self/status\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let out = Command::new(BIN)
         .args(["dry-run", "--watch", "job", "--master-port", "0", "--logs"])
         .arg(&logs)
@@ -348,10 +309,9 @@ fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_fil
 #[test]
 fn replica_output_is_prefixed_with_its_pod() {
     let tmp = TestDir::new("dry-run-prefix");
-    let dir = tmp.path();
     let command = "command: [\"sh\", \"-c\", \"echo hello from rank $RANK; echo oops >&2\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = dry_run(&["--watch", "pods", manifest.to_str().unwrap_or_default()]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.stderr.contains("pytest-worker-2 | hello from rank 3\n"), "{}", r.stderr);
@@ -390,11 +350,10 @@ impl Drop for KillOnDrop {
 #[test]
 fn ctrl_c_stops_every_replica_and_exits_130() {
     let tmp = TestDir::new("dry-run-interrupt");
-    let dir = tmp.path();
     // A sleep no other test (or earlier run) uses, to count this run's replicas exactly.
     let sleep = format!("sleep 41.{}", std::process::id());
     let text = example_text("pytorchjob.yaml").replace("sleep 3", &sleep);
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let mut run = KillOnDrop(
         Command::new(BIN)
             .args(["dry-run", "--output", "json", "--watch", "job", "--timeout", "50s"])
@@ -425,9 +384,9 @@ fn ctrl_c_stops_every_replica_and_exits_130() {
 }
 
 /// Admission: the operator's webhook messages, exit 64, nothing started.
-fn refused(test: &str, text: &str) -> Run {
+fn refused(test: &str, text: &str) -> DryRun {
     let tmp = TestDir::new(&format!("dry-run-{test}"));
-    let manifest = write(tmp.path(), "job.yaml", text);
+    let manifest = tmp.write("job.yaml", text);
     let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
     assert_eq!(r.code, 64, "{}", r.explain());
     assert!(r.stdout.is_empty(), "nothing is watched: {}", r.stdout);
@@ -504,7 +463,7 @@ fn an_image_entrypoint_is_named_then_given_with_command_and_path_map() {
     let dir = tmp.path();
     std::fs::create_dir_all(dir.join("data")).expect("data dir");
     std::fs::write(dir.join("data").join("hello"), "hi").expect("data file");
-    let manifest = write(dir, "job.yaml", IMAGE_ENTRYPOINT_JOB);
+    let manifest = tmp.write("job.yaml", IMAGE_ENTRYPOINT_JOB);
     let path = manifest.to_str().unwrap_or_default();
     let r = dry_run(&[path]);
     assert_eq!(r.code, 64, "{}", r.explain());
@@ -537,7 +496,7 @@ fn the_k8s_example_runs_with_its_downward_api_env_and_rankvisor_as_its_command()
             "args: [\"sh\", \"-c\", \"sleep 30s\"]",
             "args: [\"sh\", \"-c\", \"env | grep -E '^(POD_NAME|POD_NAMESPACE|NODE_NAME)=' | sort\"]",
         );
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let (code, stderr) = logged_dry_run(&["--watch", "job", "--timeout", "50s"], &logs, &manifest);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("Master's command is rankvisor itself (/rankvisor)"), "{stderr}");
@@ -553,8 +512,7 @@ fn a_job_managed_by_another_controller_is_not_run() {
     let text = example_text("pytorchjob.yaml")
         .replace("  runPolicy:\n", "  runPolicy:\n    managedBy: kueue.x-k8s.io/multikueue\n");
     let tmp = TestDir::new("dry-run-managed-by");
-    let dir = tmp.path();
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert!(r.job_states().is_empty(), "the operator never reconciles it: {}", r.explain());
@@ -566,8 +524,7 @@ fn a_job_managed_by_another_controller_is_not_run() {
 fn a_suspended_job_starts_once_resumed() {
     let text = example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    suspend: true\n");
     let tmp = TestDir::new("dry-run-suspend");
-    let dir = tmp.path();
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     // Its own free port: the launchers start a second after the port was chosen.
     let r = json_run(&manifest, &["--inject", "resume:job@1s", "--master-port", "0"]);
     assert_eq!(r.code, 0, "{}", r.explain());
@@ -581,8 +538,7 @@ fn the_active_deadline_fails_the_job_and_deletes_its_pods() {
     let text =
         example_text("pytorchjob.yaml").replace("  runPolicy:\n", "  runPolicy:\n    activeDeadlineSeconds: 1\n");
     let tmp = TestDir::new("dry-run-deadline");
-    let dir = tmp.path();
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -604,8 +560,7 @@ fn a_never_worker_failing_fails_the_job_and_clean_pod_policy_none_keeps_the_rest
         "    Worker:\n      replicas: 3\n      restartPolicy: Never",
     );
     let tmp = TestDir::new("dry-run-never");
-    let dir = tmp.path();
-    let manifest = write(dir, "job.yaml", &text);
+    let manifest = tmp.write("job.yaml", &text);
     let r = json_run(&manifest, &[]);
     assert_eq!(r.code, 1, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Failed"], "{}", r.explain());
@@ -627,7 +582,7 @@ fn a_worker_only_elastic_job_runs_under_real_launchers_with_the_operators_exact_
     let tmp = TestDir::new("dry-run-elastic");
     let dir = tmp.path();
     let logs = dir.join("logs");
-    let manifest = write(dir, "job.yaml", ELASTIC_WORKERS);
+    let manifest = tmp.write("job.yaml", ELASTIC_WORKERS);
     // Its own free port (the rendezvous endpoint's), as parallel tests share the machine.
     let (code, stderr) =
         logged_dry_run(&["--output", "json", "--timeout", "50s", "--master-port", "0"], &logs, &manifest);
@@ -658,7 +613,7 @@ fn what_a_local_run_cannot_do_is_said_in_one_line() {
     // cpu-demo), a GPU limit (mnist nccl, deepspeed), the HPA's metrics (elastic imagenet).
     let tmp = TestDir::new("dry-run-cannot");
     let script_job = IMAGE_ENTRYPOINT_JOB.replace("args: [\"/workspace/data\"]", "command: [python3, ./train.py]");
-    let manifest = write(tmp.path(), "script.yaml", &script_job);
+    let manifest = tmp.write("script.yaml", &script_job);
     let r = dry_run(&[manifest.to_str().unwrap_or_default()]);
     assert_eq!(r.code, 64, "{}", r.explain());
     let lines: Vec<&str> = r.stderr.lines().collect();
@@ -677,7 +632,7 @@ fn what_a_local_run_cannot_do_is_said_in_one_line() {
         )
         .replace("replicas: 2", "replicas: 1")
         .replace("minReplicas: 1\n    maxReplicas: 2", "minReplicas: 1\n    maxReplicas: 1");
-    let manifest = write(tmp.path(), "gpu.yaml", &gpu_job);
+    let manifest = tmp.write("gpu.yaml", &gpu_job);
     let r = json_run(&manifest, &["--timeout", "1s"]);
     let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warning: not emulated here:")).collect();
     assert_eq!(warnings.len(), 1, "one line: {}", r.stderr);
@@ -699,10 +654,9 @@ fn hostile_manifests_are_refused_without_hanging_or_growing() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo takes a valid C string.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let big = write(tmp.path(), "big.yaml", &format!("# {}\n", "x".repeat(2 * 1024 * 1024)));
-    let nested = write(tmp.path(), "nested.yaml", &"[".repeat(50_000));
-    let bomb =
-        write(tmp.path(), "bomb.yaml", &format!("a: &a {}\nb: [{}]\n", "x".repeat(100_000), vec!["*a"; 100].join(",")));
+    let big = tmp.write("big.yaml", &format!("# {}\n", "x".repeat(2 * 1024 * 1024)));
+    let nested = tmp.write("nested.yaml", &"[".repeat(50_000));
+    let bomb = tmp.write("bomb.yaml", &format!("a: &a {}\nb: [{}]\n", "x".repeat(100_000), vec!["*a"; 100].join(",")));
     let cases = [
         ("/dev/zero".to_string(), "is a character device: expected a regular file"),
         (fifo.to_string_lossy().into_owned(), "is a FIFO (named pipe): expected a regular file"),

@@ -3,8 +3,6 @@
 
 mod common;
 use common::*;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// A child that starts a setsid escapee trapping TERM, waits until the escapee is ready, then exits.
@@ -48,20 +46,7 @@ fn pid1_terms_a_setsid_escapee_before_exiting() {
 fn negative_control_a_pid1_that_just_exits_leaves_no_time_to_clean_up() {
     // Same escapee under `sh` as PID 1: when sh exits, the kernel SIGKILLs the namespace.
     let dir = TestDir::new("escapee-control");
-    let status = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            "sh",
-            "-c",
-            &escaping_child(&dir, &got_term_trap(&dir), 0),
-        ])
-        .stdin(Stdio::null())
-        .process_group(0)
-        .status()
-        .unwrap();
+    let status = sh_as_pid1(&escaping_child(&dir, &got_term_trap(&dir), 0)).status().unwrap();
     assert!(status.success());
     assert!(dir.join("ready").exists());
     std::thread::sleep(std::time::Duration::from_millis(200));

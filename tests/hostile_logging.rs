@@ -6,7 +6,7 @@ mod common;
 use common::{kill_tree, read, wait_until_for, TestDir, BIN};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Bytes waiting in the pipe behind `fd`.
@@ -22,16 +22,13 @@ fn starts(path: &std::path::Path) -> usize {
     read(path).lines().count()
 }
 
-/// Regression: once 64 KB of logs piled up, the loop blocked in write(2): no restarts, TERM ignored.
-#[test]
-fn an_undrained_stderr_pipe_blocks_neither_restarts_nor_term() {
-    let dir = TestDir::new("hostile-log-pipe");
-    let starts_file = dir.join("starts");
-    let script = format!("echo x >> {}; exit 1", common::q(&starts_file.to_string_lossy()));
+/// rankvisor restarting `sh -c script` every `backoff` (no limit reached), logging at debug level
+/// into a stderr pipe nobody reads, once 60 KB wait in that pipe: rankvisor and the pipe's end.
+fn with_stderr_pipe_full(backoff: &str, script: &str) -> (Child, ChildStderr) {
     let mut child = Command::new(BIN)
-        .args(["--backoff-initial", "10ms", "--backoff-max", "10ms", "--backoff-limit", "1000000"])
+        .args(["--backoff-initial", backoff, "--backoff-max", backoff, "--backoff-limit", "1000000"])
         .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
-        .args(["--", "sh", "-c", &script])
+        .args(["--", "sh", "-c", script])
         .env_remove("RANK")
         .env_remove("WORLD_SIZE")
         .stdin(Stdio::null())
@@ -39,10 +36,21 @@ fn an_undrained_stderr_pipe_blocks_neither_restarts_nor_term() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn rankvisor");
-    // Never read: the pipe fills up and stays full.
     let pipe = child.stderr.take().expect("stderr pipe");
-    let guard = Duration::from_secs(60);
-    wait_until_for("rankvisor's stderr pipe to fill", guard, || (queued(pipe.as_raw_fd()) >= 60 * 1024).then_some(()));
+    wait_until_for("rankvisor's stderr pipe to fill", Duration::from_secs(60), || {
+        (queued(pipe.as_raw_fd()) >= 60 * 1024).then_some(())
+    });
+    (child, pipe)
+}
+
+/// Regression: once 64 KB of logs piled up, the loop blocked in write(2): no restarts, TERM ignored.
+#[test]
+fn an_undrained_stderr_pipe_blocks_neither_restarts_nor_term() {
+    let dir = TestDir::new("hostile-log-pipe");
+    let starts_file = dir.join("starts");
+    let script = format!("echo x >> {}; exit 1", common::q(&starts_file.to_string_lossy()));
+    // Never read: the pipe stays full.
+    let (mut child, pipe) = with_stderr_pipe_full("10ms", &script);
     let at_full = starts(&starts_file);
     let more = at_full + 20;
     let restarted = wait_until_for_opt(Duration::from_secs(20), || starts(&starts_file) >= more);
@@ -94,21 +102,7 @@ fn dropped_lines_are_reported_once_stderr_drains() {
         "echo x >> {s}; n=$(wc -l < {s}); [ \"$n\" -ge 3000 ] && exit 0; exit 1",
         s = common::q(&starts_file.to_string_lossy())
     );
-    let mut child = Command::new(BIN)
-        .args(["--backoff-initial", "1ms", "--backoff-max", "1ms", "--backoff-limit", "1000000"])
-        .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
-        .args(["--", "sh", "-c", &script])
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rankvisor");
-    let mut pipe = child.stderr.take().expect("stderr pipe");
-    wait_until_for("rankvisor's stderr pipe to fill", Duration::from_secs(60), || {
-        (queued(pipe.as_raw_fd()) >= 60 * 1024).then_some(())
-    });
+    let (mut child, mut pipe) = with_stderr_pipe_full("1ms", &script);
     // Let lines be dropped: wait for many more restarts while the pipe stays full.
     let full = starts(&starts_file);
     assert!(wait_until_for_opt(Duration::from_secs(60), || starts(&starts_file) >= full + 300), "restarts continue");

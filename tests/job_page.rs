@@ -6,10 +6,7 @@
 
 mod common;
 
-use common::{
-    crashloop_and_hang_seen, crashloop_and_hung_manifest, free_port, http_get, required_tool, wait_job, wait_until,
-    DryRunHttp, Rv, TestDir,
-};
+use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, Rv, TestDir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -62,14 +59,8 @@ fn artefacts() -> PathBuf {
 #[test]
 fn the_masters_page_shows_every_replica_and_marks_the_crash_loop_and_the_hang() {
     let dir = TestDir::new("job-page");
-    let manifest = crashloop_and_hung_manifest(&dir);
-    let run = DryRunHttp::start(
-        &dir,
-        &manifest,
-        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", "180s"],
-    );
-    let master = run.port("pytest-master-0");
-    wait_job(master, "a crash-looping worker and a master back from a hang", crashloop_and_hang_seen);
+    let (_run, master) =
+        crashloop_and_hang_running(&dir, "180s", "a crash-looping worker and a master back from a hang");
     let url = format!("http://127.0.0.1:{master}/");
     let (code, html) = http_get(master, "/").expect("GET / answers");
     assert_eq!(code, 200);
@@ -114,14 +105,7 @@ fn the_masters_page_shows_every_replica_and_marks_the_crash_loop_and_the_hang() 
 #[test]
 fn a_workers_page_shows_that_replica_alone_and_links_to_the_master() {
     let dir = TestDir::new("replica-page");
-    let manifest = crashloop_and_hung_manifest(&dir);
-    let run = DryRunHttp::start(
-        &dir,
-        &manifest,
-        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", "180s"],
-    );
-    let master = run.port("pytest-master-0");
-    wait_job(master, "a crash-looping worker", crashloop_and_hang_seen);
+    let (run, _) = crashloop_and_hang_running(&dir, "180s", "a crash-looping worker");
     let worker = run.port("pytest-worker-0");
     let url = format!("http://127.0.0.1:{worker}/");
     let dom = chromium(&dir, &["--virtual-time-budget=4000", "--dump-dom", &url]);

@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 mod common;
+use common::dry_run::{json_lines, DryRun};
 use common::{rankvisor, repo_file, TestDir};
 
 /// A manifest of `tests/kubeflow_examples/`.
@@ -18,28 +17,8 @@ fn manifest(name: &str) -> PathBuf {
     path
 }
 
-/// One finished dry run.
-struct Run {
-    code: i32,
-    events: Vec<Value>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// The job's STATE column over time, blanks and repeats left out.
-    fn job_states(&self) -> Vec<String> {
-        let mut states: Vec<String> = Vec::new();
-        for e in self.events.iter().filter(|e| e["kind"] == "PyTorchJob") {
-            if let Some(s) = e["fields"]["state"].as_str() {
-                if states.last().map(String::as_str) != Some(s) {
-                    states.push(s.to_string());
-                }
-            }
-        }
-        states
-    }
-
+/// What a refused or warned run prints, read from its stderr.
+impl DryRun {
     /// The non-empty lines of stderr.
     fn lines(&self) -> Vec<&str> {
         self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
@@ -58,29 +37,18 @@ impl Run {
     fn warnings(&self) -> Vec<&str> {
         self.stderr.lines().filter(|l| l.contains("warning: not emulated here:")).collect()
     }
-
-    fn explain(&self) -> String {
-        format!("exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
 }
 
 /// `rankvisor dry-run --output json ARGS... MANIFEST` in `cwd`, on a free master port, with `PATH`
 /// set to `path` when given (what a user's shell would have).
-fn dry_run(manifest: &Path, cwd: &Path, path: Option<&str>, args: &[&str]) -> Run {
+fn dry_run(manifest: &Path, cwd: &Path, path: Option<&str>, args: &[&str]) -> DryRun {
     let mut cmd = rankvisor();
     cmd.args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", "60s"]).args(args).arg(manifest);
     cmd.current_dir(cwd);
     if let Some(p) = path {
         cmd.env("PATH", p);
     }
-    let out = cmd.output().expect("run rankvisor dry-run");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        events: stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    DryRun::new(&cmd.output().expect("run rankvisor dry-run"), json_lines)
 }
 
 /// A `bin/` in `dir` holding stand-ins for the images' programs (`python`, `python3`, `torchrun`),

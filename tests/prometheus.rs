@@ -5,9 +5,7 @@
 
 mod common;
 
-use common::{
-    crashloop_and_hang_seen, crashloop_and_hung_manifest, http_get, required_tool, wait_job, DryRunHttp, TestDir,
-};
+use common::{crashloop_and_hang_running, http_get, required_tool, TestDir};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,14 +33,7 @@ fn families(text: &str) -> Vec<String> {
 #[test]
 fn live_metrics_of_master_and_workers_pass_promtool_check_metrics() {
     let dir = TestDir::new("promtool-metrics");
-    let manifest = crashloop_and_hung_manifest(&dir);
-    let run = DryRunHttp::start(
-        &dir,
-        &manifest,
-        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", "120s"],
-    );
-    let master = run.port("pytest-master-0");
-    wait_job(master, "a crash-looping and a hung worker while the job runs", crashloop_and_hang_seen);
+    let (run, _) = crashloop_and_hang_running(&dir, "120s", "a crash-looping and a hung worker while the job runs");
     let mut seen = Vec::new();
     for pod in ["pytest-master-0", "pytest-worker-0", "pytest-worker-1"] {
         let (code, body) = http_get(run.port(pod), "/metrics").expect("/metrics answers");

@@ -56,18 +56,19 @@ fn api_time(v: &serde_json::Value) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // 1. kubectl delete pod
 
-/// `kubectl delete pod`: the kubelet stops the container (TERM to PID 1, rankvisor); rankvisor
-/// forwards TERM to the child, whose trap writes a marker in a hostPath volume and exits 0; the
-/// container ends with 0 before the pod's grace period is over (by the API's own timestamps).
-fn delete_pod_terms_the_child(c: &Cluster) {
-    let dir = c.host_dir("delete-trap");
-    let pod = "rv-delete-trap";
+/// The pod `rv-NAME`: rankvisor with `--grace-period GRACE` over a child that runs `on_term` on TERM
+/// and loops, with the host directory `NAME` at /m. Once the child started and the pod runs,
+/// `kubectl delete pod`; once the pod is gone, what the child wrote to /m/term and the pod's last
+/// state with its container terminated.
+fn delete_running_pod(c: &Cluster, name: &str, grace: &str, on_term: &str) -> (String, PodEvent) {
+    let dir = c.host_dir(name);
+    let pod = &format!("rv-{name}");
     c.create(
         &PodSpec::new(
             c,
             pod,
-            &[ALONE, &["--grace-period", "20s"]].concat(),
-            "trap 'echo TERM > /m/term; exit 0' TERM; echo started > /m/started; while :; do sleep 1; done",
+            &[ALONE, &["--grace-period", grace]].concat(),
+            &format!("trap '{on_term}' TERM; echo started > /m/started; while :; do sleep 1; done"),
         )
         .host_path("m", &dir, "/m")
         .v,
@@ -77,8 +78,15 @@ fn delete_pod_terms_the_child(c: &Cluster) {
     c.kubectl_ok(&["delete", "pod", pod, "--wait=false"]);
     let mut seen = Vec::new();
     c.watch_pod(pod, "deleted", POD_LIMIT, |e| e.kind == "DELETED", &mut seen);
-    assert_eq!(std::fs::read_to_string(dir.join("term")).unwrap_or_default(), "TERM\n", "the child's TERM trap ran");
-    let last = ended(&seen, pod);
+    (std::fs::read_to_string(dir.join("term")).unwrap_or_default(), ended(&seen, pod))
+}
+
+/// `kubectl delete pod`: the kubelet stops the container (TERM to PID 1, rankvisor); rankvisor
+/// forwards TERM to the child, whose trap writes a marker in a hostPath volume and exits 0; the
+/// container ends with 0 before the pod's grace period is over (by the API's own timestamps).
+fn delete_pod_terms_the_child(c: &Cluster) {
+    let (term, last) = delete_running_pod(c, "delete-trap", "20s", "echo TERM > /m/term; exit 0");
+    assert_eq!(term, "TERM\n", "the child's TERM trap ran");
     let t = last.terminated().unwrap();
     assert_eq!(t["exitCode"], 0, "the child's own status through rankvisor: {}", last.summary());
     ended_within_grace(&last);
@@ -117,28 +125,8 @@ fn ended_within_grace(e: &PodEvent) {
 /// KILL; the container's status is rankvisor's (the child's 128+9 = 137, and rankvisor's
 /// termination message saying so), long before the kubelet's own KILL would come.
 fn delete_pod_kills_a_term_ignoring_child_after_rankvisors_grace(c: &Cluster) {
-    let dir = c.host_dir("delete-ignore");
-    let pod = "rv-delete-ignore";
-    c.create(
-        &PodSpec::new(
-            c,
-            pod,
-            &[ALONE, &["--grace-period", "2s"]].concat(),
-            "trap 'echo ignored >> /m/term' TERM; echo started > /m/started; while :; do sleep 1; done",
-        )
-        .host_path("m", &dir, "/m")
-        .v,
-    );
-    wait_file(&dir.join("started"), "the child started", |t| t == "started\n");
-    c.wait_pod(pod, "running", POD_LIMIT, |e| e.running());
-    c.kubectl_ok(&["delete", "pod", pod, "--wait=false"]);
-    let mut seen = Vec::new();
-    c.watch_pod(pod, "deleted", POD_LIMIT, |e| e.kind == "DELETED", &mut seen);
-    assert!(
-        std::fs::read_to_string(dir.join("term")).unwrap_or_default().starts_with("ignored\n"),
-        "the child saw TERM and ignored it"
-    );
-    let last = ended(&seen, pod);
+    let (term, last) = delete_running_pod(c, "delete-ignore", "2s", "echo ignored >> /m/term");
+    assert!(term.starts_with("ignored\n"), "the child saw TERM and ignored it");
     let t = last.terminated().unwrap();
     assert_eq!(t["exitCode"], 137, "rankvisor's status: its child's 128+9: {}", last.summary());
     assert_eq!(
@@ -453,6 +441,17 @@ fn operator_pod(
     })
 }
 
+/// Delete the pods of the replicas `ids` of `job` and their headless services: a job scenario's
+/// clean-up.
+fn delete_operator_objects(c: &Cluster, job: &rankvisor::dryrun::PyTorchJob, ids: &[rankvisor::dryrun::ReplicaId]) {
+    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
+    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
+    c.delete_pods(&pods);
+    let mut args = vec!["delete", "service"];
+    args.extend_from_slice(&pods);
+    c.kubectl_ok(&args);
+}
+
 /// The operator's headless service for a replica: named like its pod, selecting it by labels.
 fn operator_service(job: &rankvisor::dryrun::PyTorchJob, id: rankvisor::dryrun::ReplicaId) -> serde_json::Value {
     let selector = serde_json::json!({
@@ -524,12 +523,7 @@ fn operator_job_meets_and_finishes_across_pods(c: &Cluster) {
             assert_eq!(e.restarts(), 0, "{}", e.summary());
         }
     }
-    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
-    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
-    c.delete_pods(&pods);
-    let mut args = vec!["delete", "service"];
-    args.extend_from_slice(&pods);
-    c.kubectl_ok(&args);
+    delete_operator_objects(c, &job, &ids);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -682,12 +676,7 @@ fn kubelet_timeline(c: &Cluster, example: &str, window: Duration) -> Timeline {
         }
         timeline
     });
-    let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
-    let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
-    c.delete_pods(&pods);
-    let mut args = vec!["delete", "service"];
-    args.extend_from_slice(&pods);
-    c.kubectl_ok(&args);
+    delete_operator_objects(c, &job, &ids);
     timeline
 }
 

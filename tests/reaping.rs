@@ -106,21 +106,7 @@ fn negative_control_a_pid1_that_does_not_reap_leaves_100_zombies() {
     let dir = TestDir::new("reap-control");
     let script = workload(&dir);
     // PID 1 is `sleep`, which never waits: the orphans it inherits stay zombies.
-    let child = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            "sh",
-            "-c",
-            &format!("{} & exec sleep 30", q(&script)),
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let child = sh_as_pid1(&format!("{} & exec sleep 30", q(&script))).stderr(Stdio::null()).spawn().unwrap();
     let unshare = child.id() as i32;
     let guard = Guard(child);
     let pid1 = wait_until("PID 1 of the namespace", || {

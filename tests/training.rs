@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::dry_run::{json_lines, DryRun};
 use common::{http_get, rankvisor, repo_file, wait_until_for, DryRunHttp, TestDir};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,11 +51,17 @@ fn example(name: &str) -> PathBuf {
 
 /// One finished dry run, with each replica's output in `logs/<pod>.log`.
 struct Run {
-    code: i32,
-    events: Vec<Value>,
-    stdout: String,
-    stderr: String,
+    run: DryRun,
     logs: PathBuf,
+}
+
+/// The dry run's exit code, events, outputs and job states.
+impl std::ops::Deref for Run {
+    type Target = DryRun;
+
+    fn deref(&self) -> &DryRun {
+        &self.run
+    }
 }
 
 /// `rankvisor dry-run --output json --logs DIR/logs MANIFEST`, run in `cwd`, on any free master port
@@ -83,36 +90,14 @@ fn dry_run_env(manifest: &Path, cwd: &Path, dir: &Path, timeout: &str, extra: &[
         .current_dir(cwd)
         .output()
         .expect("run rankvisor dry-run");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let events = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        events,
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        logs,
-    }
+    Run { run: DryRun::new(&out, json_lines), logs }
 }
 
 impl Run {
-    /// The job's STATE column over time, blanks and repeats left out.
-    fn job_states(&self) -> Vec<String> {
-        let mut states: Vec<String> = Vec::new();
-        for e in self.events.iter().filter(|e| e["kind"] == "PyTorchJob") {
-            if let Some(s) = e["fields"]["state"].as_str() {
-                if states.last().map(String::as_str) != Some(s) {
-                    states.push(s.to_string());
-                }
-            }
-        }
-        states
-    }
-
     /// A pod's (STATUS, RESTARTS) rows, in order.
     fn pod(&self, name: &str) -> Vec<(String, u64)> {
-        self.events
-            .iter()
-            .filter(|e| e["kind"] == "Pod" && e["name"] == name)
+        self.of_kind("Pod")
+            .filter(|e| e["name"] == name)
             .map(|e| {
                 let status = e["fields"]["status"].as_str().unwrap_or_default().to_string();
                 (status, e["fields"]["restarts"].as_u64().unwrap_or(99))
@@ -134,8 +119,9 @@ impl Run {
             .collect()
     }
 
+    /// The dry run's explanation, then every replica's log.
     fn explain(&self) -> String {
-        let mut text = format!("exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr);
+        let mut text = self.run.explain();
         if let Ok(entries) = std::fs::read_dir(&self.logs) {
             let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
             names.sort();
@@ -275,8 +261,7 @@ fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
         "- name: DDP_SMOKE_CRASH_RANK\n                  value: \"2\"\n                - name: OMP_NUM_THREADS";
     let text = text.replace("backoffLimit: 3", "backoffLimit: 10").replace("- name: OMP_NUM_THREADS", crash_env);
     assert!(text.contains("DDP_SMOKE_CRASH_RANK"), "the manifest changed shape");
-    let manifest = dir.join("job.yaml");
-    std::fs::write(&manifest, text).expect("write the manifest");
+    let manifest = dir.write("job.yaml", &text);
     let r = dry_run_with(&manifest, &repo_file(""), dir.path(), "300s", &["--restart-scope", "job"]);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
@@ -307,8 +292,7 @@ fn status_shows_the_trainers_step_and_loss_while_it_runs() {
     let text = std::fs::read_to_string(example("pytorchjob-tch-train.yaml"))
         .expect("the tch example")
         .replace("--loss-threshold 0.05", "--loss-threshold 0.05 --step-delay-ms 20");
-    let manifest = dir.join("job.yaml");
-    std::fs::write(&manifest, text).expect("write the manifest");
+    let manifest = dir.write("job.yaml", &text);
     let mut run = DryRunHttp::start_in(&dir, &manifest, &["--watch", "job", "--timeout", "300s"], Some(dir.path()));
     let port = run.port("tch-train-master-0");
     let progress = wait_until_for("/status to show the trainer's step and loss", Duration::from_secs(120), || {
@@ -393,8 +377,7 @@ fn kubeflow_elastic_echo_runs_under_torchrun_on_worker_only_replicas() {
     let text = std::fs::read_to_string(kubeflow_examples().join("elastic_echo.yaml")).expect("elastic_echo.yaml");
     let text = text.replace("spec:\n  elasticPolicy:", "spec:\n  nprocPerNode: \"2\"\n  elasticPolicy:");
     assert!(text.contains("nprocPerNode: \"2\""), "the manifest changed shape");
-    let manifest = dir.join("elastic_echo.yaml");
-    std::fs::write(&manifest, text).expect("write the manifest");
+    let manifest = dir.write("elastic_echo.yaml", &text);
     let r = dry_run_env(&manifest, &kubeflow_examples(), dir.path(), "300s", &[], &env);
     assert_eq!(r.code, 0, "{}", r.explain());
     assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());

@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod dry_run;
 mod ports;
 pub use ports::consecutive_ports;
 
@@ -115,6 +116,13 @@ impl TestDir {
         self.join(p).to_string_lossy().into_owned()
     }
 
+    /// Write a file (a manifest, say) into the directory and return its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
     /// Write an executable shell script and return its path.
     pub fn script(&self, name: &str, body: &str) -> String {
         let p = self.join(name);
@@ -132,6 +140,19 @@ impl Drop for TestDir {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }
+}
+
+/// The words that run a command as PID 1 of a fresh PID namespace with a /proc of its own, the
+/// namespace killed when `unshare` is.
+pub const UNSHARE_PID1: [&str; 5] = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"];
+
+/// `sh -c script` as PID 1 of a fresh PID namespace ([`UNSHARE_PID1`]), stdin from /dev/null, in a
+/// process group of its own: the negative controls, whose PID 1 is not rankvisor (rankvisor as
+/// PID 1 is [`Rv::pid1`]).
+pub fn sh_as_pid1(script: &str) -> Command {
+    let mut c = Command::new(UNSHARE_PID1[0]);
+    c.args(&UNSHARE_PID1[1..]).args(["sh", "-c", script]).stdin(Stdio::null()).process_group(0);
+    c
 }
 
 /// A rankvisor invocation being built.
@@ -236,8 +257,7 @@ impl Rv {
             argv = w;
         }
         if self.pid1 {
-            let mut u: Vec<OsString> =
-                vec!["unshare".into(), "--pid".into(), "--fork".into(), "--mount-proc".into(), "--kill-child".into()];
+            let mut u: Vec<OsString> = UNSHARE_PID1.iter().map(OsString::from).collect();
             u.extend(argv);
             argv = u;
         }
@@ -722,9 +742,22 @@ spec:
                   {train}
 "#
     );
-    let path = dir.join("pytorchjob-crashloop-hung.yaml");
-    std::fs::write(&path, text).expect("write manifest");
-    path
+    dir.write("pytorchjob-crashloop-hung.yaml", &text)
+}
+
+/// A dry run of [`crashloop_and_hung_manifest`] in `dir` (backoff 200 ms to 400 ms, `--timeout
+/// timeout`), once the master's `/job` shows the crash loop and the hang
+/// ([`crashloop_and_hang_seen`]; `what` names that in the failure): the run and the master's port.
+pub fn crashloop_and_hang_running(dir: &TestDir, timeout: &str, what: &str) -> (DryRunHttp, u16) {
+    let manifest = crashloop_and_hung_manifest(dir);
+    let run = DryRunHttp::start(
+        dir,
+        &manifest,
+        &["--backoff-initial", "200ms", "--backoff-max", "400ms", "--timeout", timeout],
+    );
+    let master = run.port("pytest-master-0");
+    wait_job(master, what, crashloop_and_hang_seen);
+    (run, master)
 }
 
 /// The master's `/job` view, once `pred` holds for it.

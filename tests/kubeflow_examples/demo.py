@@ -7,13 +7,12 @@ on its own data and from its own initial weights. Checks: the weights agree on e
 afterwards and the loss fell. One `DEMO_CHECK {json}` line per process; exit 0 when all passed.
 """
 
-import datetime
-import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
+
+from smoke_check import finish, init_group, run
 
 STEPS = 40
 
@@ -23,8 +22,7 @@ def flat_weights(model: torch.nn.Module) -> torch.Tensor:
 
 
 def main() -> int:
-    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init_group()
     failures = []
     ones = torch.ones(1)
     dist.all_reduce(ones)
@@ -49,8 +47,6 @@ def main() -> int:
     failures += [f"rank {r}'s weights {w.tolist()} differ from rank 0's" for r, w in enumerate(everyone) if not torch.equal(w, everyone[0])]
     if not losses[-1] < losses[0] / 10:
         failures.append(f"the loss went from {losses[0]:.4f} to {losses[-1]:.4f}: expected a tenth or less")
-    dist.barrier()
-    dist.destroy_process_group()
     result = {
         "rank": rank,
         "world_size": world,
@@ -63,12 +59,8 @@ def main() -> int:
         "failures": failures,
         "passed": not failures,
     }
-    sys.stdout.write("DEMO_CHECK " + json.dumps(result, sort_keys=True) + "\n")
-    return 0 if not failures else 1
+    return finish("DEMO_CHECK", result)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    run(main)

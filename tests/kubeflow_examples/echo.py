@@ -6,13 +6,14 @@ and checks that every rank of that group is there (an all_gather of the ranks an
 GROUP_RANKs). One `ECHO_CHECK {json}` line per process; exit 0 when every check passed.
 """
 
-import datetime
 import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+
+from smoke_check import finish, init_group, run
 
 AGENT_VARS = (
     "LOCAL_RANK",
@@ -34,8 +35,7 @@ def main() -> int:
     if failures:
         sys.stdout.write("ECHO_CHECK " + json.dumps({"agent": agent, "failures": failures, "passed": False}) + "\n")
         return 1
-    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init_group()
     if (rank, world) != (int(agent["RANK"]), int(agent["WORLD_SIZE"])):
         failures.append(f"the group says rank {rank} of {world}, the agent RANK {agent['RANK']} of {agent['WORLD_SIZE']}")
     mine = torch.tensor([rank, int(agent["GROUP_RANK"]), int(agent["LOCAL_RANK"])])
@@ -45,8 +45,6 @@ def main() -> int:
     if ranks != list(range(world)):
         failures.append(f"the group's ranks are {ranks}, expected 0..{world - 1}")
     nodes = sorted({int(t[1]) for t in everyone})
-    dist.barrier()
-    dist.destroy_process_group()
     result = {
         "pid": os.getpid(),
         "rank": rank,
@@ -56,13 +54,8 @@ def main() -> int:
         "failures": failures,
         "passed": not failures,
     }
-    # One write per line: the processes of a node share its pipe.
-    sys.stdout.write("ECHO_CHECK " + json.dumps(result, sort_keys=True) + "\n")
-    return 0 if not failures else 1
+    return finish("ECHO_CHECK", result)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    run(main)

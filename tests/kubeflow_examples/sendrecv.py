@@ -8,13 +8,13 @@ and exits 0 when every check passed, 1 otherwise. `--backend` as the mnist image
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+
+from smoke_check import finish, init_group, run
 
 SHAPE = (2, 3)
 
@@ -52,8 +52,7 @@ def main() -> int:
     parser.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
     args = parser.parse_args()
     env_rank, env_world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group(args.backend, init_method="env://", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init_group(args.backend)
     failures = []
     if (rank, world) != (env_rank, env_world):
         failures.append(f"the group says rank {rank} of {world}, the env RANK {env_rank} of {env_world}")
@@ -61,8 +60,6 @@ def main() -> int:
         failures.append(f"world size {world}: nobody to send to")
     peers, sent = lead(world) if rank == 0 else follow(rank)
     failures += sent
-    dist.barrier()
-    dist.destroy_process_group()
     result = {
         "rank": rank,
         "world_size": world,
@@ -72,17 +69,11 @@ def main() -> int:
         "failures": failures,
         "passed": not failures,
     }
-    # One write per line: ranks may share a pipe.
-    sys.stdout.write("SENDRECV_CHECK " + json.dumps(result, sort_keys=True) + "\n")
+    code = finish("SENDRECV_CHECK", result)
     for f in failures:
         sys.stderr.write(f"sendrecv rank {rank}: {f}\n")
-    return 0 if not failures else 1
+    return code
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip the interpreter's teardown, where torch sometimes aborts on a joinable C++ thread after
-    # the group is destroyed (a passed run must not turn into SIGABRT).
-    os._exit(code)
+    run(main)
