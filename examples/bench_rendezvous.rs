@@ -328,6 +328,27 @@ async fn master(n: u32) {
     }
 }
 
+/// IP_BIND_ADDRESS_NO_PORT: bind the address now, the port at `connect`.
+fn no_port_at_bind(socket: &TcpSocket) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int of the given size from a valid pointer, on our own socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("setsockopt(IP_BIND_ADDRESS_NO_PORT): {}", std::io::Error::last_os_error()))
+    }
+}
+
 /// 127.1.0.1, 127.1.0.2, ...: 250 workers per third octet.
 fn source(index: u32) -> SocketAddr {
     let hi = 1 + index / (250 * 256);
@@ -359,6 +380,10 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             let permit = dialling.acquire_owned().await.map_err(|e| e.to_string())?;
             let stream = loop {
                 let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+                // The port is chosen by `connect`, for the whole 4-tuple: `bind` with port 0 would
+                // search the ports for one no other socket of any address holds, a cost that grows
+                // with the fleet (workers on their own nodes never pay it).
+                no_port_at_bind(&socket)?;
                 socket.bind(source(index)).map_err(|e| format!("bind {}: {e}", source(index)))?;
                 match socket.connect(master).await {
                     Ok(s) => break s,
@@ -381,8 +406,15 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             drop(permit);
             let mut lines = BufReader::new(read).lines();
             while let Ok(Some(l)) = lines.next_line().await {
-                if let Ok(Frame::Release { .. }) = serde_json::from_str::<Frame>(&l) {
-                    return Ok((lines, write));
+                match serde_json::from_str::<Frame>(&l) {
+                    Ok(Frame::Release { .. }) => return Ok((lines, write)),
+                    // A worker that waits long (a join of many thousands on a slow machine) shows
+                    // it is alive, as a real one does, or the master drops it for silence (15 s).
+                    Ok(Frame::Heartbeat) => {
+                        let beat = encode(&Frame::Heartbeat, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
+                        write.write_all(&beat).await.map_err(|e| e.to_string())?;
+                    }
+                    _ => {}
                 }
             }
             Err(format!("worker {index} was not released"))
