@@ -104,7 +104,7 @@ echo "  open files: hard limit $hard (fs.nr_open $(cat /proc/sys/fs/nr_open), fs
 sizes=""
 for n in $SIZES; do
   if [ "$n" -gt "$ceiling" ]; then
-    echo "replicas=$n NOT MEASURABLE here: the master needs $((n + 64)) open files in one process, the hard limit is $hard"
+    echo "replicas=$n NOT MEASURABLE here: the master needs $((n + 64)) open files in one process, the hard limit is $hard (scripts/bench-rendezvous-vm.sh measures it in a guest)"
     case " $sizes " in *" $ceiling "*) ;; *) sizes="$sizes $ceiling" ;; esac
   else
     sizes="$sizes $n"
