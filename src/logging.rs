@@ -1,10 +1,12 @@
 //! rankvisor's own log lines: on stderr, each marked as rankvisor's, so they stand out among the
 //! child's output (which passes through untouched). Text by default, JSON for log shippers.
 //!
-//! Logging never blocks supervision: a log call only queues its line (bounded); one writer
-//! thread writes the queue to stderr. When stderr is a pipe nobody drains, the queue fills and
-//! further lines are dropped and counted; once stderr moves again, the writer says how many were
-//! lost. At exit, queued lines get a bounded time to be written.
+//! Logging never blocks supervision: a log call writes its line at once only when stderr takes it
+//! without waiting (a file, `/dev/null`, a pipe with room) and nothing is queued; otherwise it
+//! queues the line (bounded) for a writer thread, started the first time a line is queued. When
+//! stderr is a pipe nobody drains, the queue fills and further lines are dropped and counted; once
+//! stderr moves again, the writer says how many were lost. At exit, queued lines get a bounded time
+//! to be written.
 //!
 //! Every text line is one line: control characters (newlines, ANSI escapes) and invisible
 //! characters in messages and values are escaped, so a value from outside cannot forge a line.
@@ -64,12 +66,63 @@ where
 const QUEUE_LINES: usize = 1024;
 /// How long the exit path waits for queued lines to be written.
 const EXIT_FLUSH: Duration = Duration::from_secs(1);
+/// The most a pipe takes in one write without splitting it or blocking once it polls writable.
+const PIPE_BUF: usize = 4096;
 
-/// The queue between log calls and the writer thread.
+/// What stderr is, as far as writing a line at once goes (decided once, at start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stderr {
+    /// A regular file, or a character device that is not a terminal (`/dev/null`): a write does
+    /// not wait on a reader.
+    NeverBlocks,
+    /// A pipe or FIFO (a container runtime's log pipe): a line of at most `PIPE_BUF` bytes is
+    /// written whole and at once when the pipe polls writable (it has a free page).
+    Pipe,
+    /// A terminal (flow control can stop it), a socket, or unknown: every line goes through the
+    /// writer thread.
+    MayBlock,
+}
+
+impl Stderr {
+    fn detect() -> Self {
+        // SAFETY: fstat writes the struct it is given; isatty only queries the descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(2, &mut st) } != 0 || unsafe { libc::isatty(2) } == 1 {
+            return Stderr::MayBlock;
+        }
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG | libc::S_IFCHR => Stderr::NeverBlocks,
+            libc::S_IFIFO => Stderr::Pipe,
+            _ => Stderr::MayBlock,
+        }
+    }
+
+    /// Whether `len` bytes can be written now without waiting.
+    fn ready(self, len: usize) -> bool {
+        match self {
+            Stderr::NeverBlocks => true,
+            Stderr::Pipe if len <= PIPE_BUF => {
+                let mut fd = libc::pollfd { fd: 2, events: libc::POLLOUT, revents: 0 };
+                // SAFETY: poll reads and writes the one pollfd it is given; timeout 0 never waits.
+                let n = unsafe { libc::poll(&mut fd, 1, 0) };
+                n == 1 && fd.revents & libc::POLLOUT != 0 && fd.revents & (libc::POLLERR | libc::POLLHUP) == 0
+            }
+            Stderr::Pipe | Stderr::MayBlock => false,
+        }
+    }
+}
+
+/// Between log calls and stderr. A line is written by the thread that logs it when nothing is
+/// queued and stderr takes it without waiting (a file, `/dev/null`, a pipe with room): no thread
+/// hand-off, so the last lines before exit cost no wake-up of another thread. Otherwise (a pipe
+/// nobody drains, a terminal) it is queued for the writer thread, started the first time one is.
 struct Queue {
-    tx: SyncSender<Vec<u8>>,
+    stderr: Stderr,
+    /// The writer thread's queue, once started (None inside: it could not be started).
+    writer: OnceLock<Option<SyncSender<Vec<u8>>>>,
     dropped: AtomicU64,
-    /// Lines queued and not yet written; the exit flush waits for zero.
+    /// Lines queued and not yet written; the exit flush waits for zero, and a line is written at
+    /// once only at zero (under this lock), so it never overtakes a queued one.
     pending: Mutex<u64>,
     written: Condvar,
     format: LogFormat,
@@ -80,7 +133,27 @@ static QUEUE: OnceLock<Queue> = OnceLock::new();
 impl Queue {
     fn push(&self, line: &[u8]) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        match self.tx.try_send(line.to_vec()) {
+        if *pending == 0 && self.stderr.ready(line.len()) {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(line);
+            let lost = self.dropped.swap(0, Ordering::Relaxed);
+            if lost > 0 {
+                let report = dropped_line(self.format, lost);
+                if self.stderr.ready(report.len()) {
+                    let _ = err.write_all(report.as_bytes());
+                } else {
+                    self.dropped.fetch_add(lost, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        let Some(tx) = self.writer.get_or_init(start_writer) else {
+            // No writer thread: write here, as a process without threads would.
+            drop(pending);
+            let _ = std::io::stderr().write_all(line);
+            return;
+        };
+        match tx.try_send(line.to_vec()) {
             Ok(()) => *pending += 1,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -108,6 +181,18 @@ impl Queue {
             pending = self.written.wait_timeout(pending, left).unwrap_or_else(|p| p.into_inner()).0;
         }
         true
+    }
+}
+
+/// Start the writer thread; None (and one warning, written directly) when it cannot be.
+fn start_writer() -> Option<SyncSender<Vec<u8>>> {
+    let (tx, rx) = sync_channel(QUEUE_LINES);
+    match std::thread::Builder::new().name("log-writer".into()).spawn(move || write_lines(rx, std::io::stderr())) {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            eprintln!("[rankvisor] WARN cannot start the log writer thread ({e}): logging directly to stderr");
+            None
+        }
     }
 }
 
@@ -172,29 +257,20 @@ extern "C" fn flush_at_exit() {
     flush(EXIT_FLUSH);
 }
 
-fn start_queue(format: LogFormat) -> bool {
-    if QUEUE.get().is_some() {
-        return true;
-    }
-    let (tx, rx) = sync_channel(QUEUE_LINES);
-    let spawned =
-        std::thread::Builder::new().name("log-writer".into()).spawn(move || write_lines(rx, std::io::stderr()));
-    if spawned.is_err() {
-        return false;
-    }
-    let queue = Queue { tx, dropped: AtomicU64::new(0), pending: Mutex::new(0), written: Condvar::new(), format };
+/// Install the global subscriber. Safe to call once; later calls are ignored.
+pub fn init(format: LogFormat, level: Level) {
+    let queue = Queue {
+        stderr: Stderr::detect(),
+        writer: OnceLock::new(),
+        dropped: AtomicU64::new(0),
+        pending: Mutex::new(0),
+        written: Condvar::new(),
+        format,
+    };
     if QUEUE.set(queue).is_ok() {
         // `std::process::exit` runs atexit handlers: the last lines (why rankvisor exits) get written.
         // SAFETY: registering a plain extern "C" function with no preconditions.
         unsafe { libc::atexit(flush_at_exit) };
-    }
-    true
-}
-
-/// Install the global subscriber. Safe to call once; later calls are ignored.
-pub fn init(format: LogFormat, level: Level) {
-    if !start_queue(format) {
-        eprintln!("[rankvisor] WARN cannot start the log writer thread: logging directly to stderr");
     }
     let builder = tracing_subscriber::fmt().with_writer(QueuedStderr).with_max_level(level).with_ansi(false);
     let _ = match format {

@@ -116,3 +116,53 @@ fn dropped_lines_are_reported_once_stderr_drains() {
     let n: u64 = report.split_whitespace().nth(2).and_then(|n| n.parse().ok()).expect("a count");
     assert!(n > 0, "{report}");
 }
+
+/// The threads of process `pid` (from /proc).
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// A line goes straight to stderr when stderr takes it without waiting (a pipe with room, a file,
+/// `/dev/null`): no writer thread is started, so rankvisor is one thread, like tini. Through a
+/// pipe the lines arrive whole and in order. A pipe nobody drains still goes through the writer
+/// thread (the two tests above), and so does a terminal (`tests/spawn_paths.rs` has a pty).
+#[test]
+fn a_pipe_with_room_or_a_file_is_written_without_a_writer_thread() {
+    let dir = TestDir::new("log-direct");
+    let file = std::fs::File::create(dir.join("stderr")).expect("stderr file");
+    for (what, stderr) in [("a pipe", Stdio::piped()), ("a file", Stdio::from(file))] {
+        let ready = dir.join(&format!("ready-{}", what.replace(' ', "-")));
+        let mut child = Command::new(BIN)
+            .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
+            .args(["--", "sh", "-c", &format!("touch {}; exec sleep 30", common::q(&ready.to_string_lossy()))])
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn rankvisor");
+        wait_until_for(&format!("the child to start ({what})"), Duration::from_secs(30), || {
+            ready.exists().then_some(())
+        });
+        // The child runs: rankvisor logged its start-up lines (at debug level, a dozen) before it.
+        assert_eq!(threads(child.id()), 1, "rankvisor with its stderr on {what} has one thread");
+        // SAFETY: kill sends TERM to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let mut err = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            std::io::Read::read_to_string(&mut pipe, &mut err).expect("read stderr");
+        } else {
+            child.wait().expect("wait");
+            err = read(&dir.join("stderr"));
+        }
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(143), "TERM: the child's 128+15 ({what}):\n{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(lines.len() >= 5, "rankvisor's lines ({what}):\n{err}");
+        assert!(lines.iter().all(|l| l.starts_with("[rankvisor] ")), "every line whole ({what}):\n{err}");
+        let started = lines.iter().position(|l| l.contains("child started")).expect("child started");
+        let exited = lines.iter().position(|l| l.contains("state from=Stopping")).expect("a final state");
+        assert!(started < exited, "in order ({what}):\n{err}");
+    }
+}
