@@ -66,15 +66,8 @@ if [ -z "$kernel" ]; then
 fi
 
 # The launcher as the image ships it, and the bench program static for musl (the guest has no libc).
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-if [ -n "${RANKVISOR_BIN:-}" ]; then
-  launcher=$RANKVISOR_BIN
-  build="$RANKVISOR_BIN (as given)"
-else
-  bash images/build.sh --binary-only >/dev/null
-  launcher="$target_dir/image/rankvisor"
-  build=$(cat "$target_dir/image/build.txt")
-fi
+# shellcheck source=bench/lean-launcher.sh
+source scripts/bench/lean-launcher.sh
 cargo build --release --quiet --target x86_64-unknown-linux-musl --example bench_rendezvous
 bench="$target_dir/x86_64-unknown-linux-musl/release/examples/bench_rendezvous"
 

@@ -32,15 +32,8 @@ say() { printf '[bench-rendezvous] %s\n' "$*" >&2; }
 
 # The launcher exactly as the image ships it (or RANKVISOR_BIN), and the bench program (release,
 # default target).
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-if [ -n "${RANKVISOR_BIN:-}" ]; then
-  launcher=$RANKVISOR_BIN
-  build="$RANKVISOR_BIN (as given)"
-else
-  bash images/build.sh --binary-only >/dev/null
-  launcher="$target_dir/image/rankvisor"
-  build=$(cat "$target_dir/image/build.txt")
-fi
+# shellcheck source=bench/lean-launcher.sh
+source scripts/bench/lean-launcher.sh
 if [ -n "${BENCH_BIN:-}" ]; then
   bench=$BENCH_BIN
 else
