@@ -4,6 +4,7 @@
 #
 #   bash scripts/bench-rendezvous-vm.sh                     # SIZES="16384 65536 98304" ROUNDS=1
 #   SIZES="98304" ROUNDS=2 VM_MEM=8192 bash scripts/bench-rendezvous-vm.sh
+#   VM_TIMEOUT (default 1800 s) bounds the guest: a guest that does not finish is reported, its console shown
 #
 # Why a guest: the master holds one connection per worker, so it needs N+64 descriptors in one
 # process. This container's hard limit is 20,000 and it lacks CAP_SYS_RESOURCE (so does the Docker
@@ -106,7 +107,7 @@ echo "  host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); guest: $VM_
 echo "  launcher: $build"
 out=$(mktemp)
 t0=$SECONDS
-timeout "${VM_TIMEOUT:-7200}" qemu-system-x86_64 -M microvm -accel tcg,thread=multi -cpu max -smp "$VM_CPUS" -m "$VM_MEM" \
+timeout "${VM_TIMEOUT:-1800}" qemu-system-x86_64 -M microvm -accel tcg,thread=multi -cpu max -smp "$VM_CPUS" -m "$VM_MEM" \
   -kernel "$kernel" -initrd "$initrd" -append "console=ttyS0 quiet panic=-1" \
   -nographic -no-reboot -nodefaults -serial "file:$out" -monitor none </dev/null >/dev/null 2>&1 || true
 grep -E '^(guest|launcher|library):' "$out" | tr -d '\r' || true
