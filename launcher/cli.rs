@@ -12,8 +12,17 @@ use std::ffi::OsString;
 /// Every option can also be set by an environment variable RANKVISOR_<OPTION_NAME>.
 #[derive(Parser, Debug)]
 #[command(name = "rankvisor", version, args_conflicts_with_subcommands = true)]
-#[command(
-    override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor dry-run [OPTIONS] JOB.yaml\n       rankvisor check-node [OPTIONS]\n       rankvisor env [--json]"
+#[cfg_attr(
+    feature = "dry-run",
+    command(
+        override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor dry-run [OPTIONS] JOB.yaml\n       rankvisor check-node [OPTIONS]\n       rankvisor env [--json]"
+    )
+)]
+#[cfg_attr(
+    not(feature = "dry-run"),
+    command(
+        override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor check-node [OPTIONS]\n       rankvisor env [--json]"
+    )
 )]
 pub struct Cli {
     #[command(subcommand)]

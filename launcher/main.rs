@@ -52,11 +52,20 @@ fn main() {
 /// to the termination log too.
 fn usage_error(e: &clap::Error, env: &EnvSnapshot) -> i32 {
     use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-    let _ = e.print();
-    if matches!(e.kind(), DisplayHelp | DisplayVersion) {
-        return 0;
-    }
-    let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+    // The image's lean PID 1 build leaves the dry run out (`--no-default-features`): say so
+    // instead of clap's "unexpected argument 'dry-run' found".
+    let first = if cfg!(not(feature = "dry-run")) && std::env::args_os().nth(1).is_some_and(|a| a == "dry-run") {
+        let why = "this rankvisor is the lean PID 1 build (the image's), without `dry-run`: run the dry run \
+                   with a default build (`cargo build`, or `cargo install --path .`)";
+        eprintln!("error: {why}");
+        why.to_string()
+    } else {
+        let _ = e.print();
+        if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+            return 0;
+        }
+        e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
+    };
     if let Some(path) = app::termination_path(None, env) {
         let _ = rankvisor::termination::write_message(&path, &format!("configuration error: {first}"));
     }

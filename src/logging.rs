@@ -85,13 +85,16 @@ enum Stderr {
 
 impl Stderr {
     fn detect() -> Self {
-        // SAFETY: fstat writes the struct it is given; isatty only queries the descriptor.
+        // SAFETY: fstat writes the struct it is given.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(2, &mut st) } != 0 || unsafe { libc::isatty(2) } == 1 {
+        if unsafe { libc::fstat(2, &mut st) } != 0 {
             return Stderr::MayBlock;
         }
         match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG | libc::S_IFCHR => Stderr::NeverBlocks,
+            libc::S_IFREG => Stderr::NeverBlocks,
+            // A terminal is a character device too: asked only then (one system call at start).
+            // SAFETY: isatty only queries the descriptor.
+            libc::S_IFCHR if unsafe { libc::isatty(2) } == 0 => Stderr::NeverBlocks,
             libc::S_IFIFO => Stderr::Pipe,
             _ => Stderr::MayBlock,
         }
@@ -134,17 +137,7 @@ impl Queue {
     fn push(&self, line: &[u8]) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         if *pending == 0 && self.stderr.ready(line.len()) {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(line);
-            let lost = self.dropped.swap(0, Ordering::Relaxed);
-            if lost > 0 {
-                let report = dropped_line(self.format, lost);
-                if self.stderr.ready(report.len()) {
-                    let _ = err.write_all(report.as_bytes());
-                } else {
-                    self.dropped.fetch_add(lost, Ordering::Relaxed);
-                }
-            }
+            self.write(&mut std::io::stderr().lock(), line, |len| self.stderr.ready(len));
             return;
         }
         let Some(tx) = self.writer.get_or_init(start_writer) else {
@@ -157,6 +150,21 @@ impl Queue {
             Ok(()) => *pending += 1,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Write a line, then say how many were dropped before it, if any and if `room` for that
+    /// report (else they stay counted for the next line).
+    fn write(&self, out: &mut impl Write, line: &[u8], room: impl Fn(usize) -> bool) {
+        let _ = out.write_all(line);
+        let lost = self.dropped.swap(0, Ordering::Relaxed);
+        if lost > 0 {
+            let report = dropped_line(self.format, lost);
+            if room(report.len()) {
+                let _ = out.write_all(report.as_bytes());
+            } else {
+                self.dropped.fetch_add(lost, Ordering::Relaxed);
             }
         }
     }
@@ -208,11 +216,8 @@ pub fn dropped_line(format: LogFormat, count: u64) -> String {
 fn write_lines(rx: Receiver<Vec<u8>>, mut out: impl Write) {
     for line in rx {
         let Some(q) = QUEUE.get() else { continue };
-        let _ = out.write_all(&line);
-        let lost = q.dropped.swap(0, Ordering::Relaxed);
-        if lost > 0 {
-            let _ = out.write_all(dropped_line(q.format, lost).as_bytes());
-        }
+        // This thread may wait on stderr: the report always goes out with the line.
+        q.write(&mut out, &line, |_| true);
         let _ = out.flush();
         q.done();
     }
@@ -319,9 +324,7 @@ impl Throttle {
             }
         }
     }
-}
 
-impl Throttle {
     /// The occurrences counted but not logged since the last one that was, and reset the count:
     /// for a summary when the throttled source goes away.
     pub fn take_suppressed(&mut self) -> u64 {

@@ -254,6 +254,29 @@ fn image_is_small_with_rankvisor_as_entrypoint() {
     assert!(out.contains("ppid=1") && out.contains("rankvisor"), "{out}");
 }
 
+/// The image ships the lean PID 1 build (`images/build.sh`: `--no-default-features`): no dry run,
+/// no YAML parser. Its help does not offer `dry-run`, and asking for it is a configuration error
+/// (64) that says which build this is, not clap's "unexpected argument".
+#[test]
+fn the_images_build_is_lean_and_says_it_has_no_dry_run() {
+    let image = image();
+    let run = |args: &[&str]| {
+        let mut argv = vec!["run", "--rm", "--network", "none", "--entrypoint", "/rankvisor", image.as_str()];
+        argv.extend_from_slice(args);
+        docker(&argv)
+    };
+    let help = run(&["--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert_eq!(help.status.code(), Some(0), "--help: {text}");
+    assert!(text.contains("rankvisor [OPTIONS] -- COMMAND"), "usage: {text}");
+    assert!(!text.contains("dry-run"), "the lean build's help offers no dry run:\n{text}");
+    let dry = run(&["dry-run", "job.yaml"]);
+    let err = String::from_utf8_lossy(&dry.stderr);
+    assert_eq!(dry.status.code(), Some(64), "dry-run in the lean build: {err}");
+    assert!(err.contains("lean PID 1 build") && err.contains("without `dry-run`"), "{err}");
+    assert!(!err.contains("unexpected argument"), "{err}");
+}
+
 /// Item 2: seed 000's job as four containers; the rendezvous runs across real network namespaces.
 #[test]
 fn seed_job_four_containers_rendezvous_and_succeed() {
