@@ -8,6 +8,16 @@
 #   musl-static-pie        x86_64-unknown-linux-musl, static-pie (the target's default)
 #   glibc-static           x86_64-unknown-linux-gnu, static, not PIE
 #   glibc-static-pie       x86_64-unknown-linux-gnu, static-pie (the image's build before)
+# RANKVISOR_STD picks the standard library it links:
+#   rebuilt (default)      std compiled from source with the binary (cargo -Z build-std, on this
+#                          stable toolchain through RUSTC_BOOTSTRAP=1; rustup's rust-src component):
+#                          without the backtrace symbolizer (std's `backtrace` feature off) and, like
+#                          every crate, without unwind tables (-C force-unwind-tables=no); panic =
+#                          "abort" as in the release profile, so the panic hook still runs
+#   prebuilt               the toolchain's own std (stable only; about 690 KB larger: its unwind
+#                          tables and gimli/addr2line, which print a panic's backtrace)
+# RANKVISOR_FEATURES adds cargo features to the lean build (tests: `failpoints`); such a binary is
+# written to <target dir>/image/rankvisor+<features> and never goes into an image.
 # The binary is copied to <target dir>/image/rankvisor and how it was built to
 # <target dir>/image/build.txt (scripts/bench.sh names the build it measures from there).
 # Prints the binary's and the images' sizes; the last line is the image tag.
@@ -20,6 +30,21 @@ if [ "${1:-}" = --binary-only ]; then
 fi
 tag=${1:-rankvisor:dev}
 link=${RANKVISOR_LINK:-musl-static}
+std=${RANKVISOR_STD:-rebuilt}
+features=${RANKVISOR_FEATURES:-}
+feature_flags=()
+name=rankvisor
+if [ -n "$features" ]; then
+  case "$features" in
+    *[!a-z0-9,_-]*) echo "images/build.sh: RANKVISOR_FEATURES=$features: expected cargo feature names separated by commas" >&2; exit 2 ;;
+  esac
+  feature_flags=(--features "$features")
+  name="rankvisor+${features//,/+}"
+  if [ "$binary_only" != 1 ]; then
+    echo "images/build.sh: RANKVISOR_FEATURES=$features builds a test binary: only with --binary-only, never into an image" >&2
+    exit 2
+  fi
+fi
 
 # --no-default-features: PID 1 never runs `rankvisor dry-run`, so its YAML parser, its process
 # spawner and tokio's process/signal drivers (a socketpair, a dup and an epoll registration in every
@@ -45,13 +70,37 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     exit 1
   fi
 fi
+# PID 1 never unwinds (panic = "abort"; its panic hook kills the child's group and writes the
+# termination log, then aborts), so unwind tables (.eh_frame, 340 KB) are dead weight, and so is the
+# symbolizer that std's default hook uses for RUST_BACKTRACE (gimli, addr2line, miniz: 350 KB).
+# Both sit in the prebuilt std; taking them out means compiling std with the binary. Not
+# panic=immediate-abort: that strategy skips the panic hook.
+std_flags=()
+case "$std" in
+  rebuilt)
+    if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src'; then
+      echo "images/build.sh: installing rust-src (std's source, for -Z build-std)" >&2
+      if ! rustup component add rust-src >&2; then
+        echo "images/build.sh: RANKVISOR_STD=rebuilt needs rustup's rust-src component and \`rustup component add rust-src\` failed (RANKVISOR_STD=prebuilt builds without it)" >&2
+        exit 1
+      fi
+    fi
+    # -Z flags on the stable toolchain: RUSTC_BOOTSTRAP=1 (for this cargo only). An empty
+    # build-std-features drops cargo's default `backtrace` and `panic-unwind`.
+    export RUSTC_BOOTSTRAP=1
+    std_flags=(-Z build-std=std,panic_abort -Z build-std-features=)
+    rustflags="$rustflags -C force-unwind-tables=no"
+    ;;
+  prebuilt) ;;
+  *) echo "images/build.sh: RANKVISOR_STD=$std: expected rebuilt or prebuilt" >&2; exit 2 ;;
+esac
 case "$target" in
   *musl)
     # ring's C and assembly are compiled for musl by musl-gcc (Debian's musl-tools); Rust links its
     # own bundled musl (self-contained crt objects and libc.a).
     if ! command -v musl-gcc >/dev/null 2>&1; then
       echo "images/build.sh: installing musl-tools (musl-gcc, for ring's C code)" >&2
-      apt-get install -y -qq musl-tools >&2
+      apt-get -o DPkg::Lock::Timeout=600 install -y -qq musl-tools >&2
     fi
     ;;
   *gnu)
@@ -62,7 +111,7 @@ case "$target" in
 esac
 # shellcheck disable=SC2086 # $final is a list of options on purpose
 RUSTFLAGS="${RUSTFLAGS:-} $rustflags" \
-  cargo rustc --release --locked --no-default-features --target "$target" --bin rankvisor -- $final >&2
+  cargo rustc --release --locked --no-default-features --target "$target" --bin rankvisor "${feature_flags[@]}" "${std_flags[@]}" -- $final >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 bin=$target_dir/$target/release/rankvisor
 if ldd "$bin" 2>&1 | grep -q '=>'; then
@@ -71,21 +120,22 @@ if ldd "$bin" 2>&1 | grep -q '=>'; then
   exit 1
 fi
 mkdir -p "$target_dir/image"
-cp "$bin" "$target_dir/image/rankvisor"
-echo "lean $link: cargo rustc --release --no-default-features --target $target --bin rankvisor -- $final${rustflags:+ (RUSTFLAGS=$rustflags)}, $(stat -c %s "$bin") bytes" \
-  >"$target_dir/image/build.txt"
+cp "$bin" "$target_dir/image/$name"
+echo "lean $link, std $std: ${RUSTC_BOOTSTRAP:+RUSTC_BOOTSTRAP=1 }cargo rustc --release --no-default-features --target $target --bin rankvisor ${feature_flags[*]}${features:+ }${std_flags[*]}${std_flags:+ }-- $final${rustflags:+ (RUSTFLAGS=$rustflags)}, $(stat -c %s "$bin") bytes" \
+  >"$target_dir/image/$name.build.txt"
+[ "$name" = rankvisor ] && cp "$target_dir/image/$name.build.txt" "$target_dir/image/build.txt"
 mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }
 bin_bytes=$(stat -c %s "$bin")
-echo "images/build.sh: static rankvisor ($link): $bin_bytes bytes ($(mib "$bin_bytes") MiB): $target_dir/image/rankvisor" >&2
+echo "images/build.sh: static rankvisor ($link, std $std${features:+, features $features}): $bin_bytes bytes ($(mib "$bin_bytes") MiB): $target_dir/image/$name" >&2
 if [ "$binary_only" = 1 ]; then
-  echo "$target_dir/image/rankvisor"
+  echo "$target_dir/image/$name"
   exit 0
 fi
 
 # busybox for the demos and the seed's commands (sh, sleep, ...): Debian's static build.
 if [ ! -x /bin/busybox ] || ldd /bin/busybox 2>&1 | grep -q '=>'; then
   echo "images/build.sh: installing busybox-static" >&2
-  apt-get install -y -qq busybox-static >&2
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq busybox-static >&2
 fi
 
 ctx=$(mktemp -d)

@@ -43,6 +43,13 @@ RANKVISOR_TEST_KUBE_NODE_BIN=$(bash scripts/k8s/kubelet/build.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_NODE_BIN
 echo "scripts/test.sh: kubelet, kubectl: $((SECONDS - t0)) s"
 
+# The lean PID 1 build with the test failpoints (never in an image): tests/config_errors.rs shows
+# that the panic hook runs in the image's build (panic = "abort", std rebuilt without the symbolizer).
+t0=$SECONDS
+RANKVISOR_TEST_LEAN_FAILPOINTS_BIN=$(RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only | tail -n 1)
+export RANKVISOR_TEST_LEAN_FAILPOINTS_BIN
+echo "scripts/test.sh: lean build with failpoints: $((SECONDS - t0)) s"
+
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they fail, naming what is missing.
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then

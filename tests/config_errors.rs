@@ -161,3 +161,37 @@ fn a_panic_kills_the_childs_group_and_says_why() {
     wait_until("the child is gone", || (!alive(pid)).then_some(()));
     let _ = pidfile;
 }
+
+/// The same in the image's lean build (release, panic = "abort", std rebuilt without the backtrace
+/// symbolizer: `images/build.sh`), built with the `failpoints` feature by scripts/test.sh
+/// (RANKVISOR_TEST_LEAN_FAILPOINTS_BIN), as PID 1 of a PID namespace: the hook kills the child's
+/// group and writes the termination log, then the process aborts (no unwinding, no backtrace).
+#[test]
+fn a_panic_in_the_lean_build_runs_the_hook_and_aborts() {
+    let bin = std::env::var("RANKVISOR_TEST_LEAN_FAILPOINTS_BIN").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        panic!(
+            "RANKVISOR_TEST_LEAN_FAILPOINTS_BIN is not set: scripts/test.sh builds it with \
+             `RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only`"
+        )
+    });
+    assert!(std::path::Path::new(&bin).is_file(), "RANKVISOR_TEST_LEAN_FAILPOINTS_BIN={bin}: no such file");
+    let dir = TestDir::new("cfg-panic-lean");
+    let grandchild = dir.file("grandchild-pid");
+    let out = Rv::new(&dir)
+        .binary(&bin)
+        .pid1()
+        .args(["--node-health", "off", "--http-addr", "off", "--termination-log", &dir.file("termination-log")])
+        .env("RANKVISOR_TEST_FAILPOINT", "panic-after-spawn")
+        .env("RUST_BACKTRACE", "full")
+        // The child's group holds a grandchild too: the hook kills the whole group.
+        .sh(&format!("sleep 60 & echo $! > {}; exec sleep 60", q(&grandchild)))
+        .run();
+    assert_ne!(out.code, Some(0), "the lean build did not fail: {out:?}");
+    let log = read(&dir.join("termination-log"));
+    assert!(log.starts_with("rankvisor failed: internal error"), "{log}");
+    assert!(log.contains("failpoint panic-after-spawn"), "{log}");
+    assert!(log.contains("the child's process group was killed"), "{log}");
+    assert!(out.stderr.contains("[rankvisor] ERROR rankvisor failed: internal error"), "{}", out.stderr);
+    // panic = "abort" without the symbolizer: no backtrace even when asked for one.
+    assert!(!out.stderr.contains("stack backtrace:"), "a backtrace was printed:\n{}", out.stderr);
+}

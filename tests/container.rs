@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{http_get_at, wait_until_for};
+use common::{http_get_at, wait_until_for, TestDir};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -275,6 +275,57 @@ fn the_images_build_is_lean_and_says_it_has_no_dry_run() {
     assert_eq!(dry.status.code(), Some(64), "dry-run in the lean build: {err}");
     assert!(err.contains("lean PID 1 build") && err.contains("without `dry-run`"), "{err}");
     assert!(!err.contains("unexpected argument"), "{err}");
+}
+
+/// The ELF section headers of a 64-bit little-endian file: (name, size). Enough for the test below;
+/// a file that is not such an ELF is a test failure naming what was wrong.
+fn elf_sections(file: &[u8]) -> Vec<(String, u64)> {
+    assert!(file.len() > 64 && file.starts_with(b"\x7fELF\x02\x01"), "not a 64-bit little-endian ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes(file[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(file[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(file[o..o + 8].try_into().unwrap());
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    assert!(shoff + shentsize * shnum <= file.len() && shstrndx < shnum, "section headers out of the file");
+    let header = |i: usize| shoff + i * shentsize;
+    let names = u64_at(header(shstrndx) + 0x18) as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let start = names + u32_at(h);
+            let len = file[start..].iter().position(|&b| b == 0).expect("section name");
+            (String::from_utf8_lossy(&file[start..start + len]).into_owned(), u64_at(h + 0x20))
+        })
+        .collect()
+}
+
+/// The image's PID 1 binary (copied out of the image) links a std compiled without the backtrace
+/// symbolizer, and no crate has unwind tables (`images/build.sh`, RANKVISOR_STD=rebuilt): no
+/// `.gcc_except_table` (landing pads), an `.eh_frame` of what musl's C objects bring (about 11 KB;
+/// the toolchain's prebuilt std made it 340 KB), no gimli/addr2line (which name the DWARF sections
+/// they read). The panic hook still runs in that build: config_errors.rs
+/// `a_panic_in_the_lean_build_runs_the_hook_and_aborts`.
+#[test]
+fn the_images_binary_has_no_unwind_tables_and_no_backtrace_symbolizer() {
+    let image = image();
+    let name = format!("rv-elf-{}", std::process::id());
+    docker_ok(&["create", "--name", &name, &image]);
+    let dir = TestDir::new("image-elf");
+    let out = dir.join("rankvisor");
+    let cp = docker(&["cp", &format!("{name}:/rankvisor"), &out.to_string_lossy()]);
+    docker(&["rm", "-f", &name]);
+    assert!(cp.status.success(), "docker cp: {}", String::from_utf8_lossy(&cp.stderr));
+    let file = std::fs::read(&out).expect("the copied binary");
+    let sections = elf_sections(&file);
+    let size = |n: &str| sections.iter().find(|(s, _)| s == n).map(|(_, z)| *z);
+    eprintln!("/rankvisor: {} bytes; .text {:?}, .eh_frame {:?}", file.len(), size(".text"), size(".eh_frame"));
+    assert!(size(".text").is_some(), "no .text in {sections:?}");
+    assert_eq!(size(".gcc_except_table"), None, "landing pads: something was built to unwind: {sections:?}");
+    let eh = size(".eh_frame").unwrap_or(0);
+    assert!(eh < 32 * 1024, ".eh_frame is {eh} bytes: unwind tables are in the build (prebuilt std: ~340 KB)");
+    for needle in [&b"symbolize/gimli"[..], b".debug_info", b".debug_line"] {
+        let found = file.windows(needle.len()).any(|w| w == needle);
+        assert!(!found, "{:?} in the binary: std's backtrace symbolizer is linked", String::from_utf8_lossy(needle));
+    }
 }
 
 /// Item 2: seed 000's job as four containers; the rendezvous runs across real network namespaces.

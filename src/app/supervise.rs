@@ -58,9 +58,10 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         Ok(r) => r,
         Err(code) => return code,
     };
-    // A failpoint for the test of the panic path, compiled into debug builds only.
-    let panic_after_spawn =
-        cfg!(debug_assertions) && env.get("RANKVISOR_TEST_FAILPOINT").as_deref() == Some("panic-after-spawn");
+    // A failpoint for the test of the panic path: in debug builds, and in a release build only with
+    // the `failpoints` feature (never in the image's).
+    let panic_after_spawn = (cfg!(debug_assertions) || cfg!(feature = "failpoints"))
+        && env.get("RANKVISOR_TEST_FAILPOINT").as_deref() == Some("panic-after-spawn");
     let code =
         runtime.block_on(supervise(cfg, kube_health, kube_events_cfg, status_sink.clone(), signals, panic_after_spawn));
     // Off the event loop: the --status-fd reader gets every line before the launcher is gone.

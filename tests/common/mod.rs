@@ -166,6 +166,7 @@ pub struct Rv {
     ignored: Vec<i32>,
     blocked: Vec<i32>,
     wrapper: Option<String>,
+    binary: Option<PathBuf>,
 }
 
 impl Rv {
@@ -181,7 +182,14 @@ impl Rv {
             ignored: Vec::new(),
             blocked: Vec::new(),
             wrapper: None,
+            binary: None,
         }
+    }
+
+    /// Run this rankvisor binary instead of the test build's (`BIN`).
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
     }
 
     /// Run rankvisor as PID 1 of a new PID namespace (`unshare --pid --fork --mount-proc`).
@@ -243,7 +251,7 @@ impl Rv {
         let stdout = self.dir.join("stdout");
         let stderr = self.dir.join("stderr");
         let status = self.dir.join("status.jsonl");
-        let mut argv: Vec<OsString> = vec![BIN.into()];
+        let mut argv: Vec<OsString> = vec![self.binary.clone().map_or_else(|| BIN.into(), PathBuf::into_os_string)];
         if self.status_fd {
             argv.extend(["--status-fd".into(), "3".into()]);
         }
