@@ -15,6 +15,8 @@
 //! The barrier time is measured by the fleets on CLOCK_MONOTONIC: from the first dial to the last
 //! worker released; `dialled_ms` is when the last hello was written.
 //! Prints one line: `replicas=N barrier_ms=.. dialled_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
+//! A fleet that fails names the worker and what it got last, and ends the run at once.
+//! BENCH_MASTER_LOG=1: the library master's warnings (a dropped or refused worker) on stderr.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -129,6 +131,10 @@ fn main() {
             launcher(bin, arg(2).unwrap_or(16384).max(2));
         }
         _ => {
+            if std::env::var_os("BENCH_MASTER_LOG").is_some() {
+                // The library master's warnings (a dropped or refused worker) on stderr.
+                tracing_subscriber::fmt().with_max_level(tracing::Level::WARN).with_writer(std::io::stderr).init();
+            }
             let replicas = arg(0).unwrap_or(16384);
             runtime().block_on(master(replicas.max(2) - 1));
         }
@@ -156,7 +162,32 @@ fn spawn_fleets(port: u16, replicas: u32) -> Vec<std::process::Child> {
 
 /// Wait for the fleets; each prints `first_dial_ns dialled_ns released_ns`. Returns the barrier
 /// (first dial of any -> last release of all) and the dialling time, in ms, or None if one failed.
-fn join_fleets(fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
+/// A fleet that fails (it says why on stderr) ends the run: the others are killed, so the master's
+/// barrier, which can no longer complete, is not waited out.
+fn join_fleets(mut fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
+    let mut running: Vec<usize> = (0..fleets.len()).collect();
+    while !running.is_empty() {
+        let mut failed = false;
+        running.retain(|&i| match fleets[i].try_wait().expect("wait for a fleet") {
+            None => true,
+            Some(status) => {
+                failed |= !status.success();
+                false
+            }
+        });
+        if failed {
+            for &i in &running {
+                let _ = fleets[i].kill();
+            }
+            for f in fleets {
+                let _ = f.wait_with_output();
+            }
+            return None;
+        }
+        if !running.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let mut stamps = Vec::new();
     let mut ok = true;
     for f in fleets {
@@ -405,7 +436,16 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             dialled.fetch_max(mono_ns(), std::sync::atomic::Ordering::Relaxed);
             drop(permit);
             let mut lines = BufReader::new(read).lines();
-            while let Ok(Some(l)) = lines.next_line().await {
+            let mut last = "the master closed the connection".to_string();
+            loop {
+                let l = match lines.next_line().await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => break,
+                    Err(e) => {
+                        last = format!("read: {e}");
+                        break;
+                    }
+                };
                 match serde_json::from_str::<Frame>(&l) {
                     Ok(Frame::Release { .. }) => return Ok((lines, write)),
                     // A worker that waits long (a join of many thousands on a slow machine) shows
@@ -414,10 +454,10 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
                         let beat = encode(&Frame::Heartbeat, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
                         write.write_all(&beat).await.map_err(|e| e.to_string())?;
                     }
-                    _ => {}
+                    _ => last = format!("last frame {:?}", l.get(..200).unwrap_or(&l)),
                 }
             }
-            Err(format!("worker {index} was not released"))
+            Err(format!("worker {index} was not released: {last}"))
         });
     }
     // Hold every connection until all are released, so the master counts them all at once.
