@@ -212,11 +212,6 @@ fn serve(
                 }
             }
         };
-        // The connection is over: its socket (and tokio's registration), reader and outbox go now,
-        // not after a wait for room in the master's queue, where thousands of departures at once
-        // (a job's end) would keep every one of them.
-        drop((reader, write, outbox));
-        drop(stream);
         if let Told::Wait(send) = tell(&inbound, Inbound::Closed { conn, reason }) {
             send.await;
         }
@@ -277,17 +272,7 @@ fn tell(inbound: &mpsc::Sender<Inbound>, msg: Inbound) -> Told<'_> {
     match inbound.try_send(msg) {
         Ok(()) => Told::Sent(true),
         Err(mpsc::error::TrySendError::Full(msg)) => {
-            // A reserved place, then the message: the boxed wait holds the message once (`send`
-            // would hold it twice, in its own future too: 552 bytes instead of 344).
-            Told::Wait(Box::pin(async move {
-                match inbound.reserve().await {
-                    Ok(place) => {
-                        place.send(msg);
-                        true
-                    }
-                    Err(_) => false,
-                }
-            }))
+            Told::Wait(Box::pin(async move { inbound.send(msg).await.is_ok() }))
         }
         Err(mpsc::error::TrySendError::Closed(_)) => Told::Sent(false),
     }
