@@ -134,6 +134,21 @@ fn a_fifo_heartbeat_file_is_refused() {
     );
 }
 
+/// Run `rv` with the `panic-after-spawn` failpoint and a termination log in `dir`; it must fail,
+/// and the log must say the hook ran: an internal error, and the child's group killed.
+fn panic_after_spawn(dir: &TestDir, rv: Rv) -> Finished {
+    let out = rv
+        .args(["--node-health", "off", "--http-addr", "off", "--termination-log", &dir.file("termination-log")])
+        .env("RANKVISOR_TEST_FAILPOINT", "panic-after-spawn")
+        .run();
+    assert_ne!(out.code, Some(0), "rankvisor did not fail: {out:?}");
+    let log = read(&dir.join("termination-log"));
+    assert!(log.starts_with("rankvisor failed: internal error"), "{log}");
+    assert!(log.contains("failpoint panic-after-spawn"), "{log}");
+    assert!(log.contains("the child's process group was killed"), "{log}");
+    out
+}
+
 /// Whatever the path to a fatal end, the child is not left running unsupervised: a panic (here
 /// forced by a debug-build failpoint right after the start) kills the child's group first and
 /// writes why to the termination log.
@@ -141,15 +156,7 @@ fn a_fifo_heartbeat_file_is_refused() {
 fn a_panic_kills_the_childs_group_and_says_why() {
     let dir = TestDir::new("cfg-panic");
     let pidfile = dir.file("child-pid");
-    let out = Rv::new(&dir)
-        .args(["--node-health", "off", "--http-addr", "off", "--termination-log", &dir.file("termination-log")])
-        .env("RANKVISOR_TEST_FAILPOINT", "panic-after-spawn")
-        .sh(&format!("echo $$ > {}; exec sleep 60", q(&pidfile)))
-        .run();
-    assert_ne!(out.code, Some(0), "rankvisor failed: {out:?}");
-    let log = read(&dir.join("termination-log"));
-    assert!(log.starts_with("rankvisor failed: internal error"), "{log}");
-    assert!(log.contains("the child's process group was killed"), "{log}");
+    let out = panic_after_spawn(&dir, Rv::new(&dir).sh(&format!("echo $$ > {}; exec sleep 60", q(&pidfile))));
     // rankvisor logged the child's pid before it panicked: that process is gone.
     let pid: i32 = out
         .stderr
@@ -176,21 +183,8 @@ fn a_panic_in_the_lean_build_runs_the_hook_and_aborts() {
     });
     assert!(std::path::Path::new(&bin).is_file(), "RANKVISOR_TEST_LEAN_FAILPOINTS_BIN={bin}: no such file");
     let dir = TestDir::new("cfg-panic-lean");
-    let grandchild = dir.file("grandchild-pid");
-    let out = Rv::new(&dir)
-        .binary(&bin)
-        .pid1()
-        .args(["--node-health", "off", "--http-addr", "off", "--termination-log", &dir.file("termination-log")])
-        .env("RANKVISOR_TEST_FAILPOINT", "panic-after-spawn")
-        .env("RUST_BACKTRACE", "full")
-        // The child's group holds a grandchild too: the hook kills the whole group.
-        .sh(&format!("sleep 60 & echo $! > {}; exec sleep 60", q(&grandchild)))
-        .run();
-    assert_ne!(out.code, Some(0), "the lean build did not fail: {out:?}");
-    let log = read(&dir.join("termination-log"));
-    assert!(log.starts_with("rankvisor failed: internal error"), "{log}");
-    assert!(log.contains("failpoint panic-after-spawn"), "{log}");
-    assert!(log.contains("the child's process group was killed"), "{log}");
+    let lean = Rv::new(&dir).binary(&bin).pid1().env("RUST_BACKTRACE", "full").sh("exec sleep 60");
+    let out = panic_after_spawn(&dir, lean);
     assert!(out.stderr.contains("[rankvisor] ERROR rankvisor failed: internal error"), "{}", out.stderr);
     // panic = "abort" without the symbolizer: no backtrace even when asked for one.
     assert!(!out.stderr.contains("stack backtrace:"), "a backtrace was printed:\n{}", out.stderr);
