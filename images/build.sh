@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the lean static rankvisor (the PID 1 build: no dry run, no YAML) and the images
+# Builds the lean static rankvisor (the PID 1 build: the root package alone, no dry run, no YAML) and the images
 # rankvisor:dev and rankvisor:dev-slim (FROM scratch: no registry, no network).
 # Usage: bash images/build.sh [TAG]          (TAG defaults to rankvisor:dev)
 #        bash images/build.sh --binary-only  (the binary alone, no Docker needed)
@@ -46,9 +46,10 @@ if [ -n "$features" ]; then
   fi
 fi
 
-# --no-default-features: PID 1 never runs `rankvisor dry-run`, so its YAML parser, its process
-# spawner and tokio's process/signal drivers (a socketpair, a dup and an epoll registration in every
-# runtime) stay out. The link mode goes to the final crate only (`cargo rustc -- ...`): with the
+# `-p rankvisor` alone: the root package is the PID 1 and nothing else, so the dry run's YAML parser
+# and tokio's process/signal drivers (a socketpair, a dup and an epoll registration in every runtime),
+# which the rankvisor-dryrun member turns on, stay out (cargo unifies features only across the
+# packages one command builds). The link mode goes to the final crate only (`cargo rustc -- ...`): with the
 # release profile's fat LTO every crate's code is generated there anyway, and the dependencies'
 # build is shared between the modes. +crt-static is the musl target's default; glibc needs it in
 # RUSTFLAGS (it selects the static libc everywhere), with an explicit --target so that proc-macros
@@ -111,7 +112,7 @@ case "$target" in
 esac
 # shellcheck disable=SC2086 # $final is a list of options on purpose
 RUSTFLAGS="${RUSTFLAGS:-} $rustflags" \
-  cargo rustc --release --locked --no-default-features --target "$target" --bin rankvisor "${feature_flags[@]}" "${std_flags[@]}" -- $final >&2
+  cargo rustc --release --locked -p rankvisor --target "$target" --bin rankvisor "${feature_flags[@]}" "${std_flags[@]}" -- $final >&2
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 bin=$target_dir/$target/release/rankvisor
 if ldd "$bin" 2>&1 | grep -q '=>'; then
@@ -121,7 +122,7 @@ if ldd "$bin" 2>&1 | grep -q '=>'; then
 fi
 mkdir -p "$target_dir/image"
 cp "$bin" "$target_dir/image/$name"
-echo "lean $link, std $std: ${RUSTC_BOOTSTRAP:+RUSTC_BOOTSTRAP=1 }cargo rustc --release --no-default-features --target $target --bin rankvisor ${feature_flags[*]}${features:+ }${std_flags[*]}${std_flags:+ }-- $final${rustflags:+ (RUSTFLAGS=$rustflags)}, $(stat -c %s "$bin") bytes" \
+echo "lean $link, std $std: ${RUSTC_BOOTSTRAP:+RUSTC_BOOTSTRAP=1 }cargo rustc --release -p rankvisor --target $target --bin rankvisor ${feature_flags[*]}${features:+ }${std_flags[*]}${std_flags:+ }-- $final${rustflags:+ (RUSTFLAGS=$rustflags)}, $(stat -c %s "$bin") bytes" \
   >"$target_dir/image/$name.build.txt"
 [ "$name" = rankvisor ] && cp "$target_dir/image/$name.build.txt" "$target_dir/image/build.txt"
 mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }

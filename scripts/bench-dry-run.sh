@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 bin="${RANKVISOR:-$target/debug/rankvisor}"
 if [[ -z "${RANKVISOR:-}" ]]; then
-    cargo build --quiet --bin rankvisor
+    cargo build --quiet --bin rankvisor --bin rankvisor-dry-run
 fi
 sleep_s=1
 replicas_list="${REPLICAS:-1 4 16 64}"

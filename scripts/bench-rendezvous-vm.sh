@@ -21,7 +21,7 @@
 # The guest: Debian's cloud kernel (linux-image-*-cloud-amd64, downloaded with apt and unpacked, no
 # modules: loopback needs none, and without the netfilter modules no connection is tracked), an
 # initramfs with busybox (static), the lean launcher exactly as images/build.sh ships it, and
-# examples/bench_rendezvous.rs built static for musl. No disk, no network device.
+# crates/rankvisor-core/examples/bench_rendezvous.rs built static for musl. No disk, no network device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,7 +71,7 @@ fi
 # The launcher as the image ships it, and the bench program static for musl (the guest has no libc).
 # shellcheck source=bench/lean-launcher.sh
 source scripts/bench/lean-launcher.sh
-cargo build --release --quiet --target x86_64-unknown-linux-musl --example bench_rendezvous
+cargo build --release --quiet --target x86_64-unknown-linux-musl -p rankvisor-core --example bench_rendezvous
 bench="$target_dir/x86_64-unknown-linux-musl/release/examples/bench_rendezvous"
 
 root=$(mktemp -d)

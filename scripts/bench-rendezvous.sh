@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rendezvous at scale: the barrier of one master against N-1 simulated workers on loopback
-# (examples/bench_rendezvous.rs), for 1,024, 4,096, 16,384, 65,536 and 98,304 replicas.
+# (crates/rankvisor-core/examples/bench_rendezvous.rs), for 1,024, 4,096, 16,384, 65,536 and 98,304 replicas.
 #
 #   bash scripts/bench-rendezvous.sh                 # SIZES="1024 4096 16384 65536 98304"
 #   SIZES="16384" ROUNDS=3 bash scripts/bench-rendezvous.sh
@@ -37,7 +37,7 @@ source scripts/bench/lean-launcher.sh
 if [ -n "${BENCH_BIN:-}" ]; then
   bench=$BENCH_BIN
 else
-  cargo build --release --quiet --example bench_rendezvous
+  cargo build --release --quiet -p rankvisor-core --example bench_rendezvous
   bench="$target_dir/release/examples/bench_rendezvous"
 fi
 

@@ -4,6 +4,6 @@
 # (every argument goes to scripts/chaos.py; see `python3 scripts/chaos.py --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --bin rankvisor
+cargo build --quiet --bin rankvisor --bin rankvisor-dry-run
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 exec python3 scripts/chaos.py --binary "$target_dir/debug/rankvisor" "$@"

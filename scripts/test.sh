@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need, then the whole suite.
-# Usage: bash scripts/test.sh [extra nextest/cargo-test arguments]
+# Usage: bash scripts/test.sh [--quick] [extra nextest arguments]
+#   --quick  the quick tier (.config/nextest.toml, profile `quick`): no torch, libtorch, kube-apiserver,
+#            kubelet, Docker image, chromium or promtool; the tests that need them are not run.
+# Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
+# member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
 need_apt=()
 command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
@@ -10,6 +20,23 @@ command -v setsid >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing ${need_apt[*]}"
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# The PID 1 binary under test, built on its own so that the dry run's and the tests' features
+# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it.
+t0=$SECONDS
+cargo build -p rankvisor --bin rankvisor
+cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+mkdir -p "$target_dir/pid1"
+cp "$target_dir/debug/rankvisor" "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
+echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"
+
+if [ "$quick" = 1 ]; then
+  t0=$SECONDS
+  trap 'echo "scripts/test.sh: quick tier: $((SECONDS - t0)) s"' EXIT
+  cargo nextest run --profile quick --no-fail-fast "$@"
+  exit
 fi
 
 # The monitoring and job-page tests drive promtool and a headless chromium (Debian packages).
@@ -24,8 +51,7 @@ torch_env=$(bash scripts/setup-torch.sh)
 eval "$torch_env"
 echo "scripts/test.sh: torch set-up: $((SECONDS - t0)) s"
 t0=$SECONDS
-cargo build --example smoke_train --features tch
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+cargo build -p rankvisor-trainer --example smoke_train
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 
@@ -63,9 +89,6 @@ fi
 
 t0=$SECONDS
 trap 'echo "scripts/test.sh: tests: $((SECONDS - t0)) s"' EXIT
-if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast "$@"
-else
-  echo "scripts/test.sh: cargo-nextest not found, using cargo test"
-  cargo test --no-fail-fast "$@"
-fi
+cargo nextest run --no-fail-fast "$@"
+# The trainer crate (needs libtorch, so not a default member) has unit tests of its own.
+cargo nextest run -p rankvisor-trainer --no-fail-fast

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --quiet --bin rankvisor
+cargo build --quiet --bin rankvisor --bin rankvisor-dry-run
 bin="$CARGO_TARGET_DIR/debug/rankvisor"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT

@@ -25,7 +25,7 @@ fn chaos_soak_two_minutes() {
     assert!(script.is_file(), "{} is missing", script.display());
     let out = Command::new("python3")
         .arg(&script)
-        .args(["--duration", "120", "--seed", SEED, "--binary", common::BIN])
+        .args(["--duration", "120", "--seed", SEED, "--binary", common::bin()])
         .output()
         .unwrap_or_else(|e| panic!("cannot run python3 {}: {e} (the soak needs python3)", script.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -59,7 +59,7 @@ fn replica_counts_above_the_maximum_are_refused() {
 fn a_non_utf8_variable_is_named_never_unset() {
     for var in ["RANKVISOR_JOB_TOKEN", "RANK", "RANKVISOR_RESTART_POLICY"] {
         let dir = TestDir::new("cfg-utf8");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankvisor"))
+        let out = std::process::Command::new(common::bin())
             .args(["--node-health", "off", "--http-addr", "off", "--", "touch"])
             .arg(dir.join("ran"))
             .env(var, std::ffi::OsStr::from_bytes(b"\xff1"))

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 mod common;
 use common::dry_run::DryRun;
-use common::{TestDir, BIN};
+use common::TestDir;
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
@@ -24,7 +24,7 @@ fn example_text(name: &str) -> String {
 /// `rankvisor dry-run --logs LOGS ARGS... MANIFEST` (each replica's output to LOGS/<pod>.log):
 /// its exit status and stderr.
 fn logged_dry_run(args: &[&str], logs: &Path, manifest: &Path) -> (Option<i32>, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(common::bin())
         .arg("dry-run")
         .args(args)
         .arg("--logs")
@@ -38,7 +38,7 @@ fn logged_dry_run(args: &[&str], logs: &Path, manifest: &Path) -> (Option<i32>, 
 /// `rankvisor dry-run ARGS...` with a safety `--timeout` and `--master-port 0` unless the test
 /// sets them.
 fn dry_run(args: &[&str]) -> DryRun {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(common::bin());
     cmd.arg("dry-run").args(args);
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", "50s"]);
@@ -280,7 +280,7 @@ fn replicas_get_the_operators_env_an_unblocked_signal_mask_and_their_own_log_fil
     let command = "command: [\"sh\", \"-c\", \"env | grep -E '^(RANK|WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PET_[A-Z_]+)=' | sort; grep -E '^Sig(Blk|Ign)' /proc/self/status\"]";
     let text = example_text("pytorchjob.yaml").replace("command: [\"sh\", \"-c\", \"sleep 3\"]", command);
     let manifest = tmp.write("job.yaml", &text);
-    let out = Command::new(BIN)
+    let out = Command::new(common::bin())
         .args(["dry-run", "--watch", "job", "--master-port", "0", "--logs"])
         .arg(&logs)
         .arg(&manifest)
@@ -355,7 +355,7 @@ fn ctrl_c_stops_every_replica_and_exits_130() {
     let text = example_text("pytorchjob.yaml").replace("sleep 3", &sleep);
     let manifest = tmp.write("job.yaml", &text);
     let mut run = KillOnDrop(
-        Command::new(BIN)
+        Command::new(common::bin())
             .args(["dry-run", "--output", "json", "--watch", "job", "--timeout", "50s"])
             .arg(&manifest)
             .stdout(Stdio::piped())

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{wait_until, Rv, TestDir};
-use rankvisor::heartbeat::HeartbeatFile;
+use rankvisor_core::heartbeat::HeartbeatFile;
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{kill_tree, read, wait_until_for, TestDir, BIN};
+use common::{kill_tree, read, wait_until_for, TestDir};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStderr, Command, Stdio};
@@ -25,7 +25,7 @@ fn starts(path: &std::path::Path) -> usize {
 /// rankvisor restarting `sh -c script` every `backoff` (no limit reached), logging at debug level
 /// into a stderr pipe nobody reads, once 60 KB wait in that pipe: rankvisor and the pipe's end.
 fn with_stderr_pipe_full(backoff: &str, script: &str) -> (Child, ChildStderr) {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(common::bin())
         .args(["--backoff-initial", backoff, "--backoff-max", backoff, "--backoff-limit", "1000000"])
         .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
         .args(["--", "sh", "-c", script])
@@ -132,7 +132,7 @@ fn a_pipe_with_room_or_a_file_is_written_without_a_writer_thread() {
     let file = std::fs::File::create(dir.join("stderr")).expect("stderr file");
     for (what, stderr) in [("a pipe", Stdio::piped()), ("a file", Stdio::from(file))] {
         let ready = dir.join(&format!("ready-{}", what.replace(' ', "-")));
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(common::bin())
             .args(["--node-health", "off", "--http-addr", "off", "--log-level", "debug"])
             .args(["--", "sh", "-c", &format!("touch {}; exec sleep 30", common::q(&ready.to_string_lossy()))])
             .env_remove("RANK")

@@ -1,7 +1,7 @@
 //! `--status-fd` whose reader does not read (issue 15): the queue is bounded.
 
-use rankvisor::status::fd_sink::StatusSink;
-use rankvisor::status::LocalStatus;
+use rankvisor_core::status::fd_sink::StatusSink;
+use rankvisor_core::status::LocalStatus;
 use std::os::fd::IntoRawFd;
 
 fn peak_rss_kib() -> u64 {

@@ -58,7 +58,7 @@ fn set_pod_env_worker_only_job_meets_at_worker_0() {
 /// `rankvisor env` names the role and what it inferred, for the same env.
 #[test]
 fn env_names_the_inferred_worker_role() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rankvisor"))
+    let out = std::process::Command::new(common::bin())
         .args(["env", "--json"])
         .env_clear()
         .env("PET_NNODES", "3")

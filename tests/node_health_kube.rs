@@ -9,9 +9,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
 #[path = "apiserver/mod.rs"]
 mod apiserver;
+mod common;
 
 use apiserver::{free_ports, ApiServer};
 
@@ -75,7 +75,7 @@ impl ApiServer {
 const CHILD: &str = r#"touch "$DIR/started"; trap 'date +%s%N > "$DIR/term"; exit 0' TERM; sleep 1000 & wait"#;
 
 fn spawn_rankvisor(dir: &Path, flags: &[String], extra: &[&str]) -> Child {
-    Command::new(BIN)
+    Command::new(common::bin())
         .args(flags)
         .args(["--termination-log", &dir.join("termination-log").to_string_lossy()])
         .args(["--restart-policy", "Never", "--grace-period", "5s"])
@@ -116,7 +116,7 @@ fn finish(child: Child, limit: Duration) -> Output {
 }
 
 fn check_node(flags: &[String]) -> Output {
-    Command::new(BIN).arg("check-node").args(flags).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap()
+    Command::new(common::bin()).arg("check-node").args(flags).env_remove("KUBERNETES_SERVICE_HOST").output().unwrap()
 }
 
 fn now_ns() -> u128 {
@@ -408,7 +408,7 @@ fn a_proxy_set_for_the_webhook_does_not_cut_the_in_cluster_api() {
     let url = api.get("KUBE_URL").to_string();
     let port = url.rsplit(':').next().unwrap().to_string();
     let run = |extra: &[&str], env: &[(&str, &str)]| -> Output {
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(common::bin());
         c.args(["check-node", "--node-health", "kubernetes", "--node-name", "n1"])
             .args(["--kube-ca-file", api.get("KUBE_CA"), "--kube-token-file", token.to_str().unwrap()])
             .args(extra);

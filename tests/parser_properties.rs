@@ -6,13 +6,13 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
-use rankvisor::duration::{format_duration, parse_duration};
-use rankvisor::health::parse_labels_file;
-use rankvisor::http::route;
-use rankvisor::rendezvous::frame::{decode, encode, Frame, Hello, DEFAULT_MAX_FRAME};
-use rankvisor::status::{Identity, LocalStatus, ReplicaState, Timeline};
-use rankvisor::untrusted::{escape, escape_bytes};
-use rankvisor::webhook::WebhookCounts;
+use rankvisor_core::duration::{format_duration, parse_duration};
+use rankvisor_core::health::parse_labels_file;
+use rankvisor_core::http::route;
+use rankvisor_core::rendezvous::frame::{decode, encode, Frame, Hello, DEFAULT_MAX_FRAME};
+use rankvisor_core::status::{Identity, LocalStatus, ReplicaState, Timeline};
+use rankvisor_core::untrusted::{escape, escape_bytes};
+use rankvisor_core::webhook::WebhookCounts;
 
 /// 32 cases unless PROPTEST_CASES says otherwise (the fuzz script).
 fn config() -> ProptestConfig {
@@ -55,7 +55,7 @@ fn label_key() -> impl Strategy<Value = String> {
     })
 }
 
-fn report() -> rankvisor::status::Report {
+fn report() -> rankvisor_core::status::Report {
     let st = LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() };
     Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH)
 }
@@ -159,7 +159,7 @@ proptest! {
 /// Raw bytes reaching the real HTTP server: it answers or closes, never hangs or panics.
 mod http_server {
     use super::*;
-    use rankvisor::http::{serve, HttpState};
+    use rankvisor_core::http::{serve, HttpState};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -95,7 +95,7 @@ fn metric_names(expr: &str) -> Vec<String> {
 
 /// The metric names rankvisor exposes: the families of `src/http/metrics.rs`.
 fn exposed_names() -> Vec<String> {
-    let src = include_str!("../src/http/metrics.rs");
+    let src = include_str!("../crates/rankvisor-core/src/http/metrics.rs");
     let code = src.split("#[cfg(test)]").next().unwrap();
     code.split('"').filter(|s| s.starts_with("rankvisor_") && !s.contains(' ')).map(str::to_string).collect()
 }

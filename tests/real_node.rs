@@ -15,7 +15,8 @@
 
 #[path = "cluster/mod.rs"]
 mod cluster;
-use rankvisor::supervise::RestartPolicy;
+mod common;
+use rankvisor_core::supervise::RestartPolicy;
 
 use cluster::{Cluster, PodEvent, PodSpec};
 use std::path::Path;
@@ -376,7 +377,7 @@ fn events_and_condition_with_the_pods_service_account(c: &Cluster) {
 // 6. a 3-replica job's pods as the operator makes them
 
 /// The training operator's pod for `id`: the template's pod spec, the operator's env
-/// (`rankvisor::dryrun::operator_env`, the dry run's own, with MASTER_ADDR the master's service
+/// (`rankvisor_dryrun::operator_env`, the dry run's own, with MASTER_ADDR the master's service
 /// name as in a cluster, not the dry run's 127.0.0.1), its labels, and the replica's restart
 /// policy. Added for this node: nodeName, dnsPolicy Default, the test image, the hostPath `/shared`,
 /// and hostAliases with the master pod's IP (standing in for the cluster DNS that resolves the
@@ -384,15 +385,15 @@ fn events_and_condition_with_the_pods_service_account(c: &Cluster) {
 /// (rankvisor's own dialling retries do the waiting).
 fn operator_pod(
     c: &Cluster,
-    job: &rankvisor::dryrun::PyTorchJob,
+    job: &rankvisor_dryrun::PyTorchJob,
     manifest: &serde_json::Value,
-    id: rankvisor::dryrun::ReplicaId,
+    id: rankvisor_dryrun::ReplicaId,
     shared: Option<&Path>,
     master_ip: Option<&str>,
 ) -> serde_json::Value {
-    use rankvisor::dryrun::{operator_env, ReplicaType};
+    use rankvisor_dryrun::{operator_env, ReplicaType};
     let name = job.pod_name(id);
-    let master = job.pod_name(rankvisor::dryrun::ReplicaId::MASTER);
+    let master = job.pod_name(rankvisor_dryrun::ReplicaId::MASTER);
     let spec = job.spec(id.rtype).unwrap();
     let mut template = manifest["spec"]["pytorchReplicaSpecs"][id.rtype.as_str()]["template"].clone();
     let mut labels = serde_json::json!({
@@ -443,7 +444,7 @@ fn operator_pod(
 
 /// Delete the pods of the replicas `ids` of `job` and their headless services: a job scenario's
 /// clean-up.
-fn delete_operator_objects(c: &Cluster, job: &rankvisor::dryrun::PyTorchJob, ids: &[rankvisor::dryrun::ReplicaId]) {
+fn delete_operator_objects(c: &Cluster, job: &rankvisor_dryrun::PyTorchJob, ids: &[rankvisor_dryrun::ReplicaId]) {
     let pods: Vec<String> = ids.iter().map(|id| job.pod_name(*id)).collect();
     let pods: Vec<&str> = pods.iter().map(String::as_str).collect();
     c.delete_pods(&pods);
@@ -453,7 +454,7 @@ fn delete_operator_objects(c: &Cluster, job: &rankvisor::dryrun::PyTorchJob, ids
 }
 
 /// The operator's headless service for a replica: named like its pod, selecting it by labels.
-fn operator_service(job: &rankvisor::dryrun::PyTorchJob, id: rankvisor::dryrun::ReplicaId) -> serde_json::Value {
+fn operator_service(job: &rankvisor_dryrun::PyTorchJob, id: rankvisor_dryrun::ReplicaId) -> serde_json::Value {
     let selector = serde_json::json!({
         "training.kubeflow.org/job-name": job.name,
         "training.kubeflow.org/operator-name": "pytorchjob-controller",
@@ -488,7 +489,7 @@ fn pod_http(ip: &str, path: &str) -> Option<(u16, String)> {
 /// own backoff (CrashLoopBackOff, restartCount 2) while the master's `/job` shows it, then
 /// succeeds, and all three pods end Succeeded.
 fn operator_job_meets_and_finishes_across_pods(c: &Cluster) {
-    use rankvisor::dryrun::{parse_job, ReplicaId};
+    use rankvisor_dryrun::{parse_job, ReplicaId};
     let path = format!("{ROOT}/examples/k8s/pytorchjob-real-node.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let job = parse_job(&text, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -581,7 +582,7 @@ fn record(timeline: &mut Timeline, pod: &str, ms: u64, status: String, restarts:
 
 /// The dry run's pod rows for `example` (its `--output json`).
 fn dry_run_timeline(example: &str, extra: &[&str]) -> Timeline {
-    let bin = env!("CARGO_BIN_EXE_rankvisor");
+    let bin = common::bin();
     let out = std::process::Command::new(bin)
         .args(["dry-run", "--output", "json", "--watch", "pods", "--timeout", "40s"])
         .args(extra)
@@ -612,7 +613,7 @@ fn dry_run_timeline(example: &str, extra: &[&str]) -> Timeline {
 /// CrashLoopBackOff are the ones timed. The seed's `resources` stay only for the gang example:
 /// elsewhere four 1-CPU pods would not fit this 2-CPU node (the kubelet rejects them OutOfcpu).
 fn kubelet_timeline(c: &Cluster, example: &str, window: Duration) -> Timeline {
-    use rankvisor::dryrun::{parse_job, ReplicaId};
+    use rankvisor_dryrun::{parse_job, ReplicaId};
     let path = format!("{ROOT}/examples/{example}");
     let text = std::fs::read_to_string(&path).unwrap();
     let job = parse_job(&text, &path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -425,8 +425,9 @@ fn the_readme_schema_and_example_match_the_report() {
     let blocks = readme_json_blocks();
     assert_eq!(blocks.len(), 2, "the schema and the example");
     let (schema, example) = (&blocks[0], &blocks[1]);
-    let report: rankvisor::status::Report = serde_json::from_value(example.clone()).expect("the example is a Report");
-    assert_eq!(report.schema_version, rankvisor::status::SCHEMA_VERSION);
+    let report: rankvisor_core::status::Report =
+        serde_json::from_value(example.clone()).expect("the example is a Report");
+    assert_eq!(report.schema_version, rankvisor_core::status::SCHEMA_VERSION);
     let reserialized = serde_json::to_value(&report).unwrap();
     assert_eq!(&reserialized, example, "the example shows every field, as rankvisor writes them");
     let mut fields: Vec<&String> = reserialized.as_object().unwrap().keys().collect();
@@ -434,7 +435,7 @@ fn the_readme_schema_and_example_match_the_report() {
     fields.sort();
     documented.sort();
     assert_eq!(fields, documented, "the schema names exactly the report's fields");
-    let states: Vec<String> = rankvisor::status::ReplicaState::ALL.iter().map(|s| format!("{s:?}")).collect();
+    let states: Vec<String> = rankvisor_core::status::ReplicaState::ALL.iter().map(|s| format!("{s:?}")).collect();
     assert_eq!(schema["properties"]["state"]["enum"], serde_json::json!(states));
     check(schema, example, "$");
 }

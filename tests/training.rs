@@ -169,7 +169,7 @@ fn tch_trainer_on_4_replicas_succeeds_with_every_rank_under_the_loss_threshold()
         let ckpt = dir.join(&format!("checkpoints/rank-{rank}/step-00000200.ot"));
         assert!(ckpt.is_file(), "{pod}: no final checkpoint {}", ckpt.display());
     }
-    // The master's launcher watched the heartbeat the trainer wrote through rankvisor::trainer.
+    // The master's launcher watched the heartbeat the trainer wrote through rankvisor_trainer.
     let hb = std::fs::read_to_string(dir.join("master-heartbeat.json")).expect("the master's heartbeat file");
     let hb: Value = serde_json::from_str(&hb).unwrap_or_else(|e| panic!("heartbeat {hb:?}: {e}"));
     assert_eq!((hb["step"].as_u64(), hb["checkpoint_step"].as_u64()), (Some(200), Some(200)), "{hb}");

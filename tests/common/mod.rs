@@ -29,8 +29,16 @@ pub fn free_port_pair() -> u16 {
     consecutive_ports(2)
 }
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_rankvisor");
+/// The PID 1 binary under test: `RANKVISOR_TEST_BIN`, which `scripts/test.sh` sets to the lean
+/// `rankvisor` built on its own (`cargo build -p rankvisor`: no other workspace member's features,
+/// the image's build), with `rankvisor-dry-run` beside it; else this package's test build.
+pub fn bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("RANKVISOR_TEST_BIN") {
+        Ok(p) if !p.is_empty() => p,
+        _ => env!("CARGO_BIN_EXE_rankvisor").to_string(),
+    })
+}
 
 /// How long any single wait may take before the test fails instead of hanging.
 pub const HANG_GUARD: Duration = Duration::from_secs(20);
@@ -75,7 +83,7 @@ pub fn hermetic(c: &mut Command) -> &mut Command {
 /// The one way a test starts the binary under test directly (`rankvisor dry-run`, `check-node`,
 /// ...): a command with a hermetic environment. Supervising runs use [`Rv`], which builds on it.
 pub fn rankvisor() -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(bin());
     hermetic(&mut c);
     c
 }
@@ -186,7 +194,7 @@ impl Rv {
         }
     }
 
-    /// Run this rankvisor binary instead of the test build's (`BIN`).
+    /// Run this rankvisor binary instead of the test build's ([`bin`]).
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
         self
@@ -251,7 +259,7 @@ impl Rv {
         let stdout = self.dir.join("stdout");
         let stderr = self.dir.join("stderr");
         let status = self.dir.join("status.jsonl");
-        let mut argv: Vec<OsString> = vec![self.binary.clone().map_or_else(|| BIN.into(), PathBuf::into_os_string)];
+        let mut argv: Vec<OsString> = vec![self.binary.clone().map_or_else(|| bin().into(), PathBuf::into_os_string)];
         if self.status_fd {
             argv.extend(["--status-fd".into(), "3".into()]);
         }

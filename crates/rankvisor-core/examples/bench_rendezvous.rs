@@ -1,0 +1,480 @@
+//! Rendezvous scale benchmark: one master against N-1 simulated workers opened by fleet processes
+//! (this binary re-executed with `--fleet`), so the master's memory and CPU are measured alone.
+//!
+//! - `bench_rendezvous N`: the library's master (this process, on a current-thread runtime like
+//!   the launcher's).
+//! - `bench_rendezvous --launcher BIN N`: the real launcher `BIN` as replica 0 of an N-replica job
+//!   (RANK=0, WORLD_SIZE=N, MASTER_ADDR=127.0.0.1), whose child (started once the barrier released
+//!   the master) waits until every worker is released; the launcher's peak RSS and CPU come from
+//!   `wait4` when it exits (its whole life, the workers' disconnection included, not a sample).
+//!
+//! The workers are spread over BENCH_FLEETS processes (default 1), each dialling from source
+//! addresses spread over 127.0.0.0/8, so N connections to one port never exhaust the ephemeral
+//! ports of one source address; BENCH_DIAL bounds the dials in flight per fleet (default 2000,
+//! below the listen backlog). Every process raises its open-files limit (2^20 as root).
+//! The barrier time is measured by the fleets on CLOCK_MONOTONIC: from the first dial to the last
+//! worker released; `dialled_ms` is when the last hello was written.
+//! Prints one line: `replicas=N barrier_ms=.. dialled_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
+//! A fleet that fails names the worker and what it got last, and ends the run at once.
+//! BENCH_MASTER_LOG=1: the library master's warnings (a dropped or refused worker) on stderr.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rankvisor_core::rendezvous::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
+use rankvisor_core::rendezvous::{listen, start_master, Health, Identity, RendezvousConfig};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpSocket;
+use tokio::sync::Semaphore;
+
+/// Counts the heap bytes in use, so the bench can say what the master's state costs per replica
+/// (RSS alone cannot: freed pages are reused or returned unevenly).
+struct CountingAlloc;
+
+static HEAP_IN_USE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        HEAP_IN_USE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed on as is.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HEAP_IN_USE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: ptr came from alloc with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn heap_kb() -> usize {
+    HEAP_IN_USE.load(std::sync::atomic::Ordering::Relaxed) / 1024
+}
+
+fn proc_kb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// User plus system CPU time of this process, in milliseconds.
+fn cpu_ms() -> u64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(u.ru_utime) + ms(u.ru_stime)
+}
+
+/// One descriptor per connection: raise the limit to 2^20 when allowed (root), else the soft
+/// limit to the hard one.
+fn raise_nofile() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct given.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            let wide = libc::rlimit { rlim_cur: 1 << 20, rlim_max: (1 << 20).max(r.rlim_max) };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wide) != 0 {
+                r.rlim_cur = r.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            }
+        }
+    }
+}
+
+/// The soft limit on open files.
+fn nofile() -> u64 {
+    // SAFETY: getrlimit only writes the struct given.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 0;
+    }
+    r.rlim_cur
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable across the fleet processes.
+fn mono_ns() -> u64 {
+    // SAFETY: clock_gettime only writes the struct it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
+fn main() {
+    raise_nofile();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).and_then(|p| p.parse::<u32>().ok());
+    match args.first().map(String::as_str) {
+        Some("--fleet") => {
+            let usage = "--fleet PORT REPLICAS FIRST LAST";
+            let port = arg(1).and_then(|p| u16::try_from(p).ok()).expect(usage);
+            let (replicas, first, last) = (arg(2).expect(usage), arg(3).expect(usage), arg(4).expect(usage));
+            runtime().block_on(fleet(port, replicas, first, last));
+        }
+        Some("--launcher") => {
+            let bin = args.get(1).expect("--launcher BIN N");
+            launcher(bin, arg(2).unwrap_or(16384).max(2));
+        }
+        _ => {
+            if std::env::var_os("BENCH_MASTER_LOG").is_some() {
+                // The library master's warnings (a dropped or refused worker) on stderr.
+                tracing_subscriber::fmt().with_max_level(tracing::Level::WARN).with_writer(std::io::stderr).init();
+            }
+            let replicas = arg(0).unwrap_or(16384);
+            runtime().block_on(master(replicas.max(2) - 1));
+        }
+    }
+}
+
+/// The fleet processes for workers 1..replicas-1 against `port`, started at once.
+fn spawn_fleets(port: u16, replicas: u32) -> Vec<std::process::Child> {
+    let fleets: u32 = std::env::var("BENCH_FLEETS").ok().and_then(|d| d.parse().ok()).unwrap_or(1).max(1);
+    let workers = replicas - 1;
+    let per = workers.div_ceil(fleets);
+    let exe = std::env::current_exe().expect("own path");
+    (0..fleets)
+        .map(|f| (1 + f * per, ((f + 1) * per).min(workers)))
+        .filter(|(first, last)| first <= last)
+        .map(|(first, last)| {
+            Command::new(&exe)
+                .args(["--fleet", &port.to_string(), &replicas.to_string(), &first.to_string(), &last.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn a fleet")
+        })
+        .collect()
+}
+
+/// Wait for the fleets; each prints `first_dial_ns dialled_ns released_ns`. Returns the barrier
+/// (first dial of any -> last release of all) and the dialling time, in ms, or None if one failed.
+/// A fleet that fails (it says why on stderr) ends the run: the others are killed, so the master's
+/// barrier, which can no longer complete, is not waited out.
+fn join_fleets(mut fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
+    let mut running: Vec<usize> = (0..fleets.len()).collect();
+    while !running.is_empty() {
+        let mut failed = false;
+        running.retain(|&i| match fleets[i].try_wait().expect("wait for a fleet") {
+            None => true,
+            Some(status) => {
+                failed |= !status.success();
+                false
+            }
+        });
+        if failed {
+            for &i in &running {
+                let _ = fleets[i].kill();
+            }
+            for f in fleets {
+                let _ = f.wait_with_output();
+            }
+            return None;
+        }
+        if !running.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut stamps = Vec::new();
+    let mut ok = true;
+    for f in fleets {
+        let out = f.wait_with_output().expect("wait for a fleet");
+        ok &= out.status.success();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        if v.len() == 3 {
+            stamps.push((v[0], v[1], v[2]));
+        } else {
+            ok = false;
+        }
+    }
+    let first = stamps.iter().map(|s| s.0).min()?;
+    let dialled = stamps.iter().map(|s| s.1).max()?;
+    let released = stamps.iter().map(|s| s.2).max()?;
+    ok.then(|| ((released - first) / 1_000_000, (dialled - first) / 1_000_000))
+}
+
+/// Is anything listening on `port` (any IPv4 address)? Read from /proc/net/tcp: no probe connection.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").unwrap_or_default().lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+    })
+}
+
+/// The real launcher as replica 0 of an N-replica job.
+#[expect(clippy::zombie_processes, reason = "the launcher is reaped by wait4, which also gives its rusage")]
+fn launcher(bin: &str, replicas: u32) {
+    if u64::from(replicas) + 64 > nofile() {
+        eprintln!(
+            "launcher: {replicas} connections need {} file descriptors, the limit is {}",
+            replicas + 64,
+            nofile()
+        );
+        std::process::exit(1);
+    }
+    // Below the ephemeral range (32768 and up), so no fleet socket of an earlier run (in TIME_WAIT)
+    // holds it; MASTER_PORT itself is not opened by the launcher.
+    let port = 20_001 + (std::process::id() % 10_000) as u16;
+    // The launcher's child waits on a FIFO until every worker was released: the master's release
+    // frames are written after its own child starts, and a launcher whose child is already done
+    // would exit (and close the connections) before they all went out.
+    let fifo = std::env::temp_dir().join(format!("bench-rendezvous-{}.fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+    // SAFETY: mkfifo reads the NUL-terminated path it is given.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
+    let log = std::env::var("BENCH_LAUNCHER_LOG").unwrap_or_else(|_| "/dev/null".into());
+    let log = std::fs::File::create(&log).expect("the launcher's log file");
+    let mut child = Command::new(bin)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs([
+            ("RANK", "0".to_string()),
+            ("PET_NODE_RANK", "0".to_string()),
+            ("WORLD_SIZE", replicas.to_string()),
+            ("PET_NNODES", replicas.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", (port - 1).to_string()),
+        ])
+        // RANKVISOR_* from the bench's environment (e.g. RANKVISOR_LOG_LEVEL=warn) reach the launcher.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("RANKVISOR_")))
+        .args(["--job-name", "bench", "--http-addr", "off", "--node-health", "off", "--kube-events", "off"])
+        .args(["--rendezvous-timeout", "5m", "--restart-policy", "Never", "--", "/bin/sh", "-c", "read _ < \"$0\""])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn the launcher");
+    let pid = child.id() as libc::pid_t;
+    let t = Instant::now();
+    while !listening(port) {
+        if t.elapsed() > Duration::from_secs(30) || child.try_wait().ok().flatten().is_some() {
+            eprintln!("launcher: not listening on port {port} (MASTER_PORT+1) after {:?}", t.elapsed());
+            let _ = child.kill();
+            let _ = child.wait();
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let barrier = join_fleets(spawn_fleets(port, replicas));
+    if barrier.is_none() {
+        // A fleet failed: the barrier will not complete; stop the launcher instead of waiting out
+        // its rendezvous timeout.
+        // SAFETY: kill sends a signal to our own child, not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    // Let the launcher's child end (nothing reads the FIFO if the child never started: ENXIO).
+    // SAFETY: open and write get a valid path and buffer; the descriptor is closed here.
+    unsafe {
+        let fd = libc::open(c_fifo.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK);
+        if fd >= 0 {
+            libc::write(fd, b"\n".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+    let _ = std::fs::remove_file(&fifo);
+    // The launcher's own peak RSS and CPU over its whole life, from the kernel when it is reaped.
+    let mut status = 0;
+    // SAFETY: wait4 writes the status and the rusage it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; pid is our child, not reaped yet.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let code = if reaped == pid && libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    let (barrier_ms, dialled_ms) =
+        barrier.map_or(("failed".to_string(), "-".to_string()), |(b, d)| (b.to_string(), d.to_string()));
+    println!(
+        "replicas={replicas} barrier_ms={barrier_ms} dialled_ms={dialled_ms} launcher_peak_rss_kb={} launcher_cpu_ms={} launcher_exit={code}",
+        usage.ru_maxrss,
+        ms(usage.ru_utime) + ms(usage.ru_stime),
+    );
+    if barrier.is_none() {
+        std::process::exit(1);
+    }
+}
+
+/// Serve the barrier of `n` workers and the master.
+async fn master(n: u32) {
+    if u64::from(n) + 64 > nofile() {
+        eprintln!("master: {n} connections need {} file descriptors, the limit is {} (ulimit -n)", n + 64, nofile());
+        std::process::exit(1);
+    }
+    let rss_before = proc_kb("VmRSS:");
+    let cpu_before = cpu_ms();
+    let listener = listen("127.0.0.1:0".parse().expect("address")).expect("listen");
+    let me = Identity { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
+    let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
+    let healthy = Health { healthy: true, verdict: serde_json::Value::Null };
+    let m = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
+    let started = Instant::now();
+    let port = m.local_addr().port();
+    // Waiting in a blocking thread keeps this runtime serving the barrier (and writing the
+    // release to every worker) while the fleets run.
+    let mut fleets = tokio::task::spawn_blocking(move || join_fleets(spawn_fleets(port, n + 1)));
+    let (released, fleet) = tokio::select! {
+        released = m.barrier(0) => (released, fleets.await),
+        // A fleet gave up (it says why): do not wait for the barrier's timeout.
+        done = &mut fleets => (Err(rankvisor_core::rendezvous::RendezvousError::MasterStopped), done),
+    };
+    let took = started.elapsed();
+    let rss_after = proc_kb("VmRSS:");
+    // The heap the master holds once released, and what one snapshot of the job view adds (the
+    // launcher publishes such copies for /job).
+    let heap_released_kb = heap_kb();
+    let copy = m.job_view();
+    let view_copy_kb = heap_kb().saturating_sub(heap_released_kb);
+    drop(copy);
+    let fleet = fleet.ok().flatten();
+    let ok = released.is_ok() && fleet.is_some();
+    println!(
+        "replicas={} barrier_ms={} fleet_barrier_ms={} master_rss_before_kb={rss_before} master_rss_released_kb={rss_after} \
+         master_peak_rss_kb={} master_cpu_ms={} heap_released_kb={heap_released_kb} job_view_copy_kb={view_copy_kb} ok={ok}",
+        n + 1,
+        took.as_millis(),
+        fleet.map_or("-".to_string(), |(b, _)| b.to_string()),
+        proc_kb("VmHWM:"),
+        cpu_ms() - cpu_before,
+    );
+    if let Err(e) = released {
+        let text = e.to_string();
+        eprintln!("barrier failed: {}", text.get(..300).unwrap_or(&text));
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+/// IP_BIND_ADDRESS_NO_PORT: bind the address now, the port at `connect`.
+fn no_port_at_bind(socket: &TcpSocket) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int of the given size from a valid pointer, on our own socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("setsockopt(IP_BIND_ADDRESS_NO_PORT): {}", std::io::Error::last_os_error()))
+    }
+}
+
+/// 127.1.0.1, 127.1.0.2, ...: 250 workers per third octet.
+fn source(index: u32) -> SocketAddr {
+    let hi = 1 + index / (250 * 256);
+    let mid = (index / 250) % 256;
+    let lo = 1 + index % 250;
+    SocketAddr::from((Ipv4Addr::new(127, hi as u8, mid as u8, lo as u8), 0))
+}
+
+/// Open the connections of workers `first..=last` of a `replicas`-replica job, say hello, wait
+/// for every release; print `first_dial_ns dialled_ns released_ns` (CLOCK_MONOTONIC) and exit at
+/// once (closing thousands of sockets one by one is not part of the barrier).
+async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
+    let n = last + 1 - first;
+    let limit = nofile();
+    if u64::from(n) + 64 > limit {
+        eprintln!("fleet: {n} connections need {} file descriptors, the limit is {limit} (ulimit -n)", n + 64);
+        std::process::exit(1);
+    }
+    let inflight = std::env::var("BENCH_DIAL").ok().and_then(|d| d.parse().ok()).unwrap_or(2000);
+    let dialling = Arc::new(Semaphore::new(inflight));
+    let master = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = mono_ns();
+    let dialled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for index in first..=last {
+        let dialling = Arc::clone(&dialling);
+        let dialled = Arc::clone(&dialled);
+        workers.spawn(async move {
+            let permit = dialling.acquire_owned().await.map_err(|e| e.to_string())?;
+            let stream = loop {
+                let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+                // The port is chosen by `connect`, for the whole 4-tuple: `bind` with port 0 would
+                // search the ports for one no other socket of any address holds, a cost that grows
+                // with the fleet (workers on their own nodes never pay it).
+                no_port_at_bind(&socket)?;
+                socket.bind(source(index)).map_err(|e| format!("bind {}: {e}", source(index)))?;
+                match socket.connect(master).await {
+                    Ok(s) => break s,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let (read, mut write) = stream.into_split();
+            let hello = Frame::Hello(Hello {
+                job: "bench".into(),
+                replica_index: index,
+                replica_count: replicas,
+                node: format!("node-{index}"),
+                healthy: true,
+                health: serde_json::Value::Null,
+                nonce: "00".repeat(32),
+            });
+            let line = encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
+            write.write_all(&line).await.map_err(|e| e.to_string())?;
+            dialled.fetch_max(mono_ns(), std::sync::atomic::Ordering::Relaxed);
+            drop(permit);
+            let mut lines = BufReader::new(read).lines();
+            let mut last = "the master closed the connection".to_string();
+            loop {
+                let l = match lines.next_line().await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => break,
+                    Err(e) => {
+                        last = format!("read: {e}");
+                        break;
+                    }
+                };
+                match serde_json::from_str::<Frame>(&l) {
+                    Ok(Frame::Release { .. }) => return Ok((lines, write)),
+                    // A worker that waits long (a join of many thousands on a slow machine) shows
+                    // it is alive, as a real one does, or the master drops it for silence (15 s).
+                    Ok(Frame::Heartbeat) => {
+                        let beat = encode(&Frame::Heartbeat, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
+                        write.write_all(&beat).await.map_err(|e| e.to_string())?;
+                    }
+                    _ => last = format!("last frame {:?}", l.get(..200).unwrap_or(&l)),
+                }
+            }
+            Err(format!("worker {index} was not released: {last}"))
+        });
+    }
+    // Hold every connection until all are released, so the master counts them all at once.
+    let mut held = Vec::new();
+    while let Some(worker) = workers.join_next().await {
+        match worker {
+            Ok(Ok(w)) => held.push(w),
+            Ok(Err(e)) => {
+                eprintln!("fleet: {e}");
+                std::process::exit(1);
+            }
+            Err(e) => {
+                eprintln!("fleet: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    println!("{started} {} {}", dialled.load(std::sync::atomic::Ordering::Relaxed), mono_ns());
+    std::process::exit(0);
+}

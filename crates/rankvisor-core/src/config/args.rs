@@ -1,0 +1,183 @@
+//! The command line's types: clap parses them (every option also from `RANKVISOR_<OPTION>`), and
+//! `config` turns them, with the environment snapshot, into validated configuration. Every choice
+//! is an enum, never a string compared with literals.
+
+use crate::duration::parse_duration;
+use crate::health::NodeHealthSource;
+use crate::logging;
+use crate::supervise::{RestartPolicy, RestartScope};
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::Level;
+
+/// A whole number written as plain decimal digits: `+1`, `-1`, ` 1` and `0x10` are refused (the
+/// standard parser takes a leading `+`).
+pub fn decimal<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match s.parse::<T>() {
+        Ok(n) if digits => Ok(n),
+        _ => Err(format!(
+            "expected a whole number in plain decimal digits (no sign, no spaces) that fits {}",
+            std::any::type_name::<T>()
+        )),
+    }
+}
+
+/// What to do when the node is unhealthy before the child's first start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnhealthyNode {
+    /// Exit 138 at once.
+    Exit,
+    /// Wait until the node is healthy.
+    Wait,
+}
+
+/// A feature switched on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+/// A feature switched on, off, or on where it can work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOffAuto {
+    /// On: missing prerequisites are a configuration error.
+    On,
+    /// Off.
+    Off,
+    /// On where it can work (in a cluster), silently off elsewhere.
+    Auto,
+}
+
+/// `rankvisor check-node`'s options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CheckNodeArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the node's labels come from: off, auto, file:PATH or kubernetes.
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH", default_value = "auto")]
+    pub node_health: NodeHealthSource,
+    /// Treat a node without the node-health-status label as unhealthy.
+    #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
+    pub require_health_label: bool,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Options every subcommand takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Log format for rankvisor's own lines on stderr: text or json.
+    #[arg(long, env = "RANKVISOR_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: logging::LogFormat,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, env = "RANKVISOR_LOG_LEVEL", default_value = "info", value_parser = logging::parse_level, global = true)]
+    pub log_level: Level,
+}
+
+/// The options of `rankvisor [OPTIONS] -- COMMAND`: supervising this replica's training process.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SuperviseArgs {
+    /// When to restart the training process: Never, OnFailure, Always or ExitCode.
+    #[arg(long, env = "RANKVISOR_RESTART_POLICY", value_enum, default_value_t = RestartPolicy::OnFailure)]
+    pub restart_policy: RestartPolicy,
+    /// The most restarts, under every policy.
+    #[arg(long, env = "RANKVISOR_BACKOFF_LIMIT", default_value_t = 6, value_parser = decimal::<u32>, allow_hyphen_values = true)]
+    pub backoff_limit: u32,
+    /// Delay before the first restart; it doubles up to --backoff-max.
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub backoff_initial: Duration,
+    /// The longest delay between restarts.
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "300s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub backoff_max: Duration,
+    /// Healthy running this long resets the delay to --backoff-initial.
+    #[arg(long, env = "RANKVISOR_BACKOFF_RESET", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub backoff_reset: Duration,
+    /// Time between TERM and KILL when stopping the training process.
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub grace_period: Duration,
+    /// What a failure restarts: replica (this child) or job (every replica's child).
+    #[arg(long, env = "RANKVISOR_RESTART_SCOPE", value_enum, default_value_t = RestartScope::Replica)]
+    pub restart_scope: RestartScope,
+    /// A file the training process touches (or writes JSON progress to) as its heartbeat.
+    #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
+    pub heartbeat_file: Option<PathBuf>,
+    /// A running child that does not beat for this long is hung (needs --heartbeat-file).
+    #[arg(long, env = "RANKVISOR_HANG_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub hang_timeout: Option<Duration>,
+    /// The allowance for the first beat after each start (default: 10m, or --hang-timeout if longer).
+    #[arg(long, env = "RANKVISOR_HANG_STARTUP", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub hang_startup: Option<Duration>,
+    /// Where to write why rankvisor gave up (default /dev/termination-log when it exists).
+    #[arg(long, env = "RANKVISOR_TERMINATION_LOG")]
+    pub termination_log: Option<PathBuf>,
+    /// Where the node's HyperPod health labels come from: off, auto, file:PATH or kubernetes.
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH", default_value = "auto")]
+    pub node_health: NodeHealthSource,
+    /// What to do when the node is unhealthy before the start: exit (138) or wait for health.
+    #[arg(long, env = "RANKVISOR_UNHEALTHY_NODE", value_enum, default_value_t = UnhealthyNode::Exit)]
+    pub unhealthy_node: UnhealthyNode,
+    /// Treat a node without the node-health-status label as unhealthy.
+    #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
+    pub require_health_label: bool,
+    /// on: replicas meet at a barrier before the first start (jobs of several replicas). off: no
+    /// barrier and no control channel (when not every replica runs rankvisor).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS", value_enum, default_value_t = OnOff::On)]
+    pub rendezvous: OnOff,
+    /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
+    pub rendezvous_port: Option<u16>,
+    /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub rendezvous_timeout: Duration,
+    /// The job's name, checked at the rendezvous (default: from MASTER_ADDR `<job>-master-0` or POD_NAME).
+    #[arg(long, env = "RANKVISOR_JOB_NAME")]
+    pub job_name: Option<String>,
+    /// Write every status change as one JSON line to this inherited file descriptor (for tools).
+    #[arg(long, env = "RANKVISOR_STATUS_FD", value_parser = decimal::<i32>, allow_hyphen_values = true)]
+    pub status_fd: Option<i32>,
+    /// Serve /healthz, /readyz, /metrics, /status (and /job on the master) here (IP:PORT), or off.
+    #[arg(long, env = "RANKVISOR_HTTP_ADDR", default_value = crate::http::HttpAddr::DEFAULT,
+          value_parser = crate::http::HttpAddr::parse)]
+    pub http_addr: crate::http::HttpAddr,
+    /// POST the JSON report to this http(s):// URL on every state change and every --report-interval.
+    #[arg(long, env = "RANKVISOR_REPORT_URL", value_parser = crate::webhook::parse_url)]
+    pub report_url: Option<hyper::Uri>,
+    /// How often to POST the report to --report-url even without a change.
+    #[arg(long, env = "RANKVISOR_REPORT_INTERVAL", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub report_interval: Duration,
+    /// Kubernetes Events on this Pod for each transition that matters, and the Pod condition
+    /// rankvisor.dev/ReplicaHealthy: on, off, or auto (on in-cluster with POD_NAME and POD_NAMESPACE).
+    #[arg(long, env = "RANKVISOR_KUBE_EVENTS", value_enum, default_value_t = OnOffAuto::Auto)]
+    pub kube_events: OnOffAuto,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// The Kubernetes node-health source's settings (in-cluster defaults; overrides for tests and
+/// out-of-cluster use).
+#[derive(clap::Args, Debug, Clone)]
+pub struct KubeArgs {
+    /// This pod's node, from the downward API (env NODE_NAME from fieldRef spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// How long the Kubernetes API may stay unreachable (or refuse) at start before rankvisor gives up (138).
+    #[arg(long, env = "RANKVISOR_NODE_HEALTH_TIMEOUT", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub node_health_timeout: Duration,
+    /// The API server's URL [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT]
+    #[arg(long, env = "RANKVISOR_KUBE_API_SERVER", value_name = "URL")]
+    pub kube_api_server: Option<String>,
+    /// The bearer-token file, re-read before every request [default: the service account's token]
+    #[arg(long, env = "RANKVISOR_KUBE_TOKEN_FILE", value_name = "PATH")]
+    pub kube_token_file: Option<PathBuf>,
+    /// The CA bundle the API server's certificate must chain to [default: the service account's ca.crt]
+    #[arg(long, env = "RANKVISOR_KUBE_CA_FILE", value_name = "PATH")]
+    pub kube_ca_file: Option<PathBuf>,
+    /// Accept an http:// --kube-api-server: the bearer token then crosses the network in clear text
+    #[arg(long, env = "RANKVISOR_KUBE_ALLOW_INSECURE_HTTP")]
+    pub kube_allow_insecure_http: bool,
+}

@@ -1,0 +1,97 @@
+//! `rankvisor-dry-run`'s command line (also reached as `rankvisor dry-run`, which execs this binary).
+//! Every option can also be set by an environment variable `RANKVISOR_<OPTION>`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rankvisor_core::config::args::{decimal, GlobalArgs};
+use rankvisor_core::duration::parse_duration;
+use rankvisor_core::logging;
+use rankvisor_core::supervise::RestartScope;
+use tracing::Level;
+
+use crate::kubectl::WatchKinds;
+use crate::options::OutputFormat;
+use crate::quantity::QueueCapability;
+
+/// Run a Kubeflow job manifest on this machine: one rankvisor launcher per replica, the job,
+/// PodGroup and pod states printed as `kubectl get -w` shows them. Exit 0 Succeeded, 1 Failed,
+/// 64 invalid manifest.
+#[derive(clap::Parser, Debug)]
+#[command(name = "rankvisor dry-run", bin_name = "rankvisor dry-run", version)]
+pub struct Cli {
+    /// The manifest and how to run it.
+    #[command(flatten)]
+    pub args: DryRunArgs,
+    /// The dry run's own log format and level.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The rankvisor binary each replica's launcher runs [default: `rankvisor` beside this
+    /// program, else on PATH]
+    #[arg(long, env = "RANKVISOR_LAUNCHER", value_name = "PATH")]
+    pub launcher: Option<PathBuf>,
+}
+
+/// The dry run's options. Timing defaults are a laptop's, not Kubernetes' (10s, 300s, 30s).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DryRunArgs {
+    /// The PyTorchJob manifest (YAML or JSON).
+    #[arg(value_name = "JOB.yaml")]
+    pub manifest: PathBuf,
+    /// The Volcano queue's capability, e.g. cpu=2,memory=4Gi: a job that does not fit whole starts nothing.
+    #[arg(long, env = "RANKVISOR_QUEUE_CAPABILITY", value_parser = QueueCapability::parse)]
+    pub queue_capability: Option<QueueCapability>,
+    /// What to show: job, podgroup, pods or all.
+    #[arg(long, env = "RANKVISOR_WATCH", default_value = "all", value_parser = WatchKinds::parse)]
+    pub watch: WatchKinds,
+    /// text (kubectl's columns) or json (one change per line).
+    #[arg(long, env = "RANKVISOR_OUTPUT", default_value = "text")]
+    pub output: OutputFormat,
+    /// Write each replica's output to DIR/<pod>.log (default: on stderr, each line prefixed by its pod).
+    #[arg(long, env = "RANKVISOR_LOGS", value_name = "DIR")]
+    pub logs: Option<PathBuf>,
+    /// Fault to inject (repeatable): fail:REPLICA@TIME (SIGKILL to its training process),
+    /// delete:REPLICA@TIME (kill its launcher; the pod is recreated), label:REPLICA@TIME=VALUE
+    /// (its node's node-health-status label; or =KEY=VALUE). REPLICA: master-0, worker-N.
+    #[arg(long, env = "RANKVISOR_INJECT", value_name = "SPEC", value_delimiter = ',')]
+    pub inject: Vec<String>,
+    /// Stop everything and exit 1 if the job has not ended after this long.
+    #[arg(long, env = "RANKVISOR_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub timeout: Option<Duration>,
+    /// MASTER_PORT for every replica; 0 picks a free port [default: the manifest's, or a free
+    /// port if that one or the next is in use]
+    #[arg(long, env = "RANKVISOR_MASTER_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
+    pub master_port: Option<u16>,
+    /// Each launcher's delay before a replica's first restart; it doubles up to --backoff-max.
+    #[arg(long, env = "RANKVISOR_BACKOFF_INITIAL", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub backoff_initial: Duration,
+    /// Each launcher's longest delay between restarts.
+    #[arg(long, env = "RANKVISOR_BACKOFF_MAX", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub backoff_max: Duration,
+    /// Time between TERM and KILL when a replica is stopped.
+    #[arg(long, env = "RANKVISOR_GRACE_PERIOD", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub grace_period: Duration,
+    /// What a replica's failure restarts: replica (its own child) or job (every replica's child, in
+    /// a new rendezvous generation).
+    #[arg(long, env = "RANKVISOR_RESTART_SCOPE", value_enum, default_value_t = RestartScope::Replica)]
+    pub restart_scope: RestartScope,
+    /// Every replica serves /healthz, /readyz, /metrics and /status on a free 127.0.0.1 port (said
+    /// in the output).
+    #[arg(long)]
+    pub http: bool,
+    /// Draw the run to FILE (.svg or .html) when it ends: one lane per pod over time, the job and
+    /// the PodGroup above, restarts and injected faults marked.
+    #[arg(long, env = "RANKVISOR_TIMELINE", value_name = "FILE")]
+    pub timeline: Option<std::path::PathBuf>,
+    /// The launchers' own log level (their lines appear among the replica's output).
+    #[arg(long, env = "RANKVISOR_LAUNCHER_LOG_LEVEL", default_value = "warn", value_parser = logging::parse_level)]
+    pub launcher_log_level: Level,
+    /// A replica type's command instead of its image's entrypoint (repeatable), run by `sh -c`
+    /// with the container's args after it: TYPE=COMMAND, e.g. Worker='python train.py'.
+    #[arg(long = "command", value_name = "TYPE=COMMAND")]
+    pub commands: Vec<String>,
+    /// A path inside the image mapped onto a local one in the command, args, env values and
+    /// workingDir (repeatable): IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples.
+    #[arg(long = "path-map", value_name = "IMAGE_PATH=LOCAL_PATH")]
+    pub path_maps: Vec<String>,
+}

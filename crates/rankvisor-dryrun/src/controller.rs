@@ -1,0 +1,558 @@
+//! The training operator, Volcano and the kubelet, emulated as one synchronous state machine.
+//!
+//! The event loop starts real launchers and feeds what it observes as [`ClusterEvent`]s, with
+//! the time since its start; each call returns the rows that changed (for the watch output) and
+//! the [`ClusterAction`]s the event loop must carry out. Nothing here reads a clock or touches a
+//! process. The operator's rules are in [`super::operator`], each named after its Go function.
+//!
+//! - The kubelet: a replica's launcher is its container's PID 1. A launcher that exits under
+//!   OnFailure (non-zero) or Always is a container crash: the kubelet restarts it in place (the
+//!   first restart at once, then `backoff_initial` doubling), the pod stays Running and its
+//!   RESTARTS go on counting. Under Never and ExitCode (the pod's policy is Never) the pod ends
+//!   Succeeded or Failed with the launcher.
+//! - The operator (`ReconcileJobs`): the backoff limit and the active deadline fail the job and
+//!   delete every pod; a Failed pod is recreated (ExitCode retryable, OnFailure, Always: the job
+//!   shows Restarting) or fails the job (ExitCode permanent); `UpdateJobStatus` sets Running,
+//!   Succeeded, Restarting or Failed. A finished job's pods are cleaned up by `cleanPodPolicy`
+//!   (default None: kept, running on), its PodGroup deleted, the job itself deleted
+//!   `ttlSecondsAfterFinished` later. A suspended job has no pods until resumed; a job managed by
+//!   another controller is left alone.
+//! - Volcano admits the gang only if the queue capability holds the PodGroup's minResources;
+//!   otherwise the PodGroup stays `Inqueue` and every pod `Pending`, forever.
+
+use std::time::Duration;
+
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use super::operator::{self, Condition};
+use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
+use super::pytorchjob::{PyTorchJob, ReplicaId};
+use super::quantity::format_quantity;
+use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
+use rankvisor_core::exit::ExitHow;
+use rankvisor_core::supervise::RestartPolicy;
+
+mod watch;
+
+/// The emulated controllers of one dry-run job.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    job: PyTorchJob,
+    config: ControllerConfig,
+    submitted_at: Option<Duration>,
+    /// The job's `status.startTime` (reset on resume), from which the active deadline runs.
+    started_at: Option<Duration>,
+    admitted: bool,
+    suspended: bool,
+    state: Option<JobState>,
+    outcome: Option<Outcome>,
+    finished_at: Option<Duration>,
+    job_deleted: bool,
+    /// Pods in phase Failed at the previous reconcile (`GetTotalFailedReplicas`).
+    failed_before: usize,
+    podgroup_status: Option<PodGroupPhase>,
+    podgroup_created: bool,
+    podgroup_deleted: bool,
+    pods: Vec<Pod>,
+    shown_job: Option<Row>,
+    shown_podgroup: Option<Row>,
+}
+
+impl Controller {
+    /// A controller for an admitted job; nothing happens until `ClusterEvent::Submitted`.
+    pub fn new(job: PyTorchJob, config: ControllerConfig) -> Self {
+        Self {
+            job,
+            config,
+            submitted_at: None,
+            started_at: None,
+            admitted: false,
+            suspended: false,
+            state: None,
+            outcome: None,
+            finished_at: None,
+            job_deleted: false,
+            failed_before: 0,
+            podgroup_status: None,
+            podgroup_created: false,
+            podgroup_deleted: false,
+            pods: Vec::new(),
+            shown_job: None,
+            shown_podgroup: None,
+        }
+    }
+
+    /// The job being run.
+    pub fn job(&self) -> &PyTorchJob {
+        &self.job
+    }
+
+    /// The job's STATE (None before submit).
+    pub fn state(&self) -> Option<JobState> {
+        self.state
+    }
+
+    /// The outcome, once decided.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    /// The dry run's exit status: the outcome's, 0 for a job another controller manages (the
+    /// training operator does nothing wrong by leaving it alone), 1 while undecided.
+    pub fn exit_code(&self) -> i32 {
+        match (self.outcome, self.job.run_policy.external_manager()) {
+            (Some(o), _) => o.exit_code(),
+            (None, Some(_)) => 0,
+            (None, None) => 1,
+        }
+    }
+
+    /// Pods whose launcher was asked to start and has not been reported exited.
+    pub fn live_launchers(&self) -> Vec<ReplicaId> {
+        self.pods.iter().filter(|p| p.launcher_live()).map(|p| p.id).collect()
+    }
+
+    /// Nothing more will happen: the outcome is decided (and the TTL, if any, has deleted the
+    /// job) or the job is another controller's, and no launcher is left.
+    pub fn is_settled(&self) -> bool {
+        let over = match (self.outcome, self.job.run_policy.ttl_seconds_after_finished) {
+            (Some(_), Some(_)) => self.job_deleted,
+            (Some(_), None) => true,
+            (None, _) => self.submitted_at.is_some() && self.job.run_policy.external_manager().is_some(),
+        };
+        over && self.live_launchers().is_empty()
+    }
+
+    /// When the next `ClusterEvent::Tick` is due: a pod to show CrashLoopBackOff, a container
+    /// to restart, the active deadline, the TTL after finishing.
+    pub fn next_tick(&self) -> Option<Duration> {
+        let crash_loop = self
+            .pods
+            .iter()
+            .filter(|p| {
+                !p.gone && !p.deleting && p.restarts > 0 && matches!(p.container, ContainerState::Terminated(_))
+            })
+            .filter_map(|p| p.restart_pending_since)
+            .map(|t| t.saturating_add(self.config.crash_loop_after));
+        let relaunch = self.pods.iter().filter(|p| !p.gone).filter_map(|p| p.relaunch_at);
+        let deadline = match (self.outcome, self.job.run_policy.active_deadline_seconds, self.started_at) {
+            (None, Some(secs), Some(start)) => Some(start.saturating_add(operator::deadline(secs))),
+            _ => None,
+        };
+        let ttl = match (self.finished_at, self.job.run_policy.ttl_seconds_after_finished, self.job_deleted) {
+            (Some(at), Some(ttl), false) => {
+                Some(at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))))
+            }
+            _ => None,
+        };
+        crash_loop.chain(relaunch).chain(deadline).chain(ttl).min()
+    }
+
+    /// Every existing object's row at `now` (job, PodGroup unless deleted, pods not deleted).
+    pub fn rows(&self, now: Duration) -> Vec<Row> {
+        let mut rows = Vec::new();
+        if self.submitted_at.is_some() && !self.job_deleted {
+            rows.push(self.job_row(now));
+        }
+        if self.podgroup_created && !self.podgroup_deleted {
+            rows.push(self.podgroup_row(now));
+        }
+        rows.extend(self.pods.iter().filter(|p| !p.gone).map(|p| Row::Pod(p.row(now, &self.config.node))));
+        rows
+    }
+
+    /// Apply one observation made at `now` (time since the event loop started).
+    pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
+        let mut step = Step::default();
+        if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
+            return step;
+        }
+        match event {
+            ClusterEvent::Submitted => self.submit(now, &mut step),
+            ClusterEvent::Resumed => self.resume(now, &mut step),
+            ClusterEvent::LauncherStarted { pod } => {
+                if let Some(i) = self.live_pod(pod) {
+                    let p = &mut self.pods[i];
+                    p.launcher = LauncherProcess::Alive;
+                    if matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
+                        // A restarted container: its previous run moves to lastState.
+                        p.shift_termination();
+                        p.container = ContainerState::Waiting;
+                    }
+                    self.sync_pod(i, now, &mut step);
+                }
+            }
+            ClusterEvent::ChildRunning { pod, restart_count } => self.child_running(pod, restart_count, now, &mut step),
+            ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
+                if let Some(i) = self.live_pod(pod) {
+                    let p = &mut self.pods[i];
+                    p.container = ContainerState::Terminated(exit);
+                    p.current_termination = Some(now);
+                    p.restarts = p.restart_base.saturating_add(restart_count);
+                    p.latest_exit_failed = !exit.success();
+                    // A child that succeeded for good is the replica's verdict (the launcher exits 0
+                    // next, or lingers for the workers' sake); a failure is decided by the
+                    // launcher's exit, the container's end that the kubelet sees.
+                    if !will_restart && exit.success() && !p.deleting {
+                        p.phase = PodPhase::Succeeded;
+                    }
+                    p.restart_pending_since = (will_restart && !p.deleting).then_some(now);
+                    self.sync_pod(i, now, &mut step);
+                }
+            }
+            ClusterEvent::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
+            ClusterEvent::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
+            ClusterEvent::Tick => self.tick(now, &mut step),
+        }
+        self.reconcile(now, &mut step);
+        self.sync_podgroup(now, &mut step);
+        step
+    }
+
+    fn live_pod(&self, id: ReplicaId) -> Option<usize> {
+        self.pods.iter().position(|p| p.id == id && !p.gone)
+    }
+
+    fn child_running(&mut self, pod: ReplicaId, restart_count: u32, now: Duration, step: &mut Step) {
+        let Some(i) = self.live_pod(pod) else { return };
+        let p = &mut self.pods[i];
+        p.shift_termination();
+        p.container = ContainerState::Running;
+        p.restarts = p.restart_base.saturating_add(restart_count);
+        p.restart_pending_since = None;
+        p.latest_exit_failed = false;
+        if matches!(p.launcher, LauncherProcess::NotStarted | LauncherProcess::Requested) {
+            p.launcher = LauncherProcess::Alive;
+        }
+        if !p.deleting && p.phase == PodPhase::Pending {
+            p.phase = PodPhase::Running;
+        }
+        self.sync_pod(i, now, step);
+    }
+
+    fn set_state(&mut self, state: JobState, now: Duration, step: &mut Step) {
+        if self.state != Some(state) {
+            self.state = Some(state);
+            self.sync_job(now, WatchEventType::Modified, step);
+        }
+    }
+
+    fn submit(&mut self, now: Duration, step: &mut Step) {
+        if self.submitted_at.is_some() {
+            return;
+        }
+        self.submitted_at = Some(now);
+        self.sync_job(now, WatchEventType::Added, step);
+        if let Some(manager) = self.job.run_policy.external_manager() {
+            // `ManagedByExternalController`: the operator skips the job; its status stays empty.
+            step.actions.push(ClusterAction::Note {
+                message: format!(
+                    "spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing runs here"
+                ),
+            });
+            return;
+        }
+        self.set_state(JobState::Created, now, step);
+        self.started_at = Some(now);
+        if self.job.run_policy.suspend {
+            self.suspended = true;
+            self.set_state(JobState::Suspended, now, step);
+            step.actions.push(ClusterAction::Note {
+                message: format!(
+                    "PyTorchJob {} is suspended: no PodGroup and no pods until spec.runPolicy.suspend is false (--inject resume:job@TIME)",
+                    self.job.name
+                ),
+            });
+            return;
+        }
+        self.create_pods(now, step);
+    }
+
+    /// `ReconcileJobs` on a resumed job: the Suspended condition turns False (still the latest,
+    /// so STATE still reads Suspended), the start time is reset, pods are created.
+    fn resume(&mut self, now: Duration, step: &mut Step) {
+        if !self.suspended || self.outcome.is_some() {
+            return;
+        }
+        self.suspended = false;
+        self.started_at = Some(now);
+        step.actions.push(ClusterAction::Note { message: format!("PyTorchJob {} is resumed.", self.job.name) });
+        self.create_pods(now, step);
+    }
+
+    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission.
+    fn create_pods(&mut self, now: Duration, step: &mut Step) {
+        self.podgroup_created = true;
+        self.sync_podgroup_as(now, WatchEventType::Added, step);
+        for id in self.job.replicas() {
+            let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
+            self.pods.push(Pod::new(id, self.job.pod_name(id), policy, now));
+            let i = self.pods.len() - 1;
+            self.sync_pod_as(i, now, WatchEventType::Added, step);
+        }
+        self.podgroup_status = Some(PodGroupPhase::Inqueue);
+        self.sync_podgroup(now, step);
+        let demand = self.job.min_resources();
+        if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
+            step.actions.push(ClusterAction::Unschedulable {
+                message: format!(
+                    "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
+                    self.job.queue(),
+                    format_quantity(&resource, cap),
+                    self.job.min_member(),
+                    format_quantity(&resource, need),
+                ),
+            });
+            return;
+        }
+        self.admitted = true;
+        for i in 0..self.pods.len() {
+            self.schedule(i, now, step);
+        }
+        self.podgroup_status = Some(PodGroupPhase::Running);
+        self.sync_podgroup(now, step);
+    }
+
+    /// Bind the pod to the node and ask for its launcher.
+    fn schedule(&mut self, i: usize, now: Duration, step: &mut Step) {
+        let Some(p) = self.pods.get_mut(i) else {
+            return;
+        };
+        p.scheduled = true;
+        p.launcher = LauncherProcess::Requested;
+        let id = p.id;
+        self.sync_pod(i, now, step);
+        step.actions.push(ClusterAction::StartLauncher { pod: id });
+    }
+
+    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
+        let Some(i) = self.live_pod(pod) else { return };
+        let finished = self.outcome.is_some();
+        let p = &mut self.pods[i];
+        p.launcher = LauncherProcess::Exited(status);
+        p.restart_pending_since = None;
+        if matches!(p.container, ContainerState::Running | ContainerState::Waiting) {
+            // The launcher is the container: it ends with it.
+            p.container = ContainerState::Terminated(status);
+            p.current_termination = Some(now);
+        }
+        if let ContainerState::BackOff(last) = p.container {
+            p.container = ContainerState::Terminated(last);
+        }
+        if p.deleting {
+            let recreate = p.recreate && !finished;
+            self.remove_pod(i, now, step);
+            if recreate {
+                self.recreate_pod(i, now, step);
+            }
+            return;
+        }
+        if p.kubelet_restarts(status) && !finished {
+            // A container crash: the kubelet starts the container again in this pod.
+            let delay =
+                operator::kubelet_restart_delay(p.restarts, self.config.backoff_initial, self.config.backoff_max);
+            p.relaunch_at = Some(now.saturating_add(delay));
+            if !delay.is_zero() {
+                // Waiting out the back-off: kubectl shows CrashLoopBackOff.
+                p.container = ContainerState::BackOff(status);
+                p.shift_termination();
+            }
+            // The container started and crashed: a pod restarting its container is Running
+            // (and its restarts count towards backoffLimit).
+            p.phase = PodPhase::Running;
+        } else if !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) {
+            // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
+            // after the outcome the dry run restarts nothing, so it ends here too.
+            p.phase = if status.success() { PodPhase::Succeeded } else { PodPhase::Failed };
+        }
+        self.sync_pod(i, now, step);
+    }
+
+    fn delete_pod(&mut self, pod: ReplicaId, now: Duration, step: &mut Step) {
+        let Some(i) = self.live_pod(pod) else { return };
+        let finished = self.outcome.is_some();
+        let p = &mut self.pods[i];
+        if p.deleting {
+            return;
+        }
+        // A Never pod's container is killed (137/143): the pod ends Failed, which fails the job.
+        let never = p.restart_policy == RestartPolicy::Never;
+        if never && !matches!(p.phase, PodPhase::Succeeded) {
+            p.phase = PodPhase::Failed;
+        }
+        p.recreate = !finished && !never;
+        p.relaunch_at = None;
+        if p.launcher_live() {
+            p.deleting = true;
+            self.sync_pod(i, now, step);
+            step.actions.push(ClusterAction::StopPod { pod });
+        } else {
+            let recreate = p.recreate;
+            self.remove_pod(i, now, step);
+            if recreate {
+                self.recreate_pod(i, now, step);
+            }
+        }
+    }
+
+    /// Emit the pod's last row as deleted.
+    fn remove_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
+        let Some(p) = self.pods.get_mut(i) else {
+            return;
+        };
+        p.gone = true;
+        let row = Row::Pod(p.row(now, &self.config.node));
+        p.shown = Some(row.clone());
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row });
+    }
+
+    /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
+    fn recreate_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
+        let Some(old) = self.pods.get(i) else { return };
+        self.pods[i] = Pod::new(old.id, old.name.clone(), old.restart_policy, now);
+        self.sync_pod_as(i, now, WatchEventType::Added, step);
+        if self.admitted {
+            self.schedule(i, now, step);
+        }
+    }
+
+    fn tick(&mut self, now: Duration, step: &mut Step) {
+        for i in 0..self.pods.len() {
+            let p = &mut self.pods[i];
+            if p.gone || p.deleting {
+                continue;
+            }
+            if p.relaunch_at.is_some_and(|t| t <= now) && self.outcome.is_none() {
+                p.relaunch_at = None;
+                p.restarts = p.restarts.saturating_add(1);
+                p.restart_base = p.restarts;
+                p.restart_pending_since = None;
+                let id = p.id;
+                // The row keeps the last crash until the new container is there.
+                p.launcher = LauncherProcess::Requested;
+                self.sync_pod(i, now, step);
+                step.actions.push(ClusterAction::StartLauncher { pod: id });
+                continue;
+            }
+            // The kubelet shows CrashLoopBackOff from the second crash on (the first restart is immediate).
+            let due = p.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
+            if let (true, true, ContainerState::Terminated(last)) = (due, p.restarts > 0, p.container) {
+                p.container = ContainerState::BackOff(last);
+                p.shift_termination();
+                self.sync_pod(i, now, step);
+            }
+        }
+        self.expire_ttl(now, step);
+    }
+
+    /// `CleanupJob`: `ttlSecondsAfterFinished` after the finish the job is deleted, and with it
+    /// (by their owner references) every pod left.
+    fn expire_ttl(&mut self, now: Duration, step: &mut Step) {
+        let (Some(at), Some(ttl)) = (self.finished_at, self.job.run_policy.ttl_seconds_after_finished) else {
+            return;
+        };
+        if self.job_deleted || now < at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))) {
+            return;
+        }
+        self.job_deleted = true;
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.job_row(now) });
+        step.actions.push(ClusterAction::Note {
+            message: format!("PyTorchJob {} is deleted: ttlSecondsAfterFinished ({ttl}s) has passed", self.job.name),
+        });
+        self.delete_pods(now, step, |_| true);
+    }
+
+    /// `ReconcileJobs` (after the pods' and the job's own changes), unless the job is finished,
+    /// suspended or someone else's.
+    fn reconcile(&mut self, now: Duration, step: &mut Step) {
+        if self.outcome.is_some() || self.suspended || self.submitted_at.is_none() || !self.podgroup_created {
+            return;
+        }
+        let failed_now = operator::failed_pods(&self.pods);
+        let exceeds = operator::exceeds_backoff_limit(&self.job, &self.pods, self.failed_before);
+        self.failed_before = failed_now;
+        if exceeds || operator::past_backoff_limit(&self.job, &self.pods) {
+            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
+        }
+        if operator::past_active_deadline(&self.job, self.started_at, now) {
+            return self.finish(Outcome::Failed, operator::deadline_message(&self.job), true, now, step);
+        }
+        if !self.admitted {
+            return;
+        }
+        // ReconcilePods: a Failed pod is recreated, or fails the job (ExitCode, permanent code).
+        // UpdateJobStatus then counts the replica statuses as listed, the failed pod included.
+        let mut conditions = Vec::new();
+        let mut recreate = Vec::new();
+        for (i, p) in self.pods.iter().enumerate() {
+            if p.gone || p.phase != PodPhase::Failed {
+                continue;
+            }
+            let code = match p.launcher {
+                LauncherProcess::Exited(how) => how.code(),
+                _ => 0xbeef,
+            };
+            let Some(restart) = operator::restart_failed_pod(p.restart_policy, code) else { continue };
+            conditions.push(operator::failed_pod_condition(&self.job, p.id.rtype, restart));
+            if restart && !p.deleting {
+                recreate.push(i);
+            }
+        }
+        conditions.extend(operator::update_job_status(&self.job, &self.pods));
+        for i in recreate {
+            self.remove_pod(i, now, step);
+            self.recreate_pod(i, now, step);
+        }
+        // `setCondition` ignores everything once Failed is set.
+        for condition in conditions {
+            match condition {
+                Condition::Running => self.set_state(JobState::Running, now, step),
+                Condition::Restarting(_) => self.set_state(JobState::Restarting, now, step),
+                Condition::Succeeded(reason) => return self.finish(Outcome::Succeeded, reason, false, now, step),
+                Condition::Failed(reason) => return self.finish(Outcome::Failed, reason, false, now, step),
+            }
+        }
+    }
+
+    /// The job is Succeeded or Failed: the PodGroup is deleted, and the pods: every one after
+    /// the backoff limit or the deadline (`DeletePodsAndServices` before the condition is set),
+    /// else those `cleanPodPolicy` names.
+    fn finish(&mut self, outcome: Outcome, reason: String, delete_all: bool, now: Duration, step: &mut Step) {
+        self.outcome = Some(outcome);
+        self.finished_at = Some(now);
+        let state = match outcome {
+            Outcome::Succeeded => JobState::Succeeded,
+            Outcome::Failed => JobState::Failed,
+        };
+        self.set_state(state, now, step);
+        self.sync_podgroup(now, step);
+        self.podgroup_deleted = true;
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
+        let policy = self.job.run_policy.clean_pod_policy.clone();
+        let deletes_all = delete_all || self.pods.iter().all(|p| p.gone || policy.deletes(p.is_active()));
+        self.delete_pods(now, step, |p| delete_all || policy.deletes(p.is_active()));
+        if deletes_all {
+            step.actions.push(ClusterAction::StopAll);
+        }
+        step.actions.push(ClusterAction::Finish { outcome, reason });
+    }
+
+    /// Delete the pods `which` picks, for good: stop their launchers, or remove them at once.
+    fn delete_pods(&mut self, now: Duration, step: &mut Step, which: impl Fn(&Pod) -> bool) {
+        for i in 0..self.pods.len() {
+            let p = &mut self.pods[i];
+            if p.gone || p.deleting || !which(p) {
+                continue;
+            }
+            p.recreate = false;
+            p.relaunch_at = None;
+            if p.launcher_live() {
+                p.deleting = true;
+                let pod = p.id;
+                self.sync_pod(i, now, step);
+                step.actions.push(ClusterAction::StopPod { pod });
+            } else {
+                self.remove_pod(i, now, step);
+            }
+        }
+    }
+}

@@ -1,0 +1,580 @@
+//! `rankvisor dry-run`, the I/O part: one real launcher process per replica, its status lines,
+//! fault injection, timers and signals, all turned into the [`Controller`]'s events; the
+//! controller's actions carried out; every change printed as `kubectl get -w` would.
+//!
+//! One `tokio::select!` loop on a current-thread runtime owns the controller. Each launcher has a
+//! task that owns its `tokio::process::Child` (the dry run is not PID 1, so `Child::wait` is the
+//! only waiter), reads its `--status-fd` pipe line by line and reports to the loop; the task also
+//! delivers signals to the launcher, so a signal never reaches a pid that was already reaped.
+//!
+//! What the dry run's injected faults do:
+//! - `fail:REPLICA@T`: SIGKILL to the replica's training process group, as the OOM killer or a
+//!   crash would end it. The child ends by signal 9 (status 137), which every policy but `Never`
+//!   restarts (under `ExitCode`, 137 is one of the retryable codes). A child that is not running
+//!   at T (still starting, or waiting for its restart) fails as soon as it runs; a replica whose
+//!   launcher is gone or finished is left alone, and the dry run says so.
+//! - `delete:REPLICA@T`: SIGKILL to the launcher and to its training process group (a pod lost
+//!   with its node, or `kubectl delete --force --grace-period=0`), then the operator's view:
+//!   Terminating, deleted, created anew with RESTARTS 0.
+//! - `label:REPLICA@T=VALUE`: the replica's node labels file is rewritten atomically (temp file,
+//!   then rename, as the kubelet does), which the launcher's `--node-health file:` source reads.
+//!
+//! A launcher that ends while processes it started still run (killed outright from outside) is a
+//! container whose PID 1 died: the dry run, a child subreaper, kills what the launcher left and
+//! reports the launcher's exit only once those are collected, as the kernel tears a PID namespace
+//! down before the kubelet sees the container end (see [`super::orphans`]).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Write;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use rankvisor_core::duration::format_duration;
+use rankvisor_core::exit::{self, ExitHow};
+
+use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
+use super::controller::Controller;
+use super::env::{launch_spec, DRY_RUN_MASTER_ADDR};
+use super::injection::{Fault, Injection};
+use super::kubectl::{render_json, TextRenderer};
+use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
+use super::launcher_process::{fail_child, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT};
+use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
+use super::orphans;
+use super::output::{boxed, note, relay_output, write_timeline};
+use super::pytorchjob::{PyTorchJob, ReplicaId};
+use super::rows::Change;
+use super::setup::{Setup, SetupError};
+use super::timeline::{FaultMark, Recording};
+use super::workdir::{write_atomically, WorkDir};
+
+/// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
+const STOP_MARGIN: Duration = Duration::from_secs(2);
+/// After a success, replicas still running this long later are named (they keep the dry run alive).
+const STRAGGLER_NOTE_AFTER: Duration = Duration::from_secs(1);
+/// How long a launcher's exit waits for the processes it left to be killed and collected before
+/// it is reported anyway (a process stuck in the kernel does not die at once).
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
+/// While a launcher's exit waits for its orphans, they are looked for again this often, beside
+/// each SIGCHLD (signals coalesce).
+const TEARDOWN_POLL: Duration = Duration::from_millis(100);
+
+/// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
+/// 1 Failed (or `--timeout`), 64 invalid manifest or options, 128+N stopped by signal N.
+/// Needs a tokio runtime with IO and time enabled, and the process's signal mask unblocked.
+pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
+    let setup = match Setup::new(&opts) {
+        Ok(s) => s,
+        Err(SetupError { message, code }) => {
+            eprintln!("{message}");
+            return code;
+        }
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut event_loop = DryRunLoop::new(opts, setup, tx);
+    let code = event_loop.run(rx).await;
+    event_loop.drain_output().await;
+    match event_loop.opts.timeline.clone() {
+        Some(path) => write_timeline(&path, event_loop.recording(), code),
+        None => code,
+    }
+}
+
+/// A running launcher, as the loop knows it.
+#[derive(Debug)]
+struct LiveLauncher {
+    instance: u64,
+    /// Its pid (None if the OS did not give one): never reaped here, only by its task.
+    pid: Option<i32>,
+    tracker: StatusTracker,
+    signals: mpsc::UnboundedSender<i32>,
+    /// When to SIGKILL it if a stop has not ended it.
+    kill_at: Option<Instant>,
+}
+
+/// A launcher that exited, reported once what it left is gone.
+#[derive(Debug)]
+struct PendingExit {
+    pod: ReplicaId,
+    status: ExitHow,
+    /// Its training process, as its status lines last named it.
+    child: Option<i32>,
+    since: Instant,
+}
+
+/// Why the dry run is ending before the job settles.
+#[derive(Debug, Clone)]
+struct Abort {
+    code: i32,
+    /// Set for a signal: a second one kills at once.
+    by_signal: bool,
+}
+
+struct DryRunLoop {
+    opts: DryRunOptions,
+    job: PyTorchJob,
+    controller: Controller,
+    renderer: TextRenderer,
+    settings: LauncherSettings,
+    master_port: u16,
+    workdir: WorkDir,
+    /// Every replica's `RANKVISOR_JOB_TOKEN`.
+    job_token: String,
+    pod_width: usize,
+    start: Instant,
+    labels: BTreeMap<ReplicaId, BTreeMap<String, String>>,
+    injections: VecDeque<Injection>,
+    launchers: BTreeMap<ReplicaId, LiveLauncher>,
+    /// Launchers that exited, while the processes they left are being killed.
+    pending_exits: Vec<PendingExit>,
+    /// Orphans already named in a note.
+    orphans_noted: BTreeSet<i32>,
+    next_instance: u64,
+    tx: mpsc::UnboundedSender<LauncherReport>,
+    output_tasks: Vec<JoinHandle<()>>,
+    /// `fail:` injections waiting for their replica's child to run.
+    deferred_fails: Vec<ReplicaId>,
+    /// When to say which replicas the dry run still waits for after the job succeeded.
+    straggler_note_at: Option<Instant>,
+    stop_all: bool,
+    abort: Option<Abort>,
+    /// What `--timeline` draws: every change and fault (empty without `--timeline`).
+    recorded: (Vec<Change>, Vec<FaultMark>),
+}
+
+impl DryRunLoop {
+    fn new(opts: DryRunOptions, setup: Setup, tx: mpsc::UnboundedSender<LauncherReport>) -> Self {
+        let Setup { job, injections, master_port, workdir, job_token } = setup;
+        let config = ControllerConfig {
+            capability: opts.queue_capability.clone(),
+            backoff_initial: opts.backoff_initial,
+            backoff_max: opts.backoff_max,
+            ..ControllerConfig::default()
+        };
+        let settings = LauncherSettings {
+            backoff_initial: opts.backoff_initial,
+            backoff_max: opts.backoff_max,
+            grace_period: opts.grace_period,
+            log_level: opts.launcher_log_level.clone(),
+            node_health: LAUNCHERS_READ_NODE_LABELS,
+            restart_scope: opts.restart_scope,
+        };
+        let pod_width = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0);
+        Self {
+            renderer: TextRenderer::new(&job, opts.watch),
+            controller: Controller::new(job.clone(), config),
+            job,
+            opts,
+            settings,
+            master_port,
+            workdir,
+            job_token,
+            pod_width,
+            start: Instant::now(),
+            labels: BTreeMap::new(),
+            injections,
+            launchers: BTreeMap::new(),
+            pending_exits: Vec::new(),
+            orphans_noted: BTreeSet::new(),
+            next_instance: 0,
+            tx,
+            output_tasks: Vec::new(),
+            deferred_fails: Vec::new(),
+            straggler_note_at: None,
+            stop_all: false,
+            abort: None,
+            recorded: (Vec::new(), Vec::new()),
+        }
+    }
+
+    async fn run(&mut self, mut reports: mpsc::UnboundedReceiver<LauncherReport>) -> i32 {
+        let signals = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::child()));
+        let (mut interrupt, mut terminate, mut child_ended) = match signals {
+            (Ok(i), Ok(t), Ok(c)) => (i, t, c),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                eprintln!("dry-run: cannot handle INT, TERM and CHLD: {e}");
+                return 1;
+            }
+        };
+        if let Err(message) = orphans::become_subreaper() {
+            note(&message);
+        }
+        note(&format!(
+            "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher (MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={})",
+            self.master_port
+        ));
+        self.start = Instant::now();
+        self.feed(ClusterEvent::Submitted);
+        while !self.done() {
+            let wake = self.next_wake();
+            tokio::select! {
+                Some(report) = reports.recv() => self.on_report(report),
+                _ = interrupt.recv() => self.on_signal(libc::SIGINT),
+                _ = terminate.recv() => self.on_signal(libc::SIGTERM),
+                _ = child_ended.recv() => self.tear_down(),
+                () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_wake(),
+            }
+        }
+        match (&self.abort, self.controller.outcome()) {
+            (Some(a), _) => a.code,
+            (None, _) => self.controller.exit_code(),
+        }
+    }
+
+    /// Every launcher is gone, and the job is settled or the run was cut short.
+    fn done(&self) -> bool {
+        self.launchers.is_empty()
+            && self.pending_exits.is_empty()
+            && (self.abort.is_some() || self.controller.is_settled())
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The earliest of: a row due to change, an injection, the timeout, a stop running late.
+    fn next_wake(&self) -> Option<Instant> {
+        let live = self.abort.is_none();
+        let tick = self.controller.next_tick().filter(|_| live).map(|d| self.start + d);
+        let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
+        let timeout = self.opts.timeout.filter(|_| live).map(|t| self.start + t);
+        let kills = self.launchers.values().filter_map(|l| l.kill_at);
+        let straggler_note = self.straggler_note_at.filter(|_| live);
+        let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
+        [tick, inject, timeout, straggler_note, teardown].into_iter().flatten().chain(kills).min()
+    }
+
+    fn on_wake(&mut self) {
+        let now = Instant::now();
+        if !self.pending_exits.is_empty() {
+            self.tear_down();
+            if self.pending_exits.first().is_some_and(|p| p.since + TEARDOWN_LIMIT <= now) {
+                note(&format!(
+                    "processes left by a launcher that ended are still not gone {} after their SIGKILL: reporting the launcher's end anyway",
+                    format_duration(TEARDOWN_LIMIT)
+                ));
+                self.report_exits();
+            }
+        }
+        if self.abort.is_none() && self.controller.next_tick().is_some_and(|d| self.start + d <= now) {
+            self.feed(ClusterEvent::Tick);
+        }
+        while self.abort.is_none() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
+            if let Some(injection) = self.injections.pop_front() {
+                self.inject(injection);
+            }
+        }
+        if self.straggler_note_at.is_some_and(|t| t <= now) {
+            self.straggler_note_at = None;
+            let running: Vec<String> = self
+                .launchers
+                .iter()
+                .filter(|(_, l)| !l.tracker.ended())
+                .map(|(id, _)| self.job.pod_name(*id))
+                .collect();
+            if !running.is_empty() && self.abort.is_none() {
+                note(&format!(
+                    "the job {}; waiting for {} still running (cleanPodPolicy keeps them): {} (Ctrl-C stops them)",
+                    self.controller.state().map_or("finished", |s| s.as_str()),
+                    running.len(),
+                    running.join(", ")
+                ));
+            }
+        }
+        if let Some(t) = self.opts.timeout.filter(|t| self.abort.is_none() && self.start + *t <= now) {
+            let state = self.controller.state().map_or("not created", |s| s.as_str());
+            note(&format!(
+                "timeout: the job did not settle within {} (job {state}); the dry run ends here, stopping every launcher",
+                format_duration(t)
+            ));
+            let code = self.controller.exit_code();
+            self.abort = Some(Abort { code, by_signal: false });
+            self.stop_every_launcher();
+        }
+        let late: Vec<ReplicaId> =
+            self.launchers.iter().filter(|(_, l)| l.kill_at.is_some_and(|k| k <= now)).map(|(id, _)| *id).collect();
+        for pod in late {
+            note(&format!("{} did not stop in time: killing it", self.job.pod_name(pod)));
+            self.kill(pod);
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        let name = exit::signal_name(sig);
+        match &self.abort {
+            Some(Abort { by_signal: true, .. }) => {
+                note(&format!("{name} again: killing every launcher and training process"));
+                let pods: Vec<ReplicaId> = self.launchers.keys().copied().collect();
+                for pod in pods {
+                    self.kill(pod);
+                }
+            }
+            _ => {
+                let state = self.controller.state().map_or("not created", |s| s.as_str());
+                note(&format!(
+                    "{name}: the dry run ends here (job {state}); stopping {} launcher(s) within the {} grace period (send it again to kill them)",
+                    self.launchers.len(),
+                    format_duration(self.opts.grace_period)
+                ));
+                self.abort = Some(Abort { code: 128 + sig, by_signal: true });
+                self.stop_every_launcher();
+            }
+        }
+    }
+
+    fn on_report(&mut self, report: LauncherReport) {
+        let LauncherReport { pod, instance, what } = report;
+        let Some(launcher) = self.launchers.get_mut(&pod).filter(|l| l.instance == instance) else {
+            return;
+        };
+        if self.abort.is_some() {
+            // The run was cut short: what the stops do is not the job's doing, so the emulation
+            // (and the watch) ends where it was; only the launchers' exits are awaited.
+            if let LauncherNews::Exited(_) = what {
+                self.launchers.remove(&pod);
+                self.tear_down();
+            }
+            return;
+        }
+        match what {
+            LauncherNews::Status(line) => {
+                let events = launcher.tracker.observe(pod, &line);
+                let child = launcher.tracker.child_pid();
+                if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
+                    self.deferred_fails.remove(i);
+                    fail_child(&self.job.pod_name(pod), pid);
+                }
+                for event in events {
+                    self.feed(event);
+                }
+            }
+            LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
+            LauncherNews::Exited(status) => {
+                let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
+                self.deferred_fails.retain(|p| *p != pod);
+                self.pending_exits.push(PendingExit { pod, status, child, since: Instant::now() });
+                self.tear_down();
+            }
+        }
+    }
+
+    /// Kill and collect what ended launchers left (any child of the dry run that is not a live
+    /// launcher); once nothing is left, report the launchers' exits to the controller.
+    fn tear_down(&mut self) {
+        let launchers: BTreeSet<i32> = self.launchers.values().filter_map(|l| l.pid).collect();
+        let sweep = orphans::sweep(&launchers);
+        for &(pid, group) in &sweep.killed {
+            if !self.orphans_noted.insert(pid) {
+                continue;
+            }
+            // Whose: the launcher whose training process (and process group) it is, if known.
+            let ours = |child: Option<i32>| child.is_some_and(|c| c == pid || Some(c) == group);
+            let pod = self
+                .launchers
+                .iter()
+                .find(|(_, l)| ours(l.tracker.child_pid()))
+                .map(|(pod, _)| *pod)
+                .or_else(|| self.pending_exits.iter().find(|p| ours(p.child)).map(|p| p.pod));
+            let whose =
+                pod.map_or_else(|| "a launcher".to_string(), |p| format!("{}'s launcher", self.job.pod_name(p)));
+            note(&format!(
+                "{whose} ended and left process {pid} running: killing it (and its process group), as a container's processes end with its PID 1"
+            ));
+        }
+        for (pid, _) in &sweep.reaped {
+            self.orphans_noted.remove(pid);
+        }
+        if sweep.clear() {
+            self.report_exits();
+        }
+    }
+
+    /// Report every launcher exit held for its orphans (nothing to report once the run is cut short).
+    fn report_exits(&mut self) {
+        for PendingExit { pod, status, .. } in std::mem::take(&mut self.pending_exits) {
+            if self.abort.is_none() {
+                self.feed(ClusterEvent::LauncherExited { pod, status });
+            }
+        }
+    }
+
+    /// Hand one observation to the controller; print its changes, carry out its actions.
+    fn feed(&mut self, event: ClusterEvent) {
+        let step = self.controller.handle(self.now(), event);
+        if self.opts.timeline.is_some() {
+            self.recorded.0.extend(step.changes.iter().cloned());
+        }
+        for change in &step.changes {
+            self.print(change);
+        }
+        for action in step.actions {
+            self.perform(action);
+        }
+    }
+
+    fn print(&mut self, change: &Change) {
+        if !self.opts.watch.includes(&change.row) {
+            return;
+        }
+        let lines = match self.opts.output {
+            OutputFormat::Text => self.renderer.render(change),
+            OutputFormat::Json => vec![render_json(change)],
+        };
+        let mut out = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+
+    fn perform(&mut self, action: ClusterAction) {
+        match action {
+            ClusterAction::StartLauncher { pod } => {
+                if self.abort.is_some() {
+                    return;
+                }
+                self.start_launcher(pod);
+                if self.stop_all {
+                    self.stop(pod);
+                }
+            }
+            ClusterAction::StopPod { pod } => self.stop(pod),
+            ClusterAction::StopAll => {
+                self.stop_all = true;
+                self.stop_every_launcher();
+            }
+            ClusterAction::Unschedulable { message } | ClusterAction::Note { message } => note(&message),
+            ClusterAction::Finish { outcome: _, reason } => {
+                note(&reason);
+                self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
+            }
+        }
+    }
+
+    fn stop_every_launcher(&mut self) {
+        let pods: Vec<ReplicaId> = self.launchers.keys().copied().collect();
+        for pod in pods {
+            self.stop(pod);
+        }
+    }
+
+    /// TERM the launcher: it forwards TERM to its child's group, waits its grace period, kills.
+    fn stop(&mut self, pod: ReplicaId) {
+        let deadline = Instant::now() + self.opts.grace_period + STOP_MARGIN;
+        if let Some(l) = self.launchers.get_mut(&pod) {
+            if l.kill_at.is_none() {
+                l.kill_at = Some(deadline);
+                let _ = l.signals.send(libc::SIGTERM);
+            }
+        }
+    }
+
+    /// SIGKILL the launcher and its training process group.
+    fn kill(&mut self, pod: ReplicaId) {
+        if let Some(l) = self.launchers.get_mut(&pod) {
+            if let Some(pid) = l.tracker.child_pid() {
+                // SAFETY: kill(2) has no memory-safety preconditions.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            let _ = l.signals.send(libc::SIGKILL);
+            // Nothing ignores SIGKILL: no later deadline is needed.
+            l.kill_at = None;
+        }
+    }
+
+    fn inject(&mut self, injection: Injection) {
+        let pod = injection.replica;
+        let name = self.job.pod_name(pod);
+        if self.opts.timeline.is_some() {
+            let target = if injection.fault == Fault::Resume { self.job.name.clone() } else { name.clone() };
+            self.recorded.1.push(FaultMark::new(self.now(), target, &injection));
+        }
+        match injection.fault {
+            Fault::Resume => {
+                note(&format!("injected: PyTorchJob {} gets spec.runPolicy.suspend: false", self.job.name));
+                self.feed(ClusterEvent::Resumed);
+            }
+            Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
+                Some((Some(pid), _)) => fail_child(&name, pid),
+                Some((None, false)) => {
+                    note(&format!(
+                        "injection fail:{pod}: {name}'s training process is not running yet: it fails once it runs"
+                    ));
+                    self.deferred_fails.push(pod);
+                }
+                Some((None, true)) | None => note(&format!(
+                    "injection fail:{pod} skipped: {name} has no training process and will not start one"
+                )),
+            },
+            Fault::Delete => {
+                note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
+                self.kill(pod);
+                self.feed(ClusterEvent::PodDeleted { pod });
+            }
+            Fault::Label { key, value } => {
+                let labels = self.labels.entry(pod).or_insert_with(healthy_labels);
+                labels.insert(key.clone(), value.clone());
+                let path = self.workdir.labels(&name);
+                match write_atomically(&path, &labels_file_text(labels)) {
+                    Ok(()) if LAUNCHERS_READ_NODE_LABELS => {
+                        note(&format!("injected: {name}'s node is labelled {key}={value}"));
+                    }
+                    Ok(()) => note(&format!(
+                        "injected: {name}'s node is labelled {key}={value} (this launcher build does not read node labels)"
+                    )),
+                    Err(e) => note(&format!("injection label:{pod} failed: cannot write {}: {e}", path.display())),
+                }
+            }
+        }
+    }
+
+    fn start_launcher(&mut self, pod: ReplicaId) {
+        let Some(spec) = launch_spec(&self.job, pod, self.master_port) else {
+            return;
+        };
+        let name = spec.pod.clone();
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {
+            Ok((child, status_pipe)) => {
+                let (signals, signal_rx) = mpsc::unbounded_channel();
+                let pid = child.id().and_then(|p| i32::try_from(p).ok());
+                self.launchers.insert(
+                    pod,
+                    LiveLauncher { instance, pid, tracker: StatusTracker::default(), signals, kill_at: None },
+                );
+                let mut child = child;
+                for out in [child.stdout.take().map(boxed), child.stderr.take().map(boxed)].into_iter().flatten() {
+                    self.output_tasks.push(tokio::spawn(relay_output(out, name.clone(), self.pod_width)));
+                }
+                let task = LauncherTask { pod, instance, reports: self.tx.clone() };
+                tokio::spawn(task.follow(child, status_pipe, signal_rx));
+                self.feed(ClusterEvent::LauncherStarted { pod });
+            }
+            Err(e) => {
+                note(&format!("cannot start the launcher of {name} ({}): {e}", self.opts.rankvisor.display()));
+                let code =
+                    if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE };
+                self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
+            }
+        }
+    }
+
+    /// The run as `--timeline` draws it, ending now.
+    fn recording(&mut self) -> Recording {
+        let (changes, faults) = std::mem::take(&mut self.recorded);
+        Recording { job: self.job.name.clone(), changes, faults, end: self.now() }
+    }
+
+    /// Give the replicas' last output lines a moment to arrive before the dry run exits.
+    async fn drain_output(&mut self) {
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        for task in self.output_tasks.drain(..) {
+            let _ = tokio::time::timeout_at(deadline, task).await;
+        }
+    }
+}

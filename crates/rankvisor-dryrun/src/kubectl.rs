@@ -1,0 +1,414 @@
+//! `kubectl get -w` output: padded columns as kubectl's tabwriter prints them, or one JSON event
+//! per line for tools.
+
+use std::time::Duration;
+
+use super::pytorchjob::PyTorchJob;
+use super::rows::{Change, JobState, PodGroupPhase, PodStatus, Row};
+
+/// kubectl's tabwriter: cells are at least this wide...
+const MIN_CELL: usize = 10;
+/// ...and padded by this much.
+const PADDING: usize = 3;
+
+/// A `--watch` value that names no kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid --watch value {value:?}: expected job, podgroup or pods (or all)")]
+pub struct WatchKindsError {
+    /// The value seen.
+    pub value: String,
+}
+
+/// Which kinds the watch shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WatchKinds {
+    /// One stream of the three kinds, names qualified by kind.
+    #[default]
+    All,
+    /// Only the PyTorchJob, bare names.
+    Job,
+    /// Only the PodGroup, bare names.
+    PodGroup,
+    /// Only the pods, bare names.
+    Pods,
+}
+
+impl WatchKinds {
+    /// Read `job`, `podgroup`, `pods` or `all` (with kubectl's usual aliases).
+    pub fn parse(value: &str) -> Result<Self, WatchKindsError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(Self::All),
+            "job" | "jobs" | "pytorchjob" | "pytorchjobs" => Ok(Self::Job),
+            "podgroup" | "podgroups" | "pg" => Ok(Self::PodGroup),
+            "pod" | "pods" | "po" => Ok(Self::Pods),
+            _ => Err(WatchKindsError { value: value.to_string() }),
+        }
+    }
+
+    /// Whether a row of this kind is shown.
+    pub fn includes(self, row: &Row) -> bool {
+        matches!(
+            (self, row),
+            (Self::All, _) | (Self::Job, Row::Job(_)) | (Self::PodGroup, Row::PodGroup(_)) | (Self::Pods, Row::Pod(_))
+        )
+    }
+}
+
+/// kubectl's AGE (`duration.HumanDuration`): `0s`, `35s`, `119s`, `2m15s`, `12m`, `1h2m`, `9h`, `3d4h`.
+pub fn kube_age(d: Duration) -> String {
+    let secs = d.as_secs();
+    let minutes = secs / 60;
+    let hours = secs / 3600;
+    let days = hours / 24;
+    if secs < 120 {
+        format!("{secs}s")
+    } else if minutes < 10 {
+        match secs % 60 {
+            0 => format!("{minutes}m"),
+            s => format!("{minutes}m{s}s"),
+        }
+    } else if minutes < 180 {
+        format!("{minutes}m")
+    } else if hours < 8 {
+        match minutes % 60 {
+            0 => format!("{hours}h"),
+            m => format!("{hours}h{m}m"),
+        }
+    } else if hours < 48 {
+        format!("{hours}h")
+    } else if hours < 24 * 8 {
+        match hours % 24 {
+            0 => format!("{days}d"),
+            h => format!("{days}d{h}h"),
+        }
+    } else if hours < 24 * 365 * 2 {
+        format!("{days}d")
+    } else if hours < 24 * 365 * 8 {
+        match days % 365 {
+            0 => format!("{}y", days / 365),
+            dy => format!("{}y{dy}d", days / 365),
+        }
+    } else {
+        format!("{}y", days / 365)
+    }
+}
+
+/// The row's name as kubectl writes it when several kinds are listed.
+pub fn qualified_name(row: &Row) -> String {
+    match row {
+        Row::Job(j) => format!("pytorchjob.kubeflow.org/{}", j.name),
+        Row::PodGroup(g) => format!("podgroup.scheduling.volcano.sh/{}", g.name),
+        Row::Pod(p) => format!("pod/{}", p.name),
+    }
+}
+
+/// The RESTARTS column: `0`, `1 (2s ago)`.
+fn restarts_cell(restarts: u32, ago: Option<Duration>) -> String {
+    match ago {
+        Some(d) if restarts > 0 => format!("{restarts} ({} ago)", kube_age(d)),
+        _ => restarts.to_string(),
+    }
+}
+
+/// The row's cells, in column order, with `name` as the first.
+fn cells(row: &Row, name: String) -> Vec<String> {
+    match row {
+        Row::Job(j) => vec![name, j.state.map(JobState::as_str).unwrap_or("").to_string(), kube_age(j.age)],
+        Row::PodGroup(g) => vec![
+            name,
+            g.status.map(PodGroupPhase::as_str).unwrap_or("").to_string(),
+            g.min_member.to_string(),
+            if g.runnings == 0 { String::new() } else { g.runnings.to_string() },
+            kube_age(g.age),
+            g.queue.clone(),
+        ],
+        Row::Pod(p) => vec![
+            name,
+            if p.ready { "1/1" } else { "0/1" }.to_string(),
+            p.status.as_str().to_string(),
+            restarts_cell(p.restarts, p.last_restart_ago),
+            kube_age(p.age),
+            p.node.clone().unwrap_or_else(|| "<none>".to_string()),
+        ],
+    }
+}
+
+/// Pad every cell but the last as kubectl's tabwriter does.
+fn line(cells: &[String], widths: &[usize]) -> String {
+    let mut out = String::new();
+    let last = cells.len().saturating_sub(1);
+    for (i, cell) in cells.iter().enumerate() {
+        if i == last {
+            out.push_str(cell);
+        } else {
+            let width = widths.get(i).copied().unwrap_or(0);
+            out.push_str(&format!("{cell:<width$}"));
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// Column widths from the widest content each column can hold.
+fn widths(longest: &[usize]) -> Vec<usize> {
+    longest.iter().map(|n| (n + PADDING).max(MIN_CELL)).collect()
+}
+
+/// Turns changes into watch lines; stateful only to print each kind's header once.
+#[derive(Debug, Clone)]
+pub struct TextRenderer {
+    kinds: WatchKinds,
+    job_widths: Vec<usize>,
+    podgroup_widths: Vec<usize>,
+    pod_widths: Vec<usize>,
+    headers_shown: [bool; 3],
+}
+
+const JOB_HEADER: [&str; 3] = ["NAME", "STATE", "AGE"];
+const PODGROUP_HEADER: [&str; 6] = ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"];
+const POD_HEADER: [&str; 6] = ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE"];
+
+impl TextRenderer {
+    /// A renderer for `job`'s objects, showing `kinds`.
+    pub fn new(job: &PyTorchJob, kinds: WatchKinds) -> Self {
+        let qualified = kinds == WatchKinds::All;
+        let prefix = |p: &str| if qualified { p.len() } else { 0 };
+        let job_name = job.name.len() + prefix("pytorchjob.kubeflow.org/");
+        let pg_name = job.name.len() + prefix("podgroup.scheduling.volcano.sh/");
+        let pod_name = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0) + prefix("pod/");
+        let age = "59m59s".len();
+        let longest_status = PodStatus::ContainerCreating.as_str().len();
+        Self {
+            kinds,
+            job_widths: widths(&[job_name, JobState::Restarting.as_str().len(), age]),
+            podgroup_widths: widths(&[pg_name, "Inqueue".len(), "MINMEMBER".len(), "RUNNINGS".len(), age, 0]),
+            pod_widths: widths(&[pod_name, "READY".len(), longest_status, "99 (59m59s ago)".len(), age, 0]),
+            headers_shown: [false; 3],
+        }
+    }
+
+    /// The lines for one change: none if its kind is not watched; a header before a kind's first row.
+    pub fn render(&mut self, change: &Change) -> Vec<String> {
+        if !self.kinds.includes(&change.row) {
+            return Vec::new();
+        }
+        let (slot, header, widths): (usize, &[&str], &[usize]) = match &change.row {
+            Row::Job(_) => (0, &JOB_HEADER, &self.job_widths),
+            Row::PodGroup(_) => (1, &PODGROUP_HEADER, &self.podgroup_widths),
+            Row::Pod(_) => (2, &POD_HEADER, &self.pod_widths),
+        };
+        let name = if self.kinds == WatchKinds::All {
+            qualified_name(&change.row)
+        } else {
+            match &change.row {
+                Row::Job(j) => j.name.clone(),
+                Row::PodGroup(g) => g.name.clone(),
+                Row::Pod(p) => p.name.clone(),
+            }
+        };
+        let mut out = Vec::new();
+        if !self.headers_shown[slot] {
+            self.headers_shown[slot] = true;
+            let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+            out.push(line(&header, widths));
+        }
+        out.push(line(&cells(&change.row, name), widths));
+        out
+    }
+}
+
+/// One change as one JSON object (one line): time offset, event, kind, name and typed fields.
+pub fn render_json(change: &Change) -> String {
+    use serde_json::json;
+    let (kind, name, fields) = match &change.row {
+        Row::Job(j) => (
+            "PyTorchJob",
+            &j.name,
+            json!({ "state": j.state, "age": kube_age(j.age), "age_ms": j.age.as_millis() as u64 }),
+        ),
+        Row::PodGroup(g) => (
+            "PodGroup",
+            &g.name,
+            json!({
+                "status": g.status, "minMember": g.min_member, "runnings": g.runnings,
+                "age": kube_age(g.age), "age_ms": g.age.as_millis() as u64, "queue": g.queue,
+            }),
+        ),
+        Row::Pod(p) => (
+            "Pod",
+            &p.name,
+            json!({
+                "replica": p.replica.to_string(), "ready": if p.ready { "1/1" } else { "0/1" },
+                "status": p.status, "restarts": p.restarts,
+                "lastRestartAgo_ms": p.last_restart_ago.map(|d| d.as_millis() as u64),
+                "age": kube_age(p.age), "age_ms": p.age.as_millis() as u64, "node": p.node,
+            }),
+        ),
+    };
+    json!({
+        "time_ms": change.at.as_millis() as u64,
+        "type": change.event.as_str(),
+        "kind": kind,
+        "name": name,
+        "fields": fields,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::manifest::parse_job;
+    use super::super::pytorchjob::ReplicaId;
+    use super::super::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        let cases = [
+            (0, "0s"),
+            (35, "35s"),
+            (75, "75s"),
+            (119, "119s"),
+            (120, "2m"),
+            (135, "2m15s"),
+            (219, "3m39s"),
+            (600, "10m"),
+            (179 * 60, "179m"),
+            (3 * 3600 + 120, "3h2m"),
+            (5 * 3600, "5h"),
+            (47 * 3600, "47h"),
+            (50 * 3600, "2d2h"),
+            (72 * 3600, "3d"),
+            (10 * 86400, "10d"),
+            (800 * 86400, "2y70d"),
+            (3000 * 86400, "8y"),
+        ];
+        for (s, want) in cases {
+            assert_eq!(kube_age(secs(s)), want, "{s}s");
+        }
+        assert_eq!(kube_age(Duration::from_millis(1999)), "1s");
+    }
+
+    #[test]
+    fn watch_kinds_parse() {
+        assert_eq!(WatchKinds::parse("pods"), Ok(WatchKinds::Pods));
+        assert_eq!(WatchKinds::parse("job"), Ok(WatchKinds::Job));
+        assert_eq!(WatchKinds::parse("PodGroup"), Ok(WatchKinds::PodGroup));
+        let e = WatchKinds::parse("nodes").unwrap_err();
+        assert_eq!(e.to_string(), "invalid --watch value \"nodes\": expected job, podgroup or pods (or all)");
+    }
+
+    fn job() -> PyTorchJob {
+        parse_job(include_str!("../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
+    }
+
+    fn pod_change(status: PodStatus, restarts: u32, ago: Option<u64>, age: u64) -> Change {
+        Change {
+            at: secs(age),
+            event: WatchEventType::Modified,
+            row: Row::Pod(PodRow {
+                name: "pytest-worker-0".into(),
+                replica: ReplicaId::worker(0),
+                ready: status == PodStatus::Running,
+                status,
+                restarts,
+                last_restart_ago: ago.map(secs),
+                age: secs(age),
+                node: Some("las1".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn single_kind_has_a_header_and_bare_names() {
+        let mut r = TextRenderer::new(&job(), WatchKinds::Pods);
+        let lines = r.render(&pod_change(PodStatus::Running, 1, Some(2), 17));
+        assert_eq!(
+            lines,
+            vec![
+                "NAME              READY     STATUS              RESTARTS          AGE       NODE",
+                "pytest-worker-0   1/1       Running             1 (2s ago)        17s       las1",
+            ]
+        );
+        let lines = r.render(&pod_change(PodStatus::CrashLoopBackOff, 1, Some(12), 38));
+        assert_eq!(lines, vec!["pytest-worker-0   0/1       CrashLoopBackOff    1 (12s ago)       38s       las1"]);
+        let job_change = Change {
+            at: secs(0),
+            event: WatchEventType::Added,
+            row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
+        };
+        assert!(r.render(&job_change).is_empty(), "other kinds are filtered out");
+    }
+
+    #[test]
+    fn combined_stream_qualifies_names_like_kubectl() {
+        let mut r = TextRenderer::new(&job(), WatchKinds::All);
+        let job_lines = r.render(&Change {
+            at: secs(0),
+            event: WatchEventType::Added,
+            row: Row::Job(JobRow { name: "pytest".into(), state: None, age: secs(0) }),
+        });
+        assert_eq!(job_lines[0], "NAME                             STATE        AGE");
+        assert_eq!(job_lines[1], "pytorchjob.kubeflow.org/pytest                0s");
+        let pg = Change {
+            at: secs(4),
+            event: WatchEventType::Modified,
+            row: Row::PodGroup(PodGroupRow {
+                name: "pytest".into(),
+                status: Some(PodGroupPhase::Running),
+                min_member: 4,
+                runnings: 1,
+                age: secs(4),
+                queue: "default".into(),
+            }),
+        };
+        let lines = r.render(&pg);
+        assert_eq!(lines.len(), 2, "header, then the row");
+        assert_eq!(
+            lines[1],
+            "podgroup.scheduling.volcano.sh/pytest   Running   4           1          4s        default"
+        );
+        let lines = r.render(&pod_change(PodStatus::Pending, 0, None, 0));
+        assert!(lines[1].starts_with("pod/pytest-worker-0   0/1       Pending"), "{}", lines[1]);
+        assert_eq!(r.render(&pg).len(), 1, "the header is shown once");
+    }
+
+    #[test]
+    fn blank_cells_stay_blank() {
+        let mut r = TextRenderer::new(&job(), WatchKinds::PodGroup);
+        let lines = r.render(&Change {
+            at: secs(0),
+            event: WatchEventType::Added,
+            row: Row::PodGroup(PodGroupRow {
+                name: "pytest".into(),
+                status: None,
+                min_member: 4,
+                runnings: 0,
+                age: secs(0),
+                queue: "default".into(),
+            }),
+        });
+        assert_eq!(lines[1], "pytest              4                      0s        default");
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(cells, vec!["pytest", "4", "0s", "default"], "as seed 000's first PodGroup line");
+    }
+
+    #[test]
+    fn json_is_one_object_per_line() {
+        let text = render_json(&pod_change(PodStatus::Error, 1, Some(12), 27));
+        assert!(!text.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["type"], "MODIFIED");
+        assert_eq!(v["kind"], "Pod");
+        assert_eq!(v["name"], "pytest-worker-0");
+        assert_eq!(v["time_ms"], 27000);
+        assert_eq!(v["fields"]["status"], "Error");
+        assert_eq!(v["fields"]["restarts"], 1);
+        assert_eq!(v["fields"]["lastRestartAgo_ms"], 12000);
+        assert_eq!(v["fields"]["ready"], "0/1");
+        assert_eq!(v["fields"]["replica"], "worker-0");
+    }
+}

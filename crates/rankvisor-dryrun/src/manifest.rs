@@ -1,0 +1,362 @@
+//! Reading a PyTorchJob manifest (YAML or JSON) into its raw shape, before admission.
+
+use std::path::Path;
+
+use super::not_emulated::not_emulated;
+use super::pytorchjob::PyTorchJob;
+use super::raw::RawJob;
+use super::webhook_admission::{admit, FieldErrors, Refusal};
+
+/// The `apiVersion` the dry run accepts.
+pub const API_VERSION: &str = "kubeflow.org/v1";
+
+/// The `kind` the dry run accepts.
+pub const KIND: &str = "PyTorchJob";
+
+/// Why a manifest cannot be run. Every variant means exit status 64.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not valid YAML/JSON, or a field has the wrong type.
+    #[error("error parsing {source_name}: line {line}, column {column}: {message}")]
+    Syntax {
+        /// The file name (as given on the command line).
+        source_name: String,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The document is not a `kubeflow.org/v1` `PyTorchJob`.
+    #[error("error parsing {source_name}: no matches for kind {kind:?} in version {api_version:?}: expected apiVersion {API_VERSION} and kind {KIND}")]
+    WrongKind {
+        /// The file name.
+        source_name: String,
+        /// The `apiVersion` seen.
+        api_version: String,
+        /// The `kind` seen.
+        kind: String,
+    },
+    /// The apiserver's schema validation refuses the object.
+    #[error("The PyTorchJob {name:?} is invalid: {errors}")]
+    Invalid {
+        /// The job's name as written.
+        name: String,
+        /// Every refusal, in the apiserver's `field.ErrorList` form.
+        errors: FieldErrors,
+    },
+    /// The operator's admission webhook refuses the job.
+    #[error("error when creating {source_name:?}: admission webhook \"validator.pytorchjob.training-operator.kubeflow.org\" denied the request: {errors}")]
+    Denied {
+        /// The file name.
+        source_name: String,
+        /// Every refusal, in the apiserver's `field.ErrorList` form.
+        errors: FieldErrors,
+    },
+    /// A valid job that a local dry run cannot run (for instance `valueFrom` env).
+    #[error("{source_name}: the dry run cannot run this job: {reason}")]
+    Unsupported {
+        /// The file name.
+        source_name: String,
+        /// What the dry run cannot do, naming the field.
+        reason: String,
+    },
+}
+
+/// A job that passed admission, with the webhook's warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedJob {
+    /// The admitted, defaulted job.
+    pub job: PyTorchJob,
+    /// What the webhook warned about (kubectl prints each as `Warning: ...`).
+    pub warnings: Vec<String>,
+    /// The fields the dry run does not emulate, each named (one warning line).
+    pub not_emulated: Vec<String>,
+}
+
+/// The largest manifest read (a PyTorchJob is a few KiB; `/dev/zero` must not fill memory).
+pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+/// The most YAML aliases a manifest may use (each may repeat a large node: no amplification).
+pub const MAX_ALIASES: usize = 64;
+/// The deepest nesting of flow collections (`[` and `{`) accepted (deeper is quadratic to parse).
+pub const MAX_FLOW_DEPTH: usize = 64;
+
+/// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part). Only a
+/// regular file is read (a FIFO or device never blocks or streams forever), at most
+/// [`MAX_MANIFEST_BYTES`].
+pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
+    let read = |source: std::io::Error| ManifestError::Read { path: path.display().to_string(), source };
+    let invalid = |m: String| read(std::io::Error::new(std::io::ErrorKind::InvalidData, m));
+    let bytes = rankvisor_core::untrusted::files::read_head(path, MAX_MANIFEST_BYTES + 1)
+        .map_err(|e| invalid(e.to_string()))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(invalid(format!("larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob manifest")));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| invalid(format!("not UTF-8 ({e}): expected YAML or JSON text")))?;
+    check_shape(&text).map_err(invalid)?;
+    admit_text(&text, &path.display().to_string())
+}
+
+/// Bounds on what a parser would amplify: YAML aliases and deeply nested flow collections.
+fn check_shape(text: &str) -> Result<(), String> {
+    let (mut depth, mut deepest, mut aliases) = (0usize, 0usize, 0usize);
+    let (mut quote, mut prev) = (None::<char>, ' ');
+    for line in text.lines() {
+        let mut comment = false;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '#') if prev == ' ' || prev == '\t' => comment = true,
+                _ if comment => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '[' | '{') => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                (None, '*') if matches!(prev, ' ' | '[' | '{' | ',' | ':' | '-') => aliases += 1,
+                _ => {}
+            }
+            prev = c;
+        }
+        prev = ' ';
+        // A plain scalar never spans lines with an open quote in a manifest worth reading.
+        if quote == Some('\'') {
+            quote = None;
+        }
+    }
+    if deepest > MAX_FLOW_DEPTH {
+        return Err(format!("nested {deepest} levels deep: expected at most {MAX_FLOW_DEPTH}"));
+    }
+    if aliases > MAX_ALIASES {
+        return Err(format!("uses {aliases} YAML aliases: expected at most {MAX_ALIASES}"));
+    }
+    Ok(())
+}
+
+/// Parse and admit a manifest's text; `source_name` is used in messages.
+pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestError> {
+    admit_text(text, source_name).map(|loaded| loaded.job)
+}
+
+/// Parse and admit a manifest's text, keeping the webhook's warnings.
+pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestError> {
+    let raw = parse_raw(text, source_name)?;
+    let api_version = raw.api_version.clone().unwrap_or_default();
+    let kind = raw.kind.clone().unwrap_or_default();
+    if api_version != API_VERSION || kind != KIND {
+        return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind });
+    }
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let admitted = admit(&raw).map_err(|refusal| match refusal {
+        Refusal::Invalid(errors) => ManifestError::Invalid { name, errors },
+        Refusal::Denied(errors) => ManifestError::Denied { source_name: source_name.to_string(), errors },
+        Refusal::Unsupported(reason) => ManifestError::Unsupported { source_name: source_name.to_string(), reason },
+    })?;
+    let doc: serde_json::Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        serde_yaml_ng::from_str(text).unwrap_or_default()
+    };
+    Ok(LoadedJob { job: admitted.job, warnings: admitted.warnings, not_emulated: not_emulated(&doc) })
+}
+
+/// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
+fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
+    let syntax = |line: usize, column: usize, message: String| ManifestError::Syntax {
+        source_name: source_name.to_string(),
+        line,
+        column,
+        message,
+    };
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map_err(|e| {
+            let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
+            syntax(e.line(), e.column(), message)
+        });
+    }
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
+        let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
+        syntax(line, column, message)
+    })
+}
+
+/// Drop the parser's own copy of the position, which the error already carries.
+fn strip_position(message: &str, position: &str) -> String {
+    message.replacen(position, "", 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 000's manifest exactly as measured (indentation restored), with its trap and 30s sleeps.
+    const SEED_MANIFEST: &str = r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: pytest
+  namespace: default
+spec:
+  runPolicy:
+    backoffLimit: 3
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1 # must be 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - image: busybox:1.37.0-glibc
+              imagePullPolicy: IfNotPresent
+              name: pytorch # must be `pytorch`
+              command: ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
+              resources:
+                limits:
+                  cpu: "1"
+                  memory: "100Mi"
+    Worker:
+      replicas: 3
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - image: busybox:1.37.0-glibc
+              imagePullPolicy: IfNotPresent
+              name: pytorch # must be `pytorch`
+              command: ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]
+              resources:
+                limits:
+                  cpu: "1"
+                  memory: "100Mi"
+"#;
+
+    #[test]
+    fn seed_manifest_parses() {
+        use crate::pytorchjob::ReplicaId;
+        use rankvisor_core::supervise::RestartPolicy;
+        let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
+        assert_eq!(job.name, "pytest");
+        assert_eq!(job.namespace, "default");
+        assert_eq!(job.run_policy.backoff_limit, Some(3));
+        assert_eq!(job.total_replicas(), 4);
+        let names: Vec<String> = job.replicas().iter().map(|r| job.pod_name(*r)).collect();
+        assert_eq!(names, ["pytest-master-0", "pytest-worker-0", "pytest-worker-1", "pytest-worker-2"]);
+        let master = job.master.as_ref().unwrap();
+        assert_eq!(master.replicas, 1);
+        assert_eq!(master.restart_policy, RestartPolicy::OnFailure);
+        assert_eq!(master.container.command, ["sh", "-c", "trap exit INT TERM; sleep 30s & wait"]);
+        assert_eq!(master.resources.get("cpu"), 1000);
+        assert_eq!(master.resources.get("memory"), 100 * 1024 * 1024 * 1000);
+        assert_eq!(job.worker.as_ref().unwrap().replicas, 3);
+        assert_eq!(job.total_resources().get("cpu"), 4000);
+        assert_eq!(job.rank(ReplicaId::worker(2)), 3);
+        assert_eq!(job.master_port(), 23456);
+    }
+
+    #[test]
+    fn json_manifest_parses_like_yaml() {
+        let yaml = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
+        let value: serde_json::Value = serde_yaml_ng::from_str(SEED_MANIFEST).unwrap();
+        let json = parse_job(&serde_json::to_string_pretty(&value).unwrap(), "pytorchjob.json").unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn every_example_is_admitted() {
+        for (name, text) in [
+            ("pytorchjob.yaml", include_str!("../../../examples/pytorchjob.yaml")),
+            ("pytorchjob-worker-fails.yaml", include_str!("../../../examples/pytorchjob-worker-fails.yaml")),
+            ("pytorchjob-all-workers-fail.yaml", include_str!("../../../examples/pytorchjob-all-workers-fail.yaml")),
+            ("pytorchjob-master-fails.yaml", include_str!("../../../examples/pytorchjob-master-fails.yaml")),
+            ("pytorchjob-gang.yaml", include_str!("../../../examples/pytorchjob-gang.yaml")),
+        ] {
+            let job = parse_job(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(job.total_replicas(), 4, "{name}");
+            for spec in [&job.master, &job.worker] {
+                let command = &spec.as_ref().unwrap().container.command;
+                assert!(!command.join(" ").contains("trap"), "{name}: rankvisor makes the trap unnecessary");
+            }
+        }
+    }
+
+    #[test]
+    fn yaml_syntax_error_names_line_and_column() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n   namespace: default\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        let ManifestError::Syntax { line, column, message, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!((*line, *column), (5, 13), "{e}");
+        assert!(!message.contains("at line 5 column 13"), "position given once: {e}");
+        assert!(e.to_string().starts_with("error parsing job.yaml: line 5, column 13: "), "{e}");
+    }
+
+    #[test]
+    fn yaml_type_error_names_field_line_and_column() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: [1]\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        let ManifestError::Syntax { line, column, message, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!(*line, 8, "{e}");
+        assert!(*column > 1, "{e}");
+        assert!(message.contains("replicas"), "{e}");
+    }
+
+    #[test]
+    fn quantity_of_the_wrong_type_names_the_field() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      template:\n        spec:\n          containers:\n          - name: pytorch\n            image: x\n            command: [a]\n            resources: {limits: {cpu: [1]}}\n";
+        let e = parse_job(text, "job.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error parsing job.yaml: line 14, column 39: spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.limits.cpu: invalid type: sequence, expected a string or a number"
+        );
+    }
+
+    #[test]
+    fn numbers_are_accepted_where_kubernetes_takes_strings() {
+        let text = include_str!("../../../examples/pytorchjob.yaml")
+            .replace("cpu: \"1\"", "cpu: 1")
+            .replace("memory: \"100Mi\"", "memory: 104857600");
+        let job = parse_job(&text, "j.yaml").unwrap();
+        assert_eq!(job.total_resources().get("cpu"), 4000);
+        assert_eq!(job.total_resources().get("memory"), 4 * 104_857_600_000);
+    }
+
+    #[test]
+    fn json_syntax_error_names_line_and_column() {
+        let text = "{\n  \"apiVersion\": \"kubeflow.org/v1\",\n  \"kind\": \"PyTorchJob\"\n  \"metadata\": {}\n}\n";
+        let e = parse_job(text, "job.json").unwrap_err();
+        let ManifestError::Syntax { line, column, .. } = &e else {
+            panic!("{e}");
+        };
+        assert_eq!((*line, *column), (4, 3), "{e}");
+        assert!(!e.to_string().contains("at line 4"), "{e}");
+    }
+
+    #[test]
+    fn wrong_kind_is_refused() {
+        let e = parse_job("apiVersion: batch/v1\nkind: Job\n", "job.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error parsing job.yaml: no matches for kind \"Job\" in version \"batch/v1\": expected apiVersion kubeflow.org/v1 and kind PyTorchJob"
+        );
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let e = load_job(Path::new("/nonexistent/job.yaml")).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read manifest /nonexistent/job.yaml: "), "{e}");
+    }
+}

@@ -1,0 +1,153 @@
+//! The PID namespace's end, emulated. In a pod the launcher is its container's PID 1: when it dies
+//! (SIGKILL from outside, a crash), the kernel kills every other process of the container's PID
+//! namespace, and the kubelet sees the container end only once they are all gone. In the dry run
+//! the launchers share the host's PID namespace, so a launcher killed outright would leave its
+//! training process (its own process group) running on, re-parented to init.
+//!
+//! So the dry run is a child subreaper (`PR_SET_CHILD_SUBREAPER`): whatever a dead launcher leaves
+//! (its training process, the orphans it had adopted as a subreaper itself) becomes a child of the
+//! dry run. Any child of the dry run that is not one of its launchers is such an orphan: it is
+//! SIGKILLed with its process group, and reaped by its pid only, so tokio (which waits for each
+//! launcher by its own pid) never loses an exit status to this reaper. Its descendants in other
+//! groups come back to the dry run when it dies and are killed the same way.
+//!
+//! Why not a PID namespace per launcher (`unshare(CLONE_NEWPID)`, exactly the pod's semantics)? It
+//! needs root (or a user namespace), and a launcher that is PID 1 sweeps its descendants by
+//! reading /proc: without a mount namespace and a /proc of its own it would see the host's
+//! processes as its own. The subreaper works unprivileged and leaves /proc as it is.
+
+use std::collections::BTreeSet;
+
+use rankvisor_core::exit::ExitHow;
+use rankvisor_core::process::{self, ProcEntry};
+
+/// What to do with one child of the dry run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OrphanStep {
+    /// An orphan that has exited: collect it.
+    Reap(i32),
+    /// An orphan still alive: SIGKILL it, and its process group when that is safe to name.
+    Kill {
+        /// The orphan.
+        pid: i32,
+        /// Its process group, unless it is the dry run's own, a live launcher's or not a group.
+        group: Option<i32>,
+    },
+}
+
+/// The steps for the dry run's `children`: every child that is not a live launcher (`launchers`) is
+/// an orphan of a dead one. `own_group` is the dry run's process group (never signalled).
+pub(super) fn plan(children: &[ProcEntry], launchers: &BTreeSet<i32>, own_group: i32) -> Vec<OrphanStep> {
+    children
+        .iter()
+        .filter(|c| !launchers.contains(&c.pid))
+        .map(|c| match c.state {
+            'Z' | 'X' => OrphanStep::Reap(c.pid),
+            _ => OrphanStep::Kill {
+                pid: c.pid,
+                group: (c.pgrp > 1 && c.pgrp != own_group && !launchers.contains(&c.pgrp)).then_some(c.pgrp),
+            },
+        })
+        .collect()
+}
+
+/// What one sweep did.
+#[derive(Debug, Default)]
+pub(super) struct Sweep {
+    /// Orphans SIGKILLed (pid, process group), not yet collected (they are once they are zombies).
+    pub(super) killed: Vec<(i32, Option<i32>)>,
+    /// Orphans collected, with how they ended.
+    pub(super) reaped: Vec<(i32, ExitHow)>,
+}
+
+impl Sweep {
+    /// No orphan is left to wait for.
+    pub(super) fn clear(&self) -> bool {
+        self.killed.is_empty()
+    }
+}
+
+/// Make the dry run a child subreaper; the error says what is lost without it.
+pub(super) fn become_subreaper() -> Result<(), String> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot become a child subreaper ({}): the training process of a launcher killed outright is not stopped with it",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// Kill and collect the orphans among the dry run's children (`launchers`: the pids of the live
+/// launchers, which only tokio waits for).
+pub(super) fn sweep(launchers: &BTreeSet<i32>) -> Sweep {
+    let me = std::process::id() as i32;
+    // SAFETY: getpgrp has no preconditions.
+    let own_group = unsafe { libc::getpgrp() };
+    let mut out = Sweep::default();
+    for step in plan(&process::children_of(me), launchers, own_group) {
+        match step {
+            OrphanStep::Reap(pid) => {
+                if let Some(how) = process::reap(pid) {
+                    out.reaped.push((pid, how));
+                }
+            }
+            OrphanStep::Kill { pid, group } => {
+                // The orphan is our child and not collected, so neither its pid nor its group's id
+                // can name another process yet.
+                if let Some(g) = group {
+                    // SAFETY: kill(2) has no memory-safety preconditions.
+                    unsafe { libc::kill(-g, libc::SIGKILL) };
+                }
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                out.killed.push((pid, group));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pid: i32, state: char, pgrp: i32) -> ProcEntry {
+        ProcEntry { pid, ppid: 100, state, pgrp }
+    }
+
+    #[test]
+    fn launchers_are_left_to_tokio_and_orphans_are_killed_with_their_group() {
+        let launchers = BTreeSet::from([10, 20]);
+        let children = [
+            p(10, 'S', 10),  // a live launcher
+            p(20, 'Z', 20),  // a launcher that exited: tokio reaps it
+            p(31, 'S', 31),  // a dead launcher's training process, leading its own group
+            p(32, 'R', 30),  // a member of a training group whose leader is gone
+            p(33, 'Z', 33),  // an orphan that died: collected here
+            p(34, 'S', 100), // in the dry run's own group: only itself
+            p(35, 'S', 10),  // in a live launcher's group: only itself
+            p(36, 'D', 1),   // init's group: only itself
+        ];
+        assert_eq!(
+            plan(&children, &launchers, 100),
+            vec![
+                OrphanStep::Kill { pid: 31, group: Some(31) },
+                OrphanStep::Kill { pid: 32, group: Some(30) },
+                OrphanStep::Reap(33),
+                OrphanStep::Kill { pid: 34, group: None },
+                OrphanStep::Kill { pid: 35, group: None },
+                OrphanStep::Kill { pid: 36, group: None },
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_to_do_without_orphans() {
+        let launchers = BTreeSet::from([10]);
+        assert!(plan(&[p(10, 'S', 10)], &launchers, 100).is_empty());
+        assert!(plan(&[], &launchers, 100).is_empty());
+    }
+}

@@ -1,0 +1,115 @@
+//! What is checked and prepared before any launcher starts: the manifest, the injections, the
+//! timing options, MASTER_PORT and the work directory with every node's labels file.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use rankvisor_core::duration::format_duration;
+use rankvisor_core::exit;
+
+use super::injection::{parse_injection, Injection};
+use super::launcher::{healthy_labels, labels_file_text};
+use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
+use super::manifest::load_job;
+use super::options::DryRunOptions;
+use super::output::note;
+use super::ports::choose_master_port;
+use super::pytorchjob::PyTorchJob;
+use super::timeline::TimelineFormat;
+use super::workdir::{write_atomically, WorkDir};
+
+/// A reason not to start, with the exit status it means.
+#[derive(Debug)]
+pub(super) struct SetupError {
+    pub(super) message: String,
+    pub(super) code: i32,
+}
+
+impl SetupError {
+    pub(super) fn config(message: impl fmt::Display) -> Self {
+        Self { message: message.to_string(), code: exit::CONFIG_ERROR }
+    }
+}
+
+/// What is known before anything starts.
+#[derive(Debug)]
+pub(super) struct Setup {
+    pub(super) job: PyTorchJob,
+    pub(super) injections: VecDeque<Injection>,
+    pub(super) master_port: u16,
+    pub(super) workdir: WorkDir,
+    /// `RANKVISOR_JOB_TOKEN` for every replica of this run: a fresh secret, as a cluster's
+    /// Secret would give them, so the barrier admits only this run's replicas.
+    pub(super) job_token: String,
+}
+
+impl Setup {
+    pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
+        let loaded = load_job(&opts.manifest).map_err(SetupError::config)?;
+        for warning in &loaded.warnings {
+            // As kubectl prints an admission webhook's warnings.
+            eprintln!("Warning: {warning}");
+        }
+        let mut job = loaded.job;
+        let commands: Vec<CommandOverride> = opts
+            .commands
+            .iter()
+            .map(|c| parse_command_override(c))
+            .collect::<Result<_, _>>()
+            .map_err(SetupError::config)?;
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let maps: Vec<PathMap> = opts
+            .path_maps
+            .iter()
+            .map(|m| parse_path_map(m, &cwd))
+            .collect::<Result<_, _>>()
+            .map_err(SetupError::config)?;
+        let notes = localize(&mut job, &commands, &maps, &cwd, &Machine::this()).map_err(|e| {
+            SetupError::config(format!("{}: the dry run cannot run this job: {e}", opts.manifest.display()))
+        })?;
+        for n in notes {
+            note(&n);
+        }
+        if !loaded.not_emulated.is_empty() {
+            note(&format!("warning: not emulated here: {}", loaded.not_emulated.join("; ")));
+        }
+        let mut injections = opts
+            .inject
+            .iter()
+            .map(|spec| parse_injection(spec, &job))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(SetupError::config)?;
+        injections.sort_by_key(|i| i.at);
+        if let Some(path) = &opts.timeline {
+            TimelineFormat::from_path(path).map_err(SetupError::config)?;
+        }
+        if opts.backoff_max < opts.backoff_initial {
+            return Err(SetupError::config(format!(
+                "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
+                format_duration(opts.backoff_max),
+                format_duration(opts.backoff_initial)
+            )));
+        }
+        if let Some(dir) = &opts.logs {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                SetupError::config(format!("--logs {}: cannot create the directory: {e}", dir.display()))
+            })?;
+        }
+        let (master_port, port_note) =
+            choose_master_port(job.master_port(), opts.master_port).map_err(|e| SetupError { message: e, code: 1 })?;
+        if let Some(n) = port_note {
+            note(&n);
+        }
+        let workdir = WorkDir::create().map_err(|e| SetupError { message: e, code: 1 })?;
+        for id in job.replicas() {
+            let path = workdir.labels(&job.pod_name(id));
+            write_atomically(&path, &labels_file_text(&healthy_labels()))
+                .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
+        }
+        let mut secret = [0u8; 16];
+        getrandom::fill(&mut secret)
+            .map_err(|e| SetupError { message: format!("cannot draw the job token: {e}"), code: 1 })?;
+        let job_token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
+    }
+}
