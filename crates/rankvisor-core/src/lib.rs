@@ -54,6 +54,7 @@ pub mod http;
 pub mod kube;
 pub mod kube_events;
 pub mod logging;
+pub mod logrules;
 pub mod process;
 pub mod rank;
 pub mod rendezvous;

@@ -1,0 +1,116 @@
+use super::*;
+
+fn m(p: &str, text: &str) -> bool {
+    PyRegex::new(p).unwrap_or_else(|e| panic!("{p:?}: {e}")).is_match(text)
+}
+
+fn refused(p: &str) -> String {
+    PyRegex::new(p).map(|_| ()).expect_err(p).problem
+}
+
+#[test]
+fn match_is_anchored_at_the_start_only() {
+    assert!(m("foo", "foobar\n"));
+    assert!(!m("bar", "foobar\n"));
+    assert!(m(".*bar", "foobar\n"));
+    assert!(m("a|b", "b\n"), "the anchor covers every alternative");
+}
+
+#[test]
+fn dollar_matches_before_the_final_newline_and_at_the_end() {
+    assert!(m("foo$", "foo\n"));
+    assert!(m("foo$", "foo"));
+    assert!(!m("foo$", "foox\n"));
+    assert!(m(r"foo\Z", "foo"));
+    assert!(!m(r"foo\Z", "foo\n"));
+    assert!(m(r"foo\s", "foo\n"), "the newline is part of the line, as Python reads it");
+    assert!(!m("foo.", "foo\n"));
+    assert!(m("(?s)foo.", "foo\n"));
+}
+
+#[test]
+fn classes_have_pythons_unicode_meaning() {
+    assert!(m(r"\w", "é"));
+    assert!(m(r"\w", "²"), "No is a word character in Python");
+    assert!(!m(r"\w", "\u{301}"), "a combining mark is not");
+    assert!(!m(r"\w", "‿"), "nor connector punctuation other than _");
+    assert!(m(r"\s", "\u{1C}"));
+    assert!(!m(r"\S", "\u{1F}"));
+    assert!(m(r"\d", "٣"));
+    assert!(m(r"[\w]", "é") && m(r"[^\W]", "é") && !m(r"[^\w]", "é"));
+    assert!(m(r"[\s]", "\u{1D}"));
+    assert!(m("[[]", "["), "[ inside a class is a literal");
+    assert!(m("[a&&b]", "&") && m("[a~~b]", "~") && m("[--z]", "-") && m("[]a]", "]") && m("[^]a]", "b"));
+    assert!(m(r"[\b]", "\u{8}"));
+    assert!(m("[a-]", "-") && m("[-a]", "-"));
+}
+
+#[test]
+fn escapes_quantifiers_groups_and_flags() {
+    assert!(m(r"\x41\u0042\U00000043\101\0", "ABCA\0"));
+    assert!(m(r"\.\*\[\(", ".*[("));
+    assert!(m("a{,2}b", "aab") && m("a{2}", "aa") && !m("a{2}", "a"));
+    assert!(m("{a}", "{a}") && m("a{", "a{") && m("a{x}", "a{x}") && m("a{1,2", "a{1,2"));
+    assert!(m("(?P<loss>[0-9.]+)x", "1.5x"));
+    assert!(m("(?i)error", "ERROR") && m("(?i:e)RR", "eRR") && !m("(?i:e)RR", "err"));
+    assert!(m("a(?#comment)b", "ab"));
+    assert!(m("(?m)a$", "a\n") && m("(?-i:a)", "a"));
+    let re = PyRegex::new(r".*loss: (\d+(\.\d+)?)").unwrap();
+    assert_eq!(re.groups(), 2);
+    assert_eq!(re.match_group1("step 3 loss: 2.50 lr\n"), Some(Some("2.50")));
+    assert_eq!(re.match_group1("step\n"), None);
+    let optional = PyRegex::new("(a)?b").unwrap();
+    assert_eq!(optional.match_group1("b"), Some(None));
+}
+
+#[test]
+fn constructs_that_differ_are_refused_by_name() {
+    for (p, want) in [
+        ("(?=a)", "lookahead"),
+        ("(?!a)", "lookahead"),
+        ("(?<=a)b", "lookbehind"),
+        ("(?<!a)b", "lookbehind"),
+        ("(a)\\1", "backreferences"),
+        ("(?P<n>a)(?P=n)", "backreferences"),
+        ("(?(1)a|b)", "conditional"),
+        ("(?>a)", "atomic"),
+        ("a*+", "possessive"),
+        ("a{1,2}+", "possessive"),
+        ("(?x)a", "verbose"),
+        ("(?a)\\w", "ASCII"),
+        ("(?<n>a)", "unknown extension ?<"),
+        ("\\N{DIGIT ONE}", "named characters"),
+        ("a(?i)b", "global flags not at the start"),
+    ] {
+        let e = refused(p);
+        assert!(e.contains(want), "{p:?}: {e}");
+    }
+}
+
+#[test]
+fn python_syntax_errors_are_refused() {
+    for (p, want) in [
+        ("*a", "nothing to repeat"),
+        ("^*", "nothing to repeat"),
+        ("a**", "multiple repeat"),
+        ("(a", "missing )"),
+        ("a)", "unbalanced parenthesis"),
+        ("[a", "unterminated character set"),
+        ("[z-a]", "bad character range"),
+        ("[\\d-z]", "bad character range"),
+        ("\\q", "bad escape \\q"),
+        ("\\z", "bad escape \\z"),
+        ("\\p{L}", "bad escape \\p"),
+        ("a\\", "bad escape (end of pattern)"),
+        ("\\x4", "incomplete escape"),
+        ("\\ud800", "surrogate"),
+        ("\\777", "octal escape"),
+        ("(?P<1a>x)", "bad character in group name"),
+        ("(?P<n>a)(?P<n>b)", "redefinition"),
+        ("(?)", "missing flag"),
+        ("a{3,2}", "regex engine"),
+    ] {
+        let e = refused(p);
+        assert!(e.contains(want), "{p:?}: {e}");
+    }
+}

@@ -1,0 +1,147 @@
+//! The relay over real pipes: a writer thread stands for the child, a second pipe for rankvisor's
+//! stdout.
+
+use super::*;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc;
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    nix::unistd::pipe().expect("pipe")
+}
+
+fn receiver(fd: OwnedFd) -> Receiver {
+    Receiver::from_owned_fd(fd).expect("a nonblocking pipe receiver")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap()
+}
+
+#[test]
+fn bytes_pass_unchanged_and_complete_lines_reach_the_rules() {
+    let (r, w) = pipe();
+    let mut data: Vec<u8> = b"step 1\r\nbinary \xff\x00\xfe end\nprogress 10%\rprogress 20%\rlast".to_vec();
+    data.extend(std::iter::repeat_n(b'z', 200_000));
+    let expected = data.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(w);
+        for chunk in data.chunks(777) {
+            f.write_all(chunk).unwrap();
+        }
+    });
+    let mut lines = Vec::new();
+    let out = rt().block_on(async {
+        let rx = receiver(r);
+        let mut relay = Relay::new(Vec::new());
+        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
+        assert!(relay.take_write_error().is_none());
+        relay.into_output()
+    });
+    writer.join().unwrap();
+    assert_eq!(out, expected, "every byte, in order, unchanged");
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[..4], ["step 1\n", "binary \u{FFFD}\0\u{FFFD} end\n", "progress 10%\n", "progress 20%\n"]);
+    assert!(lines[4].starts_with("lastzzz") && !lines[4].ends_with('\n'), "the unfinished last line at the end");
+    assert_eq!(lines[4].len(), crate::logrules::lines::LINE_CAP, "capped");
+}
+
+#[test]
+fn a_partial_line_is_written_through_before_the_rest_comes() {
+    let (r, w) = pipe();
+    let (out_r, out_w) = pipe();
+    let (go, wait) = mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(w);
+        f.write_all(b"epoch 1: loss=").unwrap();
+        // The rest comes only once the partial line was seen on the other side.
+        wait.recv().unwrap();
+        f.write_all(b"0.5\n").unwrap();
+    });
+    let mut seen = std::fs::File::from(out_r);
+    let mut lines = Vec::new();
+    rt().block_on(async {
+        let rx = receiver(r);
+        let mut relay = Relay::new(std::fs::File::from(out_w));
+        let mut got = Vec::new();
+        while got.len() < 14 {
+            rx.readable().await.unwrap();
+            relay.pump(&rx, &mut |l: &str| lines.push(l.to_string())).unwrap();
+            let mut b = [0u8; 64];
+            // The relay wrote what it read before returning: it is in the output pipe now.
+            let n = seen.read(&mut b).unwrap();
+            got.extend_from_slice(&b[..n]);
+        }
+        assert_eq!(got, b"epoch 1: loss=");
+        assert!(lines.is_empty(), "no complete line yet");
+        go.send(()).unwrap();
+        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
+    });
+    writer.join().unwrap();
+    let mut rest = Vec::new();
+    seen.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, b"0.5\n");
+    assert_eq!(lines, ["epoch 1: loss=0.5\n"]);
+}
+
+#[test]
+fn a_10_mb_line_is_relayed_whole_and_matched_on_its_first_64_kib() {
+    let (r, w) = pipe();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(w);
+        let mut line = b"HEAD ".to_vec();
+        line.extend(std::iter::repeat_n(b'x', 10 << 20));
+        line.extend_from_slice(b" TAIL\nnext\n");
+        f.write_all(&line).unwrap();
+    });
+    let mut lines = Vec::new();
+    let mut count = CountingSink(0);
+    rt().block_on(async {
+        let rx = receiver(r);
+        let mut relay = Relay::new(&mut count);
+        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
+    });
+    writer.join().unwrap();
+    assert_eq!(count.0, 5 + (10 << 20) + 6 + 5, "every byte was written");
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].len(), crate::logrules::lines::LINE_CAP + 1);
+    assert!(lines[0].starts_with("HEAD xxx") && lines[0].ends_with("x\n"));
+    assert_eq!(lines[1], "next\n");
+}
+
+#[test]
+fn a_closed_output_is_reported_once_and_the_child_is_still_drained() {
+    let (r, w) = pipe();
+    let (out_r, out_w) = pipe();
+    drop(out_r);
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(w);
+        for i in 0..2000 {
+            writeln!(f, "line {i} {}", "y".repeat(100)).unwrap();
+        }
+    });
+    let mut n = 0;
+    rt().block_on(async {
+        let rx = receiver(r);
+        let mut relay = Relay::new(std::fs::File::from(out_w));
+        relay.run(&rx, &mut |_: &str| n += 1).await.unwrap();
+        let e = relay.take_write_error().expect("EPIPE");
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        assert!(relay.take_write_error().is_none(), "once");
+    });
+    writer.join().unwrap();
+    assert_eq!(n, 2000, "every line still evaluated");
+}
+
+/// Counts what is written, keeping nothing.
+struct CountingSink(usize);
+
+impl Write for CountingSink {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

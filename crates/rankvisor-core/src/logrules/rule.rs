@@ -1,0 +1,249 @@
+//! The rules' schema (`logMonitoringConfiguration` of a HyperPodPyTorchJob), read from JSON or
+//! YAML and checked field by field: a rule that would not do what it says is refused, naming the
+//! rule and the field.
+
+use super::pynum::py_int;
+use super::pyre::PyRegex;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The comparison of a captured metric with `metricThreshold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    /// `gt`: value > threshold.
+    Gt,
+    /// `gteq`: value >= threshold.
+    Gteq,
+    /// `lt`: value < threshold.
+    Lt,
+    /// `lteq`: value <= threshold.
+    Lteq,
+    /// `eq`: value == threshold.
+    Eq,
+}
+
+impl Operator {
+    /// Whether `value` meets the condition (Python's float-with-int comparison; exact because the
+    /// threshold is within ±2^53).
+    pub fn holds(self, value: f64, threshold: i64) -> bool {
+        let t = threshold as f64;
+        match self {
+            Self::Gt => value > t,
+            Self::Gteq => value >= t,
+            Self::Lt => value < t,
+            Self::Lteq => value <= t,
+            Self::Eq => value == t,
+        }
+    }
+}
+
+/// One rule, validated.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// `name`: names the rule in reasons (`LogHang_<name>`).
+    pub name: String,
+    /// `logPattern`: matched at the start of each line.
+    pub log_pattern: PyRegex,
+    /// `expectedStartCutOffInSeconds`: HANGING if no match this long after the attempt starts.
+    pub start_cutoff: Option<Duration>,
+    /// `expectedRecurringFrequencyInSeconds`: HANGING if no match this long after the last one.
+    pub recurring: Option<Duration>,
+    /// `stopPattern`: a matching line deactivates the rule for the attempt.
+    pub stop_pattern: Option<PyRegex>,
+    /// `metricThreshold` (truncated to an integer) with `operator`.
+    pub metric: Option<(Operator, i64)>,
+    /// `metricEvaluationDataPoints`: consecutive matches meeting the condition that make SLOW.
+    pub data_points: u32,
+    /// `faultOnMatch`: a match is FAULTED.
+    pub fault_on_match: bool,
+}
+
+/// A rule that cannot be used: which rule, which field, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RulesError {
+    /// The file or body is not JSON or the YAML subset.
+    #[error("log rules: {0}")]
+    Syntax(String),
+    /// The document is not a list of rules.
+    #[error("log rules: {0}")]
+    Shape(String),
+    /// One rule's field.
+    #[error("log rule #{index} ({name}): field {field}: {problem}")]
+    Field {
+        /// 1-based position in the list.
+        index: usize,
+        /// The rule's name as given (escaped), or "no name".
+        name: String,
+        /// The field, as spelled in the schema.
+        field: String,
+        /// What is wrong and what was expected.
+        problem: String,
+    },
+}
+
+/// Every field of the schema; anything else in a rule is refused (a misspelled field would
+/// otherwise be a rule that silently never fires).
+pub const FIELDS: [&str; 9] = [
+    "name",
+    "logPattern",
+    "expectedStartCutOffInSeconds",
+    "expectedRecurringFrequencyInSeconds",
+    "metricThreshold",
+    "operator",
+    "metricEvaluationDataPoints",
+    "stopPattern",
+    "faultOnMatch",
+];
+
+/// The largest threshold whose comparison with a float is exact (2^53).
+const MAX_THRESHOLD: i64 = 1 << 53;
+/// The longest timeout accepted: ten years.
+const MAX_SECONDS: i64 = 10 * 366 * 86_400;
+
+/// Read the rules from a file's text: JSON when it starts with `[` or `{`, else the YAML subset.
+pub fn parse_rules(text: &str) -> Result<Vec<Rule>, RulesError> {
+    let t = text.trim_start_matches('\u{FEFF}');
+    let first = t.chars().find(|c| !c.is_whitespace());
+    let value = if matches!(first, Some('[') | Some('{')) {
+        serde_json::from_str(t).map_err(|e| RulesError::Syntax(format!("invalid JSON: {e}")))?
+    } else {
+        super::yaml::parse(t).map_err(RulesError::Syntax)?
+    };
+    rules_from_value(&value)
+}
+
+/// Read the rules from a parsed document: a list of rules, or an object whose
+/// `logMonitoringConfiguration` is that list (as in a job's `runPolicy`).
+pub fn rules_from_value(value: &Value) -> Result<Vec<Rule>, RulesError> {
+    let list = match value {
+        Value::Array(a) => a,
+        Value::Object(o) => match o.get("logMonitoringConfiguration") {
+            Some(Value::Array(a)) => a,
+            _ => {
+                return Err(RulesError::Shape(
+                    "expected a list of rules, or an object whose logMonitoringConfiguration is that list".into(),
+                ))
+            }
+        },
+        _ => return Err(RulesError::Shape("expected a list of rules".into())),
+    };
+    let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
+    for (k, v) in list.iter().enumerate() {
+        let rule = rule_from_value(k + 1, v)?;
+        if rules.iter().any(|r| r.name == rule.name) {
+            return Err(field_err(k + 1, v, "name", "another rule has this name: names must be unique"));
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
+}
+
+fn rule_name(v: &Value) -> String {
+    match v.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => format!("{:?}", crate::untrusted::escape(n)),
+        _ => "no name".into(),
+    }
+}
+
+fn field_err(index: usize, v: &Value, field: &str, problem: impl Into<String>) -> RulesError {
+    RulesError::Field { index, name: rule_name(v), field: field.into(), problem: problem.into() }
+}
+
+fn show(v: &Value) -> String {
+    let s = v.to_string();
+    let s = if s.len() > 80 { format!("{}...", &s[..(0..=80).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)]) } else { s };
+    crate::untrusted::escape(&s).into_owned()
+}
+
+fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
+    let Value::Object(o) = v else {
+        return Err(RulesError::Field {
+            index,
+            name: "no name".into(),
+            field: "(rule)".into(),
+            problem: format!("expected an object with the rule's fields, got {}", show(v)),
+        });
+    };
+    let err = |field: &str, problem: String| field_err(index, v, field, problem);
+    if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(err(k, format!("unknown field; the fields are {}", FIELDS.join(", "))));
+    }
+    let string = |field: &str| -> Result<Option<&str>, RulesError> {
+        match o.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(err(field, format!("expected a string, got {}", show(other)))),
+        }
+    };
+    let name = string("name")?.filter(|n| !n.is_empty()).ok_or_else(|| err("name", "required: a non-empty string".into()))?;
+    let pattern = |field: &str, text: Option<&str>| -> Result<Option<PyRegex>, RulesError> {
+        let Some(text) = text else { return Ok(None) };
+        if text.is_empty() {
+            return Err(err(field, "an empty pattern matches every line: give a regular expression".into()));
+        }
+        let re = PyRegex::new(text).map_err(|e| err(field, format!("{:?}: {e}", crate::untrusted::escape(text))))?;
+        if re.is_match("") {
+            return Err(err(
+                field,
+                format!(
+                    "{:?} matches an empty line; the agent evaluates an empty line every second the log is \
+                     quiet, so this rule would match then (write .+ where .* would match nothing)",
+                    crate::untrusted::escape(text)
+                ),
+            ));
+        }
+        Ok(Some(re))
+    };
+    let log_pattern = pattern("logPattern", string("logPattern")?)?.ok_or_else(|| err("logPattern", "required: a regular expression".into()))?;
+    let stop_pattern = pattern("stopPattern", string("stopPattern")?)?;
+    let integer = |field: &str, min: i64, max: i64| -> Result<Option<i64>, RulesError> {
+        let Some(value) = o.get(field) else { return Ok(None) };
+        let n = match value {
+            // Python's int() of a JSON number truncates toward zero.
+            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64)),
+            Value::String(s) => py_int(s),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            Some(n) => Err(err(field, format!("{n} is out of range: expected {min} to {max}"))),
+            None => Err(err(field, format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)))),
+        }
+    };
+    let seconds = |field: &str| -> Result<Option<Duration>, RulesError> {
+        Ok(integer(field, 0, MAX_SECONDS)?.map(|s| Duration::from_secs(s as u64)))
+    };
+    let start_cutoff = seconds("expectedStartCutOffInSeconds")?;
+    let recurring = seconds("expectedRecurringFrequencyInSeconds")?;
+    let threshold = integer("metricThreshold", -MAX_THRESHOLD, MAX_THRESHOLD)?;
+    let operator = match string("operator")? {
+        None => None,
+        Some("gt") => Some(Operator::Gt),
+        Some("gteq") => Some(Operator::Gteq),
+        Some("lt") => Some(Operator::Lt),
+        Some("lteq") => Some(Operator::Lteq),
+        Some("eq") => Some(Operator::Eq),
+        Some(other) => {
+            return Err(err("operator", format!("{:?}: expected gt, gteq, lt, lteq or eq", crate::untrusted::escape(other))))
+        }
+    };
+    let data_points = integer("metricEvaluationDataPoints", 1, u32::MAX as i64)?.unwrap_or(1) as u32;
+    let metric = match (threshold, operator) {
+        (Some(t), Some(op)) => Some((op, t)),
+        (None, None) => None,
+        (Some(_), None) => return Err(err("operator", "required with metricThreshold: gt, gteq, lt, lteq or eq".into())),
+        (None, Some(_)) => return Err(err("metricThreshold", "required with operator".into())),
+    };
+    if metric.is_some() && log_pattern.groups() == 0 {
+        return Err(err("logPattern", "metricThreshold needs a capturing group in logPattern: its first group is the value".into()));
+    }
+    if metric.is_none() && o.contains_key("metricEvaluationDataPoints") {
+        return Err(err("metricEvaluationDataPoints", "counts matches meeting metricThreshold: give metricThreshold and operator".into()));
+    }
+    let fault_on_match = match o.get("faultOnMatch") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(err("faultOnMatch", format!("expected true or false, got {}", show(other)))),
+    };
+    Ok(Rule { name: name.to_string(), log_pattern, start_cutoff, recurring, stop_pattern, metric, data_points, fault_on_match })
+}
