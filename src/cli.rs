@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use rankvisor_core::config::args::{CheckNodeArgs, GlobalArgs, SuperviseArgs};
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// PID 1 and replica supervisor for distributed PyTorch training jobs.
 ///
@@ -12,7 +13,7 @@ use std::ffi::OsString;
 #[derive(Parser, Debug)]
 #[command(name = "rankvisor", version, args_conflicts_with_subcommands = true)]
 #[command(
-    override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor dry-run [OPTIONS] JOB.yaml\n       rankvisor check-node [OPTIONS]\n       rankvisor env [--json]"
+    override_usage = "rankvisor [OPTIONS] -- COMMAND [ARGS]...\n       rankvisor dry-run [OPTIONS] JOB.yaml\n       rankvisor check-node [OPTIONS]\n       rankvisor env [--json]\n       rankvisor log-rules test RULES LOG [--timestamps] [--json]"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,4 +37,26 @@ pub enum Sub {
     },
     /// Print this node's health verdict; exit 0 only if healthy.
     CheckNode(CheckNodeArgs),
+    /// Log rules (HyperPod's logMonitoringConfiguration): try them on a saved log.
+    #[command(subcommand)]
+    LogRules(LogRulesSub),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LogRulesSub {
+    /// Replay a log through the rules, printing each rule's state line by line.
+    Test {
+        /// The rules: a JSON or YAML list of rules (or an object with logMonitoringConfiguration).
+        #[arg(value_name = "RULES")]
+        rules: PathBuf,
+        /// The log to replay; `-` reads standard input.
+        #[arg(value_name = "LOG")]
+        log: PathBuf,
+        /// Each line starts with an RFC 3339 time and a space (`kubectl logs --timestamps`).
+        #[arg(long)]
+        timestamps: bool,
+        /// Print one JSON object per evaluation.
+        #[arg(long)]
+        json: bool,
+    },
 }

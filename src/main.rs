@@ -7,7 +7,7 @@ mod arena;
 mod cli;
 
 use clap::Parser;
-use cli::{Cli, Sub};
+use cli::{Cli, LogRulesSub, Sub};
 use rankvisor_core::config::{self, EnvSnapshot};
 use rankvisor_core::{app, exit, logging, process, termination};
 
@@ -43,6 +43,9 @@ fn main() {
     let code = match cli.sub {
         Some(Sub::Env { json }) => app::env::run(json, &env),
         Some(Sub::CheckNode(args)) => app::check_node::run(&args, &env),
+        Some(Sub::LogRules(LogRulesSub::Test { rules, log, timestamps, json })) => {
+            app::log_rules::test(&rules, &log, rankvisor_core::logrules::ReplayOptions { timestamps, json })
+        }
         None => match config::supervise_config(&cli.sup, &cli.command, &env) {
             Ok(cfg) => app::supervise::run(cfg, &env, signals),
             Err(e) => app::config_error(&e.to_string(), termination_log),

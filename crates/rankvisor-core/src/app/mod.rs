@@ -4,6 +4,7 @@
 
 pub mod check_node;
 pub mod env;
+pub mod log_rules;
 pub mod supervise;
 
 use crate::config::EnvSnapshot;
