@@ -55,6 +55,13 @@ cargo build -p rankvisor-trainer --example smoke_train
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 
+# The log-rules differential test (tests/log_rules_agent.rs) replays logs through the real HyperPod
+# elastic agent's log evaluator: its source, cached outside the repository.
+t0=$SECONDS
+RANKVISOR_TEST_HYPERPOD_AGENT=$(bash scripts/setup-hyperpod.sh | tail -n 1)
+export RANKVISOR_TEST_HYPERPOD_AGENT
+echo "scripts/test.sh: hyperpod-elastic-agent: $((SECONDS - t0)) s"
+
 # The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
 t0=$SECONDS
 RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
