@@ -100,7 +100,7 @@ fn gen_rule(r: &mut Rng, k: usize) -> Value {
         rule.insert("expectedRecurringFrequencyInSeconds".into(), if r.chance(20) { json!(f.to_string()) } else { json!(f) });
     }
     if metric {
-        let t = *r.pick(&[json!(2), json!(2.9), json!(-1), json!(3), json!("3"), json!(0), json!(10)]);
+        let t = r.pick(&[json!(2), json!(2.9), json!(-1), json!(3), json!("3"), json!(0), json!(10)]).clone();
         rule.insert("metricThreshold".into(), t);
         rule.insert("operator".into(), json!(r.pick(OPERATORS)));
         if r.chance(60) {
