@@ -39,7 +39,7 @@ pub fn test(rules: &Path, log: &Path, opts: ReplayOptions) -> i32 {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let result = replay(rules.into(), input, opts, &mut out);
+    let result = replay(std::sync::Arc::new(rules), input, opts, &mut out);
     let flushed = std::io::Write::flush(&mut out);
     match result.map_err(|e| (e, log)).and_then(|()| flushed.map_err(|e| (ReplayError::Io(e), log))) {
         Ok(()) => 0,

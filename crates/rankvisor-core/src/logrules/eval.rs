@@ -19,6 +19,7 @@
 
 use super::pynum::py_float;
 use super::rule::Rule;
+use super::ruleset::{RuleSet, Scan};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -87,7 +88,7 @@ pub struct Verdict {
 /// The rules of one attempt, evaluated line by line.
 #[derive(Debug, Clone)]
 pub struct Evaluator {
-    rules: Arc<[Rule]>,
+    rules: Arc<RuleSet>,
     runs: Vec<RuleRun>,
     start: Instant,
     last_eval: Instant,
@@ -98,8 +99,9 @@ pub struct Evaluator {
 impl Evaluator {
     /// Fresh state for an attempt that started at `attempt_start` (the agent creates its
     /// evaluators when it starts the workers).
-    pub fn new(rules: Arc<[Rule]>, attempt_start: Instant) -> Self {
+    pub fn new(rules: Arc<RuleSet>, attempt_start: Instant) -> Self {
         let runs = rules
+            .rules()
             .iter()
             .map(|_| RuleRun { active: true, state: LogState::Waiting, last_line: None, last_match: None, slow_count: 0 })
             .collect();
@@ -132,7 +134,7 @@ impl Evaluator {
 
     /// The rules, in configuration order.
     pub fn rules(&self) -> &[Rule] {
-        &self.rules
+        self.rules.rules()
     }
 
     /// Each rule's own state, in configuration order.
@@ -161,7 +163,7 @@ impl Evaluator {
             _ => return None,
         };
         let &(i, _) = self.verdict.named.first()?;
-        Some(format!("{prefix}{}", self.rules[i].name))
+        Some(format!("{prefix}{}", self.rules.rules()[i].name))
     }
 
     /// The earliest time after the last evaluation at which `on_idle` can change a state (a
@@ -174,6 +176,7 @@ impl Evaluator {
         }
         let after = |t: Instant, d: Duration| t.checked_add(d).and_then(|t| t.checked_add(Duration::from_nanos(1)));
         self.rules
+            .rules()
             .iter()
             .zip(&self.runs)
             .filter(|(_, run)| run.active)
@@ -190,8 +193,10 @@ impl Evaluator {
             return &self.verdict;
         }
         self.last_eval = self.last_eval.max(now);
-        for i in 0..self.rules.len() {
-            if evaluate_rule(&self.rules[i], &mut self.runs[i], self.start, line, now).is_err() {
+        let scan = line.map(|l| (l, self.rules.scan(l)));
+        for (i, rule) in self.rules.rules().iter().enumerate() {
+            let seen = scan.as_ref().map(|(l, s)| Seen { line: l, scan: s, stop: self.rules.stop_match(s, i), index: i });
+            if evaluate_rule(rule, &mut self.runs[i], self.start, seen, now).is_err() {
                 // The agent's loop catches the exception and goes on to the next line.
                 return &self.verdict;
             }
@@ -212,27 +217,33 @@ impl Evaluator {
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
 
-/// One rule's `LogEvaluator.evaluate(line)` at `now`.
-fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, line: Option<&str>, now: Instant) -> Result<(), NotANumber> {
+/// A line as one rule sees it: the text and which patterns matched it.
+struct Seen<'a> {
+    line: &'a str,
+    scan: &'a Scan,
+    stop: bool,
+    index: usize,
+}
+
+/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
+fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, seen: Option<Seen<'_>>, now: Instant) -> Result<(), NotANumber> {
     if !run.active {
         run.state = LogState::Healthy;
         return Ok(());
     }
-    let matched = line.and_then(|l| rule.log_pattern.match_group1(l));
-    if matched.is_some() {
-        run.last_line = line.map(Arc::from);
+    let line = seen.as_ref().filter(|s| s.scan.log_match(s.index)).map(|s| s.line);
+    if let Some(l) = line {
+        run.last_line = Some(Arc::from(l));
         run.last_match = Some(now);
         if rule.fault_on_match {
             run.state = LogState::Faulted;
             return Ok(());
         }
     }
-    if let (Some(l), Some(stop)) = (line, &rule.stop_pattern) {
-        if stop.is_match(l) {
-            run.active = false;
-            run.state = LogState::Healthy;
-            return Ok(());
-        }
+    if seen.as_ref().is_some_and(|s| s.stop) {
+        run.active = false;
+        run.state = LogState::Healthy;
+        return Ok(());
     }
     let since = |t: Instant| now.saturating_duration_since(t);
     match (run.last_match, rule.start_cutoff, rule.recurring) {
@@ -246,11 +257,12 @@ fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, line: Option<&s
         }
         _ => {}
     }
-    let Some(group1) = matched else { return Ok(()) };
+    let Some(line) = line else { return Ok(()) };
     let Some((op, threshold)) = rule.metric else {
         run.state = LogState::Healthy;
         return Ok(());
     };
+    let group1 = rule.log_pattern.match_group1(line).flatten();
     let value = group1.and_then(py_float).ok_or(NotANumber)?;
     if op.holds(value, threshold) {
         run.slow_count = (run.slow_count + 1).min(rule.data_points);

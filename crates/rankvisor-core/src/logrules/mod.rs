@@ -13,6 +13,7 @@ pub mod pyre;
 pub mod relay;
 pub mod replay;
 pub mod rule;
+pub mod ruleset;
 mod yaml;
 
 pub use eval::{Evaluator, LogState, Verdict};
@@ -20,3 +21,4 @@ pub use pyre::{PatternError, PyRegex};
 pub use relay::{Pumped, Relay};
 pub use replay::{replay, ReplayError, ReplayOptions};
 pub use rule::{parse_rules, rules_from_value, Operator, Rule, RulesError};
+pub use ruleset::RuleSet;

@@ -12,7 +12,7 @@
 
 use super::eval::{Evaluator, LogState};
 use super::lines::Lines;
-use super::rule::Rule;
+use super::ruleset::RuleSet;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,9 +162,9 @@ impl<W: Write> Printer<'_, W> {
 }
 
 /// Replay `log` through `rules`, writing the report to `out`.
-pub fn replay(rules: Arc<[Rule]>, mut log: impl Read, opts: ReplayOptions, out: &mut impl Write) -> Result<(), ReplayError> {
+pub fn replay(rules: Arc<RuleSet>, mut log: impl Read, opts: ReplayOptions, out: &mut impl Write) -> Result<(), ReplayError> {
     let base = Instant::now();
-    let names = rules.iter().map(|r| crate::untrusted::escape(&r.name).into_owned()).collect();
+    let names = rules.rules().iter().map(|r| crate::untrusted::escape(&r.name).into_owned()).collect();
     let mut ev = Evaluator::new(rules, base);
     let mut printer = Printer { out, json: opts.json, timestamps: opts.timestamps, names, shown: None };
     printer.header()?;

@@ -4,6 +4,7 @@
 
 use super::pynum::py_int;
 use super::pyre::PyRegex;
+use super::ruleset::RuleSet;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -101,7 +102,7 @@ const MAX_THRESHOLD: i64 = 1 << 53;
 const MAX_SECONDS: i64 = 10 * 366 * 86_400;
 
 /// Read the rules from a file's text: JSON when it starts with `[` or `{`, else the YAML subset.
-pub fn parse_rules(text: &str) -> Result<Vec<Rule>, RulesError> {
+pub fn parse_rules(text: &str) -> Result<RuleSet, RulesError> {
     let t = text.trim_start_matches('\u{FEFF}');
     let first = t.chars().find(|c| !c.is_whitespace());
     let value = if matches!(first, Some('[') | Some('{')) {
@@ -113,8 +114,9 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, RulesError> {
 }
 
 /// Read the rules from a parsed document: a list of rules, or an object whose
-/// `logMonitoringConfiguration` is that list (as in a job's `runPolicy`).
-pub fn rules_from_value(value: &Value) -> Result<Vec<Rule>, RulesError> {
+/// `logMonitoringConfiguration` is that list (as in a job's `runPolicy`). `/start`'s
+/// `log_monitoring_configuration` is read with this too: the same errors (there a 422).
+pub fn rules_from_value(value: &Value) -> Result<RuleSet, RulesError> {
     let list = match value {
         Value::Array(a) => a,
         Value::Object(o) => match o.get("logMonitoringConfiguration") {
@@ -135,7 +137,7 @@ pub fn rules_from_value(value: &Value) -> Result<Vec<Rule>, RulesError> {
         }
         rules.push(rule);
     }
-    Ok(rules)
+    RuleSet::new(rules)
 }
 
 fn rule_name(v: &Value) -> String {

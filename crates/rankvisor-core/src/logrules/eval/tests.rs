@@ -2,8 +2,8 @@ use super::*;
 use crate::logrules::rule::rules_from_value;
 use serde_json::json;
 
-fn rules(v: serde_json::Value) -> Arc<[Rule]> {
-    rules_from_value(&v).unwrap().into()
+fn rules(v: serde_json::Value) -> Arc<RuleSet> {
+    Arc::new(rules_from_value(&v).unwrap())
 }
 
 struct T {
