@@ -19,7 +19,7 @@
 
 use super::pynum::py_float;
 use super::rule::Rule;
-use super::ruleset::{RuleSet, Scan};
+use super::ruleset::RuleSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -70,7 +70,9 @@ pub const MAX_KEPT_LINE: usize = super::lines::LINE_CAP + 1;
 struct RuleRun {
     active: bool,
     state: LogState,
-    last_line: Option<Arc<str>>,
+    /// The last matched line (`last_match` says whether there is one); a buffer reused, so a
+    /// match costs no allocation.
+    last_line: String,
     last_match: Option<Instant>,
     slow_count: u32,
 }
@@ -103,7 +105,7 @@ impl Evaluator {
         let runs = rules
             .rules()
             .iter()
-            .map(|_| RuleRun { active: true, state: LogState::Waiting, last_line: None, last_match: None, slow_count: 0 })
+            .map(|_| RuleRun { active: true, state: LogState::Waiting, last_line: String::new(), last_match: None, slow_count: 0 })
             .collect();
         Self {
             rules,
@@ -144,7 +146,7 @@ impl Evaluator {
 
     /// The last line rule `index` matched (with its newline), if any.
     pub fn last_line(&self, index: usize) -> Option<&str> {
-        self.runs.get(index).and_then(|r| r.last_line.as_deref())
+        self.runs.get(index).filter(|r| r.last_match.is_some()).map(|r| r.last_line.as_str())
     }
 
     /// True once the verdict left FAULTED, where the agent's monitoring ends: nothing changes
@@ -193,10 +195,8 @@ impl Evaluator {
             return &self.verdict;
         }
         self.last_eval = self.last_eval.max(now);
-        let scan = line.map(|l| (l, self.rules.scan(l)));
-        for (i, rule) in self.rules.rules().iter().enumerate() {
-            let seen = scan.as_ref().map(|(l, s)| Seen { line: l, scan: s, stop: self.rules.stop_match(s, i), index: i });
-            if evaluate_rule(rule, &mut self.runs[i], self.start, seen, now).is_err() {
+        for (rule, run) in self.rules.rules().iter().zip(&mut self.runs) {
+            if evaluate_rule(rule, run, self.start, line, now).is_err() {
                 // The agent's loop catches the exception and goes on to the next line.
                 return &self.verdict;
             }
@@ -207,7 +207,7 @@ impl Evaluator {
                 self.stopped = true;
                 return &self.verdict;
             }
-            let named = self.runs.iter().enumerate().filter(|(_, r)| r.state == state).map(|(i, r)| (i, r.last_line.clone())).collect();
+            let named = self.runs.iter().enumerate().filter(|(_, r)| r.state == state).map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str())))).collect();
             self.verdict = Verdict { state, named };
         }
         &self.verdict
@@ -217,30 +217,23 @@ impl Evaluator {
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
 
-/// A line as one rule sees it: the text and which patterns matched it.
-struct Seen<'a> {
-    line: &'a str,
-    scan: &'a Scan,
-    stop: bool,
-    index: usize,
-}
-
 /// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
-fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, seen: Option<Seen<'_>>, now: Instant) -> Result<(), NotANumber> {
+fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, seen: Option<&str>, now: Instant) -> Result<(), NotANumber> {
     if !run.active {
         run.state = LogState::Healthy;
         return Ok(());
     }
-    let line = seen.as_ref().filter(|s| s.scan.log_match(s.index)).map(|s| s.line);
+    let line = seen.filter(|l| rule.log_pattern.is_match(l));
     if let Some(l) = line {
-        run.last_line = Some(Arc::from(l));
+        run.last_line.clear();
+        run.last_line.push_str(l);
         run.last_match = Some(now);
         if rule.fault_on_match {
             run.state = LogState::Faulted;
             return Ok(());
         }
     }
-    if seen.as_ref().is_some_and(|s| s.stop) {
+    if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| p.is_match(l))) {
         run.active = false;
         run.state = LogState::Healthy;
         return Ok(());

@@ -24,6 +24,9 @@ pub struct PyRegex {
     source: String,
     regex: regex::Regex,
     groups: usize,
+    /// Text every match contains (case-sensitive): a line without it cannot match, which a
+    /// substring search tells faster than the automaton.
+    required: Option<memchr::memmem::Finder<'static>>,
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -39,13 +42,14 @@ pub struct PatternError {
 impl PyRegex {
     /// Parse `source` as Python `re` syntax and compile its translation.
     pub fn new(source: &str) -> Result<Self, PatternError> {
-        let (translated, groups) = translate(source)?;
+        let Translation { pattern: translated, groups, required } = translate(source)?;
         let regex = regex::RegexBuilder::new(&translated)
             .size_limit(4 << 20)
             .dfa_size_limit(4 << 20)
             .build()
             .map_err(|e| PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") })?;
-        Ok(Self { source: source.to_string(), regex, groups })
+        let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
+        Ok(Self { source: source.to_string(), regex, groups, required })
     }
 
     /// The pattern as the user wrote it.
@@ -65,14 +69,22 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.regex.is_match(text)
+        self.required.as_ref().is_none_or(|f| f.find(text.as_bytes()).is_some()) && self.regex.is_match(text)
+    }
+
+    /// The text every match contains, if the pattern has one (at least two characters).
+    pub fn required_text(&self) -> Option<&[u8]> {
+        self.required.as_ref().map(|f| f.needle())
     }
 
     /// `re.match(pattern, text)`: `None` if no match, else what group 1 captured (`None` when the
     /// pattern has no group or group 1 took no part in the match).
     pub fn match_group1<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
+        if !self.is_match(text) {
+            return None;
+        }
         if self.groups == 0 {
-            return self.regex.is_match(text).then_some(None);
+            return Some(None);
         }
         let caps = self.regex.captures(text)?;
         Some(caps.get(1).map(|m| m.as_str()))
@@ -106,11 +118,28 @@ struct Parser<'a> {
     last: Last,
     /// Nothing but global flags emitted yet (Python allows them only at the start).
     at_start: bool,
+    /// The literal characters just emitted at the top level, in a row.
+    run: String,
+    /// The longest such run so far: every match contains it (unless `|` or `(?i)` at the top).
+    best: String,
+    /// A top-level `|` or a global `(?i)`: no text is required.
+    no_required: bool,
     _src: &'a str,
 }
 
-/// Translate Python syntax to the crate's; returns the anchored pattern and the group count.
-pub fn translate(src: &str) -> Result<(String, usize), PatternError> {
+/// A translated pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translation {
+    /// The crate's syntax, anchored at the start.
+    pub pattern: String,
+    /// The number of capturing groups.
+    pub groups: usize,
+    /// Text every match contains, if any (two characters or more).
+    pub required: Option<String>,
+}
+
+/// Translate Python syntax to the crate's.
+pub fn translate(src: &str) -> Result<Translation, PatternError> {
     let mut p = Parser {
         chars: src.char_indices().collect(),
         i: 0,
@@ -120,12 +149,17 @@ pub fn translate(src: &str) -> Result<(String, usize), PatternError> {
         depth: 0,
         last: Last::Nothing,
         at_start: true,
+        run: String::new(),
+        best: String::new(),
+        no_required: false,
         _src: src,
     };
     p.out.push_str(r"\A(?:");
     p.run()?;
     p.out.push(')');
-    Ok((p.out, p.groups))
+    p.commit();
+    let required = (!p.no_required && p.best.chars().count() >= 2).then_some(p.best);
+    Ok(Translation { pattern: p.out, groups: p.groups, required })
 }
 
 fn err<T>(offset: usize, problem: impl Into<String>) -> Result<T, PatternError> {
@@ -163,6 +197,10 @@ impl Parser<'_> {
                 '|' => {
                     self.out.push('|');
                     self.last = Last::Nothing;
+                    self.commit();
+                    if self.depth == 0 {
+                        self.no_required = true;
+                    }
                 }
                 '.' => self.atom("."),
                 '^' => self.anchor("^"),
@@ -170,14 +208,11 @@ impl Parser<'_> {
                 '*' | '+' | '?' => self.quantifier(at, &c.to_string())?,
                 '{' => match self.counted() {
                     Some(q) => self.quantifier(at, &q)?,
-                    None => self.atom(r"\{"),
+                    None => self.literal('{'),
                 },
                 '[' => self.class(at)?,
                 '\\' => self.escape(at)?,
-                c => {
-                    let lit = regex::escape(c.encode_utf8(&mut [0; 4]));
-                    self.atom(&lit);
-                }
+                c => self.literal(c),
             }
             if !matches!(c, '(') {
                 self.at_start = false;
@@ -190,13 +225,23 @@ impl Parser<'_> {
     }
 
     fn atom(&mut self, text: &str) {
+        self.commit();
         self.out.push_str(text);
         self.last = Last::Atom;
     }
 
     fn anchor(&mut self, text: &str) {
+        self.commit();
         self.out.push_str(text);
         self.last = Last::Anchor;
+    }
+
+    /// End the current run of literal characters, keeping it if it is the longest.
+    fn commit(&mut self) {
+        if self.run.len() > self.best.len() {
+            self.best = std::mem::take(&mut self.run);
+        }
+        self.run.clear();
     }
 
     fn quantifier(&mut self, at: usize, q: &str) -> Result<(), PatternError> {
@@ -205,6 +250,11 @@ impl Parser<'_> {
             Last::Quantified => return err(at, "multiple repeat"),
             Last::Atom => {}
         }
+        // The quantifier applies to the last character only: the ones before it are still needed.
+        if self.last == Last::Atom && self.depth == 0 {
+            self.run.pop();
+        }
+        self.commit();
         self.out.push_str(q);
         match self.peek() {
             Some('?') => {
@@ -302,6 +352,7 @@ impl Parser<'_> {
     }
 
     fn open(&mut self, text: &str) {
+        self.commit();
         self.out.push_str(text);
         self.depth += 1;
         self.last = Last::Nothing;
@@ -351,6 +402,7 @@ impl Parser<'_> {
                     if !on.is_empty() {
                         self.out.push_str(&format!("(?{on})"));
                     }
+                    self.no_required |= on.contains('i');
                     return Ok(());
                 }
                 ':' => {
@@ -397,10 +449,17 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// A literal character: written escaped, and part of the required text at the top level.
     fn literal(&mut self, c: char) {
-        let mut s = String::new();
-        hex_char(&mut s, c);
-        self.atom(&s);
+        if c.is_ascii_alphanumeric() || c == ' ' {
+            self.out.push(c);
+        } else {
+            hex_char(&mut self.out, c);
+        }
+        self.last = Last::Atom;
+        if self.depth == 0 {
+            self.run.push(c);
+        }
     }
 
     /// Python's `\ddd` outside a class: three octal digits starting with `first` (1-7) make a

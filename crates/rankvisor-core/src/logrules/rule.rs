@@ -137,7 +137,7 @@ pub fn rules_from_value(value: &Value) -> Result<RuleSet, RulesError> {
         }
         rules.push(rule);
     }
-    RuleSet::new(rules)
+    Ok(RuleSet::new(rules))
 }
 
 fn rule_name(v: &Value) -> String {

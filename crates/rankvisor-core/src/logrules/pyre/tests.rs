@@ -114,3 +114,21 @@ fn python_syntax_errors_are_refused() {
         assert!(e.contains(want), "{p:?}: {e}");
     }
 }
+
+#[test]
+fn the_required_text_is_what_every_match_contains() {
+    let req = |p: &str| translate(p).unwrap().required;
+    assert_eq!(req(".*Train Epoch.*").as_deref(), Some("Train Epoch"));
+    assert_eq!(req(r".*\[Epoch 0 Batch \d+.*").as_deref(), Some("[Epoch 0 Batch "));
+    assert_eq!(req("abcd*ef").as_deref(), Some("abc"), "the quantified d is not required");
+    assert_eq!(req(r".*training_loss_step (\d+)").as_deref(), Some("training_loss_step "));
+    assert_eq!(req("(Train Epoch)"), None, "inside a group: not looked at");
+    assert_eq!(req("ab|cd"), None, "an alternative at the top");
+    assert_eq!(req("(?i).*error"), None, "case-insensitive");
+    assert_eq!(req("a.b"), None, "one character is not worth a search");
+    // A line without the text is ruled out before the automaton; with it, the automaton decides.
+    let re = PyRegex::new(".*Train Epoch: (\\d+)").unwrap();
+    assert_eq!(re.match_group1("x Train Epoch: 7\n"), Some(Some("7")));
+    assert_eq!(re.match_group1("x Train Epoch: x\n"), None);
+    assert_eq!(re.match_group1("x Train\n"), None);
+}
