@@ -16,6 +16,7 @@ use super::error::RendezvousError;
 use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
 use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
 use super::roster::MAX_GENERATION;
+use crate::backoff::Backoff;
 use crate::duration::format_duration;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
@@ -76,7 +77,7 @@ pub(crate) async fn join_observed(
     let mut deadline = tokio::time::Instant::from_std(started) + cfg.barrier_timeout;
     let admitted = AtomicBool::new(false);
     let mut extended = false;
-    let mut backoff = BACKOFF_INITIAL;
+    let mut backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
     let mut progress = "no connection attempted yet".to_string();
     let mut health_live = true;
     loop {
@@ -93,7 +94,7 @@ pub(crate) async fn join_observed(
                             )))
                         }
                     };
-                backoff = BACKOFF_INITIAL;
+                backoff.reset();
                 meet(stream, &me, &mut health, &mut health_live, &cfg, &master, started, &mut progress, &admitted).await
             };
             tokio::pin!(attempt);
@@ -126,8 +127,8 @@ pub(crate) async fn join_observed(
             let _ = observer.send(reason.clone());
         }
         progress = reason;
-        let pause = jitter(backoff);
-        backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
+        // Half to the full pause, so workers started together do not dial in lockstep.
+        let pause = backoff.next_delay();
         if tokio::time::timeout_at(deadline, tokio::time::sleep(pause)).await.is_err() {
             return Err(timed_out(&master, &cfg, progress));
         }
@@ -136,15 +137,6 @@ pub(crate) async fn join_observed(
 
 fn timed_out(master: &str, cfg: &RendezvousConfig, last: String) -> RendezvousError {
     RendezvousError::Timeout { master: master.to_string(), waited: format_duration(cfg.barrier_timeout), last }
-}
-
-/// Half to the full pause, so workers started together do not dial in lockstep.
-fn jitter(pause: Duration) -> Duration {
-    let mut bytes = [0u8; 2];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => pause.mul_f64(0.5 + 0.5 * f64::from(u16::from_le_bytes(bytes)) / 65535.0),
-        Err(_) => pause,
-    }
 }
 
 fn push(out: &mpsc::Sender<Line>, frame: &Frame, max: usize, master: &str) -> Result<(), Step> {
