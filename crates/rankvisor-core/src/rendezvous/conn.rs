@@ -16,13 +16,14 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::admission::Refusal;
-use super::auth::{self, Role};
+use super::auth;
 use super::frame::{Frame, Hello};
 use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxRx, OutboxTx, ReadError};
 use super::roster::ConnId;
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
 use crate::net::Acceptor;
+use crate::rank::Role;
 use crate::untrusted::escape;
 
 /// What the connection tasks tell the master task.

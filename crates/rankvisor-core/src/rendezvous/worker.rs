@@ -10,14 +10,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::auth::{self, Role};
-use super::config::{Identity, Released, RendezvousConfig};
+use super::auth;
+use super::config::{Member, Released, RendezvousConfig};
 use super::error::RendezvousError;
 use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
 use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
 use super::roster::MAX_GENERATION;
 use crate::backoff::Backoff;
 use crate::duration::format_duration;
+use crate::rank::Role;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -51,7 +52,7 @@ enum Step {
 /// name does not resolve or the port refuses, until `cfg.barrier_timeout`; return once released.
 pub async fn join(
     master: (String, u16),
-    me: Identity,
+    me: Member,
     health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
 ) -> Result<WorkerSession, RendezvousError> {
@@ -61,7 +62,7 @@ pub async fn join(
 /// `join`, reporting every failed attempt to `observer` (tests use it as a handshake).
 pub(crate) async fn join_observed(
     (host, port): (String, u16),
-    me: Identity,
+    me: Member,
     mut health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
     observer: Option<mpsc::UnboundedSender<String>>,
@@ -159,7 +160,7 @@ fn tell(out: &mpsc::Sender<Line>, max: usize, message: &str) {
 #[allow(clippy::too_many_arguments)]
 async fn meet(
     stream: TcpStream,
-    me: &Identity,
+    me: &Member,
     health: &mut watch::Receiver<Health>,
     health_live: &mut bool,
     cfg: &RendezvousConfig,
