@@ -29,7 +29,7 @@ use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
 use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 mod watch;
 

@@ -41,7 +41,7 @@ pub struct LauncherSettings {
     /// Whether to pass `--node-health file:<labels file>` (the launcher must support it).
     pub node_health: bool,
     /// `--restart-scope`: job makes a failure restart every replica in a new generation.
-    pub restart_scope: rankvisor_core::supervise::RestartScope,
+    pub restart_scope: rankvisor_core::policy::RestartScope,
 }
 
 /// What one launcher instance gets of its own.
@@ -92,7 +92,7 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
     // Several launchers share this machine: each gets its own loopback port, or none.
     args.push("--http-addr".into());
     args.push(files.http_port.map_or_else(|| "off".into(), |p| format!("127.0.0.1:{p}")).into());
-    if settings.restart_scope == rankvisor_core::supervise::RestartScope::Job {
+    if settings.restart_scope == rankvisor_core::policy::RestartScope::Job {
         args.push("--restart-scope".into());
         args.push("job".into());
     }
@@ -292,7 +292,7 @@ mod tests {
     use super::*;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
-    use rankvisor_core::supervise::RestartPolicy;
+    use rankvisor_core::policy::RestartPolicy;
 
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
@@ -307,7 +307,7 @@ mod tests {
             grace_period: Duration::from_secs(5),
             log_level: "warn".into(),
             node_health: false,
-            restart_scope: rankvisor_core::supervise::RestartScope::Replica,
+            restart_scope: rankvisor_core::policy::RestartScope::Replica,
         }
     }
 
@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(after("--node-health").as_deref(), Some("file:/w/pytest-master-0.labels"));
         assert!(args.iter().position(|a| a == "--node-health") < args.iter().position(|a| a == "--"));
 
-        let job_scope = LauncherSettings { restart_scope: rankvisor_core::supervise::RestartScope::Job, ..settings() };
+        let job_scope = LauncherSettings { restart_scope: rankvisor_core::policy::RestartScope::Job, ..settings() };
         let served = LauncherFiles { http_port: Some(40001), ..files };
         let args: Vec<String> =
             launcher_args(&spec, &job_scope, served).into_iter().map(|a| a.into_string().unwrap()).collect();

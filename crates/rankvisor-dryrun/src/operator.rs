@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::pod::{Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaType};
-use rankvisor_core::supervise::{is_retryable_exit_code, RestartPolicy};
+use rankvisor_core::policy::{is_retryable_exit_code, RestartPolicy};
 
 /// A job condition the operator sets (`JobConditionType`); the STATE column shows the latest.
 #[derive(Debug, Clone, PartialEq, Eq)]

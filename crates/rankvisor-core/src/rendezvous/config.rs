@@ -7,7 +7,7 @@ use tokio::sync::watch;
 
 use super::error::RendezvousError;
 use super::frame::{Health, DEFAULT_MAX_FRAME};
-use crate::supervise::RestartScope;
+use crate::policy::RestartScope;
 
 /// The largest replica count accepted: far above any real job, low enough to bound the roster.
 pub const MAX_REPLICAS: u32 = 1 << 20;

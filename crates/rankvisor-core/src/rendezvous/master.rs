@@ -25,7 +25,7 @@ use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
-use crate::supervise::RestartScope;
+use crate::policy::RestartScope;
 use crate::untrusted::{escape, Escaped};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.

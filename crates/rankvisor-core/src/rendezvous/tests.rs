@@ -15,8 +15,8 @@ use super::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
 use super::io::FrameReader;
 use super::worker::join_observed;
 use super::*;
+use crate::policy::RestartScope;
 use crate::status::ReplicaState;
-use crate::supervise::RestartScope;
 
 const GUARD: Duration = Duration::from_secs(10);
 

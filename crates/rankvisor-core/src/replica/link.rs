@@ -5,12 +5,12 @@
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
+use crate::policy::RestartScope;
 use crate::rendezvous::{
     self, ControlEvent, Health, Identity, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
 use crate::status::{LocalStatus, Report};
-use crate::supervise::RestartScope;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -2,11 +2,13 @@
 //! layer that turns `Spawn` into `Spawned` and records everything else.
 
 use super::link::{LinkCommand, LinkEvent, LinkRole};
-use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};
+use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
+use crate::policy::{RestartPolicy, RestartScope};
+use crate::replica::child::{ChildAction, Event, SupervisorConfig};
 use crate::status::ReplicaState;
-use crate::supervise::{Action, BackoffConfig, Event, RestartPolicy, RestartScope, SupervisorConfig};
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,7 +29,7 @@ fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
 fn cfg() -> ReplicaConfig {
     ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Replica),
-        health_gate: None,
+        health_gate: HealthGate::Off,
         link: None,
         linger: None,
     }
@@ -80,14 +82,14 @@ impl Fake {
     fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
-                Effect::Child(Action::Spawn { restart_count, generation }) => {
+                Effect::Child(ChildAction::Spawn { restart_count, generation }) => {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
                     let pid = self.next_pid;
                     self.send(Input::Child(Event::Spawned { pid }));
                 }
-                Effect::Child(Action::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
-                Effect::Child(Action::TerminationMessage(m)) => self.messages.push(m),
+                Effect::Child(ChildAction::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
+                Effect::Child(ChildAction::TerminationMessage(m)) => self.messages.push(m),
                 Effect::Child(_) => {}
                 Effect::StartLink => self.start_link += 1,
                 Effect::Link(c) => self.links.push(c),
@@ -139,7 +141,7 @@ async fn without_gates_the_child_starts_at_once_and_the_first_restart_is_immedia
 /// `--unhealthy-node wait`: the node's verdict gates the first start, then the link opens.
 #[tokio::test(start_paused = true)]
 async fn health_wait_gates_the_start_and_the_link() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(true), link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, link: Some(LinkRole::Worker), ..cfg() });
     assert_eq!((f.spawns.len(), f.start_link), (0, 0), "nothing before the first verdict");
     assert_eq!(f.r.state(), ReplicaState::Pending);
     f.send(Input::Health(label("UnschedulablePendingReboot")));
@@ -156,7 +158,7 @@ async fn health_wait_gates_the_start_and_the_link() {
 /// Fail closed: a source that cannot be read before the start refuses with 138.
 #[tokio::test(start_paused = true)]
 async fn unknown_health_before_the_start_exits_138() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::FailFast, ..cfg() });
     let err = HealthError::Unreadable { path: "/labels".into(), problem: "no such file".into() };
     f.send(Input::Health(Err(err)));
     assert_eq!(f.exit, Some(138));
@@ -167,7 +169,7 @@ async fn unknown_health_before_the_start_exits_138() {
 /// During the run, a glitch reading the source keeps the last verdict; an unhealthy one stops.
 #[tokio::test(start_paused = true)]
 async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::FailFast, ..cfg() });
     f.send(Input::Health(label("Schedulable")));
     let pid = f.pid();
     f.send(Input::Health(Err(HealthError::Unreadable { path: "/l".into(), problem: "gone".into() })));
@@ -343,7 +345,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
-        Effect::Child(Action::Spawn { .. }) => 42,
+        Effect::Child(ChildAction::Spawn { .. }) => 42,
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Child(Event::Spawned { pid }), t0);
