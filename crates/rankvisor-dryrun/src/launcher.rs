@@ -242,44 +242,6 @@ fn go_quote(value: &str) -> String {
     out
 }
 
-/// Cuts a replica's output into lines as it arrives in chunks.
-#[derive(Debug, Clone, Default)]
-pub struct LineSplitter {
-    pending: Vec<u8>,
-}
-
-impl LineSplitter {
-    /// Add a chunk; return every line it completes (without its `\n` or `\r\n`), cutting lines
-    /// longer than [`MAX_OUTPUT_LINE`].
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
-        let mut lines = Vec::new();
-        for &b in chunk {
-            if b == b'\n' {
-                lines.push(self.take());
-            } else {
-                self.pending.push(b);
-                if self.pending.len() >= MAX_OUTPUT_LINE {
-                    lines.push(self.take());
-                }
-            }
-        }
-        lines
-    }
-
-    /// The last line, if the output did not end with a newline.
-    pub fn finish(&mut self) -> Option<String> {
-        (!self.pending.is_empty()).then(|| self.take())
-    }
-
-    fn take(&mut self) -> String {
-        let mut bytes = std::mem::take(&mut self.pending);
-        if bytes.last() == Some(&b'\r') {
-            bytes.pop();
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
 /// `pod | line`, the pod name padded to `width` so the output lines up as `docker compose`'s does.
 pub fn prefixed(pod: &str, width: usize, line: &str) -> String {
     format!("{pod:<width$} | {line}")
@@ -500,23 +462,6 @@ mod tests {
         let text = labels_file_text(&labels);
         assert!(text.contains(r#"a/b="q\"uote\\ tab\t nl\n bell\x07 é""#), "{text}");
         assert_eq!(parse_labels_file(&text).unwrap(), labels);
-    }
-
-    #[test]
-    fn output_is_cut_into_lines() {
-        let mut s = LineSplitter::default();
-        assert_eq!(s.push(b"hel"), Vec::<String>::new());
-        assert_eq!(s.push(b"lo\r\nwor"), vec!["hello"]);
-        assert_eq!(s.push(b"ld\n\n"), vec!["world", ""]);
-        assert_eq!(s.push(b"tail"), Vec::<String>::new());
-        assert_eq!(s.finish().as_deref(), Some("tail"));
-        assert_eq!(s.finish(), None);
-        assert_eq!(s.push(&[0xff, b'\n']), vec!["\u{fffd}"]);
-        let long = vec![b'x'; MAX_OUTPUT_LINE + 5];
-        let lines = s.push(&long);
-        assert_eq!(lines.len(), 1);
-        assert_eq!(lines[0].len(), MAX_OUTPUT_LINE);
-        assert_eq!(s.finish().map(|l| l.len()), Some(5));
     }
 
     #[test]

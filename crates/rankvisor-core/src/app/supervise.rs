@@ -6,7 +6,8 @@ use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
-use crate::replica::{self, link, HealthGate, HealthSource, LinkRole, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::rank::Role;
+use crate::replica::{self, link, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources};
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
@@ -49,7 +50,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         },
         _ => None,
     };
-    process::become_subreaper();
+    if let Err(e) = process::become_subreaper() {
+        warn!("cannot become a child subreaper: {e}");
+    }
     process::install_panic_hook(cfg.termination_log.clone());
     if cfg.termination_log.is_some() {
         crate::termination::reserve_descriptor();
@@ -116,7 +119,7 @@ async fn supervise(
             linger: cfg
                 .link
                 .as_ref()
-                .filter(|l| l.role() == LinkRole::Master)
+                .filter(|l| l.role() == Role::Master)
                 .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
         },
         command: cfg.child.clone(),

@@ -385,7 +385,7 @@ fn link_config(
     };
     let node = identity.node.clone().or_else(|| env.hostname().map(str::to_string)).unwrap_or_else(|| "unknown".into());
     Ok(Some(JobLinkConfig {
-        identity: rendezvous::Identity { job, replica_index: rank.replica_index, replica_count: count, node },
+        identity: rendezvous::Member { job, replica_index: rank.replica_index, replica_count: count, node },
         master: (leader, port),
         listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
         rendezvous: rendezvous::RendezvousConfig {

@@ -6,10 +6,11 @@
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
 use super::child::{ChildAction, ChildOutcome, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
-use super::link::{LinkCommand, LinkEvent, LinkRole};
+use super::link::{LinkCommand, LinkEvent};
 use crate::exit;
 use crate::health::{self, Observation};
 use crate::policy::RestartScope;
+use crate::rank::Role;
 use crate::status::ReplicaState;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -22,7 +23,7 @@ pub struct ReplicaConfig {
     /// What an unhealthy node does to the first start.
     pub health_gate: HealthGate,
     /// This replica's side of the rendezvous, when the job has one.
-    pub link: Option<LinkRole>,
+    pub link: Option<Role>,
     /// Job scope, master: how long a master whose child succeeded keeps the channel for its workers.
     pub linger: Option<Duration>,
 }
@@ -489,8 +490,8 @@ impl Replica {
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let next = self.barrier_pending.unwrap_or(self.generation) + 1;
         match self.cfg.link {
-            Some(LinkRole::Master) => self.new_generation(next, now, out),
-            Some(LinkRole::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
+            Some(Role::Master) => self.new_generation(next, now, out),
+            Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
             // No rendezvous (one replica): the generation is ours alone.
             None => self.feed(Event::Released { generation: next }, now, out),
         }
@@ -509,7 +510,7 @@ impl Replica {
     fn child_done(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
         self.after_child = None;
         let linger = match (self.cfg.link, self.cfg.linger) {
-            (Some(LinkRole::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
+            (Some(Role::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
             _ => None,
         };
         match linger {

@@ -9,5 +9,5 @@ pub mod machine;
 mod tests;
 
 pub use event_loop::{run, HealthSource, LinkStarter, LoopConfig, Sources};
-pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, LinkRole, Upstream};
+pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, Upstream};
 pub use machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};

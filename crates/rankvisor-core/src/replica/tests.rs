@@ -1,12 +1,13 @@
 //! The replica machine's decisions, each without a process: paused tokio time, a fake process
 //! layer that turns `Spawn` into `Spawned` and records everything else.
 
-use super::link::{LinkCommand, LinkEvent, LinkRole};
+use super::link::{LinkCommand, LinkEvent};
 use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};
 use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
 use crate::policy::{RestartPolicy, RestartScope};
+use crate::rank::Role;
 use crate::replica::child::{ChildAction, Event, SupervisorConfig};
 use crate::status::ReplicaState;
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
@@ -141,7 +142,7 @@ async fn without_gates_the_child_starts_at_once_and_the_first_restart_is_immedia
 /// `--unhealthy-node wait`: the node's verdict gates the first start, then the link opens.
 #[tokio::test(start_paused = true)]
 async fn health_wait_gates_the_start_and_the_link() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, link: Some(Role::Worker), ..cfg() });
     assert_eq!((f.spawns.len(), f.start_link), (0, 0), "nothing before the first verdict");
     assert_eq!(f.r.state(), ReplicaState::Pending);
     f.send(Input::Health(label("UnschedulablePendingReboot")));
@@ -182,7 +183,7 @@ async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_first_barrier_exits_138_with_the_reason() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
     assert_eq!(f.start_link, 1);
     assert_eq!(f.r.state(), ReplicaState::Rendezvous);
     f.send(Input::Link(LinkEvent::Failed { message: "rendezvous failed: timed out".into() }));
@@ -194,7 +195,7 @@ async fn a_failed_first_barrier_exits_138_with_the_reason() {
 async fn a_finished_master_lingers_for_its_workers() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Master),
+        link: Some(Role::Master),
         linger: Some(Duration::from_secs(60)),
         ..cfg()
     };
@@ -225,7 +226,7 @@ async fn a_finished_master_lingers_for_its_workers() {
 /// A worker that loses the master: replica scope trains on and redials.
 #[tokio::test(start_paused = true)]
 async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
     f.send(Input::Link(LinkEvent::Released { generation: 0 }));
     f.send(Input::Link(LinkEvent::MasterLost { reason: "connection reset".into() }));
     assert!(f.signals.is_empty(), "the child is not touched");
@@ -240,7 +241,7 @@ async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
 async fn job_scope_worker_restarts_with_the_master() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Worker),
+        link: Some(Role::Worker),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -283,7 +284,7 @@ async fn job_scope_worker_restarts_with_the_master() {
 /// and not once its own child is over.
 #[tokio::test(start_paused = true)]
 async fn master_rejoin_requests() {
-    let mut replica = Fake::new(ReplicaConfig { link: Some(LinkRole::Master), ..cfg() });
+    let mut replica = Fake::new(ReplicaConfig { link: Some(Role::Master), ..cfg() });
     replica.send(Input::Link(LinkEvent::Released { generation: 0 }));
     replica.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
     assert!(replica.signals.is_empty() && replica.links.is_empty());
@@ -291,7 +292,7 @@ async fn master_rejoin_requests() {
 
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Master),
+        link: Some(Role::Master),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
