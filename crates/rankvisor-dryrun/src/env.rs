@@ -1,6 +1,7 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
+use super::operator::pod_restart_policy;
 use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
 use rankvisor_core::supervise::RestartPolicy;
 
@@ -26,7 +27,9 @@ pub struct LaunchSpec {
     pub command: Vec<String>,
     /// The container's `workingDir`, if it sets one.
     pub working_dir: Option<String>,
-    /// The replica spec's restart policy, for the launcher's `--restart-policy`.
+    /// The launcher's `--restart-policy`: the pod's own policy (`SetRestartPolicy`: ExitCode
+    /// becomes Never), so the launcher restarts its child only where the kubelet would restart the
+    /// container; an ExitCode replica's failed pod is the operator's to recreate.
     pub restart_policy: RestartPolicy,
     /// The job's `runPolicy.backoffLimit`, for the launcher's `--backoff-limit` (None: keep its default).
     pub backoff_limit: Option<u32>,
@@ -52,7 +55,7 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
         env,
         command: spec.container.argv(),
         working_dir: spec.container.working_dir.clone(),
-        restart_policy: spec.restart_policy,
+        restart_policy: pod_restart_policy(spec.restart_policy),
         backoff_limit: job.run_policy.backoff_limit.map(|l| u32::try_from(l).unwrap_or(0)),
     })
 }
@@ -227,6 +230,21 @@ mod tests {
             );
         }
         assert_eq!(launch_spec(&job, ReplicaId::worker(3), 23456), None);
+    }
+
+    #[test]
+    fn the_launcher_restarts_only_where_the_kubelet_would_set_restart_policy() {
+        for (policy, launcher) in [
+            ("OnFailure", RestartPolicy::OnFailure),
+            ("Always", RestartPolicy::Always),
+            ("Never", RestartPolicy::Never),
+            ("ExitCode", RestartPolicy::Never),
+        ] {
+            let job = parse_job(&JOB.replace("restartPolicy: OnFailure", &format!("restartPolicy: {policy}")), "j.yaml")
+                .unwrap();
+            let launch = launch_spec(&job, ReplicaId::worker(0), 23456).unwrap();
+            assert_eq!(launch.restart_policy, launcher, "{policy}");
+        }
     }
 
     #[test]
