@@ -131,6 +131,9 @@ pub struct SuperviseArgs {
     /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
     pub rendezvous_port: Option<u16>,
+    /// The barrier leader's host (default MASTER_ADDR, else `<job>-worker-0`: Worker 0 of a job without a Master).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_HOST", value_name = "HOST")]
+    pub rendezvous_host: Option<String>,
     /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub rendezvous_timeout: Duration,
