@@ -1,6 +1,7 @@
 //! `rankvisor-dry-run JOB.yaml` (also `rankvisor dry-run JOB.yaml`): run a job manifest on this
 //! machine. Parse the command line, find the launcher binary, run the event loop, exit with the
-//! job's outcome: 0 Succeeded, 1 Failed, 64 invalid manifest or options.
+//! job's outcome: 0 Succeeded, 1 Failed, 64 invalid options or a manifest it cannot run (invalid,
+//! pods the apiserver would refuse, or a job another controller manages).
 
 use std::path::PathBuf;
 
