@@ -3,7 +3,7 @@
 
 use super::operator::pod_restart_policy;
 use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.
 pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
