@@ -8,7 +8,7 @@ use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::{
-    self, ControlEvent, Health, Member, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
+    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
 use crate::status::{LocalStatus, Report};
