@@ -352,10 +352,15 @@ fn link_config(
             return Ok(None);
         }
     };
-    // The barrier's leader is replica 0: the Master, or without one Worker 0 (`<job>-worker-0`).
-    let (leader, leader_from) = match &rank.master_addr {
-        Some(addr) => (addr.clone(), "MASTER_ADDR"),
-        None => (format!("{job}-worker-0"), "the job's Worker 0 (no Master)"),
+    // The barrier's leader is replica 0: the Master, or without one Worker 0 (`<job>-worker-0`, the
+    // headless Service of its pod), unless named (a run outside a cluster's DNS, as the dry run's).
+    let (leader, leader_from) = match (&a.rendezvous_host, &rank.master_addr) {
+        (Some(host), _) if !crate::rank::is_host(host) => {
+            return Err(err(format!("--rendezvous-host {host:?} is invalid: expected a host name or IP address")));
+        }
+        (Some(host), _) => (host.clone(), "--rendezvous-host"),
+        (None, Some(addr)) => (addr.clone(), "MASTER_ADDR"),
+        (None, None) => (format!("{job}-worker-0"), "the job's Worker 0 (no Master)"),
     };
     let (port, port_from) = match (a.rendezvous_port, rank.master_port) {
         (Some(p), _) => (p, "--rendezvous-port"),
@@ -367,7 +372,7 @@ fn link_config(
         ),
         (None, None) => (DEFAULT_RENDEZVOUS_PORT, "Kubeflow's default port 23456 + 1"),
     };
-    if rank.master_addr.is_none() || rank.master_port.is_none() {
+    if a.rendezvous_host.is_some() || rank.master_addr.is_none() || rank.master_port.is_none() {
         inferred.push(format!("rankvisor's barrier at {leader}:{port} ({leader_from}, port {port_from})"));
     }
     let token = match env.get("RANKVISOR_JOB_TOKEN") {
@@ -480,6 +485,19 @@ mod tests {
         assert!(line.contains("replica index 2 from the pod name"), "{line}");
         assert!(line.contains("barrier at mnist-worker-0:23457"), "{line}");
         assert!(c.warnings.iter().any(|w| w.contains("no RANKVISOR_JOB_TOKEN")), "{:?}", c.warnings);
+    }
+
+    /// Outside a cluster's DNS (the dry run) Worker 0 is named: the leader is that host.
+    #[test]
+    fn a_named_rendezvous_host_is_the_leader() {
+        let env = EnvSnapshot::of(&[("PET_NNODES", "3")]).with_hostname("mnist-worker-2");
+        let c =
+            supervise_config(&args(&["--rendezvous-host", "127.0.0.1", "--rendezvous-port", "40001"]), &cmd(), &env)
+                .unwrap();
+        assert_eq!(c.link.expect("barrier").master, ("127.0.0.1".to_string(), 40001));
+        assert!(c.inferred.join("; ").contains("barrier at 127.0.0.1:40001 (--rendezvous-host"), "{:?}", c.inferred);
+        let e = supervise_config(&args(&["--rendezvous-host", "http://x"]), &cmd(), &env).unwrap_err();
+        assert!(e.to_string().contains("--rendezvous-host \"http://x\" is invalid"), "{e}");
     }
 
     /// ElasticEnvVarGenerator: torchrun's rendezvous owns membership, no barrier.
