@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::pod::{Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaType};
-use rankvisor_core::supervise::{is_retryable_exit_code, RestartPolicy};
+use rankvisor_core::policy::{is_retryable_exit_code, RestartPolicy};
 
 /// A job condition the operator sets (`JobConditionType`); the STATE column shows the latest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +75,28 @@ pub(super) fn past_active_deadline(job: &PyTorchJob, started_at: Option<Duration
 /// `activeDeadlineSeconds` as a duration (a negative one is already past).
 pub(super) fn deadline(secs: i64) -> Duration {
     Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+/// Volcano's gang plugin (`validJobFn`): a PodGroup whose minMember exceeds the job's pods never
+/// has enough valid tasks, so the allocate action skips it every session and no pod is bound.
+/// The one line that says so, or None when the gang can form.
+pub(super) fn gang_never_forms(job: &PyTorchJob) -> Option<String> {
+    let (valid, min) = (job.total_replicas(), job.min_member());
+    (min > valid).then(|| {
+        format!(
+            "PodGroup {} has minMember {min} (spec.runPolicy.schedulingPolicy.minAvailable) but the job has {valid} pods: Volcano's gang plugin never binds them (\"Not enough valid tasks for gang-scheduling, valid: {valid}, min: {min}\"), so the PodGroup stays Inqueue and every pod Pending",
+            job.name
+        )
+    })
+}
+
+/// `SetRestartPolicy`: the restart policy of a replica's pod, which the kubelet follows: ExitCode
+/// becomes Never (the operator, not the kubelet, restarts such a pod: it deletes and recreates it).
+pub(super) fn pod_restart_policy(policy: RestartPolicy) -> RestartPolicy {
+    match policy {
+        RestartPolicy::ExitCode => RestartPolicy::Never,
+        p => p,
+    }
 }
 
 /// `ReconcilePods` for a pod in phase Failed: true to delete and recreate it (ExitCode with a
@@ -153,13 +175,4 @@ pub(super) fn backoff_limit_message(job: &PyTorchJob) -> String {
 /// The active-deadline failure's message (`ReconcileJobs`).
 pub(super) fn deadline_message(job: &PyTorchJob) -> String {
     format!("Job {} has failed because it was active longer than specified deadline", job.name)
-}
-
-/// The kubelet's delay before restarting a crashed container that has restarted `restarts`
-/// times: none the first time, then `initial` doubling up to `max`.
-pub(super) fn kubelet_restart_delay(restarts: u32, initial: Duration, max: Duration) -> Duration {
-    match restarts {
-        0 => Duration::ZERO,
-        n => initial.saturating_mul(1u32.checked_shl(n - 1).unwrap_or(u32::MAX)).min(max),
-    }
 }
