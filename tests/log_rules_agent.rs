@@ -97,7 +97,10 @@ fn gen_rule(r: &mut Rng, k: usize) -> Value {
     }
     if r.chance(50) {
         let f = 1 + r.below(5);
-        rule.insert("expectedRecurringFrequencyInSeconds".into(), if r.chance(20) { json!(f.to_string()) } else { json!(f) });
+        rule.insert(
+            "expectedRecurringFrequencyInSeconds".into(),
+            if r.chance(20) { json!(f.to_string()) } else { json!(f) },
+        );
     }
     if metric {
         let t = r.pick(&[json!(2), json!(2.9), json!(-1), json!(3), json!("3"), json!(0), json!(10)]).clone();
@@ -222,8 +225,12 @@ fn generated_cases_agree_with_the_agent_on_every_evaluation() {
         for (k, (a, b)) in records.iter().zip(theirs).enumerate() {
             evaluations += 1;
             idle += usize::from(a["line"].is_null());
-            let named_ours: Vec<Value> = a["named"].as_array().unwrap().iter().map(|n| json!([n["rule"], n["line"]])).collect();
-            let same = a["state"] == b["state"] && a["rules"] == b["rules"] && Value::Array(named_ours) == b["named"] && a["stopped"] == b["stopped"];
+            let named_ours: Vec<Value> =
+                a["named"].as_array().unwrap().iter().map(|n| json!([n["rule"], n["line"]])).collect();
+            let same = a["state"] == b["state"]
+                && a["rules"] == b["rules"]
+                && Value::Array(named_ours) == b["named"]
+                && a["stopped"] == b["stopped"];
             if !same {
                 mismatches.push(format!(
                     "case {id}, evaluation {k} (line {}, at {} ns):\n  rankvisor: {a}\n  agent:     {b}\n  rules: {}\n  log: {log:?}",
@@ -239,7 +246,12 @@ fn generated_cases_agree_with_the_agent_on_every_evaluation() {
         }
     }
     eprintln!("{CASES} cases, {evaluations} evaluations ({idle} idle), {fired} ending SLOW/HANGING/FAULTED, {stopped} where the agent's loop stopped");
-    assert!(mismatches.is_empty(), "{} evaluations differ; the first:\n{}", mismatches.len(), mismatches[..mismatches.len().min(5)].join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} evaluations differ; the first:\n{}",
+        mismatches.len(),
+        mismatches[..mismatches.len().min(5)].join("\n")
+    );
     // The generator reached the corners, or this test proves less than it says.
     assert!(idle > 500 && fired > 100 && stopped > 0, "idle {idle}, fired {fired}, stopped {stopped}");
 }
@@ -268,11 +280,13 @@ for name, p in (("w", r"\w"), ("d", r"\d"), ("s", r"\s"), ("W", r"\W"), ("b", r"
         .args(["-c", "import unicodedata\nprint(','.join(str(c) for c in range(0x30000) if unicodedata.category(chr(c)) not in ('Cn','Cs')))"])
         .output()
         .unwrap();
-    let assigned: Vec<u32> = String::from_utf8(assigned.stdout).unwrap().trim().split(',').map(|s| s.parse().unwrap()).collect();
+    let assigned: Vec<u32> =
+        String::from_utf8(assigned.stdout).unwrap().trim().split(',').map(|s| s.parse().unwrap()).collect();
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         let mut parts = line.splitn(3, ' ');
         let (name, version, list) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
-        let python: std::collections::HashSet<u32> = list.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+        let python: std::collections::HashSet<u32> =
+            list.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
         let pattern = match name {
             "b" => r"a\b",
             n => &format!("\\{n}"),
@@ -288,9 +302,18 @@ for name, p in (("w", r"\w"), ("d", r"\d"), ("s", r"\s"), ("W", r"\W"), ("b", r"
             .collect();
         // \b is the crate's Unicode word boundary: docs/log-rules.md names where it differs.
         if name == "b" {
-            eprintln!("\\b differs from Python {version} on {} characters, e.g. {:?}", differ.len(), &differ[..differ.len().min(8)]);
+            eprintln!(
+                "\\b differs from Python {version} on {} characters, e.g. {:?}",
+                differ.len(),
+                &differ[..differ.len().min(8)]
+            );
             continue;
         }
-        assert!(differ.is_empty(), "\\{name} differs from Python (Unicode {version}) on {} characters: {:?}", differ.len(), &differ[..differ.len().min(20)]);
+        assert!(
+            differ.is_empty(),
+            "\\{name} differs from Python (Unicode {version}) on {} characters: {:?}",
+            differ.len(),
+            &differ[..differ.len().min(20)]
+        );
     }
 }

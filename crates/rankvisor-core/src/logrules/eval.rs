@@ -105,7 +105,13 @@ impl Evaluator {
         let runs = rules
             .rules()
             .iter()
-            .map(|_| RuleRun { active: true, state: LogState::Waiting, last_line: String::new(), last_match: None, slow_count: 0 })
+            .map(|_| RuleRun {
+                active: true,
+                state: LogState::Waiting,
+                last_line: String::new(),
+                last_match: None,
+                slow_count: 0,
+            })
             .collect();
         Self {
             rules,
@@ -207,7 +213,13 @@ impl Evaluator {
                 self.stopped = true;
                 return &self.verdict;
             }
-            let named = self.runs.iter().enumerate().filter(|(_, r)| r.state == state).map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str())))).collect();
+            let named = self
+                .runs
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.state == state)
+                .map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str()))))
+                .collect();
             self.verdict = Verdict { state, named };
         }
         &self.verdict
@@ -218,7 +230,13 @@ impl Evaluator {
 struct NotANumber;
 
 /// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
-fn evaluate_rule(rule: &Rule, run: &mut RuleRun, start: Instant, seen: Option<&str>, now: Instant) -> Result<(), NotANumber> {
+fn evaluate_rule(
+    rule: &Rule,
+    run: &mut RuleRun,
+    start: Instant,
+    seen: Option<&str>,
+    now: Instant,
+) -> Result<(), NotANumber> {
     if !run.active {
         run.state = LogState::Healthy;
         return Ok(());

@@ -3,8 +3,10 @@
 //! that ends mid-line hands its last piece without one. Memory is bounded: of a longer line only
 //! the first [`LINE_CAP`] bytes are kept (cut at a character boundary), then the newline.
 //!
-//! Not the HTTP client's `LineSplitter`: that one refuses a long line and knows only `\n`; this
-//! one must keep going on whatever the child prints.
+//! Not `crate::lines::LineSplitter` (the splitter of protocol streams and the dry run's output):
+//! that one ends lines at `\n` only, hands each line as a new `Vec`, and cuts a long line into
+//! several lines. The rules need Python's line ends, the rest of a long line dropped (its pieces
+//! would be lines the agent never sees), and no allocation per line (the relay's throughput).
 
 /// The most bytes of one line kept for matching (64 KiB).
 pub const LINE_CAP: usize = 64 * 1024;

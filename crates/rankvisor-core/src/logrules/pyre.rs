@@ -43,11 +43,10 @@ impl PyRegex {
     /// Parse `source` as Python `re` syntax and compile its translation.
     pub fn new(source: &str) -> Result<Self, PatternError> {
         let Translation { pattern: translated, groups, required } = translate(source)?;
-        let regex = regex::RegexBuilder::new(&translated)
-            .size_limit(4 << 20)
-            .dfa_size_limit(4 << 20)
-            .build()
-            .map_err(|e| PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") })?;
+        let regex =
+            regex::RegexBuilder::new(&translated).size_limit(4 << 20).dfa_size_limit(4 << 20).build().map_err(|e| {
+                PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") }
+            })?;
         let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
         Ok(Self { source: source.to_string(), regex, groups, required })
     }
@@ -392,7 +391,9 @@ impl Parser<'_> {
             match c {
                 'i' | 'm' | 's' => (if minus { &mut off } else { &mut on }).push(c),
                 'u' if !minus => {}
-                'a' | 'L' | 'u' => return err(at, format!("the flag {c:?} (ASCII, locale or unicode switching) is not supported")),
+                'a' | 'L' | 'u' => {
+                    return err(at, format!("the flag {c:?} (ASCII, locale or unicode switching) is not supported"))
+                }
                 'x' => return err(at, "the verbose flag (?x) is not supported"),
                 '-' if !minus => minus = true,
                 ')' if !minus => {
@@ -521,14 +522,17 @@ impl Parser<'_> {
                     v = v * 16 + d;
                 }
                 None => {
-                    let got: String = self.chars[self.i.min(self.chars.len())..].iter().take(n - k).map(|&(_, c)| c).collect();
+                    let got: String =
+                        self.chars[self.i.min(self.chars.len())..].iter().take(n - k).map(|&(_, c)| c).collect();
                     return err(at, format!("incomplete escape \\{kind}{got}"));
                 }
             }
         }
         match char::from_u32(v) {
             Some(c) => Ok(c),
-            None if (0xD800..=0xDFFF).contains(&v) => err(at, format!("the surrogate \\{kind}{v:X} never matches decoded text")),
+            None if (0xD800..=0xDFFF).contains(&v) => {
+                err(at, format!("the surrogate \\{kind}{v:X} never matches decoded text"))
+            }
             None => err(at, format!("bad escape \\{kind}{v:X}: beyond U+10FFFF")),
         }
     }

@@ -52,7 +52,13 @@ pub fn parse_rfc3339(text: &str) -> Option<i128> {
         let s = text.get(r)?;
         s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse().ok())?
     };
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let (y, mo, d, h, mi, s) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
@@ -162,7 +168,12 @@ impl<W: Write> Printer<'_, W> {
 }
 
 /// Replay `log` through `rules`, writing the report to `out`.
-pub fn replay(rules: Arc<RuleSet>, mut log: impl Read, opts: ReplayOptions, out: &mut impl Write) -> Result<(), ReplayError> {
+pub fn replay(
+    rules: Arc<RuleSet>,
+    mut log: impl Read,
+    opts: ReplayOptions,
+    out: &mut impl Write,
+) -> Result<(), ReplayError> {
     let base = Instant::now();
     let names = rules.rules().iter().map(|r| crate::untrusted::escape(&r.name).into_owned()).collect();
     let mut ev = Evaluator::new(rules, base);
@@ -220,17 +231,36 @@ struct State {
 }
 
 impl State {
-    fn line<W: Write>(&mut self, bytes: &[u8], timestamps: bool, base: Instant, ev: &mut Evaluator, p: &mut Printer<'_, W>) -> Result<(), ReplayError> {
+    fn line<W: Write>(
+        &mut self,
+        bytes: &[u8],
+        timestamps: bool,
+        base: Instant,
+        ev: &mut Evaluator,
+        p: &mut Printer<'_, W>,
+    ) -> Result<(), ReplayError> {
         let text = String::from_utf8_lossy(bytes);
         let (at, body) = if timestamps {
             let bad = |problem: String| ReplayError::Timestamp { line: self.number, problem };
-            let (stamp, body) = text.split_once(' ').ok_or_else(|| bad("expected an RFC 3339 timestamp and a space before the text (kubectl logs --timestamps)".into()))?;
-            let ns = parse_rfc3339(stamp).ok_or_else(|| bad(format!("{:?} is not an RFC 3339 timestamp such as 2025-06-17T05:51:29.300Z", crate::untrusted::escape(stamp))))?;
+            let (stamp, body) = text.split_once(' ').ok_or_else(|| {
+                bad("expected an RFC 3339 timestamp and a space before the text (kubectl logs --timestamps)".into())
+            })?;
+            let ns = parse_rfc3339(stamp).ok_or_else(|| {
+                bad(format!(
+                    "{:?} is not an RFC 3339 timestamp such as 2025-06-17T05:51:29.300Z",
+                    crate::untrusted::escape(stamp)
+                ))
+            })?;
             let first = *self.first_ns.get_or_insert(ns);
             let since = ns - first;
-            let at = Duration::from_nanos(u64::try_from(since).map_err(|_| bad("its time is before the first line's".into()))?);
+            let at = Duration::from_nanos(
+                u64::try_from(since).map_err(|_| bad("its time is before the first line's".into()))?,
+            );
             if at < self.prev {
-                return Err(bad(format!("its time is {:.3}s before the previous line's", (self.prev - at).as_secs_f64())));
+                return Err(bad(format!(
+                    "its time is {:.3}s before the previous line's",
+                    (self.prev - at).as_secs_f64()
+                )));
             }
             (at, body.to_string())
         } else {
@@ -249,11 +279,19 @@ impl State {
 
 /// Idle evaluations on the one-second grid after `last` (the last line's time), before `until`,
 /// at the ticks where a timeout has expired.
-fn idle_until<W: Write>(ev: &mut Evaluator, base: Instant, last: Duration, until: Option<Duration>, p: &mut Printer<'_, W>) -> io::Result<()> {
+fn idle_until<W: Write>(
+    ev: &mut Evaluator,
+    base: Instant,
+    last: Duration,
+    until: Option<Duration>,
+    p: &mut Printer<'_, W>,
+) -> io::Result<()> {
     while let Some(deadline) = ev.next_deadline() {
         let due = deadline.saturating_duration_since(base + last);
         let ticks = due.as_nanos().div_ceil(SECOND.as_nanos()).max(1);
-        let Some(tick) = u32::try_from(ticks).ok().and_then(|t| SECOND.checked_mul(t)).and_then(|d| last.checked_add(d)) else {
+        let Some(tick) =
+            u32::try_from(ticks).ok().and_then(|t| SECOND.checked_mul(t)).and_then(|d| last.checked_add(d))
+        else {
             return Ok(());
         };
         if until.is_some_and(|u| tick >= u) {
@@ -276,7 +314,13 @@ mod tests {
         assert_eq!(parse_rfc3339("2000-03-01T00:00:00Z"), Some(951_868_800 * 1_000_000_000));
         assert_eq!(parse_rfc3339("2025-06-17T05:51:29.300123456Z"), Some(1_750_139_489_300_123_456));
         assert_eq!(parse_rfc3339("2025-06-17T07:51:29.300123456+02:00"), Some(1_750_139_489_300_123_456));
-        for bad in ["2025-06-17", "2025-06-17T05:51:29", "2025-13-17T05:51:29Z", "2025-06-17T05:51:29.Z", "x025-06-17T05:51:29Z"] {
+        for bad in [
+            "2025-06-17",
+            "2025-06-17T05:51:29",
+            "2025-13-17T05:51:29Z",
+            "2025-06-17T05:51:29.Z",
+            "x025-06-17T05:51:29Z",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

@@ -153,7 +153,11 @@ fn field_err(index: usize, v: &Value, field: &str, problem: impl Into<String>) -
 
 fn show(v: &Value) -> String {
     let s = v.to_string();
-    let s = if s.len() > 80 { format!("{}...", &s[..(0..=80).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)]) } else { s };
+    let s = if s.len() > 80 {
+        format!("{}...", &s[..(0..=80).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)])
+    } else {
+        s
+    };
     crate::untrusted::escape(&s).into_owned()
 }
 
@@ -177,7 +181,8 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
             Some(other) => Err(err(field, format!("expected a string, got {}", show(other)))),
         }
     };
-    let name = string("name")?.filter(|n| !n.is_empty()).ok_or_else(|| err("name", "required: a non-empty string".into()))?;
+    let name =
+        string("name")?.filter(|n| !n.is_empty()).ok_or_else(|| err("name", "required: a non-empty string".into()))?;
     let pattern = |field: &str, text: Option<&str>| -> Result<Option<PyRegex>, RulesError> {
         let Some(text) = text else { return Ok(None) };
         if text.is_empty() {
@@ -196,20 +201,26 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
         }
         Ok(Some(re))
     };
-    let log_pattern = pattern("logPattern", string("logPattern")?)?.ok_or_else(|| err("logPattern", "required: a regular expression".into()))?;
+    let log_pattern = pattern("logPattern", string("logPattern")?)?
+        .ok_or_else(|| err("logPattern", "required: a regular expression".into()))?;
     let stop_pattern = pattern("stopPattern", string("stopPattern")?)?;
     let integer = |field: &str, min: i64, max: i64| -> Result<Option<i64>, RulesError> {
         let Some(value) = o.get(field) else { return Ok(None) };
         let n = match value {
             // Python's int() of a JSON number truncates toward zero.
-            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64)),
+            Value::Number(n) => {
+                n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64))
+            }
             Value::String(s) => py_int(s),
             _ => None,
         };
         match n {
             Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
             Some(n) => Err(err(field, format!("{n} is out of range: expected {min} to {max}"))),
-            None => Err(err(field, format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)))),
+            None => Err(err(
+                field,
+                format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)),
+            )),
         }
     };
     let seconds = |field: &str| -> Result<Option<Duration>, RulesError> {
@@ -226,26 +237,46 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
         Some("lteq") => Some(Operator::Lteq),
         Some("eq") => Some(Operator::Eq),
         Some(other) => {
-            return Err(err("operator", format!("{:?}: expected gt, gteq, lt, lteq or eq", crate::untrusted::escape(other))))
+            return Err(err(
+                "operator",
+                format!("{:?}: expected gt, gteq, lt, lteq or eq", crate::untrusted::escape(other)),
+            ))
         }
     };
     let data_points = integer("metricEvaluationDataPoints", 1, u32::MAX as i64)?.unwrap_or(1) as u32;
     let metric = match (threshold, operator) {
         (Some(t), Some(op)) => Some((op, t)),
         (None, None) => None,
-        (Some(_), None) => return Err(err("operator", "required with metricThreshold: gt, gteq, lt, lteq or eq".into())),
+        (Some(_), None) => {
+            return Err(err("operator", "required with metricThreshold: gt, gteq, lt, lteq or eq".into()))
+        }
         (None, Some(_)) => return Err(err("metricThreshold", "required with operator".into())),
     };
     if metric.is_some() && log_pattern.groups() == 0 {
-        return Err(err("logPattern", "metricThreshold needs a capturing group in logPattern: its first group is the value".into()));
+        return Err(err(
+            "logPattern",
+            "metricThreshold needs a capturing group in logPattern: its first group is the value".into(),
+        ));
     }
     if metric.is_none() && o.contains_key("metricEvaluationDataPoints") {
-        return Err(err("metricEvaluationDataPoints", "counts matches meeting metricThreshold: give metricThreshold and operator".into()));
+        return Err(err(
+            "metricEvaluationDataPoints",
+            "counts matches meeting metricThreshold: give metricThreshold and operator".into(),
+        ));
     }
     let fault_on_match = match o.get("faultOnMatch") {
         None => false,
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(err("faultOnMatch", format!("expected true or false, got {}", show(other)))),
     };
-    Ok(Rule { name: name.to_string(), log_pattern, start_cutoff, recurring, stop_pattern, metric, data_points, fault_on_match })
+    Ok(Rule {
+        name: name.to_string(),
+        log_pattern,
+        start_cutoff,
+        recurring,
+        stop_pattern,
+        metric,
+        data_points,
+        fault_on_match,
+    })
 }

@@ -15,7 +15,7 @@ pub fn parse(text: &str) -> Result<Value, String> {
     let mut lines: Vec<(usize, usize, &str)> = Vec::new();
     for (k, raw) in text.lines().enumerate() {
         let no = k + 1;
-        if raw.contains('\t') && raw.trim_start().len() != raw.len() && raw.starts_with('\t') {
+        if raw[..raw.len() - raw.trim_start().len()].contains('\t') {
             return Err(format!("line {no}: a tab in the indentation (YAML allows spaces only)"));
         }
         let body = strip_comment(raw);
@@ -23,10 +23,8 @@ pub fn parse(text: &str) -> Result<Value, String> {
         if content.trim().is_empty() {
             continue;
         }
-        if no == 1 || lines.is_empty() {
-            if content.trim() == "---" {
-                continue;
-            }
+        if lines.is_empty() && content.trim() == "---" {
+            continue;
         }
         if content.starts_with("---") || content.starts_with("...") {
             return Err(format!("line {no}: several documents are not supported: one list of rules"));
@@ -38,7 +36,9 @@ pub fn parse(text: &str) -> Result<Value, String> {
     if first.starts_with('-') {
         return list(&lines, 0, indent).map(|(v, _)| v);
     }
-    let (key, rest) = split_key(first).ok_or_else(|| format!("line {no}: expected a list of rules (\"- name: ...\") or logMonitoringConfiguration:"))?;
+    let (key, rest) = split_key(first).ok_or_else(|| {
+        format!("line {no}: expected a list of rules (\"- name: ...\") or logMonitoringConfiguration:")
+    })?;
     if key != "logMonitoringConfiguration" || !rest.is_empty() {
         return Err(format!(
             "line {no}: expected a list of rules (\"- name: ...\") or \"logMonitoringConfiguration:\" followed by the list"
@@ -102,7 +102,9 @@ fn list(lines: &[(usize, usize, &str)], from: usize, indent: usize) -> Result<(V
         if ind > indent {
             return Err(format!("line {no}: unexpected indentation"));
         }
-        let Some(rest) = text.strip_prefix('-') else { return Err(format!("line {no}: expected \"- \" (a list item)")) };
+        let Some(rest) = text.strip_prefix('-') else {
+            return Err(format!("line {no}: expected \"- \" (a list item)"));
+        };
         if !rest.is_empty() && !rest.starts_with(' ') {
             return Err(format!("line {no}: expected \"- \" (a list item)"));
         }
@@ -119,7 +121,10 @@ fn list(lines: &[(usize, usize, &str)], from: usize, indent: usize) -> Result<(V
                 break;
             }
             if ind != col {
-                return Err(format!("line {no}: a rule's fields must be aligned under its first one (column {})", col + 1));
+                return Err(format!(
+                    "line {no}: a rule's fields must be aligned under its first one (column {})",
+                    col + 1
+                ));
             }
             entry(&mut m, no, text)?;
             i += 1;
@@ -144,7 +149,9 @@ fn entry(m: &mut Map<String, Value>, no: usize, text: &str) -> Result<(), String
 }
 
 fn scalar(no: usize, text: &str) -> Result<Value, String> {
-    let bad = |what: &str| Err(format!("line {no}: {what} are not supported in rule files: write the value on one line, quoted"));
+    let bad = |what: &str| {
+        Err(format!("line {no}: {what} are not supported in rule files: write the value on one line, quoted"))
+    };
     match text.chars().next() {
         Some('"') => double_quoted(no, text).map(Value::String),
         Some('\'') => {
