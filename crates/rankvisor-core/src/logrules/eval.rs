@@ -241,7 +241,14 @@ fn evaluate_rule(
         run.state = LogState::Healthy;
         return Ok(());
     }
-    let line = seen.filter(|l| rule.log_pattern.is_match(l));
+    // One search per line: the first group's value is taken with the match when a metric needs it
+    // (the agent reads it further down; matching has no side effect, so when does not matter).
+    let matched = match (seen, rule.metric) {
+        (None, _) => None,
+        (Some(l), Some(_)) => rule.log_pattern.match_group1(l),
+        (Some(l), None) => rule.log_pattern.is_match(l).then_some(None),
+    };
+    let line = seen.filter(|_| matched.is_some());
     if let Some(l) = line {
         run.last_line.clear();
         run.last_line.push_str(l);
@@ -268,12 +275,11 @@ fn evaluate_rule(
         }
         _ => {}
     }
-    let Some(line) = line else { return Ok(()) };
+    let Some(group1) = matched else { return Ok(()) };
     let Some((op, threshold)) = rule.metric else {
         run.state = LogState::Healthy;
         return Ok(());
     };
-    let group1 = rule.log_pattern.match_group1(line).flatten();
     let value = group1.and_then(py_float).ok_or(NotANumber)?;
     if op.holds(value, threshold) {
         run.slow_count = (run.slow_count + 1).min(rule.data_points);

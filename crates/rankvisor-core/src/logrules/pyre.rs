@@ -68,7 +68,13 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.required.as_ref().is_none_or(|f| f.find(text.as_bytes()).is_some()) && self.regex.is_match(text)
+        self.may_match(text) && self.regex.is_match(text)
+    }
+
+    /// False when `text` lacks what every match contains (a substring search, much faster than
+    /// the automaton).
+    fn may_match(&self, text: &str) -> bool {
+        self.required.as_ref().is_none_or(|f| f.find(text.as_bytes()).is_some())
     }
 
     /// The text every match contains, if the pattern has one (at least two characters).
@@ -79,11 +85,11 @@ impl PyRegex {
     /// `re.match(pattern, text)`: `None` if no match, else what group 1 captured (`None` when the
     /// pattern has no group or group 1 took no part in the match).
     pub fn match_group1<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
-        if !self.is_match(text) {
-            return None;
-        }
         if self.groups == 0 {
-            return Some(None);
+            return self.is_match(text).then_some(None);
+        }
+        if !self.may_match(text) {
+            return None;
         }
         let caps = self.regex.captures(text)?;
         Some(caps.get(1).map(|m| m.as_str()))
