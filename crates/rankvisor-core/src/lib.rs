@@ -44,6 +44,7 @@
 //! (`heartbeat`, `termination`, `logging`, `exit`, `duration`). The dry run is the
 //! `rankvisor-dryrun` crate and the trainer helpers `rankvisor-trainer`.
 
+pub mod agent;
 pub mod app;
 pub mod backoff;
 pub mod config;

@@ -7,7 +7,10 @@ use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
 use crate::rank::Role;
-use crate::replica::{self, link, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::agent;
+use crate::replica::{
+    self, link, AgentChannels, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources,
+};
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
@@ -105,6 +108,13 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
+    let (agent, _stop_agent) = match cfg.agent {
+        Some(addr) => match start_agent(addr).await {
+            Ok((channels, stop)) => (Some(channels), Some(stop)),
+            Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
+        },
+        None => (None, None),
+    };
     let link_task: LinkTask = Arc::default();
     let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe(), link_task.clone()));
     let loop_cfg = LoopConfig {
@@ -116,6 +126,7 @@ async fn supervise(
                 (Some(_), true) => HealthGate::Wait,
             },
             link: cfg.link.as_ref().map(link::JobLinkConfig::role),
+            agent: agent.is_some(),
             linger: cfg
                 .link
                 .as_ref()
@@ -128,7 +139,7 @@ async fn supervise(
         status_sink,
         panic_after_spawn,
     };
-    let code = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
+    let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(code) => code,
         Err(e) => {
             error!("supervision failed: {e}");
@@ -145,6 +156,33 @@ async fn supervise(
         k.finish(FINISH).await;
     }
     code
+}
+
+/// Serve the HyperPod agent's API on `addr`: the loop's channels, and the server's stop (dropped
+/// when supervision ends).
+async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, tokio::sync::oneshot::Sender<()>), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--agent-addr (RANKVISOR_AGENT_ADDR) {addr}: cannot listen: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    info!(addr = %bound, "agent hyperpod: serving /status, /start, /stop, /update, /shutdown");
+    let (orders_tx, orders) = tokio::sync::mpsc::unbounded_channel();
+    let now = std::time::SystemTime::now();
+    let init = agent::StatusView {
+        state: agent::AgentState::Init,
+        reason: None,
+        message: None,
+        transitions: vec![(agent::AgentState::Init, now)],
+        assigned_rank: None,
+        ip_version: None,
+    };
+    let (status, status_rx) = tokio::sync::watch::channel(init);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let http = agent::server::AgentHttp { orders: orders_tx, status: status_rx };
+    tokio::spawn(agent::server::serve(listener, http, async {
+        let _ = stopped.await;
+    }));
+    Ok((AgentChannels { orders, status }, stop))
 }
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,

@@ -182,11 +182,15 @@ impl Connections {
     }
 }
 
-fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpState) -> JoinHandle<()> {
+fn serve_connection<H, F>(stream: TcpStream, peer: std::net::SocketAddr, handler: H) -> JoinHandle<()>
+where
+    H: Fn(Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     tokio::spawn(async move {
         let svc = service_fn(move |req| {
-            let resp = respond(&state, &req);
-            async move { Ok::<_, Infallible>(resp) }
+            let resp = handler(req);
+            async move { Ok::<_, Infallible>(resp.await) }
         });
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
@@ -204,6 +208,17 @@ fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpSt
 /// Serve `listener` until `shutdown` resolves; each connection runs in its own task, at most
 /// [`MAX_CONNECTIONS`] at once.
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
+    let handler = move |req: Request<hyper::body::Incoming>| std::future::ready(respond(&state, &req));
+    serve_with(listener, handler, shutdown).await;
+}
+
+/// Serve `listener` with `handler` until `shutdown` resolves, with the probes' limits (connection
+/// cap, header timeout, head size, lifetime): the one accept loop of every HTTP endpoint here.
+pub async fn serve_with<H, F>(listener: TcpListener, handler: H, shutdown: impl Future<Output = ()>)
+where
+    H: Fn(Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     tokio::pin!(shutdown);
     let mut conns = Connections { live: VecDeque::new(), evicted: Throttle::new(WARN_WINDOW) };
     let mut acceptor = Acceptor::new("http accept failed");
@@ -212,7 +227,7 @@ pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Futur
             () = &mut shutdown => break,
             (stream, peer) = acceptor.accept(&listener) => {
                 conns.make_room();
-                conns.live.push_back(serve_connection(stream, peer, state.clone()));
+                conns.live.push_back(serve_connection(stream, peer, handler.clone()));
             }
         }
     }
