@@ -42,3 +42,6 @@ pub struct Request {
     /// Answered after the machine's step, so the next `/status` shows its effect.
     pub done: oneshot::Sender<()>,
 }
+
+#[cfg(test)]
+mod tests;
