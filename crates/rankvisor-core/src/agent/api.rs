@@ -201,14 +201,6 @@ pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
             0
         }
     };
-    let ip_version = match obj.get("ipVersion") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(x) => {
-            errors.push(error("string_type", "ipVersion", "Input should be a valid string", x.clone()));
-            None
-        }
-    };
     let rules = match obj.get("log_monitoring_configuration") {
         None | Some(Value::Null) => AttemptRules::none(),
         Some(Value::Array(items)) => match super::rules::check(items) {
@@ -221,6 +213,14 @@ pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
         Some(x) => {
             errors.push(error("list_type", "log_monitoring_configuration", "Input should be a valid list", x.clone()));
             AttemptRules::none()
+        }
+    };
+    let ip_version = match obj.get("ipVersion") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(x) => {
+            errors.push(error("string_type", "ipVersion", "Input should be a valid string", x.clone()));
+            None
         }
     };
     if !errors.is_empty() {

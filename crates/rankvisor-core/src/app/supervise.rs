@@ -108,7 +108,7 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
-    let (agent, _stop_agent) = match cfg.agent {
+    let (agent, agent_server) = match cfg.agent {
         Some(addr) => match start_agent(addr).await {
             Ok((channels, stop)) => (Some(channels), Some(stop)),
             Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
@@ -146,6 +146,11 @@ async fn supervise(
             exit::EXTERNAL_FAILURE
         }
     };
+    // The operator's last request (`/shutdown`) gets its reply before rankvisor exits.
+    if let Some((stop, task)) = agent_server {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(FINISH, task).await;
+    }
     // The status channel is closed: the link sends this replica's final state, then closes.
     let task = link_task.lock().ok().and_then(|mut t| t.take());
     if let Some(task) = task {
@@ -158,9 +163,11 @@ async fn supervise(
     code
 }
 
-/// Serve the HyperPod agent's API on `addr`: the loop's channels, and the server's stop (dropped
-/// when supervision ends).
-async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, tokio::sync::oneshot::Sender<()>), String> {
+/// The agent's HTTP server: its stop, and its task (which ends once the last replies are out).
+type AgentServer = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+
+/// Serve the HyperPod agent's API on `addr`: the loop's channels, and the server.
+async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, AgentServer), String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("--agent-addr (RANKVISOR_AGENT_ADDR) {addr}: cannot listen: {e}"))?;
@@ -179,10 +186,10 @@ async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, tokio
     let (status, status_rx) = tokio::sync::watch::channel(init);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let http = agent::server::AgentHttp { orders: orders_tx, status: status_rx };
-    tokio::spawn(agent::server::serve(listener, http, async {
+    let task = tokio::spawn(agent::server::serve(listener, http, async {
         let _ = stopped.await;
     }));
-    Ok((AgentChannels { orders, status }, stop))
+    Ok((AgentChannels { orders, status }, (stop, task)))
 }
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,

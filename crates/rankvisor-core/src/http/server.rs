@@ -36,6 +36,8 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The longest any one connection lives, keep-alive included: every request here is tiny.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a closing server lets its connections finish the replies they are writing.
+const DRAIN: Duration = Duration::from_millis(500);
 /// At most one "accept failed" / "connection limit" warning per this window.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -182,7 +184,12 @@ impl Connections {
     }
 }
 
-fn serve_connection<H, F>(stream: TcpStream, peer: std::net::SocketAddr, handler: H) -> JoinHandle<()>
+fn serve_connection<H, F>(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    handler: H,
+    mut closing: watch::Receiver<bool>,
+) -> JoinHandle<()>
 where
     H: Fn(Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -197,6 +204,17 @@ where
             .header_read_timeout(HEADER_READ_TIMEOUT)
             .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(TokioIo::new(stream), svc);
+        let conn = async move {
+            tokio::pin!(conn);
+            // Closing: a reply being written is finished, an idle keep-alive connection closes.
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = async { drop(closing.wait_for(|c| *c).await) } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        };
         match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
             Ok(Err(e)) => debug!(%peer, "http connection ended: {e}"),
             Err(_) => debug!(%peer, "http connection closed after {CONNECTION_LIFETIME:?}"),
@@ -222,15 +240,25 @@ where
     tokio::pin!(shutdown);
     let mut conns = Connections { live: VecDeque::new(), evicted: Throttle::new(WARN_WINDOW) };
     let mut acceptor = Acceptor::new("http accept failed");
+    let (closing, closing_rx) = watch::channel(false);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             (stream, peer) = acceptor.accept(&listener) => {
                 conns.make_room();
-                conns.live.push_back(serve_connection(stream, peer, handler.clone()));
+                conns.live.push_back(serve_connection(stream, peer, handler.clone(), closing_rx.clone()));
             }
         }
     }
+    drop(listener);
+    // Replies already decided (the agent's /shutdown, say) reach their clients; then the rest go.
+    closing.send_replace(true);
+    let _ = tokio::time::timeout(DRAIN, async {
+        for c in conns.live.iter_mut() {
+            let _ = c.await;
+        }
+    })
+    .await;
     for c in conns.live {
         c.abort();
     }
