@@ -139,7 +139,7 @@ exit 0"#;
 fn agent_args(port: u16) -> Vec<String> {
     ["--agent", "hyperpod", "--agent-addr", &format!("127.0.0.1:{port}"), "--http-addr", "off"]
         .into_iter()
-        .chain(["--node-health", "off", "--rendezvous", "off"])
+        .chain(["--rendezvous", "off"])
         .map(str::to_string)
         .collect()
 }
@@ -148,7 +148,8 @@ fn agent_args(port: u16) -> Vec<String> {
 fn the_operators_sequence_matches_the_agents_own_encoder_and_models() {
     let dir = TestDir::new("hyperpod-sequence");
     let port = free_port();
-    let rv = Rv::new(&dir).args(agent_args(port)).sh(&format!("cd {} && {TRAIN}", q(&dir.file(""))));
+    let rv = Rv::new(&dir).args(agent_args(port)).env("RANKVISOR_NODE_HEALTH", "off");
+    let rv = rv.sh(&format!("cd {} && {TRAIN}", q(&dir.file(""))));
     let running = rv.spawn();
     let mut op = Operator { port, checked: 0 };
     wait_until("the agent's API", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
@@ -191,4 +192,96 @@ fn the_operators_sequence_matches_the_agents_own_encoder_and_models() {
     running.wait().assert_code(0);
     assert_eq!(read(&dir.join("env")), "2 1 127.0.0.1 23456 0 0\n2 1 127.0.0.1 23456 1 1\n");
     assert!(op.checked >= 8, "{} bodies checked", op.checked);
+}
+
+/// The quick tier's checks of agent mode (no Python): a running rankvisor with `script` as its child.
+fn agent_rv(dir: &TestDir, port: u16, extra: &[&str], script: &str) -> Running {
+    // The node-health gate is off unless `extra` names a source (an option beats its variable).
+    let rv = Rv::new(dir).args(agent_args(port)).args(extra.iter().copied()).env("RANKVISOR_NODE_HEALTH", "off");
+    let running = rv.sh(&format!("cd {} && {script}", q(&dir.file(""))));
+    let r = running.spawn();
+    wait_until("the agent's API", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+    r
+}
+
+fn state_of(port: u16) -> Value {
+    let (code, body) = request(port, "GET", "/status", "");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn wait_state(port: u16, state: &str) -> Value {
+    wait_until(&format!("agent status {state}"), || Some(state_of(port)).filter(|v| v["status"] == state))
+}
+
+#[test]
+fn a_graceful_stop_sends_sigusr1_then_sigkill_after_its_timeout_then_ready() {
+    let dir = TestDir::new("hyperpod-graceful");
+    let port = free_port();
+    // The child records USR1 and keeps running: only the KILL after the timeout ends it.
+    let script = "trap 'echo usr1 >> got' USR1; touch started; while :; do sleep 0.01; done";
+    let rv = agent_rv(&dir, port, &[], script);
+    wait_state(port, "ready");
+    assert_eq!(request(port, "POST", "/start", &start_body(0)).0, 200);
+    wait_file(&dir.join("started"));
+    let (code, _) = request(port, "POST", "/stop", r#"{"restart_mode":"plr","is_graceful":true,"timeout":1}"#);
+    assert_eq!(code, 200);
+    let ready = wait_state(port, "ready");
+    assert!(read(&dir.join("got")).starts_with("usr1"), "the child saw SIGUSR1");
+    assert!(ready.get("reason").is_none(), "{ready}");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    let out = rv.wait();
+    assert!(out.stderr.contains("SIGKILL"), "{}", out.stderr);
+    out.assert_code(128 + libc::SIGKILL);
+}
+
+#[test]
+fn log_rules_on_start_are_refused_not_ignored_and_nothing_starts() {
+    let dir = TestDir::new("hyperpod-rules");
+    let port = free_port();
+    let rv = agent_rv(&dir, port, &[], "touch started");
+    wait_state(port, "ready");
+    let body = r#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,
+        "log_monitoring_configuration":[{"name":"JobStart","logPattern":".*Epoch.*","expectedStartCutOffInSeconds":120}]}"#;
+    let (code, reply) = request(port, "POST", "/start", body);
+    assert_eq!(code, 422, "{reply}");
+    assert!(reply.contains("log_monitoring_configuration") && reply.contains("not supported"), "{reply}");
+    assert_eq!(state_of(port)["status"], "ready");
+    assert!(!dir.join("started").exists(), "no attempt without its rules");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    let out = rv.wait();
+    out.assert_code(0);
+    assert!(out.stderr.contains("/start refused (422)"), "{}", out.stderr);
+}
+
+#[test]
+fn an_unhealthy_node_keeps_the_agent_in_init_and_status_says_why() {
+    let dir = TestDir::new("hyperpod-unhealthy");
+    let port = free_port();
+    let labels = dir.join("labels");
+    let label = |v: &str| format!("sagemaker.amazonaws.com/node-health-status=\"{v}\"\n");
+    std::fs::write(&labels, label("Unschedulable")).unwrap();
+    let source = format!("file:{}", labels.display());
+    let rv = agent_rv(&dir, port, &["--node-health", &source, "--unhealthy-node", "wait"], "exit 0");
+    let init = wait_until("the unhealthy verdict", || Some(state_of(port)).filter(|v| v.get("reason").is_some()));
+    assert_eq!((init["status"].as_str(), init["reason"].as_str()), (Some("init"), Some("NodeUnhealthy")));
+    assert!(init["message"].as_str().unwrap().contains("Unschedulable"), "{init}");
+    assert_eq!(request(port, "POST", "/start", &start_body(0)).0, 200);
+    assert_eq!(state_of(port)["status"], "init", "INIT -> RUNNING is not a transition");
+    let tmp = dir.join("labels.tmp");
+    std::fs::write(&tmp, label("Schedulable")).unwrap();
+    std::fs::rename(&tmp, &labels).unwrap();
+    wait_state(port, "ready");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    rv.wait().assert_code(0);
+}
+
+#[test]
+fn an_agent_address_in_use_is_a_configuration_error() {
+    let dir = TestDir::new("hyperpod-addr");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = Rv::new(&dir).args(agent_args(port)).sh("exit 0").run();
+    out.assert_code(64);
+    assert!(out.stderr.contains(&format!("--agent-addr (RANKVISOR_AGENT_ADDR) 127.0.0.1:{port}: cannot listen")), "{}", out.stderr);
 }
