@@ -9,12 +9,11 @@ use crate::process::{self, Signals};
 use crate::rank::Role;
 use crate::agent;
 use crate::replica::{
-    self, link, AgentChannels, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources,
+    self, link, AgentChannels, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
 };
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
@@ -115,8 +114,7 @@ async fn supervise(
         },
         None => (None, None),
     };
-    let link_task: LinkTask = Arc::default();
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe(), link_task.clone()));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -139,11 +137,11 @@ async fn supervise(
         status_sink,
         panic_after_spawn,
     };
-    let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
-        Ok(code) => code,
+    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
+        Ok(replica::Finished { code, link }) => (code, link),
         Err(e) => {
             error!("supervision failed: {e}");
-            exit::EXTERNAL_FAILURE
+            (exit::EXTERNAL_FAILURE, None)
         }
     };
     // The operator's last request (`/shutdown`) gets its reply before rankvisor exits.
@@ -152,8 +150,7 @@ async fn supervise(
         let _ = tokio::time::timeout(FINISH, task).await;
     }
     // The status channel is closed: the link sends this replica's final state, then closes.
-    let task = link_task.lock().ok().and_then(|mut t| t.take());
-    if let Some(task) = task {
+    if let Some(task) = link_task {
         let _ = tokio::time::timeout(FINISH, task).await;
     }
     reporting.finish(FINISH).await;
@@ -194,14 +191,10 @@ async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, Agent
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-/// Where the link's task lands once it starts, for the final flush.
-type LinkTask = Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>;
-
 fn link_starter(
     lc: link::JobLinkConfig,
     reporting: &Reporting,
     status: tokio::sync::watch::Receiver<crate::status::LocalStatus>,
-    task: LinkTask,
 ) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
@@ -212,10 +205,7 @@ fn link_starter(
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
         }
-        if let Ok(mut t) = task.lock() {
-            *t = Some(l.task);
-        }
-        Ok((l.commands, l.events))
+        Ok(LinkParts { commands: l.commands, events: l.events, task: l.task })
     })
 }
 
