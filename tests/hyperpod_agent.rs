@@ -125,7 +125,9 @@ fn transition_order(body: &str) -> Vec<String> {
 }
 
 fn start_body(fault_count: u32) -> String {
-    format!(r#"{{"rank":1,"nnodes":2,"faultCount":{fault_count},"master_addr":"127.0.0.1","master_port":"23456","ipVersion":"IPv4"}}"#)
+    format!(
+        r#"{{"rank":1,"nnodes":2,"faultCount":{fault_count},"master_addr":"127.0.0.1","master_port":"23456","ipVersion":"IPv4"}}"#
+    )
 }
 
 /// Each attempt records its assignment, says it started, and waits for the test's go; the first
@@ -163,7 +165,12 @@ fn the_operators_sequence_matches_the_agents_own_encoder_and_models() {
     let ours: Value = serde_json::from_str(&reply).unwrap();
     let theirs: Value = serde_json::from_str(&agent("start", bad)).unwrap();
     let strip = |v: &Value| -> Vec<(Value, Value, Value)> {
-        v["detail"].as_array().unwrap().iter().map(|e| (e["type"].clone(), e["loc"].clone(), e["msg"].clone())).collect()
+        v["detail"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["type"].clone(), e["loc"].clone(), e["msg"].clone()))
+            .collect()
     };
     assert_eq!(strip(&ours), strip(&theirs), "ours: {reply}");
     assert_eq!(op.status()["status"], "ready");
@@ -184,7 +191,10 @@ fn the_operators_sequence_matches_the_agents_own_encoder_and_models() {
     wait_file(&dir.join("started.1"));
     assert_eq!(op.status()["status"], "running");
     std::fs::write(dir.join("go.1"), "").unwrap();
-    assert_eq!(transition_order(&op.until("completed")), ["INIT", "READY", "RUNNING", "FAULTED", "STOPPING", "COMPLETED"]);
+    assert_eq!(
+        transition_order(&op.until("completed")),
+        ["INIT", "READY", "RUNNING", "FAULTED", "STOPPING", "COMPLETED"]
+    );
     let updated = op.post("/update", &start_body(1));
     op.check(&updated);
 
@@ -283,5 +293,9 @@ fn an_agent_address_in_use_is_a_configuration_error() {
     let port = taken.local_addr().unwrap().port();
     let out = Rv::new(&dir).args(agent_args(port)).sh("exit 0").run();
     out.assert_code(64);
-    assert!(out.stderr.contains(&format!("--agent-addr (RANKVISOR_AGENT_ADDR) 127.0.0.1:{port}: cannot listen")), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("--agent-addr (RANKVISOR_AGENT_ADDR) 127.0.0.1:{port}: cannot listen")),
+        "{}",
+        out.stderr
+    );
 }

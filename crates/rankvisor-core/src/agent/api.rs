@@ -79,11 +79,8 @@ pub struct Invalid(pub Vec<FieldError>);
 impl Invalid {
     /// FastAPI's body: `{"detail":[{"type","loc","msg","input"}...]}`.
     pub fn body(&self) -> String {
-        let detail: Vec<Value> = self
-            .0
-            .iter()
-            .map(|e| json!({"type": e.kind, "loc": e.loc, "msg": e.msg, "input": e.input}))
-            .collect();
+        let detail: Vec<Value> =
+            self.0.iter().map(|e| json!({"type": e.kind, "loc": e.loc, "msg": e.msg, "input": e.input})).collect();
         json!({ "detail": detail }).to_string()
     }
 
@@ -93,7 +90,8 @@ impl Invalid {
             .0
             .iter()
             .map(|e| {
-                let loc: Vec<String> = e.loc.iter().skip(1).map(|l| l.as_str().map_or(l.to_string(), str::to_string)).collect();
+                let loc: Vec<String> =
+                    e.loc.iter().skip(1).map(|l| l.as_str().map_or(l.to_string(), str::to_string)).collect();
                 format!("{}: {}", loc.join(" -> "), e.msg)
             })
             .collect();
@@ -103,6 +101,12 @@ impl Invalid {
 
 fn error(kind: &'static str, field: &str, msg: impl Into<String>, input: Value) -> FieldError {
     FieldError { kind, loc: vec!["body".into(), field.into()], msg: msg.into(), input }
+}
+
+/// pydantic's error for a body that is JSON but not an object.
+fn not_an_object(input: Value) -> Invalid {
+    let msg = "Input should be a valid dictionary or object to extract fields from";
+    Invalid(vec![FieldError { kind: "model_attributes_type", loc: vec!["body".into()], msg: msg.into(), input }])
 }
 
 /// A request body as JSON, or FastAPI's `json_invalid` error.
@@ -120,8 +124,10 @@ fn parse_json(body: &[u8]) -> Result<Value, Invalid> {
 /// pydantic's lax `int`: an integer, a float with no fraction, or a string of one.
 fn lax_int(v: &Value) -> Result<i64, (&'static str, &'static str)> {
     const NOT_INT: (&str, &str) = ("int_type", "Input should be a valid integer");
-    const PARSING: (&str, &str) = ("int_parsing", "Input should be a valid integer, unable to parse string as an integer");
-    const FRACTION: (&str, &str) = ("int_from_float", "Input should be a valid integer, got a number with a fractional part");
+    const PARSING: (&str, &str) =
+        ("int_parsing", "Input should be a valid integer, unable to parse string as an integer");
+    const FRACTION: (&str, &str) =
+        ("int_from_float", "Input should be a valid integer, got a number with a fractional part");
     match v {
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Ok(i),
@@ -148,14 +154,7 @@ pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
     } else {
         parse_json(body)?
     };
-    let Value::Object(obj) = v else {
-        return Err(Invalid(vec![FieldError {
-            kind: "model_attributes_type",
-            loc: vec!["body".into()],
-            msg: "Input should be a valid dictionary or object to extract fields from".into(),
-            input: v,
-        }]));
-    };
+    let Value::Object(obj) = v else { return Err(not_an_object(v)) };
     let mut errors = Vec::new();
     let mut int = |field: &str| match obj.get(field) {
         None => {
@@ -238,14 +237,7 @@ pub fn parse_stop(body: &[u8]) -> Result<StopOrder, Invalid> {
     let obj = match v {
         Value::Null => return Ok(StopOrder::default()),
         Value::Object(o) => o,
-        other => {
-            return Err(Invalid(vec![FieldError {
-                kind: "model_attributes_type",
-                loc: vec!["body".into()],
-                msg: "Input should be a valid dictionary or object to extract fields from".into(),
-                input: other,
-            }]))
-        }
+        other => return Err(not_an_object(other)),
     };
     let mut errors = Vec::new();
     let graceful = match obj.get("is_graceful") {

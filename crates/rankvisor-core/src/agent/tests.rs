@@ -65,17 +65,20 @@ fn reentering_a_state_keeps_its_place_in_transitions() {
 
 #[test]
 fn start_requests_are_validated_as_the_agent_does() {
-    let ok = parse_assignment(br#"{"rank":0,"nnodes":2,"faultCount":1,"master_addr":"10.1.2.3","master_port":"23456"}"#)
-        .unwrap();
+    let ok =
+        parse_assignment(br#"{"rank":0,"nnodes":2,"faultCount":1,"master_addr":"10.1.2.3","master_port":"23456"}"#)
+            .unwrap();
     assert_eq!((ok.rank, ok.nnodes, ok.fault_count, ok.master_port), (0, 2, 1, 23456));
     let env = ok.child_env();
-    for (k, v) in [("PET_NNODES", "2"), ("PET_NODE_RANK", "0"), ("PET_MASTER_ADDR", "10.1.2.3"), ("PET_MASTER_PORT", "23456")]
-        .into_iter()
-        .chain([("TORCHELASTIC_RESTART_COUNT", "1"), ("JOB_RESTART_COUNT", "1")])
+    for (k, v) in
+        [("PET_NNODES", "2"), ("PET_NODE_RANK", "0"), ("PET_MASTER_ADDR", "10.1.2.3"), ("PET_MASTER_PORT", "23456")]
+            .into_iter()
+            .chain([("TORCHELASTIC_RESTART_COUNT", "1"), ("JOB_RESTART_COUNT", "1")])
     {
         assert!(env.contains(&(k.to_string(), v.to_string())), "{k}={v} in {env:?}");
     }
-    let lax = parse_assignment(br#"{"rank":"3","nnodes":2.0,"faultCount":0,"master_addr":"a","master_port":""}"#).unwrap();
+    let lax =
+        parse_assignment(br#"{"rank":"3","nnodes":2.0,"faultCount":0,"master_addr":"a","master_port":""}"#).unwrap();
     assert_eq!((lax.rank, lax.nnodes, lax.master_port), (3, 2, 0), "pydantic's lax ints; an empty port is 0");
 
     let empty = parse_assignment(br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"","master_port":1}"#);

@@ -2,12 +2,12 @@
 //! the sources (node health, the rendezvous link) and the sinks (HTTP, webhook, Kubernetes Events,
 //! `--status-fd`), runs the one event loop, and flushes the sinks before rankvisor exits.
 
+use crate::agent;
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
 use crate::rank::Role;
-use crate::agent;
 use crate::replica::{
     self, link, AgentChannels, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
 };

@@ -6,8 +6,8 @@
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
 use super::child::{ChildAction, ChildOutcome, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
-use crate::agent::{AgentRecord, Assignment, Order};
 use super::link::{LinkCommand, LinkEvent};
+use crate::agent::{AgentRecord, Assignment, Order};
 use crate::exit;
 use crate::health::{self, Observation};
 use crate::policy::RestartScope;

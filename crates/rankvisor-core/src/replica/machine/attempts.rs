@@ -61,7 +61,9 @@ impl Replica {
                 let faults = a.fault_count;
                 self.assignment = Some(a);
                 if rec.set(AgentState::Running, Some("Running".into()), None, now) {
-                    out.push(Effect::Note(Note::Info(format!("agent: /start (faultCount {faults}): starting the child"))));
+                    out.push(Effect::Note(Note::Info(format!(
+                        "agent: /start (faultCount {faults}): starting the child"
+                    ))));
                     self.sup = Supervisor::new(self.cfg.supervisor);
                     self.feed(Event::Start, now, out);
                 }
