@@ -299,3 +299,75 @@ fn an_agent_address_in_use_is_a_configuration_error() {
         out.stderr
     );
 }
+
+/// The torch venv (scripts/setup-torch.sh, exported by scripts/test.sh as `RANKVISOR_TORCH_VENV`),
+/// or a loud failure saying how to set it up.
+fn torch_venv() -> PathBuf {
+    let venv = std::env::var_os("RANKVISOR_TORCH_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        panic!("RANKVISOR_TORCH_VENV is not set: run `bash scripts/test.sh` (scripts/setup-torch.sh installs torch)")
+    });
+    assert!(venv.join("bin/torchrun").is_file(), "RANKVISOR_TORCH_VENV={}: no bin/torchrun", venv.display());
+    venv
+}
+
+/// Two nodes, each `rankvisor --agent hyperpod -- torchrun --nproc-per-node 1 check.py` with no
+/// flag naming the other: each `/start` carries the assignment (rank, nnodes, the master's address,
+/// faultCount), torchrun reads it from `PET_*`, and the two workers all-reduce over gloo.
+#[test]
+fn torchrun_under_the_agent_meets_its_peer_from_the_assignment() {
+    let venv = torch_venv();
+    let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let dir = TestDir::new("hyperpod-torchrun");
+    let check = dir.write(
+        "check.py",
+        r#"import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1])
+dist.all_reduce(t)
+e = os.environ
+with open(f"out.{e['RANK']}", "w") as f:
+    f.write(f"{e['RANK']} {e['WORLD_SIZE']} {e['GROUP_RANK']} {e['JOB_RESTART_COUNT']} {t.item()}\n")
+dist.destroy_process_group()
+"#,
+    );
+    let master_port = free_port();
+    let nodes: Vec<(u16, Running)> = (0..2)
+        .map(|node| {
+            let node_dir = TestDir::new(&format!("hyperpod-torchrun-{node}"));
+            let port = free_port();
+            let rv = Rv::new(&node_dir)
+                .args(agent_args(port))
+                .env("RANKVISOR_NODE_HEALTH", "off")
+                .env("PATH", &path)
+                .env("PYTHONWARNINGS", "ignore")
+                .sh(&format!(
+                    "cd {} && exec torchrun --nproc-per-node 1 {}",
+                    q(&dir.file("")),
+                    q(check.to_str().unwrap())
+                ));
+            let running = rv.spawn();
+            wait_until("the agent's API", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+            wait_state(port, "ready");
+            (port, running)
+        })
+        .collect();
+    for (node, (port, _)) in nodes.iter().enumerate() {
+        let body = format!(
+            r#"{{"rank":{node},"nnodes":2,"faultCount":3,"master_addr":"127.0.0.1","master_port":"{master_port}"}}"#
+        );
+        assert_eq!(request(*port, "POST", "/start", &body).0, 200);
+    }
+    for (port, _) in &nodes {
+        wait_until_for("the attempt to complete", std::time::Duration::from_secs(120), || {
+            let v = state_of(*port);
+            assert_ne!(v["status"], "faulted", "{v}");
+            (v["status"] == "completed").then_some(())
+        });
+    }
+    assert_eq!(read(&dir.join("out.0")), "0 2 0 3 3\n");
+    assert_eq!(read(&dir.join("out.1")), "1 2 1 3 3\n");
+    for (port, running) in nodes {
+        assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+        running.wait().assert_code(0);
+    }
+}
