@@ -252,7 +252,8 @@ pub fn parse_stop(body: &[u8]) -> Result<StopOrder, Invalid> {
         None | Some(Value::Null) => None,
         Some(x) => match lax_int(x) {
             // A negative wait is no wait: SIGKILL follows at once, as `Popen.wait(timeout<0)` does.
-            Ok(t) => Some(Duration::from_secs(t.max(0) as u64)),
+            // A huge one is capped so that a deadline never overflows the clock.
+            Ok(t) => Some(Duration::from_secs(t.clamp(0, i64::from(u32::MAX)) as u64)),
             Err((kind, msg)) => {
                 errors.push(error(kind, "timeout", msg, x.clone()));
                 None

@@ -123,6 +123,9 @@ fn stop_requests() {
     let s = parse_stop(br#"{"restart_mode":"plr","is_graceful":true,"timeout":"7"}"#).unwrap();
     assert_eq!((s.graceful, s.timeout), (true, Some(Duration::from_secs(7))));
     assert_eq!(parse_stop(br#"{"is_graceful":"maybe"}"#).unwrap_err().0[0].kind, "bool_type");
+    let huge = parse_stop(br#"{"timeout":9223372036854775807}"#).unwrap().timeout.unwrap();
+    assert!(Instant::now().checked_add(huge).is_some(), "a huge timeout cannot overflow a deadline");
+    assert_eq!(parse_stop(br#"{"timeout":-5}"#).unwrap().timeout, Some(Duration::ZERO));
 }
 
 #[test]
