@@ -228,20 +228,12 @@ pub fn supervise_config(
         env,
         &mut warnings,
     );
-    let mut link = link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?;
-    let agent = a.agent.map(|_| a.agent_addr);
-    if agent.is_some() {
-        // The operator owns restarts and the rendezvous: each attempt runs once (policy Never) and
-        // its assignment comes from /start.
-        supervisor.policy = crate::policy::RestartPolicy::Never;
-        supervisor.scope = RestartScope::Replica;
-        link = None;
-        inferred.push(format!(
-            "agent hyperpod on {}: each attempt starts on the operator's /start; --restart-policy and the \
-             rendezvous do not apply",
-            a.agent_addr
-        ));
-    }
+    // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
+    let link = match a.agent {
+        Some(_) => None,
+        None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
+    };
+    let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
         interval: a.report_interval,
