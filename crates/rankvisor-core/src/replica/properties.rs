@@ -191,7 +191,7 @@ impl Harness {
             (_, 0) => Some(LinkEvent::Released { generation }),
             (_, 1) => Some(LinkEvent::Failed { message: reason }),
             (Role::Master, 2) => Some(LinkEvent::RejoinAsked { generation }),
-            (Role::Master, _) => Some(LinkEvent::WorkersDone(which % 2 == 0)),
+            (Role::Master, _) => Some(LinkEvent::WorkersDone(which.is_multiple_of(2))),
             (Role::Worker, 2) => Some(LinkEvent::OrderRestart { generation }),
             (Role::Worker, 3) => Some(LinkEvent::OrderStop { reason }),
             (Role::Worker, 4) => Some(LinkEvent::MasterFinished { reason }),
