@@ -68,6 +68,13 @@ RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
 
+# tests/hyperpod_agent.rs validates /start bodies with the agent's own request models (pydantic, the
+# version the agent pins; cached outside the repository) and re-encodes /status with its encoder.
+t0=$SECONDS
+RANKVISOR_TEST_PYDANTIC=$(bash scripts/setup-pydantic.sh | tail -n 1)
+export RANKVISOR_TEST_PYDANTIC
+echo "scripts/test.sh: pydantic: $((SECONDS - t0)) s"
+
 # tests/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
 # the pause binary, built once from Debian's kubernetes source (cached outside the repo, like the API
 # server). That test also needs the Docker engine and the image below, and fails without them.
