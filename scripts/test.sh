@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: installs what the tests need, then the whole suite.
 # Usage: bash scripts/test.sh [--quick] [extra nextest arguments]
 #   --quick  the quick tier (.config/nextest.toml, profile `quick`): no torch, libtorch, kube-apiserver,
-#            kubelet, Docker image, chromium or promtool; the tests that need them are not run.
+#            kubelet, Docker image, chromium, promtool, maturin or release build; the tests that need
+#            them are not run.
 # Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
 # member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
@@ -75,6 +76,15 @@ t0=$SECONDS
 RANKVISOR_TEST_LEAN_FAILPOINTS_BIN=$(RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only | tail -n 1)
 export RANKVISOR_TEST_LEAN_FAILPOINTS_BIN
 echo "scripts/test.sh: lean build with failpoints: $((SECONDS - t0)) s"
+
+# The wheel test (tests/install.rs) builds the Python wheel with maturin (PyPI, a venv cached
+# outside the repo) from the lean static build, built here so that the test finds it up to date
+# (with a Docker engine the image below is built from it too).
+t0=$SECONDS
+RANKVISOR_TEST_MATURIN=$(bash scripts/setup-maturin.sh | tail -n 1)
+export RANKVISOR_TEST_MATURIN
+bash images/build.sh --binary-only >/dev/null
+echo "scripts/test.sh: maturin and the lean static build: $((SECONDS - t0)) s"
 
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they fail, naming what is missing.
