@@ -7,7 +7,7 @@
 # The wheel (pyproject.toml: maturin's binary bindings) is built by maturin (RANKVISOR_MATURIN, else
 # the one scripts/setup-maturin.sh installs) with this script's cargo options, so cargo finds the
 # binary just built up to date and the wheel carries the same bytes as the image (checked below).
-# RANKVISOR_LINK picks the link mode (README "Container images" has the measurements):
+# RANKVISOR_LINK picks the link mode (docs/building.md; the measurements are in docs/benchmarks.md):
 #   musl-static (default)  x86_64-unknown-linux-musl, static, not PIE
 #   musl-static-pie        x86_64-unknown-linux-musl, static-pie (the target's default)
 #   glibc-static           x86_64-unknown-linux-gnu, static, not PIE

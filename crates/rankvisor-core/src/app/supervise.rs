@@ -5,12 +5,14 @@
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
-use crate::process::{self, ChildCommand, Signals};
-use crate::replica::{self, link, HealthSource, LinkRole, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::process::{self, Signals};
+use crate::rank::Role;
+use crate::replica::{
+    self, link, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
+};
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
@@ -49,7 +51,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         },
         _ => None,
     };
-    process::become_subreaper();
+    if let Err(e) = process::become_subreaper() {
+        warn!("cannot become a child subreaper: {e}");
+    }
     process::install_panic_hook(cfg.termination_log.clone());
     if cfg.termination_log.is_some() {
         crate::termination::reserve_descriptor();
@@ -102,40 +106,37 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
-    let link_task: LinkTask = Arc::default();
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe(), link_task.clone()));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
-            health_gate: health.as_ref().map(|_| cfg.health.wait),
+            health_gate: match (&health, cfg.health.wait) {
+                (None, _) => HealthGate::Off,
+                (Some(_), false) => HealthGate::FailFast,
+                (Some(_), true) => HealthGate::Wait,
+            },
             link: cfg.link.as_ref().map(link::JobLinkConfig::role),
             linger: cfg
                 .link
                 .as_ref()
-                .filter(|l| l.role() == LinkRole::Master)
+                .filter(|l| l.role() == Role::Master)
                 .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
         },
-        command: ChildCommand {
-            program: cfg.program.clone(),
-            args: cfg.args.clone(),
-            env: Vec::new(),
-            env_remove: cfg.env_remove.clone(),
-        },
+        command: cfg.child.clone(),
         heartbeat_file: cfg.heartbeat_file.clone(),
         termination_log: cfg.termination_log.clone(),
         status_sink,
         panic_after_spawn,
     };
-    let code = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
-        Ok(code) => code,
+    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
+        Ok(replica::Finished { code, link }) => (code, link),
         Err(e) => {
             error!("supervision failed: {e}");
-            exit::EXTERNAL_FAILURE
+            (exit::EXTERNAL_FAILURE, None)
         }
     };
     // The status channel is closed: the link sends this replica's final state, then closes.
-    let task = link_task.lock().ok().and_then(|mut t| t.take());
-    if let Some(task) = task {
+    if let Some(task) = link_task {
         let _ = tokio::time::timeout(FINISH, task).await;
     }
     reporting.finish(FINISH).await;
@@ -147,14 +148,10 @@ async fn supervise(
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-/// Where the link's task lands once it starts, for the final flush.
-type LinkTask = Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>;
-
 fn link_starter(
     lc: link::JobLinkConfig,
     reporting: &Reporting,
     status: tokio::sync::watch::Receiver<crate::status::LocalStatus>,
-    task: LinkTask,
 ) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
@@ -165,10 +162,7 @@ fn link_starter(
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
         }
-        if let Ok(mut t) = task.lock() {
-            *t = Some(l.task);
-        }
-        Ok((l.commands, l.events))
+        Ok(LinkParts { commands: l.commands, events: l.events, task: l.task })
     })
 }
 

@@ -4,6 +4,7 @@
 //! node-health source, the rendezvous link. It decides nothing; it publishes the status after
 //! every step.
 
+use super::child::{ChildAction, Event, Phase, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
 use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
 use crate::exit;
@@ -11,13 +12,13 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::status::{ExitReason, LocalStatus};
-use crate::supervise::{Action, Event, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tracing::{error, info, warn};
 
@@ -25,7 +26,7 @@ use tracing::{error, info, warn};
 pub struct LoopConfig {
     /// The machine's settings.
     pub replica: ReplicaConfig,
-    /// The training command.
+    /// The training command and its environment (built once, in `config`).
     pub command: ChildCommand,
     /// The heartbeat file, when configured.
     pub heartbeat_file: Option<PathBuf>,
@@ -40,13 +41,28 @@ pub struct LoopConfig {
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
 pub type HealthSource = Pin<Box<dyn Future<Output = watch::Receiver<Observation>>>>;
 
+/// A started link as the loop holds it: where its commands go, its events, and its task.
+pub struct LinkParts {
+    /// Where the machine's commands go.
+    pub commands: mpsc::UnboundedSender<LinkCommand>,
+    /// What the link saw.
+    pub events: mpsc::UnboundedReceiver<LinkEvent>,
+    /// The link's task: it ends once the status channel closes and its last frames are out.
+    pub task: JoinHandle<()>,
+}
+
 /// Starts the rendezvous link when the machine asks (`Effect::StartLink`), with the node's
-/// health: the link's commands and events, or why it could not start.
-pub type LinkStarter = Box<
-    dyn FnOnce(
-        Option<watch::Receiver<Observation>>,
-    ) -> Result<(mpsc::UnboundedSender<LinkCommand>, mpsc::UnboundedReceiver<LinkEvent>), String>,
->;
+/// health; or says why it could not start.
+pub type LinkStarter = Box<dyn FnOnce(Option<watch::Receiver<Observation>>) -> Result<LinkParts, String>>;
+
+/// How the loop ended: rankvisor's exit status, and the link's task if one started (the caller
+/// lets it send this replica's final state once the status channel is closed).
+pub struct Finished {
+    /// rankvisor's exit status.
+    pub code: i32,
+    /// The link's task.
+    pub link: Option<JoinHandle<()>>,
+}
 
 /// The sources besides signals and timers.
 pub struct Sources {
@@ -66,16 +82,17 @@ struct Loop {
     link_starter: Option<LinkStarter>,
     link_commands: Option<mpsc::UnboundedSender<LinkCommand>>,
     link_events: Option<mpsc::UnboundedReceiver<LinkEvent>>,
+    link_task: Option<JoinHandle<()>>,
     exit_code: Option<i32>,
 }
 
-/// Run the replica until the machine decides to exit; return rankvisor's exit status.
+/// Run the replica until the machine decides to exit.
 pub async fn run(
     cfg: LoopConfig,
     signals: Signals,
     status: watch::Sender<LocalStatus>,
     sources: Sources,
-) -> std::io::Result<i32> {
+) -> std::io::Result<Finished> {
     let mut stream = SignalStream::new(&signals)?;
     let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
     let poll = heartbeat_poll(&cfg.replica.supervisor);
@@ -89,6 +106,7 @@ pub async fn run(
         link_starter: sources.link,
         link_commands: None,
         link_events: None,
+        link_task: None,
         exit_code: None,
     };
     let mut health_source = sources.health;
@@ -129,7 +147,7 @@ pub async fn run(
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
         }
     }
-    Ok(l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
+    Ok(Finished { code: l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE), link: l.link_task })
 }
 
 async fn poll_health_source(source: &mut Option<HealthSource>) -> watch::Receiver<Observation> {
@@ -222,17 +240,17 @@ impl Loop {
 
     fn act(&mut self, effect: Effect) {
         match effect {
-            Effect::Child(Action::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
-            Effect::Child(Action::SignalGroup { pid, signal }) => {
+            Effect::Child(ChildAction::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
+            Effect::Child(ChildAction::SignalGroup { pid, signal }) => {
                 info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
                     warn!(pid, signal = %exit::signal_name(signal), "cannot signal the child's group: {e}");
                 }
             }
-            Effect::Child(Action::KillLeftovers { pid }) => {
+            Effect::Child(ChildAction::KillLeftovers { pid }) => {
                 let _ = process::signal_group(pid, libc::SIGKILL);
             }
-            Effect::Child(Action::TerminationMessage(msg)) => {
+            Effect::Child(ChildAction::TerminationMessage(msg)) => {
                 error!("{msg}");
                 if let Some(path) = &self.cfg.termination_log {
                     if let Err(e) = crate::termination::write_message(path, &msg) {
@@ -252,17 +270,16 @@ impl Loop {
             Effect::SweepTerm => self.sweep_signal(libc::SIGTERM),
             Effect::SweepKill => self.sweep_signal(libc::SIGKILL),
             Effect::Exit { code } => self.exit_code = Some(code),
-            // The machine consumes these itself.
-            Effect::Child(Action::RequestGeneration | Action::Exit { .. }) => {}
         }
     }
 
     fn start_link(&mut self) {
         let Some(starter) = self.link_starter.take() else { return };
         match starter(self.health.clone()) {
-            Ok((commands, events)) => {
+            Ok(LinkParts { commands, events, task }) => {
                 self.link_commands = Some(commands);
                 self.link_events = Some(events);
+                self.link_task = Some(task);
             }
             Err(message) => {
                 let effects = self.replica.on_input(Input::Link(LinkEvent::Failed { message }), Instant::now());
@@ -321,21 +338,13 @@ impl Loop {
         self.feed(input);
     }
 
+    /// The configured command plus this start's counters.
     fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
         let n = OsString::from(restart_count.to_string());
-        let mut set = |k: &str, v: OsString| cmd.env.push((k.into(), v));
-        set("RANKVISOR_RESTART_COUNT", n.clone());
-        set("TORCHELASTIC_RESTART_COUNT", n);
-        set("RANKVISOR_GENERATION", generation.to_string().into());
-        for (k, v) in [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")] {
-            if std::env::var_os(k).is_none() && !cmd.env.iter().any(|(ek, _)| ek == k) {
-                cmd.env.push((k.into(), v.into()));
-            }
-        }
-        if let Some(hb) = &self.cfg.heartbeat_file {
-            cmd.env.push(("RANKVISOR_HEARTBEAT_FILE".into(), hb.clone().into_os_string()));
-        }
+        cmd.env.push(("RANKVISOR_RESTART_COUNT".into(), n.clone()));
+        cmd.env.push(("TORCHELASTIC_RESTART_COUNT".into(), n));
+        cmd.env.push(("RANKVISOR_GENERATION".into(), generation.to_string().into()));
         cmd
     }
 
