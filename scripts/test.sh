@@ -24,12 +24,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # The PID 1 binary under test, built on its own so that the dry run's and the tests' features
-# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it.
+# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it. The
+# explicit --target (the host's) puts them in <target dir>/<host>/debug, apart from
+# <target dir>/debug, where the test build's own rankvisor (features unified) is the control of
+# tests/lean_build.rs; tests/install.rs `cargo install`s these same builds from there.
 t0=$SECONDS
-cargo build -p rankvisor --bin rankvisor
-cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo build -p rankvisor --bin rankvisor --target "$host"
+cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
 mkdir -p "$target_dir/pid1"
-cp "$target_dir/debug/rankvisor" "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
 export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
 echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"
 

@@ -74,16 +74,28 @@ fn path_with(bin: &Path) -> String {
     format!("{}:/usr/bin:/bin", bin.display())
 }
 
+/// The host's target triple (`rustc -vV`).
+fn host() -> String {
+    let rustc = std::env::var("RUSTC").ok().filter(|r| !r.is_empty()).unwrap_or_else(|| "rustc".into());
+    let out = Command::new(&rustc).arg("-vV").stdin(Stdio::null()).output().expect("run rustc -vV");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let host = text.lines().find_map(|l| l.strip_prefix("host: "));
+    host.unwrap_or_else(|| panic!("{rustc} -vV names no host: {text}")).to_string()
+}
+
 #[test]
 fn cargo_install_of_both_packages_runs_a_dry_run_from_the_install_root() {
     let dir = TestDir::new("cargo-install");
     let root = dir.join("root");
     let target = target_dir();
-    // --debug and this build's target directory: the dev builds scripts/test.sh made are fresh, so
-    // this installs them without compiling; --offline: their crates are already downloaded.
+    // --debug, the host as an explicit --target and this build's target directory: the dev builds
+    // scripts/test.sh made are fresh, so this installs them without compiling, and what it writes
+    // stays in <target dir>/<host>/debug (<target dir>/debug holds this package's test build of
+    // rankvisor, which other tests run); --offline: their crates are already downloaded.
+    let host = host();
     for package in [".", "crates/rankvisor-dryrun"] {
         let out = outside_the_test(&mut Command::new(cargo()))
-            .args(["install", "--debug", "--locked", "--offline", "--path", package, "--root"])
+            .args(["install", "--debug", "--locked", "--offline", "--target", &host, "--path", package, "--root"])
             .arg(&root)
             .env("CARGO_TARGET_DIR", &target)
             .current_dir(repo_file(""))
