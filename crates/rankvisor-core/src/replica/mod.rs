@@ -6,6 +6,8 @@ pub mod event_loop;
 pub mod link;
 pub mod machine;
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 pub use event_loop::{run, Finished, HealthSource, LinkParts, LinkStarter, LoopConfig, Sources};
