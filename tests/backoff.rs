@@ -169,7 +169,16 @@ fn a_short_run_does_not_reset_the_delay() {
     // delay after it keeps doubling (1.6 s, not an immediate restart).
     let dir = TestDir::new("backoff-noreset");
     let out = Rv::new(&dir)
-        .args(["--backoff-initial", "400ms", "--backoff-max", "3200ms", "--backoff-reset", "5s", "--backoff-limit", "4"])
+        .args([
+            "--backoff-initial",
+            "400ms",
+            "--backoff-max",
+            "3200ms",
+            "--backoff-reset",
+            "5s",
+            "--backoff-limit",
+            "4",
+        ])
         .args(["--log-format", "json"])
         .sh(&stamping_child(&dir, Some(3), "0.5"))
         .run();

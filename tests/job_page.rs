@@ -94,7 +94,11 @@ fn serve(fixture: Fixture) -> u16 {
             let path = words.next().unwrap_or("/").split('?').next().unwrap_or("/").to_string();
             let reply = match &fixture {
                 Fixture::Master(report, history) => {
-                    let n = if path == "/job" { polls.fetch_add(1, Ordering::SeqCst) } else { polls.load(Ordering::SeqCst) };
+                    let n = if path == "/job" {
+                        polls.fetch_add(1, Ordering::SeqCst)
+                    } else {
+                        polls.load(Ordering::SeqCst)
+                    };
                     let view = history[n.min(history.len() - 1)].clone();
                     route(&method, &path, report, &WebhookCounts::default(), Some(&Some(view)))
                 }
@@ -165,8 +169,12 @@ fn replicas_at(k: usize) -> [LocalStatus; 3] {
         last_exit: Some(ExitHow::Exited(1)),
         ..LocalStatus::default()
     };
-    let healthy =
-        LocalStatus { state: ReplicaState::Running, child_pid: Some(4343), progress: progress(k), ..LocalStatus::default() };
+    let healthy = LocalStatus {
+        state: ReplicaState::Running,
+        child_pid: Some(4343),
+        progress: progress(k),
+        ..LocalStatus::default()
+    };
     [master, crashing, healthy]
 }
 

@@ -197,7 +197,11 @@ fn refusals_name_the_cause_and_a_fixed_token_is_picked_up() {
         let out: Finished =
             supervise(&run, &flags, &["--node-health-timeout", "1500ms"]).spawn().wait_for(Duration::from_secs(30));
         assert_eq!(out.code, Some(138), "{name}: {}", out.stderr);
-        assert!(out.elapsed >= Duration::from_millis(1500), "{name}: gave up after {:?}, before the timeout", out.elapsed);
+        assert!(
+            out.elapsed >= Duration::from_millis(1500),
+            "{name}: gave up after {:?}, before the timeout",
+            out.elapsed
+        );
         assert!(!run.join("started").exists(), "{name}: the child must not start");
         let reason = termination_log(&run);
         for e in &expected {
@@ -220,8 +224,9 @@ fn refusals_name_the_cause_and_a_fixed_token_is_picked_up() {
     // A bad token at start with --unhealthy-node wait: rankvisor waits; fixing the file is enough.
     let run_dir = TestDir::new("kube-wait");
     let token = run_dir.write("token", "wrong\n");
-    let run = supervise(&run_dir, &api.flags("n1", &token), &["--node-health-timeout", "500ms", "--unhealthy-node", "wait"])
-        .spawn();
+    let run =
+        supervise(&run_dir, &api.flags("n1", &token), &["--node-health-timeout", "500ms", "--unhealthy-node", "wait"])
+            .spawn();
     // Past its start window the rejection is the verdict, and the replica waits for its node.
     run.wait_status("the replica to wait for its node", |s| s["state"] == "NodeUnhealthy");
     assert!(run.stderr().contains("401 Unauthorized"), "{}", run.stderr());
@@ -329,7 +334,11 @@ fn a_plain_http_api_server_is_refused_without_the_opt_in() {
             .collect();
     let out = supervise(&dir, &flags, &[]).spawn().wait_for(Duration::from_secs(10));
     out.assert_code(64);
-    assert!(out.stderr.contains(&format!("{url:?}")) && out.stderr.contains("--kube-allow-insecure-http"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("{url:?}")) && out.stderr.contains("--kube-allow-insecure-http"),
+        "{}",
+        out.stderr
+    );
     assert!(!dir.join("started").exists(), "the child must not start");
     let out = check_node(&flags);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -101,10 +101,8 @@ fn children_start_only_after_every_replica_met() {
     let out = TestDir::new("rdzv-barrier-out");
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-barrier", i)).collect();
     let script = child(out.path(), "sleep 0.2");
-    let mut runs: Vec<Running> = reps[1..]
-        .iter()
-        .map(|r| r.rv("barrier", N, port).args(["--log-level", "debug"]).sh(&script).spawn())
-        .collect();
+    let mut runs: Vec<Running> =
+        reps[1..].iter().map(|r| r.rv("barrier", N, port).args(["--log-level", "debug"]).sh(&script).spawn()).collect();
     wait_dialled_in_vain(&runs);
     let master_launched = now_ns();
     runs.insert(0, reps[0].rv("barrier", N, port).sh(&script).spawn());
@@ -201,10 +199,8 @@ fn garbage_at_the_master_does_not_stop_the_barrier() {
     let out = TestDir::new("rdzv-garbage-out");
     let script = child(out.path(), "sleep 0.2");
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-garbage", i)).collect();
-    let mut runs: Vec<Running> = reps[..3]
-        .iter()
-        .map(|r| r.rv("garbage", N, port).args(["--log-level", "debug"]).sh(&script).spawn())
-        .collect();
+    let mut runs: Vec<Running> =
+        reps[..3].iter().map(|r| r.rv("garbage", N, port).args(["--log-level", "debug"]).sh(&script).spawn()).collect();
     runs[0].wait_log(JOINED, 2);
     let rdzv = ("127.0.0.1", port + 1);
     let silent = wait_until("the master to listen", || TcpStream::connect(rdzv).ok());
