@@ -139,50 +139,32 @@ fn delays_double_from_initial_up_to_max() {
     assert_delays(&gaps(&dir), &[0.0, 0.4, 0.8, 1.6], 0.4, &out);
 }
 
+/// A run with the delay doubling from 400 ms up to 3.2 s, `--backoff-reset reset`, at most
+/// `limit` restarts, whose run 3 stays up for `long_secs`.
+fn run_with_a_long_run_3(name: &str, reset: &str, limit: &str, long_secs: &str) -> (TestDir, Finished) {
+    let dir = TestDir::new(name);
+    let out = Rv::new(&dir)
+        .args(["--backoff-initial", "400ms", "--backoff-max", "3200ms", "--backoff-reset", reset])
+        .args(["--backoff-limit", limit, "--log-format", "json"])
+        .sh(&stamping_child(&dir, Some(3), long_secs))
+        .run();
+    out.assert_code(1);
+    (dir, out)
+}
+
 #[test]
 fn healthy_running_resets_the_delay() {
     // Runs 0..2 fail at once (restarts after 0, 0.4, 0.8 s); run 3 is up for 1.2 s, longer than
     // --backoff-reset, so the restart after it is immediate again instead of after 1.6 s, then 0.4 s.
-    let dir = TestDir::new("backoff-reset");
-    let out = Rv::new(&dir)
-        .args([
-            "--backoff-initial",
-            "400ms",
-            "--backoff-max",
-            "3200ms",
-            "--backoff-reset",
-            "1s",
-            "--backoff-limit",
-            "5",
-        ])
-        .args(["--log-format", "json"])
-        .sh(&stamping_child(&dir, Some(3), "1.2"))
-        .run();
-    out.assert_code(1);
-    let g = gaps(&dir);
-    assert_delays(&g, &[0.0, 0.4, 0.8, 0.0, 0.4], 0.4, &out);
+    let (dir, out) = run_with_a_long_run_3("backoff-reset", "1s", "5", "1.2");
+    assert_delays(&gaps(&dir), &[0.0, 0.4, 0.8, 0.0, 0.4], 0.4, &out);
 }
 
 #[test]
 fn a_short_run_does_not_reset_the_delay() {
     // Negative control for the reset: run 3 stays up for 0.5 s, shorter than --backoff-reset, so the
     // delay after it keeps doubling (1.6 s, not an immediate restart).
-    let dir = TestDir::new("backoff-noreset");
-    let out = Rv::new(&dir)
-        .args([
-            "--backoff-initial",
-            "400ms",
-            "--backoff-max",
-            "3200ms",
-            "--backoff-reset",
-            "5s",
-            "--backoff-limit",
-            "4",
-        ])
-        .args(["--log-format", "json"])
-        .sh(&stamping_child(&dir, Some(3), "0.5"))
-        .run();
-    out.assert_code(1);
+    let (dir, out) = run_with_a_long_run_3("backoff-noreset", "5s", "4", "0.5");
     assert_delays(&gaps(&dir), &[0.0, 0.4, 0.8, 1.6], 0.4, &out);
 }
 

@@ -71,13 +71,21 @@ const REPLICAS: [&str; 8] =
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
+    /// SIGSTOP a launcher, SIGCONT it 2-6 s later.
     LauncherStop,
+    /// SIGKILL a launcher from outside.
     LauncherKill,
+    /// SIGKILL a training child.
     ChildCrash,
+    /// SIGSTOP a training child.
     ChildHang,
+    /// A refused peer on the rendezvous port.
     HostilePeer,
+    /// Many connections, half of them slow, on a launcher's HTTP port.
     HttpFlood,
+    /// A node label rewritten (`--inject label:`), the node staying healthy.
     LabelFlip,
+    /// A worker's pod deleted (`--inject delete:`).
     PodDelete,
 }
 

@@ -431,11 +431,16 @@ impl Running {
         read(&self.stderr)
     }
 
+    /// How many lines of its stderr so far contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> usize {
+        self.stderr().lines().filter(|l| l.contains(needle)).count()
+    }
+
     /// Wait until its stderr has at least `count` lines containing `needle` (a log line as the
     /// event to wait for, never a sleep); their number then.
     pub fn wait_log(&self, needle: &str, count: usize) -> usize {
         wait_until(&format!("{count} line(s) with {needle:?} in rankvisor's stderr"), || {
-            let n = self.stderr().lines().filter(|l| l.contains(needle)).count();
+            let n = self.log_lines(needle);
             (n >= count).then_some(n)
         })
     }
