@@ -47,10 +47,12 @@ fn chaos_soak_two_minutes() {
         opts.duration.as_secs(),
         opts.seed
     );
-    // A soak that applied nothing or checked nothing proves nothing.
-    assert!(summary.fault_total() >= 10, "too few faults applied for a soak:\n{summary}");
-    assert!(summary.check_total() >= 100, "too few checks passed:\n{summary}");
-    for kind in soak::Kind::LIVE.iter().chain(&soak::Kind::UP_FRONT) {
+    // A soak that applied nothing or checked nothing proves nothing: at 120 s, at least 10
+    // faults and 100 checks passed, and every kind of fault; other durations in proportion.
+    let secs = opts.duration.as_secs();
+    assert!(u64::from(summary.fault_total()) >= secs / 12, "too few faults applied for a soak:\n{summary}");
+    assert!(u64::from(summary.check_total()) >= secs * 5 / 6, "too few checks passed:\n{summary}");
+    for kind in soak::Kind::LIVE.iter().chain(&soak::Kind::UP_FRONT).filter(|_| secs >= 120) {
         assert!(
             summary.faults.contains_key(kind.name()),
             "no {} fault with seed {}:\n{summary}",
