@@ -28,8 +28,9 @@ use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
 use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
+use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 mod watch;
 
@@ -348,8 +349,13 @@ impl Controller {
         }
         if p.kubelet_restarts(status) && !finished {
             // A container crash: the kubelet starts the container again in this pod.
-            let delay =
-                operator::kubelet_restart_delay(p.restarts, self.config.backoff_initial, self.config.backoff_max);
+            // The launcher's own backoff (the kubelet's, in one place), not a copy of it.
+            let backoff = BackoffConfig {
+                initial: self.config.backoff_initial,
+                max: self.config.backoff_max,
+                ..BackoffConfig::default()
+            };
+            let delay = backoff.delay(p.restarts);
             p.relaunch_at = Some(now.saturating_add(delay));
             if !delay.is_zero() {
                 // Waiting out the back-off: kubectl shows CrashLoopBackOff.

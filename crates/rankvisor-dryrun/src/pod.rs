@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::pytorchjob::ReplicaId;
 use super::rows::{PodRow, PodStatus, Row};
 use rankvisor_core::exit::ExitHow;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// The launcher process of a pod, as the controller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

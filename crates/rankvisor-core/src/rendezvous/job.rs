@@ -138,6 +138,12 @@ impl JobView {
         &self.replicas
     }
 
+    /// Every worker heard from has finished or is gone: a master whose own child succeeded has no
+    /// one left to wait for (workers never heard from do not hold it).
+    pub fn workers_done(&self) -> bool {
+        self.replicas.values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final())
+    }
+
     fn replace(&mut self, view: ReplicaView) {
         self.replicas.insert(view.index, Arc::new(view));
     }
@@ -320,6 +326,20 @@ mod tests {
         assert_eq!(v.phase(), JobPhase::Succeeded, "final phases stay");
         v.joined(3, "node-9", &healthy(), 3002);
         assert_eq!(v.phase(), JobPhase::Succeeded);
+    }
+
+    #[test]
+    fn workers_are_done_once_each_finished_or_is_gone() {
+        let mut v = view();
+        assert!(!v.workers_done(), "three workers connected and running");
+        v.state(1, &update(Succeeded, 0), 2000);
+        v.state(2, &update(Failed, 3), 2000);
+        assert!(!v.workers_done(), "worker 3 still runs");
+        v.state(0, &update(Running, 0), 2000);
+        v.lost(3, "connection closed");
+        assert!(v.workers_done(), "the master's own state does not count");
+        v.joined(3, "node-3b", &healthy(), 3000);
+        assert!(!v.workers_done(), "a recreated worker is waited for again");
     }
 
     #[test]

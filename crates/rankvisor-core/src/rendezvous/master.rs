@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::admission::Expected;
-use super::config::{Identity, Released, RendezvousConfig};
+use super::config::{Member, Released, RendezvousConfig};
 use super::conn::{accept_loop, log_refusal, ConnContext, Gauge, Inbound, REFUSAL_WARN_WINDOW};
 use super::error::RendezvousError;
 use super::frame::{Frame, Health, Hello, Order, StateUpdate};
@@ -25,7 +25,7 @@ use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
-use crate::supervise::RestartScope;
+use crate::policy::RestartScope;
 use crate::untrusted::{escape, Escaped};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
@@ -109,7 +109,6 @@ impl Drop for AbortOnDrop {
 /// and every worker connection.
 pub struct MasterHandle {
     commands: mpsc::Sender<Command>,
-    events: mpsc::Receiver<ControlEvent>,
     view: Arc<Mutex<JobView>>,
     released: watch::Receiver<Option<u64>>,
     local_addr: SocketAddr,
@@ -130,12 +129,14 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener, RendezvousError> {
 }
 
 /// Start the master (replica 0) on an already-bound listener; must run inside a tokio runtime.
+/// Returns the handle (barriers, orders, the job view) and the master's events (state updates,
+/// health changes, rejoin requests, lost workers), which the caller must keep draining.
 pub fn start_master(
     listener: TcpListener,
-    me: Identity,
+    me: Member,
     health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
-) -> Result<MasterHandle, RendezvousError> {
+) -> Result<(MasterHandle, mpsc::Receiver<ControlEvent>), RendezvousError> {
     me.check_master()?;
     cfg.check()?;
     let local_addr = listener
@@ -177,16 +178,16 @@ pub fn start_master(
     };
     let task = tokio::spawn(master.run(command_rx, inbound_rx, health, AbortOnDrop(accept)));
     info!(addr = %local_addr, job = %me.job, replicas = me.replica_count, "rendezvous master listening");
-    Ok(MasterHandle {
+    let handle = MasterHandle {
         commands,
-        events,
         view,
         released,
         local_addr,
         barrier_timeout: cfg.barrier_timeout,
         replica_count: me.replica_count,
         _task: AbortOnDrop(task),
-    })
+    };
+    Ok((handle, events))
 }
 
 impl MasterHandle {
@@ -226,11 +227,6 @@ impl MasterHandle {
                 }
             }
         }
-    }
-
-    /// State updates, health changes, rejoin requests and lost workers.
-    pub fn events(&mut self) -> &mut mpsc::Receiver<ControlEvent> {
-        &mut self.events
     }
 
     /// Send an order to every connected worker (`Restart` also starts gathering its generation).

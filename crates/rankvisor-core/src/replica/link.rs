@@ -5,12 +5,13 @@
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
+use crate::policy::RestartScope;
+use crate::rank::Role;
 use crate::rendezvous::{
-    self, ControlEvent, Health, Identity, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
+    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
 use crate::status::{LocalStatus, Report};
-use crate::supervise::RestartScope;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -25,20 +26,11 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(2);
 /// How often the master's job view is rebuilt while events arrive (O(replicas) per build).
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 
-/// Which side of the barrier this replica is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkRole {
-    /// Replica 0: listens, runs the barrier, serves the job view.
-    Master,
-    /// Every other replica: dials the master.
-    Worker,
-}
-
 /// Where and how this replica meets the others.
 #[derive(Debug, Clone)]
 pub struct JobLinkConfig {
     /// Who this replica is.
-    pub identity: Identity,
+    pub identity: Member,
     /// The master's rendezvous address (workers dial it).
     pub master: (String, u16),
     /// Where the master listens.
@@ -51,11 +43,11 @@ pub struct JobLinkConfig {
 
 impl JobLinkConfig {
     /// Master for replica 0, else Worker.
-    pub fn role(&self) -> LinkRole {
+    pub fn role(&self) -> Role {
         if self.identity.replica_index == 0 {
-            LinkRole::Master
+            Role::Master
         } else {
-            LinkRole::Worker
+            Role::Worker
         }
     }
 }
@@ -100,7 +92,8 @@ pub enum LinkEvent {
         /// The generation asked for.
         generation: u64,
     },
-    /// Master: whether every worker has finished or disconnected.
+    /// Master: whether every worker has finished or disconnected ([`JobView::workers_done`]),
+    /// sent when it changes.
     WorkersDone(bool),
     /// Worker: the master orders a restart in `generation`.
     OrderRestart {
@@ -228,13 +221,14 @@ pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upst
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let job_view = match cfg.role() {
-        LinkRole::Master => {
+        Role::Master => {
             let listener = rendezvous::listen(cfg.listen)?;
-            let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
+            let (master, control) =
+                rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
             let (view_tx, view_rx) = watch::channel(None);
-            (Some(view_rx), tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx)))
+            (Some(view_rx), tokio::spawn(run_master(master, control, upstream, cmd_rx, ev_tx, view_tx)))
         }
-        LinkRole::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
+        Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
     let (job_view, task) = job_view;
     Ok(Link { commands: cmd_tx, events: ev_rx, job_view, task })
@@ -251,15 +245,14 @@ async fn poll_pending<T>(p: &mut Pending<T>) -> T {
 }
 
 async fn run_master(
-    mut master: MasterHandle,
+    master: MasterHandle,
+    mut control: mpsc::Receiver<ControlEvent>,
     mut upstream: Upstream,
     mut commands: mpsc::UnboundedReceiver<LinkCommand>,
     events: mpsc::UnboundedSender<LinkEvent>,
     view: watch::Sender<Option<JobView>>,
 ) {
-    // The barrier runs beside the event stream: take the receiver out so the handle can be shared.
-    let (_closed, dummy) = mpsc::channel(1);
-    let mut control = std::mem::replace(master.events(), dummy);
+    // The barrier runs beside the event stream: the handle is shared with it.
     let master = Arc::new(master);
     let barrier = |g: u64| -> Pending<(u64, Result<rendezvous::Released, RendezvousError>)> {
         let m = master.clone();
@@ -273,7 +266,7 @@ async fn run_master(
             return;
         }
         let job = master.job_view();
-        let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
+        let finished = job.workers_done();
         if finished != *done {
             *done = finished;
             let _ = events.send(LinkEvent::WorkersDone(finished));
@@ -331,10 +324,14 @@ async fn run_master(
             }
             command = commands.recv() => match command {
                 Some(LinkCommand::Barrier { generation }) => pending = barrier(generation),
+                // Queued beside the loop: the master's command queue may be full for a moment.
                 Some(LinkCommand::StopWorkers { reason }) => {
-                    if let Err(e) = master.order(Order::Stop { reason }).await {
-                        warn!("rendezvous: cannot stop the workers: {e}");
-                    }
+                    let master = Arc::clone(&master);
+                    tokio::spawn(async move {
+                        if let Err(e) = master.order(Order::Stop { reason }).await {
+                            warn!("rendezvous: cannot stop the workers: {e}");
+                        }
+                    });
                 }
                 Some(other) => warn!("rendezvous: the master ignores {other:?}"),
                 // The machine is done: tell the workers, then the channel closes with the link.
