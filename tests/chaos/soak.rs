@@ -750,7 +750,7 @@ impl Soak {
             } else if self.launchers.iter().any(|(p, r)| *r == kill.replica && *p != kill.pid) {
                 self.pass("kill-restarted");
             } else if now - kill.at > KILL_RESTART || last {
-                if !last && matches!(self.exited_early(), None) {
+                if !last && self.exited_early().is_none() {
                     self.violate(format!(
                         "{}'s launcher {} was killed {:.0?} ago and no new launcher runs in its pod",
                         kill.replica,
