@@ -203,9 +203,14 @@ impl DryRunLoop {
         if let Err(message) = orphans::become_subreaper() {
             note(&message);
         }
+        // Without a Master the operator injects no MASTER_ADDR: say where the replicas meet instead.
+        let meet = match (&self.job.master, &self.job.elastic) {
+            (Some(_), _) => format!("MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={}", self.master_port),
+            (None, Some(_)) => format!("torchrun's rendezvous at {DRY_RUN_MASTER_ADDR}"),
+            (None, None) => format!("no Master: Worker 0 leads at {DRY_RUN_MASTER_ADDR}"),
+        };
         note(&format!(
-            "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher (MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={})",
-            self.master_port
+            "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher ({meet})"
         ));
         self.start = Instant::now();
         self.feed(ClusterEvent::Submitted);

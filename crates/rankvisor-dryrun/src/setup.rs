@@ -14,7 +14,7 @@ use super::manifest::load_job;
 use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
-use super::pytorchjob::PyTorchJob;
+use super::pytorchjob::{PyTorchJob, KUBEFLOW_JOBS_CONTROLLER};
 use super::timeline::TimelineFormat;
 use super::workdir::{write_atomically, WorkDir};
 
@@ -46,6 +46,14 @@ pub(super) struct Setup {
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
         let loaded = load_job(&opts.manifest).map_err(SetupError::config)?;
+        if let Some(manager) = loaded.job.run_policy.external_manager() {
+            // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
+            // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
+            return Err(SetupError::config(format!(
+                "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
+                opts.manifest.display()
+            )));
+        }
         for warning in &loaded.warnings {
             // As kubectl prints an admission webhook's warnings.
             eprintln!("Warning: {warning}");
