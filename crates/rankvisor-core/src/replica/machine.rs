@@ -160,8 +160,6 @@ pub struct Replica {
     cfg: ReplicaConfig,
     health: Health,
     gate: Gate,
-    /// The link's current generation.
-    generation: u64,
     /// Master: a barrier for this generation runs.
     barrier_pending: Option<u64>,
     /// Worker: a link command to send once the child is gone.
@@ -183,7 +181,6 @@ impl Replica {
             cfg,
             health,
             gate,
-            generation: 0,
             barrier_pending: None,
             after_child: None,
             workers_done: false,
@@ -359,9 +356,9 @@ impl Replica {
         match ev {
             LinkEvent::Released { generation } => {
                 self.barrier_pending = None;
-                self.generation = generation;
                 if self.gate == Gate::Pending {
                     self.gate = Gate::Passed;
+                    self.feed(Event::Released { generation }, now, out);
                     self.maybe_start(now, out);
                 } else {
                     out.push(Effect::Note(Note::Info(format!("rendezvous: released generation {generation}"))));
@@ -381,7 +378,7 @@ impl Replica {
                 }
             }
             LinkEvent::OrderRestart { generation } => {
-                if generation <= self.generation {
+                if generation <= self.sup.target_generation() {
                     return;
                 }
                 self.feed(Event::NewGeneration { generation }, now, out);
@@ -410,7 +407,7 @@ impl Replica {
                     out.push(Effect::Note(Note::Warn(format!(
                         "rendezvous: lost the master ({reason}); stopping the child and waiting for a new generation"
                     ))));
-                    self.feed(Event::NewGeneration { generation: self.generation + 1 }, now, out);
+                    self.feed(Event::NewGeneration { generation: self.sup.target_generation() + 1 }, now, out);
                     self.after_child = Some(LinkCommand::Reconnect);
                     self.after_child_gone(out);
                 }
@@ -420,7 +417,6 @@ impl Replica {
                     out.push(Effect::Note(Note::Info("rendezvous: reconnected to the master".into())));
                 }
                 RestartScope::Job => {
-                    self.generation = generation;
                     self.feed(Event::Released { generation }, now, out);
                 }
             },
@@ -444,7 +440,7 @@ impl Replica {
             ))));
             return;
         }
-        let current = self.barrier_pending.unwrap_or(self.generation);
+        let current = self.barrier_pending.unwrap_or(self.sup.target_generation());
         if generation <= current {
             return;
         }
@@ -488,7 +484,7 @@ impl Replica {
 
     /// Job scope: this replica's child failed and the job must move on together.
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let next = self.barrier_pending.unwrap_or(self.generation) + 1;
+        let next = self.barrier_pending.unwrap_or(self.sup.target_generation()) + 1;
         match self.cfg.link {
             Some(Role::Master) => self.new_generation(next, now, out),
             Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),

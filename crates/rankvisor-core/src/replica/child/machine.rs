@@ -270,6 +270,18 @@ impl Supervisor {
         self.generation
     }
 
+    /// The generation this replica is in or moving to: the child's, or the one its child is being
+    /// stopped for. The replica's staleness checks use it: the supervisor is the generation's one
+    /// owner.
+    pub fn target_generation(&self) -> u64 {
+        match &self.phase {
+            Phase::Stopping { cause: StopCause::NewGeneration { generation }, .. } => {
+                (*generation).max(self.generation)
+            }
+            _ => self.generation,
+        }
+    }
+
     /// True when the last child was stopped because the job moved to a new generation (not a failure).
     pub fn last_exit_generation_stop(&self) -> bool {
         self.last_exit_generation_stop
@@ -343,6 +355,11 @@ impl Supervisor {
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
             Event::Released { generation } => match &self.phase {
+                // The first barrier: the first child belongs to the generation it released.
+                Phase::Pending => {
+                    self.generation = generation;
+                    ChildSteps::default()
+                }
                 Phase::AwaitingGeneration => {
                     self.generation = generation;
                     vec![ChildAction::Spawn { restart_count: self.restarts, generation }].into()
