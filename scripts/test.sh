@@ -55,11 +55,25 @@ cargo build -p rankvisor-trainer --example smoke_train
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 
+# The log-rules differential test (tests/log_rules_agent.rs) replays logs through the real HyperPod
+# elastic agent's log evaluator: its source, cached outside the repository.
+t0=$SECONDS
+RANKVISOR_TEST_HYPERPOD_AGENT=$(bash scripts/setup-hyperpod.sh | tail -n 1)
+export RANKVISOR_TEST_HYPERPOD_AGENT
+echo "scripts/test.sh: hyperpod-elastic-agent: $((SECONDS - t0)) s"
+
 # The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
 t0=$SECONDS
 RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
+
+# tests/hyperpod_agent.rs validates /start bodies with the agent's own request models (pydantic, the
+# version the agent pins; cached outside the repository) and re-encodes /status with its encoder.
+t0=$SECONDS
+RANKVISOR_TEST_PYDANTIC=$(bash scripts/setup-pydantic.sh | tail -n 1)
+export RANKVISOR_TEST_PYDANTIC
+echo "scripts/test.sh: pydantic: $((SECONDS - t0)) s"
 
 # tests/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
 # the pause binary, built once from Debian's kubernetes source (cached outside the repo, like the API

@@ -89,6 +89,8 @@ pub struct SuperviseConfig {
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
     pub status_fd: Option<i32>,
+    /// `--agent hyperpod`: where the agent's API listens.
+    pub agent: Option<std::net::SocketAddr>,
     /// What was inferred, for one INFO line at start.
     pub inferred: Vec<String>,
     /// Warnings to log once at start.
@@ -214,7 +216,7 @@ pub fn supervise_config(
         }
     }
     let rank = rank_env(env)?;
-    let supervisor = supervisor_config(a)?;
+    let mut supervisor = supervisor_config(a)?;
     let identity = identity(env, &rank, a.job_name.as_deref());
     let mut warnings = Vec::new();
     let mut inferred = rank.inferred.clone();
@@ -226,7 +228,12 @@ pub fn supervise_config(
         env,
         &mut warnings,
     );
-    let link = link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?;
+    // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
+    let link = match a.agent {
+        Some(_) => None,
+        None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
+    };
+    let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
         interval: a.report_interval,
@@ -251,6 +258,7 @@ pub fn supervise_config(
         heartbeat_file: a.heartbeat_file.clone(),
         termination_log,
         status_fd: a.status_fd,
+        agent,
         inferred,
         warnings,
     })

@@ -14,6 +14,8 @@ use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod agent;
+
 const MS: Duration = Duration::from_millis(1);
 
 fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
@@ -33,6 +35,7 @@ fn cfg() -> ReplicaConfig {
         health_gate: HealthGate::Off,
         link: None,
         linger: None,
+        agent: false,
     }
 }
 

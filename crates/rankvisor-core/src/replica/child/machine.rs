@@ -61,6 +61,8 @@ pub enum StopCause {
         /// The generation to start once released.
         generation: u64,
     },
+    /// The HyperPod agent's `/stop`: the attempt ends with the child's status.
+    Ordered,
 }
 
 /// Where the supervised child is.
@@ -148,6 +150,9 @@ pub enum Event {
         /// The new generation.
         generation: u64,
     },
+    /// The HyperPod agent's `/stop`: `signal` (TERM, or USR1 when graceful), SIGKILL after `grace`.
+    #[allow(missing_docs)]
+    Stop { signal: i32, grace: Duration },
     /// Job scope: the barrier of `generation` passed; start the child.
     Released {
         /// The released generation.
@@ -354,6 +359,10 @@ impl Supervisor {
             Event::Tick => self.on_tick(now),
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
+            Event::Stop { signal, grace } => match self.phase {
+                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, now + grace),
+                _ => ChildSteps::default(),
+            },
             Event::Released { generation } => match &self.phase {
                 // The first barrier: the first child belongs to the generation it released.
                 Phase::Pending => {
@@ -380,7 +389,7 @@ impl Supervisor {
         match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now)
+                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung) => {
                 *cause = StopCause::NewGeneration { generation };
@@ -405,8 +414,8 @@ impl Supervisor {
         ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
     }
 
-    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, now: Instant) -> ChildSteps {
-        self.phase = Phase::Stopping { pid, started, deadline: now + self.cfg.grace, killed: false, cause };
+    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, deadline: Instant) -> ChildSteps {
+        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
         vec![ChildAction::SignalGroup { pid, signal }].into()
     }
 
@@ -418,7 +427,7 @@ impl Supervisor {
             ),
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now)
+                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now + self.cfg.grace)
             }
             Phase::Stopping { pid, cause, .. } => {
                 // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
@@ -445,7 +454,7 @@ impl Supervisor {
         match &self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now)
+                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
             Phase::Stopping { pid, started, deadline, killed, .. } => {
@@ -479,7 +488,7 @@ impl Supervisor {
                 match self.hang_deadline(started) {
                     Some(d) if now >= d => {
                         self.hang_detections += 1;
-                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now)
+                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now + self.cfg.grace)
                     }
                     _ => ChildSteps::default(),
                 }
@@ -509,6 +518,7 @@ impl Supervisor {
                 }
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
+            Some(StopCause::Ordered) => self.finish(how.code(), None),
             Some(StopCause::Hung) => self.after_run(pid, how, true, started, now),
             Some(StopCause::NewGeneration { generation }) => {
                 if self.restarts >= self.cfg.backoff_limit {
