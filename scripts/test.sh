@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: installs what the tests need, then the whole suite.
 # Usage: bash scripts/test.sh [--quick] [extra nextest arguments]
 #   --quick  the quick tier (.config/nextest.toml, profile `quick`): no torch, libtorch, kube-apiserver,
-#            kubelet, Docker image, chromium or promtool; the tests that need them are not run.
+#            kubelet, Docker image, chromium, promtool, maturin or release build; the tests that need
+#            them are not run.
 # Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
 # member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
@@ -23,12 +24,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # The PID 1 binary under test, built on its own so that the dry run's and the tests' features
-# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it.
+# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it. The
+# explicit --target (the host's) puts them in <target dir>/<host>/debug, apart from
+# <target dir>/debug, where the test build's own rankvisor (features unified) is the control of
+# tests/lean_build.rs; tests/install.rs `cargo install`s these same builds from there.
 t0=$SECONDS
-cargo build -p rankvisor --bin rankvisor
-cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo build -p rankvisor --bin rankvisor --target "$host"
+cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
 mkdir -p "$target_dir/pid1"
-cp "$target_dir/debug/rankvisor" "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
 export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
 echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"
 
@@ -89,6 +94,15 @@ t0=$SECONDS
 RANKVISOR_TEST_LEAN_FAILPOINTS_BIN=$(RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only | tail -n 1)
 export RANKVISOR_TEST_LEAN_FAILPOINTS_BIN
 echo "scripts/test.sh: lean build with failpoints: $((SECONDS - t0)) s"
+
+# The wheel test (tests/install.rs) builds the Python wheel with maturin (PyPI, a venv cached
+# outside the repo) from the lean static build, built here so that the test finds it up to date
+# (with a Docker engine the image below is built from it too).
+t0=$SECONDS
+RANKVISOR_TEST_MATURIN=$(bash scripts/setup-maturin.sh | tail -n 1)
+export RANKVISOR_TEST_MATURIN
+bash images/build.sh --binary-only >/dev/null
+echo "scripts/test.sh: maturin and the lean static build: $((SECONDS - t0)) s"
 
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they fail, naming what is missing.
