@@ -5,7 +5,14 @@
 //! is `min:max` for an elastic job, whose membership belongs to torchrun's own rendezvous.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt;
+
+mod trainer_v2;
+#[cfg(test)]
+mod trainer_v2_tests;
+
+pub use trainer_v2::{restart_attempt, train_job_of_master_addr, train_job_of_pod, Flavour, RESTART_ATTEMPT_LABEL};
 
 /// A replica's role in the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +94,12 @@ pub struct RankEnv {
     pub injected: bool,
     /// The job has a Master: the operator injected `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`.
     pub has_master: bool,
+    /// Which controller wrote the contract (`trainer-v2`: a TrainJob's five `PET_` variables).
+    pub flavour: Flavour,
+    /// The job's name: the PyTorchJob's or the TrainJob's, from the master's address or the pod's name.
+    pub job: Option<String>,
+    /// Where each value came from: a field of this struct -> the variable or name that gave it.
+    pub sources: BTreeMap<&'static str, String>,
     /// What was inferred rather than read, for one INFO line at start.
     #[serde(skip)]
     pub inferred: Vec<String>,
@@ -326,6 +339,17 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
             _ => 0,
         },
     };
+    // An Indexed Job's pod gets its completion index too; Trainer v2's PET_NODE_RANK reads it.
+    if let (Some(index), Some(n)) = (get("JOB_COMPLETION_INDEX"), &node_rank_raw) {
+        if index != *n {
+            return Err(RankError::Disagree {
+                var: "JOB_COMPLETION_INDEX",
+                value: index,
+                other: "PET_NODE_RANK",
+                other_value: n.clone(),
+            });
+        }
+    }
     if replica_index >= max {
         let (var, value) = match (&rank_raw, &node_rank_raw) {
             (Some(r), _) => ("RANK", r.clone()),
@@ -397,6 +421,40 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
     }
     let local_rank =
         get("LOCAL_RANK").map(|v| parse_u32("LOCAL_RANK", &v, 0, u32::MAX, "a number >= 0")).transpose()?;
+    let flavour = trainer_v2::flavour(&get);
+    let mut sources = BTreeMap::new();
+    let index_from = match (&rank_raw, &node_rank_raw) {
+        (Some(_), _) => "RANK".to_string(),
+        (None, Some(_)) => "PET_NODE_RANK".to_string(),
+        (None, None) if !has_master && max > 1 && pod_name.is_some() => {
+            format!("the pod name {:?}", pod.unwrap_or_default())
+        }
+        (None, None) => "default (one replica)".to_string(),
+    };
+    sources.insert("replica_index", index_from);
+    let count_from = match (&nnodes_raw, &world_raw) {
+        (Some(_), _) => "PET_NNODES",
+        (None, Some(_)) => "WORLD_SIZE",
+        (None, None) => "default (one replica)",
+    };
+    sources.insert("replica_count", count_from.to_string());
+    if world_size.is_some() {
+        sources.insert("world_size", "WORLD_SIZE".to_string());
+    }
+    if master_addr.is_some() {
+        sources.insert("master_addr", master_addr_var(&get).to_string());
+    }
+    if master_port.is_some() {
+        sources.insert("master_port", master_port_var(&get).to_string());
+    }
+    if nproc_per_node.is_some() {
+        sources.insert("nproc_per_node", "PET_NPROC_PER_NODE".to_string());
+    }
+    if let Some(from) = job_name_source(master_addr.as_deref(), pod) {
+        sources.insert("job", from);
+    }
+    sources.insert("flavour", flavour_source(flavour).to_string());
+    let job = derive_job_name(master_addr.as_deref(), pod);
 
     Ok(RankEnv {
         role,
@@ -411,8 +469,38 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
         rdzv_endpoint,
         injected,
         has_master,
+        flavour,
+        job,
+        sources,
         inferred,
     })
+}
+
+/// Why the contract is of its flavour, for `env --json`'s `sources`.
+fn flavour_source(flavour: Flavour) -> &'static str {
+    match flavour {
+        Flavour::None => "no rank variable is set",
+        Flavour::TrainingOperator => "MASTER_ADDR, RANK, WORLD_SIZE or PET_RDZV_* (the training-operator sets them)",
+        Flavour::TrainerV2 => {
+            "PET_MASTER_ADDR without MASTER_ADDR, RANK or WORLD_SIZE (Trainer v2's five PET_ variables)"
+        }
+    }
+}
+
+/// Where [`derive_job_name`] finds the job's name, said as the variable or name it reads.
+fn job_name_source(master_addr: Option<&str>, pod: Option<&str>) -> Option<String> {
+    let host = master_addr.map(|a| a.split('.').next().unwrap_or(a));
+    if host.and_then(|h| h.strip_suffix("-master-0")).is_some_and(|j| !j.is_empty()) {
+        return Some("MASTER_ADDR (<job>-master-0)".into());
+    }
+    if master_addr.and_then(train_job_of_master_addr).is_some() {
+        return Some("PET_MASTER_ADDR (<trainjob>-node-0-0.<trainjob>)".into());
+    }
+    match pod {
+        Some(p) if PodName::parse(p).is_some() => Some(format!("the pod name {p:?} (<job>-<type>-<N>)")),
+        Some(p) if train_job_of_pod(p).is_some() => Some(format!("the pod name {p:?} (<trainjob>-node-0-<k>)")),
+        _ => None,
+    }
 }
 
 /// The variable `MASTER_ADDR`'s value came from (the PET_ copy when only it is set).
@@ -448,12 +536,20 @@ fn agree(
 /// The job's name as the training-operator spells its pods: `MASTER_ADDR` is `<job>-master-0`
 /// (a service name, possibly with a namespace or domain after a dot), else `POD_NAME` is
 /// `<job>-master-0` or `<job>-worker-<i>`. None when neither fits (then `--job-name` is needed).
+///
+/// A TrainJob's the same way: `PET_MASTER_ADDR` is `<trainjob>-node-0-0.<trainjob>`, the hostname
+/// `<trainjob>-node-0-<k>`.
 pub fn derive_job_name(master_addr: Option<&str>, pod_name: Option<&str>) -> Option<String> {
     let from_master = master_addr.and_then(|a| {
         let host = a.split('.').next().unwrap_or(a);
-        host.strip_suffix("-master-0").filter(|j| !j.is_empty())
+        host.strip_suffix("-master-0")
+            .filter(|j| !j.is_empty())
+            .map(str::to_string)
+            .or_else(|| train_job_of_master_addr(a))
     });
-    from_master.map(str::to_string).or_else(|| pod_name.and_then(PodName::parse).map(|p| p.job))
+    from_master
+        .or_else(|| pod_name.and_then(PodName::parse).map(|p| p.job))
+        .or_else(|| pod_name.and_then(train_job_of_pod).map(|(job, _)| job))
 }
 
 impl fmt::Display for RankEnv {

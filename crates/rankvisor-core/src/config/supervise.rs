@@ -155,6 +155,8 @@ pub fn identity(env: &EnvSnapshot, rank: &RankEnv, job_name: Option<&str>) -> Id
         pod,
         namespace: env.non_empty("POD_NAMESPACE"),
         node: env.non_empty("NODE_NAME"),
+        flavour: rank.injected.then_some(rank.flavour),
+        restart_attempt: None,
     }
 }
 
@@ -214,9 +216,13 @@ pub fn supervise_config(
     }
     let rank = rank_env(env)?;
     let supervisor = supervisor_config(a)?;
-    let identity = identity(env, &rank, a.job_name.as_deref());
+    let mut identity = identity(env, &rank, a.job_name.as_deref());
     let mut warnings = Vec::new();
+    identity.restart_attempt = super::pod_labels::pod_restart_attempt(&a.node_health, &mut warnings);
     let mut inferred = rank.inferred.clone();
+    if let Some(attempt) = identity.restart_attempt {
+        inferred.push(format!("JobSet restart attempt {attempt} (pod label {})", rank::RESTART_ATTEMPT_LABEL));
+    }
     let health = health_settings(
         &a.node_health,
         a.require_health_label,
@@ -432,6 +438,8 @@ mod tests {
                 pod: Some("pytest-worker-1".into()),
                 namespace: Some("team".into()),
                 node: Some("ip-10-0-0-7".into()),
+                flavour: Some(rank::Flavour::TrainingOperator),
+                restart_attempt: None,
             }
         );
         let link = c.link.expect("a 4-replica job meets at the barrier");
