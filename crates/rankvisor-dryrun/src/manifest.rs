@@ -62,6 +62,24 @@ pub enum ManifestError {
         /// Every refusal, in the apiserver's `field.ErrorList` form.
         errors: FieldErrors,
     },
+    /// The apiserver's schema validation refuses an object of another kind (a TrainJob).
+    #[error("The {kind} {name:?} is invalid: {errors}")]
+    InvalidObject {
+        /// The kind as the apiserver names it, `TrainJob.trainer.kubeflow.org`.
+        kind: String,
+        /// The object's name as written.
+        name: String,
+        /// Every refusal.
+        errors: FieldErrors,
+    },
+    /// Kubeflow Trainer's TrainJob webhook refuses the TrainJob.
+    #[error("error when creating {source_name:?}: admission webhook \"validator.trainjob.trainer.kubeflow.org\" denied the request: {errors}")]
+    TrainJobDenied {
+        /// The file name.
+        source_name: String,
+        /// Every refusal.
+        errors: FieldErrors,
+    },
     /// A valid job that a local dry run cannot run (for instance `valueFrom` env).
     #[error("{source_name}: the dry run cannot run this job: {reason}")]
     Unsupported {

@@ -157,6 +157,12 @@ fn lanes(rec: &Recording) -> Vec<Lane> {
                 ("podgroup".to_string(), format!("PodGroup {}", g.name), g.status.map(|s| s.as_str()), None)
             }
             Row::Pod(p) => (format!("pod/{}", p.name), p.name.clone(), Some(p.status.as_str()), Some(p.restarts)),
+            Row::TrainJob(t) => ("job".to_string(), format!("TrainJob {}", t.name), t.state, None),
+            Row::JobSet(j) => {
+                ("podgroup".to_string(), format!("JobSet {}", j.name), j.terminal_state.or(Some("Active")), None)
+            }
+            // The Job's state shows in its JobSet's and its pods' lanes.
+            Row::BatchJob(_) => continue,
         };
         let i = match lanes.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
@@ -392,6 +398,7 @@ mod tests {
             last_restart_ago: None,
             age: ms(at),
             node: Some("localhost".into()),
+            restart_attempt: None,
         });
         Change { at: ms(at), event, row }
     }
