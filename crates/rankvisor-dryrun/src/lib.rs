@@ -44,6 +44,7 @@ mod rows;
 mod scenarios;
 mod setup;
 mod timeline;
+mod trainjob;
 mod webhook_admission;
 mod workdir;
 

@@ -22,7 +22,8 @@ use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldErr
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
 pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 /// The variables torchrun reads that the Torch plugin owns (`TorchRunReservedEnvNames`).
-pub const RESERVED_ENV: [&str; 5] = ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"];
+pub const RESERVED_ENV: [&str; 5] =
+    ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"];
 /// The controllers `spec.managedBy` may name.
 const MANAGERS: [&str; 2] = ["trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"];
 
@@ -124,7 +125,12 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
         errs.push(field("metadata.name", FieldErrorType::Required, None, "name or generateName is required"));
     } else if !dns1035_problems(&name).is_empty() {
         let v = Some(BadValue::Str(name.clone()));
-        errs.push(field("metadata.name", FieldErrorType::Invalid, v, "metadata.name must match RFC 1035 DNS label format"));
+        errs.push(field(
+            "metadata.name",
+            FieldErrorType::Invalid,
+            v,
+            "metadata.name must match RFC 1035 DNS label format",
+        ));
     }
     let runtime_ref = raw.spec.runtime_ref.as_ref();
     let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
@@ -133,7 +139,12 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
     }
     let trainer = raw.spec.trainer.as_ref();
     if let Some(n) = trainer.and_then(|t| t.num_nodes).filter(|n| *n < 1) {
-        errs.push(field("spec.trainer.numNodes", FieldErrorType::Invalid, Some(BadValue::Int(n)), "should be greater than or equal to 1"));
+        errs.push(field(
+            "spec.trainer.numNodes",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(n)),
+            "should be greater than or equal to 1",
+        ));
     }
     if let Some(m) = raw.spec.managed_by.as_ref().filter(|m| !MANAGERS.contains(&m.as_str())) {
         errs.push(field(
@@ -144,17 +155,26 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
         ));
     }
     if let Some(s) = raw.spec.active_deadline_seconds.filter(|s| *s < 0) {
-        errs.push(field("spec.activeDeadlineSeconds", FieldErrorType::Invalid, Some(BadValue::Int(s)), "should be greater than or equal to 0"));
+        errs.push(field(
+            "spec.activeDeadlineSeconds",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(s)),
+            "should be greater than or equal to 0",
+        ));
     }
     if !errs.is_empty() {
         return Err(invalid(errs));
     }
-    let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied { source_name: source_name.to_string(), errors: FieldErrors(errors) };
+    let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied {
+        source_name: source_name.to_string(),
+        errors: FieldErrors(errors),
+    };
     // The runtime: in this file (or --runtime), else one a v2.3.0 install ships.
     let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
     let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
     let mut not_emulated = Vec::new();
-    let found = runtimes.iter().find(|(k, r)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
+    let found =
+        runtimes.iter().find(|(k, r)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
     let builtin: RawRuntime;
     let rt = match (found, runtime_kind.as_str(), runtime::builtin(&runtime_name)) {
         (Some((_, r)), ..) => r,
@@ -183,8 +203,9 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
         )));
     }
     // The Torch plugin's Validate.
-    let mut reserved: Vec<&str> =
-        trainer.map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect()).unwrap_or_default();
+    let mut reserved: Vec<&str> = trainer
+        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
+        .unwrap_or_default();
     reserved.sort_unstable();
     reserved.dedup();
     if !reserved.is_empty() {
@@ -196,18 +217,25 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
         )]));
     }
     if raw.spec.initializer.is_some() {
-        not_emulated.push("spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)".into());
+        not_emulated.push(
+            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
+                .into(),
+        );
     }
     if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
         not_emulated.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
     }
     if rt.spec.pod_group_policy.is_some() {
-        not_emulated.push("the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)".into());
+        not_emulated.push(
+            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
+                .into(),
+        );
     }
     let js = &rt.spec.template.spec;
-    let trainer_rj = js.replicated_jobs.iter().find(|rj| {
-        rj.template.metadata.labels.get(ANCESTOR_LABEL).map(|v| v.text()).as_deref() == Some("trainer")
-    });
+    let trainer_rj = js
+        .replicated_jobs
+        .iter()
+        .find(|rj| rj.template.metadata.labels.get(ANCESTOR_LABEL).map(|v| v.text()).as_deref() == Some("trainer"));
     let Some(rj) = trainer_rj else {
         return Err(unsupported(format!(
             "runtime {runtime_name:?} has no ReplicatedJob labelled {ANCESTOR_LABEL}: trainer"
@@ -257,7 +285,10 @@ fn merge(
     };
     let resources_raw = trainer.and_then(|t| t.resources_per_node.as_ref()).unwrap_or(&main.resources);
     let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
-    let num_nodes = u32::try_from(num_nodes).ok().filter(|n| *n >= 1).ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))?;
+    let num_nodes = u32::try_from(num_nodes)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))?;
     let nproc_per_node = match trainer.and_then(|t| t.num_proc_per_node.as_ref()) {
         Some(n) => n.text(),
         None => nproc_from_resources(resources_raw),
@@ -265,7 +296,9 @@ fn merge(
     let restart_policy = match pod.restart_policy.as_deref() {
         None | Some("OnFailure") => RestartPolicy::OnFailure,
         Some("Never") => RestartPolicy::Never,
-        Some(other) => return Err(format!("the trainer pods' restartPolicy {other:?}: a Job's pods take OnFailure or Never")),
+        Some(other) => {
+            return Err(format!("the trainer pods' restartPolicy {other:?}: a Job's pods take OnFailure or Never"))
+        }
     };
     let job_spec = &rj.template.spec;
     if job_spec.completion_mode.as_deref().is_some_and(|m| m != "Indexed") {
@@ -280,7 +313,9 @@ fn merge(
             other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
         };
         if restart_policy != RestartPolicy::Never {
-            return Err("podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into());
+            return Err(
+                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
+            );
         }
         let Some(codes) = &r.on_exit_codes else { continue };
         pod_failure_policy.push(PodFailurePolicyRule {
@@ -305,7 +340,9 @@ fn merge(
                     other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
                 };
                 if !r.on_job_failure_message_patterns.is_empty() {
-                    return Err(format!("failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"));
+                    return Err(format!(
+                        "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
+                    ));
                 }
                 rules.push(FailurePolicyRule {
                     name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
@@ -319,7 +356,11 @@ fn merge(
     };
     let success_policy = SuccessPolicy {
         any: js.success_policy.as_ref().and_then(|s| s.operator.as_deref()) == Some("Any"),
-        target_replicated_jobs: js.success_policy.as_ref().map(|s| s.target_replicated_jobs.clone()).unwrap_or_default(),
+        target_replicated_jobs: js
+            .success_policy
+            .as_ref()
+            .map(|s| s.target_replicated_jobs.clone())
+            .unwrap_or_default(),
     };
     let _ = runtime_kind;
     Ok(TrainJob {
@@ -337,7 +378,11 @@ fn merge(
         failure_policy,
         success_policy,
         suspend: raw.spec.suspend.unwrap_or(false),
-        active_deadline_seconds: raw.spec.active_deadline_seconds.and_then(|s| u64::try_from(s).ok()).filter(|s| *s > 0),
+        active_deadline_seconds: raw
+            .spec
+            .active_deadline_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .filter(|s| *s > 0),
         managed_by: raw.spec.managed_by.clone().filter(|m| m != MANAGERS[0]),
     })
 }
@@ -358,7 +403,10 @@ fn resources_of(raw: &RawResources) -> Resources {
 /// `getNumCPUPerNode` (the CPU request, else the limit, rounded up; at least 1).
 pub fn nproc_from_resources(raw: &RawResources) -> String {
     let units = |m: &std::collections::BTreeMap<String, crate::raw::Scalar>, pred: &dyn Fn(&str) -> bool| {
-        m.iter().find(|(k, _)| pred(k)).and_then(|(_, v)| parse_quantity(&v.text()).ok()).map(|milli| milli.div_ceil(1000))
+        m.iter()
+            .find(|(k, _)| pred(k))
+            .and_then(|(_, v)| parse_quantity(&v.text()).ok())
+            .map(|milli| milli.div_ceil(1000))
     };
     let is_gpu = |k: &str| k.to_lowercase().contains("gpu");
     let gpus = units(&raw.requests, &is_gpu).filter(|n| *n > 0).or_else(|| units(&raw.limits, &is_gpu)).unwrap_or(0);

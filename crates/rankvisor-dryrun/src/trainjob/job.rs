@@ -71,7 +71,11 @@ pub fn exceeds_backoff_limit(failed: u32, backoff_limit: i32) -> bool {
 
 /// The Job controller's delay before replacing a failed pod (`getNewFinishedPodsBackoff`: 10s
 /// doubling, capped at 6 minutes in a cluster; the dry run's own back-off times here).
-pub fn new_pod_delay(failed_before: u32, initial: std::time::Duration, max: std::time::Duration) -> std::time::Duration {
+pub fn new_pod_delay(
+    failed_before: u32,
+    initial: std::time::Duration,
+    max: std::time::Duration,
+) -> std::time::Duration {
     crate::operator::kubelet_restart_delay(failed_before, initial, max)
 }
 
@@ -98,7 +102,10 @@ mod tests {
         assert_eq!(match_pod_failure_policy(&not_in, "ns", "p", 2).0, PodFailureAction::FailJob);
         assert_eq!(match_pod_failure_policy(&not_in, "ns", "p", 1).0, PodFailureAction::Count);
         assert_eq!(match_pod_failure_policy(&not_in, "ns", "p", 0).0, PodFailureAction::Count, "0 never matches");
-        let other = [PodFailurePolicyRule { container_name: Some("sidecar".into()), ..rule(PodFailureAction::FailJob, true, &[1]) }];
+        let other = [PodFailurePolicyRule {
+            container_name: Some("sidecar".into()),
+            ..rule(PodFailureAction::FailJob, true, &[1])
+        }];
         assert_eq!(match_pod_failure_policy(&other, "ns", "p", 1).0, PodFailureAction::Count);
     }
 

@@ -106,10 +106,12 @@ pub fn execute_failure_policy(
             reason: FAIL_JOBSET_ACTION,
             message: message_with_first_failed_job(FAIL_JOBSET_ACTION_MESSAGE, &job.name),
         },
-        FailurePolicyAction::RestartJobSet if restarts_count_towards_max >= policy.max_restarts => FailureVerdict::Fail {
-            reason: REACHED_MAX_RESTARTS,
-            message: message_with_first_failed_job(REACHED_MAX_RESTARTS_MESSAGE, &job.name),
-        },
+        FailurePolicyAction::RestartJobSet if restarts_count_towards_max >= policy.max_restarts => {
+            FailureVerdict::Fail {
+                reason: REACHED_MAX_RESTARTS,
+                message: message_with_first_failed_job(REACHED_MAX_RESTARTS_MESSAGE, &job.name),
+            }
+        }
         FailurePolicyAction::RestartJobSet => FailureVerdict::Restart { counts_towards_max: true, reason },
         FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts => {
             FailureVerdict::Restart { counts_towards_max: false, reason }

@@ -5,7 +5,12 @@ use std::time::Duration;
 use super::*;
 
 fn failed(name: &str, reason: &str, at: u64) -> FailedJob {
-    FailedJob { name: name.into(), replicated_job: "node".into(), reason: reason.into(), failed_at: Duration::from_secs(at) }
+    FailedJob {
+        name: name.into(),
+        replicated_job: "node".into(),
+        reason: reason.into(),
+        failed_at: Duration::from_secs(at),
+    }
 }
 
 fn rule(name: &str, action: FailurePolicyAction, reasons: &[&str], targets: &[&str]) -> FailurePolicyRule {
@@ -46,7 +51,10 @@ fn restart_job_set_action_applier_counts_until_max_restarts() {
     );
     let zero = FailurePolicy::default();
     assert!(
-        matches!(execute_failure_policy(Some(&zero), &jobs, 0), Some(FailureVerdict::Fail { reason: "ReachedMaxRestarts", .. })),
+        matches!(
+            execute_failure_policy(Some(&zero), &jobs, 0),
+            Some(FailureVerdict::Fail { reason: "ReachedMaxRestarts", .. })
+        ),
         "maxRestarts defaults to 0: the first failure fails"
     );
 }
@@ -81,7 +89,10 @@ fn find_first_failed_policy_rule_and_job_tries_rules_in_order() {
 fn rule_is_applicable_matches_reasons_and_target_replicated_jobs() {
     let job = failed("a", "BackoffLimitExceeded", 1);
     assert!(rule_is_applicable(&rule("r", FailurePolicyAction::FailJobSet, &[], &[]), &job));
-    assert!(rule_is_applicable(&rule("r", FailurePolicyAction::FailJobSet, &["BackoffLimitExceeded"], &["node"]), &job));
+    assert!(rule_is_applicable(
+        &rule("r", FailurePolicyAction::FailJobSet, &["BackoffLimitExceeded"], &["node"]),
+        &job
+    ));
     assert!(!rule_is_applicable(&rule("r", FailurePolicyAction::FailJobSet, &["PodFailurePolicy"], &[]), &job));
     assert!(!rule_is_applicable(&rule("r", FailurePolicyAction::FailJobSet, &[], &["launcher"]), &job));
 }
