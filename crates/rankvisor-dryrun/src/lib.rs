@@ -47,6 +47,7 @@ mod timeline;
 mod trainjob;
 mod webhook_admission;
 mod workdir;
+mod workload;
 
 pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;

@@ -112,16 +112,55 @@ pub const MAX_FLOW_DEPTH: usize = 64;
 /// regular file is read (a FIFO or device never blocks or streams forever), at most
 /// [`MAX_MANIFEST_BYTES`].
 pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
+    admit_text(&read_manifest(path)?, &path.display().to_string())
+}
+
+/// A manifest's text: a regular file, at most [`MAX_MANIFEST_BYTES`], UTF-8, within the shape bounds.
+fn read_manifest(path: &Path) -> Result<String, ManifestError> {
     let read = |source: std::io::Error| ManifestError::Read { path: path.display().to_string(), source };
     let invalid = |m: String| read(std::io::Error::new(std::io::ErrorKind::InvalidData, m));
     let bytes = rankvisor_core::untrusted::files::read_head(path, MAX_MANIFEST_BYTES + 1)
         .map_err(|e| invalid(e.to_string()))?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(invalid(format!("larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob manifest")));
+        return Err(invalid(format!(
+            "larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob or TrainJob manifest"
+        )));
     }
     let text = String::from_utf8(bytes).map_err(|e| invalid(format!("not UTF-8 ({e}): expected YAML or JSON text")))?;
     check_shape(&text).map_err(invalid)?;
-    admit_text(&text, &path.display().to_string())
+    Ok(text)
+}
+
+/// An admitted manifest of either kind.
+#[derive(Debug, Clone)]
+pub(crate) enum Loaded {
+    /// A PyTorchJob.
+    PyTorch(LoadedJob),
+    /// A TrainJob (with the runtime documents of its file and of `runtimes`).
+    Train(crate::trainjob::admission::LoadedTrainJob),
+}
+
+/// Read and admit the manifest at `path`: a PyTorchJob, or a TrainJob (alone, or with
+/// ClusterTrainingRuntime and TrainingRuntime documents in the same file or in `runtimes`).
+pub(crate) fn load_manifest(path: &Path, runtimes: &[std::path::PathBuf]) -> Result<Loaded, ManifestError> {
+    use crate::trainjob::admission::{admit_train_job, documents, holds_train_job};
+    let text = read_manifest(path)?;
+    let source_name = path.display().to_string();
+    let mut docs = documents(&text, &source_name)?;
+    if !holds_train_job(&docs) {
+        if !runtimes.is_empty() {
+            return Err(ManifestError::Unsupported {
+                source_name,
+                reason: "--runtime goes with a TrainJob (trainer.kubeflow.org/v1alpha1), and this file has none".into(),
+            });
+        }
+        return admit_text(&text, &source_name).map(Loaded::PyTorch);
+    }
+    for runtime in runtimes {
+        let name = runtime.display().to_string();
+        docs.extend(documents(&read_manifest(runtime)?, &name)?);
+    }
+    admit_train_job(&docs, &source_name).map(Loaded::Train)
 }
 
 /// Bounds on what a parser would amplify: YAML aliases and deeply nested flow collections.

@@ -133,6 +133,15 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
         ));
     }
     let runtime_ref = raw.spec.runtime_ref.as_ref();
+    if let Some(group) = runtime_ref.and_then(|r| r.api_group.as_deref()).filter(|g| *g != "trainer.kubeflow.org") {
+        let detail = "supported values: \"trainer.kubeflow.org\"";
+        errs.push(field(
+            "spec.runtimeRef.apiGroup",
+            FieldErrorType::NotSupported,
+            Some(BadValue::Str(group.into())),
+            detail,
+        ));
+    }
     let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
     if runtime_name.is_empty() {
         errs.push(field("spec.runtimeRef.name", FieldErrorType::Required, None, ""));
@@ -247,6 +256,25 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
             other.name,
             ANCESTOR_LABEL,
             other.template.metadata.labels.get(ANCESTOR_LABEL).map(|v| v.text()).unwrap_or_else(|| "unset".into())
+        ));
+    }
+    for d in &rj.depends_on {
+        not_emulated.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
+    }
+    if !rj.template.spec.template.spec.init_containers.is_empty() {
+        not_emulated.push("the trainer pods' initContainers (not run)".into());
+    }
+    let on_conditions = rj
+        .template
+        .spec
+        .pod_failure_policy
+        .iter()
+        .flat_map(|p| &p.rules)
+        .filter(|r| r.on_pod_conditions.is_some())
+        .count();
+    if on_conditions > 0 {
+        not_emulated.push(format!(
+            "{on_conditions} podFailurePolicy rule(s) on pod conditions (no pod gets a DisruptionTarget condition here: they never match)"
         ));
     }
     let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;

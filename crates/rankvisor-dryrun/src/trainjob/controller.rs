@@ -169,6 +169,7 @@ impl TrainJobController {
     }
 
     /// Every existing object's row at `now`.
+    #[cfg(test)]
     pub fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
         if self.submitted_at.is_some() {
@@ -345,7 +346,8 @@ impl TrainJobController {
 
     /// The three controllers, in the order their watches would wake them.
     fn reconcile(&mut self, now: Duration, step: &mut Step) {
-        if self.outcome.is_some() || self.submitted_at.is_none() || self.job.managed_by.is_some() {
+        let finished = conditions::is_train_job_finished(&self.conditions);
+        if finished || self.submitted_at.is_none() || self.job.managed_by.is_some() {
             return;
         }
         if let (Some(secs), Some(from), false) = (self.job.active_deadline_seconds, self.deadline_from, self.suspended)

@@ -69,16 +69,6 @@ pub fn exceeds_backoff_limit(failed: u32, backoff_limit: i32) -> bool {
     i64::from(failed) > i64::from(backoff_limit)
 }
 
-/// The Job controller's delay before replacing a failed pod (`getNewFinishedPodsBackoff`: 10s
-/// doubling, capped at 6 minutes in a cluster; the dry run's own back-off times here).
-pub fn new_pod_delay(
-    failed_before: u32,
-    initial: std::time::Duration,
-    max: std::time::Duration,
-) -> std::time::Duration {
-    crate::operator::kubelet_restart_delay(failed_before, initial, max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,10 +45,6 @@ pub(crate) struct RawTrainJobSpec {
     pub active_deadline_seconds: Option<i64>,
     /// `managedBy`.
     pub managed_by: Option<String>,
-    /// `labels` put on the JobSet.
-    pub labels: Option<IgnoredAny>,
-    /// `annotations` put on the JobSet.
-    pub annotations: Option<IgnoredAny>,
     /// `podTemplateOverrides` (older releases; not emulated).
     pub pod_template_overrides: Option<IgnoredAny>,
     /// `runtimePatches` (not emulated).
@@ -119,18 +115,10 @@ pub(crate) struct RawRuntimeSpec {
 pub(crate) struct RawMlPolicy {
     /// `numNodes`.
     pub num_nodes: Option<i64>,
-    /// `torch`.
-    pub torch: Option<RawTorchPolicy>,
+    /// `torch` (v2.3.0's TorchMLPolicySource has no field the dry run needs).
+    pub torch: Option<IgnoredAny>,
     /// `mpi` (MPI's sshd and hostfile: not emulated).
     pub mpi: Option<IgnoredAny>,
-}
-
-/// `mlPolicy.torch`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawTorchPolicy {
-    /// `numProcPerNode`.
-    pub num_proc_per_node: Option<Scalar>,
 }
 
 /// `template` of a runtime.
@@ -152,8 +140,6 @@ pub(crate) struct RawJobSetSpec {
     pub failure_policy: Option<RawFailurePolicy>,
     /// `successPolicy`.
     pub success_policy: Option<RawSuccessPolicy>,
-    /// `startupPolicy`.
-    pub startup_policy: Option<RawStartupPolicy>,
 }
 
 /// One `replicatedJobs` entry.
@@ -163,8 +149,6 @@ pub(crate) struct RawReplicatedJob {
     /// `name`.
     #[serde(default)]
     pub name: String,
-    /// `replicas`.
-    pub replicas: Option<i64>,
     /// `dependsOn`.
     #[serde(default)]
     pub depends_on: Vec<RawDependsOn>,
@@ -179,9 +163,6 @@ pub(crate) struct RawDependsOn {
     /// `name`.
     #[serde(default)]
     pub name: String,
-    /// `status`: Ready or Complete.
-    #[serde(default)]
-    pub status: String,
 }
 
 /// A Job template.
@@ -207,10 +188,6 @@ pub(crate) struct RawLabels {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RawJobSpec {
-    /// `parallelism`.
-    pub parallelism: Option<i64>,
-    /// `completions`.
-    pub completions: Option<i64>,
     /// `backoffLimit` (Kubernetes' default 6).
     pub backoff_limit: Option<i64>,
     /// `completionMode`.
@@ -321,12 +298,4 @@ pub(crate) struct RawSuccessPolicy {
     /// `targetReplicatedJobs`.
     #[serde(default)]
     pub target_replicated_jobs: Vec<String>,
-}
-
-/// `startupPolicy`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawStartupPolicy {
-    /// `startupPolicyOrder`: AnyOrder or InOrder.
-    pub startup_policy_order: Option<String>,
 }
