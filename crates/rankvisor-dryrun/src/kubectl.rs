@@ -252,7 +252,7 @@ impl TextRenderer {
                 "SUSPENDED".len(),
                 age,
             ]),
-            batchjob_widths: widths(&[batchjob_name, "Suspended".len(), "COMPLETIONS".len(), age, age]),
+            batchjob_widths: widths(&[batchjob_name, "Suspended".len(), "COMPLETIONS".len(), "DURATION".len(), age]),
             headers_shown: [false; 6],
         }
     }
