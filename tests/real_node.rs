@@ -16,7 +16,7 @@
 #[path = "cluster/mod.rs"]
 mod cluster;
 mod common;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 use cluster::{Cluster, PodEvent, PodSpec};
 use std::path::Path;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rankvisor_core::rendezvous::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
-use rankvisor_core::rendezvous::{listen, start_master, Health, Identity, RendezvousConfig};
+use rankvisor_core::rendezvous::{listen, start_master, Health, Member, RendezvousConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpSocket;
 use tokio::sync::Semaphore;
@@ -317,7 +317,7 @@ async fn master(n: u32) {
     let rss_before = proc_kb("VmRSS:");
     let cpu_before = cpu_ms();
     let listener = listen("127.0.0.1:0".parse().expect("address")).expect("listen");
-    let me = Identity { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
+    let me = Member { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
     let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
     let healthy = Health { healthy: true, verdict: serde_json::Value::Null };
     let m = start_master(listener, me, healthy.fixed(), cfg).expect("start master");

@@ -1,10 +1,52 @@
-//! The retry backoff of every network client (the Kubernetes API, the webhook): exponential with a
-//! cap, reset after a success, and jittered so that thousands of replicas that lost the same
-//! server at the same moment do not all come back to it at the same moment.
-//!
-//! (The child's restart backoff is the kubelet's, in `supervise`: it is not jittered.)
+//! Every backoff in rankvisor, on one doubling sequence ([`doubling`]):
+//! - [`BackoffConfig`], the kubelet's crash-loop backoff for the child (and the dry run's emulated
+//!   kubelet): the first restart after a crash is immediate, then an initial delay doubling up to
+//!   a cap, reset after healthy running (seed 000: Error -> Running within 1 s, then about 10 s,
+//!   then about 20 s); no jitter, as the kubelet;
+//! - [`Backoff`], the retry backoff of every network client (the Kubernetes API, the webhook, a
+//!   worker dialling the master): the same doubling with a cap, reset after a success, and
+//!   jittered so that thousands of replicas that lost the same server at the same moment do not
+//!   all come back to it at the same moment.
 
 use std::time::Duration;
+
+/// `initial` x 2^`step`, at most `max` (no overflow: a huge step is the cap).
+pub fn doubling(initial: Duration, max: Duration, step: u32) -> Duration {
+    let factor = 1u32.checked_shl(step.min(31)).unwrap_or(u32::MAX);
+    initial.checked_mul(factor).unwrap_or(max).min(max)
+}
+
+/// Backoff settings (defaults are the kubelet's own numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// Delay before the first restart.
+    pub initial: Duration,
+    /// The cap.
+    pub max: Duration,
+    /// A child that ran this long without failing resets the delay to `initial`.
+    pub reset: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self { initial: Duration::from_secs(10), max: Duration::from_secs(300), reset: Duration::from_secs(600) }
+    }
+}
+
+/// The shortest delay between two restarts after the first: a child that crashes at once with
+/// `--backoff-initial 0s` must not make rankvisor spin (hundreds of forks a second).
+pub const MIN_DELAY: Duration = Duration::from_millis(10);
+
+impl BackoffConfig {
+    /// The delay before restart number `step` (0-based since the last reset): none for the first,
+    /// then initial x 2^(step-1), at most `max`, at least [`MIN_DELAY`].
+    pub fn delay(&self, step: u32) -> Duration {
+        if step == 0 {
+            return Duration::ZERO;
+        }
+        doubling(self.initial, self.max, step - 1).max(MIN_DELAY)
+    }
+}
 
 /// Share of each delay that is randomized by default: a delay is drawn from `(base/2, base]`.
 pub const DEFAULT_JITTER: f64 = 0.5;
@@ -15,8 +57,8 @@ pub const DEFAULT_JITTER: f64 = 0.5;
 pub struct Backoff {
     initial: Duration,
     max: Duration,
-    /// The base of the next delay (before jitter).
-    next: Duration,
+    /// Attempts since the last reset: the next delay's base is `initial` x 2^`step`.
+    step: u32,
     /// In `[0, 1]`: 0 gives the exact doubling sequence.
     jitter: f64,
 }
@@ -26,7 +68,7 @@ impl Backoff {
     /// with the default jitter.
     pub fn new(initial: Duration, max: Duration) -> Self {
         let initial = initial.max(Duration::from_millis(1));
-        Self { initial, max: max.max(initial), next: initial, jitter: DEFAULT_JITTER }
+        Self { initial, max: max.max(initial), step: 0, jitter: DEFAULT_JITTER }
     }
 
     /// The same with another jitter share, clamped to `[0, 1]` (NaN counts as 0).
@@ -44,8 +86,8 @@ impl Backoff {
     /// `next_delay` with the random draw given: `u` in `[0, 1)` (clamped) shortens the base by
     /// `base * jitter * u`. `u = 0` gives the base itself.
     pub fn next_delay_with(&mut self, u: f64) -> Duration {
-        let base = self.next;
-        self.next = self.next.saturating_mul(2).min(self.max);
+        let base = doubling(self.initial, self.max, self.step);
+        self.step = self.step.saturating_add(1);
         let u = if u.is_nan() { 0.0 } else { u.clamp(0.0, 1.0) };
         // Near Duration::MAX the f64 round trip may not fit: then no cut.
         let cut = Duration::try_from_secs_f64(base.as_secs_f64() * self.jitter * u).unwrap_or_default();
@@ -55,7 +97,7 @@ impl Backoff {
 
     /// Back to `initial`, after a success.
     pub fn reset(&mut self) {
-        self.next = self.initial;
+        self.step = 0;
     }
 }
 
@@ -141,5 +183,32 @@ mod tests {
         assert!(b.next_delay_with(1.0) >= Duration::MAX / 8);
         let mut b = Backoff::new(Duration::MAX, Duration::MAX).with_jitter(1.0);
         assert!(b.next_delay_with(0.999) >= Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod kubelet_tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_sequence() {
+        let b = BackoffConfig::default();
+        let secs: Vec<u64> = (0..9).map(|i| b.delay(i).as_secs()).collect();
+        assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300, 300], "the first restart is immediate");
+        assert_eq!(b.delay(1000), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_issue_example_and_zero() {
+        let b = BackoffConfig {
+            initial: Duration::from_millis(200),
+            max: Duration::from_millis(800),
+            reset: Duration::from_secs(1),
+        };
+        let ms: Vec<u128> = (0..6).map(|i| b.delay(i).as_millis()).collect();
+        assert_eq!(ms, [0, 200, 400, 800, 800, 800]);
+        let zero = BackoffConfig { initial: Duration::ZERO, ..b };
+        assert_eq!(zero.delay(0), Duration::ZERO);
+        assert_eq!(zero.delay(7), MIN_DELAY, "a floor after the first restart");
     }
 }

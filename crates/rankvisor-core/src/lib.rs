@@ -20,7 +20,7 @@
 //! `replica::Replica::on_input` is a plain synchronous function from (state, input, now) to
 //! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
 //! it owns every decision and is unit-tested with paused time and no processes. It delegates the
-//! child's own lifecycle to `supervise::Supervisor`. The loop performs the effects and publishes
+//! child's own lifecycle to `replica::child::Supervisor`. The loop performs the effects and publishes
 //! one `status::LocalStatus` on a watch channel; every sink follows it: `--status-fd`, the
 //! reporter (whose `Report` feeds HTTP, the webhook and Kubernetes Events) and the link (which
 //! streams it to the master, whose typed `JobView` is served on `/job`).
@@ -37,7 +37,8 @@
 //! # Modules
 //!
 //! `config` (arguments and environment -> configuration), `app` (composition roots), `replica`
-//! (machine, loop, link), `supervise` (the child's pure lifecycle), `process` (signals, reaper,
+//! (machine, loop, link, and `replica::child`: the child's pure lifecycle), `policy` (restart
+//! policies), `backoff`, `process` (signals, reaper,
 //! spawn), `rank`, `health`, `rendezvous`, `status` (the one status model, with the `--status-fd`
 //! sink) and `reporting` with its sinks (`http`, `webhook`, `kube_events`), `kube`, and small edges
 //! (`heartbeat`, `termination`, `logging`, `exit`, `duration`). The dry run is the
@@ -53,14 +54,16 @@ pub mod heartbeat;
 pub mod http;
 pub mod kube;
 pub mod kube_events;
+pub mod lines;
 pub mod logging;
+pub mod net;
+pub mod policy;
 pub mod process;
 pub mod rank;
 pub mod rendezvous;
 pub mod replica;
 pub mod reporting;
 pub mod status;
-pub mod supervise;
 pub mod termination;
 pub mod untrusted;
 pub mod webhook;

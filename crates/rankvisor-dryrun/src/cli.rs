@@ -7,7 +7,7 @@ use std::time::Duration;
 use rankvisor_core::config::args::{decimal, GlobalArgs};
 use rankvisor_core::duration::parse_duration;
 use rankvisor_core::logging;
-use rankvisor_core::supervise::RestartScope;
+use rankvisor_core::policy::RestartScope;
 use tracing::Level;
 
 use crate::kubectl::WatchKinds;

@@ -29,7 +29,7 @@ use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
 use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 mod watch;
 
@@ -291,10 +291,10 @@ impl Controller {
     fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
-        let backoff = (self.config.backoff_initial, self.config.backoff_max);
+        let backoff = self.config.kubelet_backoff();
         // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
         // after the outcome the dry run restarts nothing, so it ends there too.
-        if let LauncherEnd::Deleted { recreate } = self.pods[i].launcher_exited(status, now, finished, backoff) {
+        if let LauncherEnd::Deleted { recreate } = self.pods[i].launcher_exited(status, now, finished, &backoff) {
             self.remove_pod(i, now, step);
             if recreate {
                 self.recreate_pod(i, now, step);

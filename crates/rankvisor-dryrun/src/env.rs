@@ -2,7 +2,7 @@
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
 use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.
 pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";

@@ -41,7 +41,7 @@ pub struct LauncherSettings {
     /// Whether to pass `--node-health file:<labels file>` (the launcher must support it).
     pub node_health: bool,
     /// `--restart-scope`: job makes a failure restart every replica in a new generation.
-    pub restart_scope: rankvisor_core::supervise::RestartScope,
+    pub restart_scope: rankvisor_core::policy::RestartScope,
 }
 
 /// What one launcher instance gets of its own.
@@ -92,7 +92,7 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
     // Several launchers share this machine: each gets its own loopback port, or none.
     args.push("--http-addr".into());
     args.push(files.http_port.map_or_else(|| "off".into(), |p| format!("127.0.0.1:{p}")).into());
-    if settings.restart_scope == rankvisor_core::supervise::RestartScope::Job {
+    if settings.restart_scope == rankvisor_core::policy::RestartScope::Job {
         args.push("--restart-scope".into());
         args.push("job".into());
     }
@@ -242,44 +242,6 @@ fn go_quote(value: &str) -> String {
     out
 }
 
-/// Cuts a replica's output into lines as it arrives in chunks.
-#[derive(Debug, Clone, Default)]
-pub struct LineSplitter {
-    pending: Vec<u8>,
-}
-
-impl LineSplitter {
-    /// Add a chunk; return every line it completes (without its `\n` or `\r\n`), cutting lines
-    /// longer than [`MAX_OUTPUT_LINE`].
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<String> {
-        let mut lines = Vec::new();
-        for &b in chunk {
-            if b == b'\n' {
-                lines.push(self.take());
-            } else {
-                self.pending.push(b);
-                if self.pending.len() >= MAX_OUTPUT_LINE {
-                    lines.push(self.take());
-                }
-            }
-        }
-        lines
-    }
-
-    /// The last line, if the output did not end with a newline.
-    pub fn finish(&mut self) -> Option<String> {
-        (!self.pending.is_empty()).then(|| self.take())
-    }
-
-    fn take(&mut self) -> String {
-        let mut bytes = std::mem::take(&mut self.pending);
-        if bytes.last() == Some(&b'\r') {
-            bytes.pop();
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
 /// `pod | line`, the pod name padded to `width` so the output lines up as `docker compose`'s does.
 pub fn prefixed(pod: &str, width: usize, line: &str) -> String {
     format!("{pod:<width$} | {line}")
@@ -292,7 +254,7 @@ mod tests {
     use super::*;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
-    use rankvisor_core::supervise::RestartPolicy;
+    use rankvisor_core::policy::RestartPolicy;
 
     const MASTER: ReplicaId = ReplicaId::MASTER;
 
@@ -307,7 +269,7 @@ mod tests {
             grace_period: Duration::from_secs(5),
             log_level: "warn".into(),
             node_health: false,
-            restart_scope: rankvisor_core::supervise::RestartScope::Replica,
+            restart_scope: rankvisor_core::policy::RestartScope::Replica,
         }
     }
 
@@ -365,7 +327,7 @@ mod tests {
         assert_eq!(after("--node-health").as_deref(), Some("file:/w/pytest-master-0.labels"));
         assert!(args.iter().position(|a| a == "--node-health") < args.iter().position(|a| a == "--"));
 
-        let job_scope = LauncherSettings { restart_scope: rankvisor_core::supervise::RestartScope::Job, ..settings() };
+        let job_scope = LauncherSettings { restart_scope: rankvisor_core::policy::RestartScope::Job, ..settings() };
         let served = LauncherFiles { http_port: Some(40001), ..files };
         let args: Vec<String> =
             launcher_args(&spec, &job_scope, served).into_iter().map(|a| a.into_string().unwrap()).collect();
@@ -500,23 +462,6 @@ mod tests {
         let text = labels_file_text(&labels);
         assert!(text.contains(r#"a/b="q\"uote\\ tab\t nl\n bell\x07 é""#), "{text}");
         assert_eq!(parse_labels_file(&text).unwrap(), labels);
-    }
-
-    #[test]
-    fn output_is_cut_into_lines() {
-        let mut s = LineSplitter::default();
-        assert_eq!(s.push(b"hel"), Vec::<String>::new());
-        assert_eq!(s.push(b"lo\r\nwor"), vec!["hello"]);
-        assert_eq!(s.push(b"ld\n\n"), vec!["world", ""]);
-        assert_eq!(s.push(b"tail"), Vec::<String>::new());
-        assert_eq!(s.finish().as_deref(), Some("tail"));
-        assert_eq!(s.finish(), None);
-        assert_eq!(s.push(&[0xff, b'\n']), vec!["\u{fffd}"]);
-        let long = vec![b'x'; MAX_OUTPUT_LINE + 5];
-        let lines = s.push(&long);
-        assert_eq!(lines.len(), 1);
-        assert_eq!(lines[0].len(), MAX_OUTPUT_LINE);
-        assert_eq!(s.finish().map(|l| l.len()), Some(5));
     }
 
     #[test]

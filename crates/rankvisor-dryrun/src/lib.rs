@@ -57,8 +57,7 @@ pub use injection::{parse_injection, Fault, Injection, InjectionError, DEFAULT_L
 pub use kubectl::{kube_age, qualified_name, render_json, TextRenderer, WatchKinds, WatchKindsError};
 pub use launcher::{
     healthy_labels, is_operator_managed_var, labels_file_text, launcher_args, parse_status_line, prefixed,
-    LauncherFiles, LauncherSettings, LineSplitter, StatusLineError, StatusTracker, HEALTHY_NODE, MAX_OUTPUT_LINE,
-    UNLIMITED_RESTARTS,
+    LauncherFiles, LauncherSettings, StatusLineError, StatusTracker, HEALTHY_NODE, MAX_OUTPUT_LINE, UNLIMITED_RESTARTS,
 };
 pub use local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
 pub use manifest::{admit_text, load_job, parse_job, LoadedJob, ManifestError, API_VERSION, KIND};

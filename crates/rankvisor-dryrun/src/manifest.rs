@@ -301,7 +301,7 @@ spec:
     #[test]
     fn seed_manifest_parses() {
         use crate::pytorchjob::ReplicaId;
-        use rankvisor_core::supervise::RestartPolicy;
+        use rankvisor_core::policy::RestartPolicy;
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");
         assert_eq!(job.namespace, "default");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::pod::{Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaType};
-use rankvisor_core::supervise::{is_retryable_exit_code, RestartPolicy};
+use rankvisor_core::policy::{is_retryable_exit_code, RestartPolicy};
 
 /// A job condition the operator sets (`JobConditionType`); the STATE column shows the latest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,13 +153,4 @@ pub(super) fn backoff_limit_message(job: &PyTorchJob) -> String {
 /// The active-deadline failure's message (`ReconcileJobs`).
 pub(super) fn deadline_message(job: &PyTorchJob) -> String {
     format!("Job {} has failed because it was active longer than specified deadline", job.name)
-}
-
-/// The kubelet's delay before restarting a crashed container that has restarted `restarts`
-/// times: none the first time, then `initial` doubling up to `max`.
-pub(super) fn kubelet_restart_delay(restarts: u32, initial: Duration, max: Duration) -> Duration {
-    match restarts {
-        0 => Duration::ZERO,
-        n => initial.saturating_mul(1u32.checked_shl(n - 1).unwrap_or(u32::MAX)).min(max),
-    }
 }

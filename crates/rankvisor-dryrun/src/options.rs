@@ -82,7 +82,7 @@ pub struct DryRunOptions {
     /// The rankvisor binary each launcher runs (normally `std::env::current_exe()`).
     pub rankvisor: PathBuf,
     /// `--restart-scope`, passed to every launcher.
-    pub restart_scope: rankvisor_core::supervise::RestartScope,
+    pub restart_scope: rankvisor_core::policy::RestartScope,
     /// `--timeline FILE`: draw the run (every pod's status over time, the job, the PodGroup and
     /// the injected faults) to FILE, `.svg` or `.html`, when it ends.
     pub timeline: Option<PathBuf>,
@@ -115,7 +115,7 @@ impl DryRunOptions {
             grace_period: DEFAULT_GRACE_PERIOD,
             launcher_log_level: DEFAULT_LAUNCHER_LOG_LEVEL.to_string(),
             rankvisor,
-            restart_scope: rankvisor_core::supervise::RestartScope::Replica,
+            restart_scope: rankvisor_core::policy::RestartScope::Replica,
             http: false,
             timeline: None,
             commands: Vec::new(),

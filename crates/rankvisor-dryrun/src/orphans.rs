@@ -69,15 +69,11 @@ impl Sweep {
 
 /// Make the dry run a child subreaper; the error says what is lost without it.
 pub(super) fn become_subreaper() -> Result<(), String> {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "cannot become a child subreaper ({}): the training process of a launcher killed outright is not stopped with it",
-            std::io::Error::last_os_error()
-        ))
-    }
+    process::become_subreaper().map_err(|e| {
+        format!(
+            "cannot become a child subreaper ({e}): the training process of a launcher killed outright is not stopped with it"
+        )
+    })
 }
 
 /// Kill and collect the orphans among the dry run's children (`launchers`: the pids of the live

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::launcher::{prefixed, LineSplitter};
+use rankvisor_core::lines::{LineSplitter, Overlong};
+
+use super::launcher::{prefixed, MAX_OUTPUT_LINE};
 use super::timeline::{render as render_timeline, Recording, TimelineFormat};
 
 /// One line on stderr from the dry run itself.
@@ -27,13 +29,13 @@ pub(super) fn boxed(out: impl AsyncRead + Unpin + Send + 'static) -> Output {
 
 /// Copy a replica's output to stderr, each line prefixed with its pod's name.
 pub(super) async fn relay_output(mut out: Output, pod: String, width: usize) {
-    let mut splitter = LineSplitter::default();
+    let mut splitter = LineSplitter::new(MAX_OUTPUT_LINE, Overlong::Cut);
     let mut buf = vec![0u8; 8192];
     loop {
         match out.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let lines = splitter.push(buf.get(..n).unwrap_or_default());
+                let lines = splitter.push(buf.get(..n).unwrap_or_default()).unwrap_or_default();
                 write_lines(&pod, width, lines);
             }
         }
@@ -41,10 +43,12 @@ pub(super) async fn relay_output(mut out: Output, pod: String, width: usize) {
     write_lines(&pod, width, splitter.finish());
 }
 
-fn write_lines(pod: &str, width: usize, lines: impl IntoIterator<Item = String>) {
+/// Each line (its `\r` before the newline trimmed, bytes that are not UTF-8 replaced), prefixed.
+fn write_lines(pod: &str, width: usize, lines: impl IntoIterator<Item = Vec<u8>>) {
     let mut err = std::io::stderr().lock();
     for line in lines {
-        let _ = writeln!(err, "{}", prefixed(pod, width, &line));
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let _ = writeln!(err, "{}", prefixed(pod, width, &String::from_utf8_lossy(line)));
     }
 }
 

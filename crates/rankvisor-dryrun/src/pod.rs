@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use super::pytorchjob::ReplicaId;
 use super::rows::{PodRow, PodStatus, Row};
+use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// The launcher process of a pod, as the controller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,14 +227,14 @@ impl Pod {
 
     /// The kubelet: the launcher ended, and the container with it. A pod being deleted is gone;
     /// a container crash under OnFailure or Always is restarted in this pod (the first restart at
-    /// once, then `initial` doubling up to `max`) unless `finished`; else the pod ends Succeeded
+    /// once, then `backoff` doubling up to its max) unless `finished`; else the pod ends Succeeded
     /// or Failed with it.
     pub(super) fn launcher_exited(
         &mut self,
         status: ExitHow,
         now: Duration,
         finished: bool,
-        (initial, max): (Duration, Duration),
+        backoff: &BackoffConfig,
     ) -> LauncherEnd {
         self.launcher = LauncherProcess::Exited(status);
         self.restart_pending_since = None;
@@ -248,7 +249,8 @@ impl Pod {
             return LauncherEnd::Deleted { recreate: self.recreate && !finished };
         }
         if self.kubelet_restarts(status) && !finished {
-            let delay = super::operator::kubelet_restart_delay(self.restarts, initial, max);
+            // The launcher's own backoff (the kubelet's, in one place), not a copy of it.
+            let delay = backoff.delay(self.restarts);
             self.relaunch_at = Some(now.saturating_add(delay));
             if !delay.is_zero() {
                 // Waiting out the back-off: kubectl shows CrashLoopBackOff.

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::quantity::Resources;
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
 pub const DEFAULT_MASTER_PORT: u16 = 23456;

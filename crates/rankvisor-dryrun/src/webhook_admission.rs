@@ -12,7 +12,7 @@ use super::pytorchjob::{
     SchedulingPolicy, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
 };
 use super::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy, Scalar};
 

@@ -5,8 +5,9 @@
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
-use crate::process::{self, ChildCommand, Signals};
-use crate::replica::{self, link, HealthSource, LinkRole, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::process::{self, Signals};
+use crate::rank::Role;
+use crate::replica::{self, link, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources};
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
@@ -49,7 +50,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
         },
         _ => None,
     };
-    process::become_subreaper();
+    if let Err(e) = process::become_subreaper() {
+        warn!("cannot become a child subreaper: {e}");
+    }
     process::install_panic_hook(cfg.termination_log.clone());
     if cfg.termination_log.is_some() {
         crate::termination::reserve_descriptor();
@@ -107,20 +110,19 @@ async fn supervise(
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
-            health_gate: health.as_ref().map(|_| cfg.health.wait),
+            health_gate: match (&health, cfg.health.wait) {
+                (None, _) => HealthGate::Off,
+                (Some(_), false) => HealthGate::FailFast,
+                (Some(_), true) => HealthGate::Wait,
+            },
             link: cfg.link.as_ref().map(link::JobLinkConfig::role),
             linger: cfg
                 .link
                 .as_ref()
-                .filter(|l| l.role() == LinkRole::Master)
+                .filter(|l| l.role() == Role::Master)
                 .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
         },
-        command: ChildCommand {
-            program: cfg.program.clone(),
-            args: cfg.args.clone(),
-            env: Vec::new(),
-            env_remove: cfg.env_remove.clone(),
-        },
+        command: cfg.child.clone(),
         heartbeat_file: cfg.heartbeat_file.clone(),
         termination_log: cfg.termination_log.clone(),
         status_sink,

@@ -5,7 +5,7 @@
 use crate::duration::parse_duration;
 use crate::health::NodeHealthSource;
 use crate::logging;
-use crate::supervise::{RestartPolicy, RestartScope};
+use crate::policy::{RestartPolicy, RestartScope};
 use std::path::PathBuf;
 use std::time::Duration;
 use tracing::Level;

@@ -81,6 +81,11 @@ impl EnvSnapshot {
         self.vars.get(name).cloned()
     }
 
+    /// True when the variable is in the environment at all (any value, UTF-8 or not, or empty).
+    pub fn is_set(&self, name: &str) -> bool {
+        self.vars.contains_key(name) || self.not_utf8.contains_key(name)
+    }
+
     /// The variable's value, None when unset or empty.
     pub fn non_empty(&self, name: &str) -> Option<String> {
         self.get(name).filter(|v| !v.is_empty())

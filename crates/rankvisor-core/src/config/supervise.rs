@@ -4,14 +4,17 @@
 use super::args::{KubeArgs, OnOff, OnOffAuto, SuperviseArgs, UnhealthyNode};
 use super::env::EnvSnapshot;
 use super::ConfigError;
+use crate::backoff::BackoffConfig;
 use crate::health::NodeHealthSource;
 use crate::http::HttpAddr;
 use crate::kube::KubeOverrides;
+use crate::policy::RestartScope;
+use crate::process::ChildCommand;
 use crate::rank::{self, RankEnv, ReplicaCount, Role};
 use crate::rendezvous;
+use crate::replica::child::{HangConfig, SupervisorConfig};
 use crate::replica::JobLinkConfig;
 use crate::status::Identity;
-use crate::supervise::{BackoffConfig, HangConfig, RestartScope, SupervisorConfig};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,10 +61,10 @@ pub struct KubeEventsTarget {
 /// Everything `rankvisor -- COMMAND` needs, validated.
 #[derive(Debug, Clone)]
 pub struct SuperviseConfig {
-    /// argv\[0\] of the training process.
-    pub program: OsString,
-    /// The rest of its argv.
-    pub args: Vec<OsString>,
+    /// The training command with the environment it gets on top of rankvisor's own, except the
+    /// two per-start counters the loop adds (`RANKVISOR_RESTART_COUNT` and
+    /// `TORCHELASTIC_RESTART_COUNT`, `RANKVISOR_GENERATION`).
+    pub child: ChildCommand,
     /// Restart policy, backoff, grace, hang detection, scope.
     pub supervisor: SupervisorConfig,
     /// The rank contract.
@@ -86,8 +89,6 @@ pub struct SuperviseConfig {
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
     pub status_fd: Option<i32>,
-    /// Variables removed from the child's environment (secrets meant for rankvisor alone).
-    pub env_remove: Vec<OsString>,
     /// What was inferred, for one INFO line at start.
     pub inferred: Vec<String>,
     /// Warnings to log once at start.
@@ -243,8 +244,7 @@ pub fn supervise_config(
     }
     let termination_log = a.termination_log.clone().or_else(crate::termination::default_path);
     Ok(SuperviseConfig {
-        program: program.clone(),
-        args: args.to_vec(),
+        child: child_command(program, args, a.heartbeat_file.as_deref(), env),
         supervisor,
         rank,
         identity,
@@ -257,10 +257,35 @@ pub fn supervise_config(
         heartbeat_file: a.heartbeat_file.clone(),
         termination_log,
         status_fd: a.status_fd,
-        env_remove: vec!["RANKVISOR_JOB_TOKEN".into()],
         inferred,
         warnings,
     })
+}
+
+/// The child's command and the environment it gets on top of rankvisor's: `LOCAL_RANK=0` and
+/// `LOCAL_WORLD_SIZE=1` where unset (a program started without torchrun is one process per
+/// replica), the heartbeat file's path, and without the job token (a secret meant for rankvisor
+/// alone). The per-start counters are the loop's ([`crate::replica::event_loop`]).
+pub fn child_command(
+    program: &OsString,
+    args: &[OsString],
+    heartbeat_file: Option<&std::path::Path>,
+    env: &EnvSnapshot,
+) -> ChildCommand {
+    let mut vars: Vec<(OsString, OsString)> = [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")]
+        .into_iter()
+        .filter(|(k, _)| !env.is_set(k))
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    if let Some(hb) = heartbeat_file {
+        vars.push(("RANKVISOR_HEARTBEAT_FILE".into(), hb.as_os_str().to_os_string()));
+    }
+    ChildCommand {
+        program: program.clone(),
+        args: args.to_vec(),
+        env: vars,
+        env_remove: vec!["RANKVISOR_JOB_TOKEN".into()],
+    }
 }
 
 /// Where Kubernetes Events go: `on` needs the downward API's POD_NAME and POD_NAMESPACE; `auto` is
@@ -366,7 +391,7 @@ fn link_config(
     };
     let node = identity.node.clone().or_else(|| env.hostname().map(str::to_string)).unwrap_or_else(|| "unknown".into());
     Ok(Some(JobLinkConfig {
-        identity: rendezvous::Identity { job, replica_index: rank.replica_index, replica_count: count, node },
+        identity: rendezvous::Member { job, replica_index: rank.replica_index, replica_count: count, node },
         master: (leader, port),
         listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
         rendezvous: rendezvous::RendezvousConfig {
@@ -447,7 +472,7 @@ mod tests {
         assert_eq!(link.identity.replica_index, 2);
         assert_eq!(c.inferred, Vec::<String>::new(), "nothing inferred for the seed's env");
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        assert_eq!(c.env_remove, vec![OsString::from("RANKVISOR_JOB_TOKEN")], "the token is not the child's");
+        assert_eq!(c.child.env_remove, vec![OsString::from("RANKVISOR_JOB_TOKEN")], "the token is not the child's");
     }
 
     /// setPodEnv for a Worker-only job: PET_NNODES alone; the barrier's leader is worker 0.
@@ -540,7 +565,7 @@ mod tests {
             "ExitCode",
         ]);
         assert_eq!((a.unhealthy_node, a.rendezvous, a.kube_events), (UnhealthyNode::Wait, OnOff::Off, OnOffAuto::Off));
-        assert_eq!(a.restart_policy, crate::supervise::RestartPolicy::ExitCode);
+        assert_eq!(a.restart_policy, crate::policy::RestartPolicy::ExitCode);
         let bad = Cmd::try_parse_from(["rankvisor", "--unhealthy-node", "later"]).err().unwrap().to_string();
         assert!(bad.contains("later") && bad.contains("exit") && bad.contains("wait"), "{bad}");
     }
@@ -587,5 +612,27 @@ mod tests {
             &mut w,
         );
         assert_eq!(s.source, NodeHealthSource::Off, "outside a cluster");
+    }
+
+    #[test]
+    fn the_child_gets_local_rank_defaults_only_where_unset_and_never_the_token() {
+        let vars = |c: &ChildCommand| {
+            c.env
+                .iter()
+                .map(|(k, v)| (k.to_str().unwrap().to_string(), v.to_str().unwrap().to_string()))
+                .collect::<Vec<_>>()
+        };
+        let prog = OsString::from("train");
+        let bare = child_command(&prog, &[], None, &EnvSnapshot::of(&[]));
+        assert_eq!(vars(&bare), [("LOCAL_RANK".into(), "0".into()), ("LOCAL_WORLD_SIZE".into(), "1".into())]);
+        assert_eq!(bare.env_remove, [OsString::from("RANKVISOR_JOB_TOKEN")]);
+        // torchrun (or the user) set them: theirs stand, even empty or not UTF-8.
+        let set = EnvSnapshot::from_os([
+            (OsString::from("LOCAL_RANK"), OsString::new()),
+            (OsString::from("LOCAL_WORLD_SIZE"), std::os::unix::ffi::OsStringExt::from_vec(vec![0xff])),
+        ]);
+        let hb = std::path::Path::new("/tmp/beat");
+        let c = child_command(&prog, &[], Some(hb), &set);
+        assert_eq!(vars(&c), [("RANKVISOR_HEARTBEAT_FILE".into(), "/tmp/beat".into())]);
     }
 }

@@ -10,6 +10,7 @@
 //! - Proxies only as given (`ProxySettings`, usually from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
 //!   read once by the caller): reqwest's own reading of the environment is turned off.
 
+use crate::lines::{LineSplitter, Overlong};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -283,7 +284,7 @@ impl Response {
     /// Read the body as a stream of lines of at most `max_line` bytes (no deadline: a stream
     /// may last; each `next_line` has its own idle limit).
     pub fn lines(self, max_line: usize) -> BodyLines {
-        BodyLines { inner: self.inner, splitter: LineSplitter::new(max_line), ready: VecDeque::new() }
+        BodyLines { inner: self.inner, splitter: LineSplitter::new(max_line, Overlong::Refuse), ready: VecDeque::new() }
     }
 }
 
@@ -306,51 +307,20 @@ impl BodyLines {
             match tokio::time::timeout(idle, self.inner.chunk()).await {
                 Err(_) => return Err(HttpError::Timeout { after: idle }),
                 Ok(Err(e)) => return Err(classify(e)),
-                Ok(Ok(None)) if self.splitter.has_partial() => return Err(HttpError::EndedMidLine),
+                Ok(Ok(None)) if !is_blank(self.splitter.pending()) => return Err(HttpError::EndedMidLine),
                 Ok(Ok(None)) => return Ok(None),
-                Ok(Ok(Some(chunk))) => self.ready.extend(self.splitter.push(&chunk)?),
-            }
-        }
-    }
-}
-
-/// Splits chunks into lines, holding at most `max` bytes of an unfinished line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LineSplitter {
-    pending: Vec<u8>,
-    max: usize,
-}
-
-impl LineSplitter {
-    /// A splitter refusing lines longer than `max` bytes.
-    pub fn new(max: usize) -> Self {
-        Self { pending: Vec::new(), max }
-    }
-
-    /// Append a chunk; return every line it completes (without the newline, blank lines
-    /// dropped). A line over the limit is an error, and what was held of it is freed.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, HttpError> {
-        let mut lines = Vec::new();
-        for (i, piece) in chunk.split(|&b| b == b'\n').enumerate() {
-            if i > 0 {
-                let line = std::mem::take(&mut self.pending);
-                if line.iter().any(|b| !b.is_ascii_whitespace()) {
-                    lines.push(line);
+                Ok(Ok(Some(chunk))) => {
+                    let lines = self.splitter.push(&chunk).map_err(|e| HttpError::LineTooLong { limit: e.limit })?;
+                    self.ready.extend(lines.into_iter().filter(|l| !is_blank(l)));
                 }
             }
-            if self.pending.len() + piece.len() > self.max {
-                self.pending = Vec::new();
-                return Err(HttpError::LineTooLong { limit: self.max });
-            }
-            self.pending.extend_from_slice(piece);
         }
-        Ok(lines)
     }
+}
 
-    /// True if an unfinished line is held (a stream that ends here was cut mid-line).
-    pub fn has_partial(&self) -> bool {
-        self.pending.iter().any(|b| !b.is_ascii_whitespace())
-    }
+/// Only white space (a keep-alive newline between JSON lines).
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
 }
 
 /// `scheme://***@host/...` for a URL with credentials; other text unchanged. For logs.
@@ -565,27 +535,6 @@ pub(crate) mod tests {
         v.extend_from_slice(data);
         v.extend_from_slice(b"\r\n");
         v
-    }
-
-    #[test]
-    fn lines_are_split_across_chunks_and_bounded() {
-        let text = b"{\"a\":1}\n\n  \n{\"b\":2}\n";
-        for size in [1, 2, 3, 7, text.len()] {
-            let mut s = LineSplitter::new(100);
-            let mut lines = Vec::new();
-            for c in text.chunks(size) {
-                lines.extend(s.push(c).unwrap());
-            }
-            assert_eq!(lines, [b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()], "chunk size {size}");
-            assert!(!s.has_partial());
-        }
-        let mut s = LineSplitter::new(8);
-        assert_eq!(s.push(b"12345678\n1234").unwrap(), [b"12345678".to_vec()]);
-        assert!(s.has_partial());
-        assert_eq!(s.push(b"56789"), Err(HttpError::LineTooLong { limit: 8 }));
-        assert!(!s.has_partial(), "what was held of the long line is freed");
-        let e = HttpError::LineTooLong { limit: 8 }.to_string();
-        assert!(e.contains("longer than 8 bytes"), "{e}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::logging::{Throttle, Throttled};
+use crate::net::Acceptor;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
@@ -35,9 +36,6 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The longest any one connection lives, keep-alive included: every request here is tiny.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-/// Accept errors (out of descriptors) back off from this, doubling, up to `ACCEPT_BACKOFF_MAX`.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one "accept failed" / "connection limit" warning per this window.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -208,26 +206,13 @@ fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpSt
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     let mut conns = Connections { live: VecDeque::new(), evicted: Throttle::new(WARN_WINDOW) };
-    let mut failed = Throttle::new(WARN_WINDOW);
-    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut acceptor = Acceptor::new("http accept failed");
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    backoff = ACCEPT_BACKOFF_MIN;
-                    conns.make_room();
-                    conns.live.push_back(serve_connection(stream, peer, state.clone()));
-                }
-                Err(e) => {
-                    // Out of descriptors and the like: back off (doubling) instead of spinning,
-                    // and say so once per window, not once per attempt.
-                    if let t @ Throttled::Log { .. } = failed.hit(Instant::now()) {
-                        warn!("http accept failed: {e}; retrying in {backoff:?}{}", t.note());
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                }
+            (stream, peer) = acceptor.accept(&listener) => {
+                conns.make_room();
+                conns.live.push_back(serve_connection(stream, peer, state.clone()));
             }
         }
     }

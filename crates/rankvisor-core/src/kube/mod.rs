@@ -5,8 +5,6 @@ mod client;
 mod config;
 mod wire;
 
-/// The network clients' backoff, re-exported where the node watcher has always found it.
-pub use crate::backoff::Backoff;
 pub use client::{KubeClient, KubeError, NodeWatch};
 pub use config::{
     check_node_name, KubeConfig, KubeConfigError, KubeOverrides, DEFAULT_CA_FILE, DEFAULT_NAMESPACE_FILE,

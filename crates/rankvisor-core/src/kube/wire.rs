@@ -161,7 +161,7 @@ fn cut(line: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::health::NODE_HEALTH_STATUS;
-    use crate::http::client::{HttpError, LineSplitter};
+    use crate::lines::{LineSplitter, LineTooLong, Overlong};
 
     /// A MODIFIED event as kube-apiserver 1.20.2 sends it (fields trimmed to the ones that matter).
     const MODIFIED: &str = r#"{"type":"MODIFIED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"6f0b","resourceVersion":"231","creationTimestamp":"2026-11-29T10:00:00Z","labels":{"pool":"b","sagemaker.amazonaws.com/node-health-status":"Schedulable"},"annotations":{"sagemaker.amazonaws.com/fault-details":"{}"},"managedFields":[{"manager":"curl","operation":"Update"}]},"spec":{"taints":[{"key":"sagemaker.amazonaws.com/node-health-status","value":"Unschedulable","effect":"NoSchedule","timeAdded":"2026-11-29T10:00:00Z"}]},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":""}}}}"#;
@@ -238,23 +238,23 @@ mod tests {
     fn lines_split_across_any_chunking() {
         let stream = format!("{MODIFIED}\n\n{MODIFIED}\n");
         for size in [1, 2, 7, 100, stream.len()] {
-            let mut buf = LineSplitter::new(MAX_LINE_BYTES);
+            let mut buf = LineSplitter::new(MAX_LINE_BYTES, Overlong::Refuse);
             let mut lines = Vec::new();
             for chunk in stream.as_bytes().chunks(size) {
-                lines.extend(buf.push(chunk).unwrap());
+                lines.extend(buf.push(chunk).unwrap().into_iter().filter(|l| !l.is_empty()));
             }
             assert_eq!(lines.len(), 2, "chunk size {size}");
             assert!(lines.iter().all(|l| l == MODIFIED.as_bytes()));
-            assert!(!buf.has_partial());
+            assert!(buf.pending().is_empty());
         }
-        let mut buf = LineSplitter::new(MAX_LINE_BYTES);
+        let mut buf = LineSplitter::new(MAX_LINE_BYTES, Overlong::Refuse);
         assert!(buf.push(&MODIFIED.as_bytes()[..10]).unwrap().is_empty());
-        assert!(buf.has_partial());
+        assert!(!buf.pending().is_empty());
     }
 
     #[test]
     fn endless_line_is_refused() {
-        let mut buf = LineSplitter::new(MAX_LINE_BYTES);
+        let mut buf = LineSplitter::new(MAX_LINE_BYTES, Overlong::Refuse);
         let chunk = vec![b'x'; 1024 * 1024];
         let mut result = Ok(Vec::new());
         for _ in 0..9 {
@@ -263,7 +263,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(result, Err(HttpError::LineTooLong { limit: MAX_LINE_BYTES }));
-        assert!(!buf.has_partial());
+        assert_eq!(result, Err(LineTooLong { limit: MAX_LINE_BYTES }));
+        assert!(buf.pending().is_empty());
     }
 }

@@ -14,13 +14,16 @@ pub use signals::{
 };
 pub use spawn::{spawn_child, start_path, ChildCommand, ForkReason, SpawnError, StartPath};
 
-/// Orphans of the child are reparented to rankvisor, not to the host's init, and reaped the same
-/// way (PID 1 gets them anyway).
-pub fn become_subreaper() {
-    if std::process::id() != 1 {
-        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
-        }
+/// Orphans of our children are reparented to this process, not to the host's init, and reaped
+/// the same way. PID 1 gets them anyway: nothing to do there.
+pub fn become_subreaper() -> std::io::Result<()> {
+    if std::process::id() == 1 {
+        return Ok(());
+    }
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

@@ -11,30 +11,23 @@ use sha2::Sha256;
 /// Bytes in a nonce.
 pub const NONCE_LEN: usize = 32;
 
+use crate::rank::Role;
+
 const DOMAIN: &[u8] = b"rankvisor rendezvous v1\0";
 
-/// Which side of the connection computes a proof.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The master (replica 0), answering a worker.
-    Master,
-    /// A worker, answering the master's challenge.
-    Worker,
+/// The side that computes a proof, as the proof's domain label: a master's proof is never a
+/// worker's (no reflection).
+fn label(role: Role) -> &'static [u8] {
+    match role {
+        Role::Master => b"master\0",
+        Role::Worker => b"worker\0",
+    }
 }
 
-impl Role {
-    fn label(self) -> &'static [u8] {
-        match self {
-            Role::Master => b"master\0",
-            Role::Worker => b"worker\0",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Role::Master => "master",
-            Role::Worker => "worker",
-        }
+fn name(role: Role) -> &'static str {
+    match role {
+        Role::Master => "master",
+        Role::Worker => "worker",
     }
 }
 
@@ -79,16 +72,16 @@ pub fn verify(token: &[u8], role: Role, server_nonce: &str, client_nonce: &str, 
     let proof = unhex("proof", proof, 32)?;
     mac(token, role, server_nonce, client_nonce)?
         .verify_slice(&proof)
-        .map_err(|_| AuthError::Mismatch { role: role.name() })
+        .map_err(|_| AuthError::Mismatch { role: name(role) })
 }
 
 fn mac(token: &[u8], role: Role, server_nonce: &str, client_nonce: &str) -> Result<Hmac<Sha256>, AuthError> {
     let server = unhex("server nonce", server_nonce, NONCE_LEN)?;
     let client = unhex("client nonce", client_nonce, NONCE_LEN)?;
     // HMAC takes keys of any length; the error branch exists only in the trait's signature.
-    let mut mac = Hmac::<Sha256>::new_from_slice(token).map_err(|_| AuthError::Mismatch { role: role.name() })?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(token).map_err(|_| AuthError::Mismatch { role: name(role) })?;
     mac.update(DOMAIN);
-    mac.update(role.label());
+    mac.update(label(role));
     mac.update(&server);
     mac.update(&client);
     Ok(mac)

@@ -7,14 +7,15 @@ use tokio::sync::watch;
 
 use super::error::RendezvousError;
 use super::frame::{Health, DEFAULT_MAX_FRAME};
-use crate::supervise::RestartScope;
+use crate::policy::RestartScope;
 
 /// The largest replica count accepted: far above any real job, low enough to bound the roster.
 pub const MAX_REPLICAS: u32 = 1 << 20;
 
-/// Who this replica is in the job.
+/// Who this replica is at the barrier: the part of its [`crate::status::Identity`] the
+/// rendezvous needs, every field required and checked (the report's identity may lack any).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub struct Member {
     /// The job's identity (the PyTorchJob's name); every replica must agree.
     pub job: String,
     /// This replica's index: 0 for the master, 1..replica_count for workers.
@@ -25,7 +26,7 @@ pub struct Identity {
     pub node: String,
 }
 
-impl Identity {
+impl Member {
     fn check_common(&self) -> Result<(), RendezvousError> {
         if self.job.is_empty() {
             return Err(config("job", "\"\"", "a non-empty job name"));
@@ -156,8 +157,8 @@ pub struct Released {
 mod tests {
     use super::*;
 
-    fn id(index: u32, count: u32) -> Identity {
-        Identity { job: "pytest".into(), replica_index: index, replica_count: count, node: "n".into() }
+    fn id(index: u32, count: u32) -> Member {
+        Member { job: "pytest".into(), replica_index: index, replica_count: count, node: "n".into() }
     }
 
     #[test]

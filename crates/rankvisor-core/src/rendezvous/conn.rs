@@ -16,12 +16,14 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::admission::Refusal;
-use super::auth::{self, Role};
+use super::auth;
 use super::frame::{Frame, Hello};
 use super::io::{heartbeat_line, line, outbox, FrameReader, Line, OutboxRx, OutboxTx, ReadError};
 use super::roster::ConnId;
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
+use crate::net::Acceptor;
+use crate::rank::Role;
 use crate::untrusted::escape;
 
 /// What the connection tasks tell the master task.
@@ -88,37 +90,20 @@ pub(super) fn log_refusal(refusals: &Mutex<Throttle>, peer: SocketAddr, what: &s
     }
 }
 
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
 pub(super) async fn accept_loop(listener: TcpListener, ctx: Arc<ConnContext>, inbound: mpsc::Sender<Inbound>) {
     let mut next: ConnId = 0;
-    let mut failed = Throttle::new(REFUSAL_WARN_WINDOW);
-    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut acceptor = Acceptor::new("rendezvous listener cannot accept");
     // Lines go out whole: no Nagle delay. Linux copies TCP_NODELAY from the listener to the
     // connections it accepts (`listen` sets it), so it is set per connection only when the first
     // accepted one shows the listener did not have it: one system call less per connection.
     let mut inherits_nodelay = None;
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                next += 1;
-                backoff = ACCEPT_BACKOFF_MIN;
-                if !*inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false)) {
-                    let _ = stream.set_nodelay(true);
-                }
-                tokio::spawn(serve(stream, peer, next, Arc::clone(&ctx), inbound.clone()));
-            }
-            Err(e) => {
-                // Out of file descriptors and the like: back off (doubling) instead of spinning,
-                // and say so once per window.
-                if let t @ Throttled::Log { .. } = failed.hit(Instant::now()) {
-                    warn!("rendezvous listener cannot accept: {e}; retrying in {backoff:?}{}", t.note());
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-            }
+        let (stream, peer) = acceptor.accept(&listener).await;
+        next += 1;
+        if !*inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false)) {
+            let _ = stream.set_nodelay(true);
         }
+        tokio::spawn(serve(stream, peer, next, Arc::clone(&ctx), inbound.clone()));
     }
 }
 

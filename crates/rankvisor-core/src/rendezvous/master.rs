@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::admission::Expected;
-use super::config::{Identity, Released, RendezvousConfig};
+use super::config::{Member, Released, RendezvousConfig};
 use super::conn::{accept_loop, log_refusal, ConnContext, Gauge, Inbound, REFUSAL_WARN_WINDOW};
 use super::error::RendezvousError;
 use super::frame::{Frame, Health, Hello, Order, StateUpdate};
@@ -25,7 +25,7 @@ use super::job::JobView;
 use super::roster::{ConnId, Phase, Rejoin, Roster, Shortfall};
 use crate::duration::format_duration;
 use crate::logging::{Throttle, Throttled};
-use crate::supervise::RestartScope;
+use crate::policy::RestartScope;
 use crate::untrusted::{escape, Escaped};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
@@ -132,7 +132,7 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener, RendezvousError> {
 /// Start the master (replica 0) on an already-bound listener; must run inside a tokio runtime.
 pub fn start_master(
     listener: TcpListener,
-    me: Identity,
+    me: Member,
     health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
 ) -> Result<MasterHandle, RendezvousError> {

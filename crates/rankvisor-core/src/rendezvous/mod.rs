@@ -21,7 +21,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Identity, Released, RendezvousConfig, MAX_REPLICAS};
+pub use config::{Member, Released, RendezvousConfig, MAX_REPLICAS};
 pub use error::RendezvousError;
 pub use frame::{Health, Order, StateUpdate, PROTOCOL_VERSION};
 pub use job::{JobPhase, JobView, ReplicaView};

@@ -15,8 +15,8 @@ use super::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
 use super::io::FrameReader;
 use super::worker::join_observed;
 use super::*;
+use crate::policy::RestartScope;
 use crate::status::ReplicaState;
-use crate::supervise::RestartScope;
 
 const GUARD: Duration = Duration::from_secs(10);
 
@@ -27,8 +27,8 @@ async fn guard<F: Future>(what: &str, f: F) -> F::Output {
     }
 }
 
-fn identity(index: u32, count: u32) -> Identity {
-    Identity { job: "pytest".into(), replica_index: index, replica_count: count, node: format!("node-{index}") }
+fn identity(index: u32, count: u32) -> Member {
+    Member { job: "pytest".into(), replica_index: index, replica_count: count, node: format!("node-{index}") }
 }
 
 fn healthy() -> Health {
@@ -69,7 +69,7 @@ fn at(m: &MasterHandle) -> (String, u16) {
 
 type Joining = JoinHandle<Result<WorkerSession, RendezvousError>>;
 
-fn spawn_join(to: (String, u16), me: Identity, cfg: RendezvousConfig) -> Joining {
+fn spawn_join(to: (String, u16), me: Member, cfg: RendezvousConfig) -> Joining {
     tokio::spawn(join(to, me, healthy().fixed(), cfg))
 }
 
@@ -324,14 +324,14 @@ async fn bad_peers_are_refused_by_name_and_the_job_completes() {
 
     let refused = |e: Result<WorkerSession, RendezvousError>| e.err().expect("refused").to_string();
     // Index 1 from another node: a duplicate (the same node would be replica 1 reconnecting).
-    let elsewhere = Identity { node: "node-x".into(), ..identity(1, 4) };
+    let elsewhere = Member { node: "node-x".into(), ..identity(1, 4) };
     let dup = refused(guard("dup", join(to.clone(), elsewhere, healthy().fixed(), token.clone())).await);
     assert!(dup.ends_with("answered: replica_index 1 is already held by a connected peer on node \"node-1\""), "{dup}");
 
     let count = refused(guard("count", join(to.clone(), identity(2, 5), healthy().fixed(), token.clone())).await);
     assert!(count.ends_with("answered: replica_count 5 does not match the master's replica count 4"), "{count}");
 
-    let other_job = Identity { job: "other".into(), ..identity(2, 4) };
+    let other_job = Member { job: "other".into(), ..identity(2, 4) };
     let job = refused(guard("job", join(to.clone(), other_job, healthy().fixed(), token.clone())).await);
     assert!(job.ends_with("answered: job \"other\" does not match the master's job \"pytest\""), "{job}");
 

@@ -10,13 +10,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::auth::{self, Role};
-use super::config::{Identity, Released, RendezvousConfig};
+use super::auth;
+use super::config::{Member, Released, RendezvousConfig};
 use super::error::RendezvousError;
 use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
 use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
 use super::roster::MAX_GENERATION;
+use crate::backoff::Backoff;
 use crate::duration::format_duration;
+use crate::rank::Role;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -50,7 +52,7 @@ enum Step {
 /// name does not resolve or the port refuses, until `cfg.barrier_timeout`; return once released.
 pub async fn join(
     master: (String, u16),
-    me: Identity,
+    me: Member,
     health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
 ) -> Result<WorkerSession, RendezvousError> {
@@ -60,7 +62,7 @@ pub async fn join(
 /// `join`, reporting every failed attempt to `observer` (tests use it as a handshake).
 pub(crate) async fn join_observed(
     (host, port): (String, u16),
-    me: Identity,
+    me: Member,
     mut health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
     observer: Option<mpsc::UnboundedSender<String>>,
@@ -76,7 +78,7 @@ pub(crate) async fn join_observed(
     let mut deadline = tokio::time::Instant::from_std(started) + cfg.barrier_timeout;
     let admitted = AtomicBool::new(false);
     let mut extended = false;
-    let mut backoff = BACKOFF_INITIAL;
+    let mut backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
     let mut progress = "no connection attempted yet".to_string();
     let mut health_live = true;
     loop {
@@ -93,7 +95,7 @@ pub(crate) async fn join_observed(
                             )))
                         }
                     };
-                backoff = BACKOFF_INITIAL;
+                backoff.reset();
                 meet(stream, &me, &mut health, &mut health_live, &cfg, &master, started, &mut progress, &admitted).await
             };
             tokio::pin!(attempt);
@@ -126,8 +128,8 @@ pub(crate) async fn join_observed(
             let _ = observer.send(reason.clone());
         }
         progress = reason;
-        let pause = jitter(backoff);
-        backoff = backoff.saturating_mul(2).min(BACKOFF_MAX);
+        // Half to the full pause, so workers started together do not dial in lockstep.
+        let pause = backoff.next_delay();
         if tokio::time::timeout_at(deadline, tokio::time::sleep(pause)).await.is_err() {
             return Err(timed_out(&master, &cfg, progress));
         }
@@ -136,15 +138,6 @@ pub(crate) async fn join_observed(
 
 fn timed_out(master: &str, cfg: &RendezvousConfig, last: String) -> RendezvousError {
     RendezvousError::Timeout { master: master.to_string(), waited: format_duration(cfg.barrier_timeout), last }
-}
-
-/// Half to the full pause, so workers started together do not dial in lockstep.
-fn jitter(pause: Duration) -> Duration {
-    let mut bytes = [0u8; 2];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => pause.mul_f64(0.5 + 0.5 * f64::from(u16::from_le_bytes(bytes)) / 65535.0),
-        Err(_) => pause,
-    }
 }
 
 fn push(out: &mpsc::Sender<Line>, frame: &Frame, max: usize, master: &str) -> Result<(), Step> {
@@ -167,7 +160,7 @@ fn tell(out: &mpsc::Sender<Line>, max: usize, message: &str) {
 #[allow(clippy::too_many_arguments)]
 async fn meet(
     stream: TcpStream,
-    me: &Identity,
+    me: &Member,
     health: &mut watch::Receiver<Health>,
     health_live: &mut bool,
     cfg: &RendezvousConfig,

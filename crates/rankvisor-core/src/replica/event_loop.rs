@@ -4,6 +4,7 @@
 //! node-health source, the rendezvous link. It decides nothing; it publishes the status after
 //! every step.
 
+use super::child::{ChildAction, Event, Phase, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
 use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
 use crate::exit;
@@ -11,7 +12,6 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::status::{ExitReason, LocalStatus};
-use crate::supervise::{Action, Event, Phase, SupervisorConfig};
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use tracing::{error, info, warn};
 pub struct LoopConfig {
     /// The machine's settings.
     pub replica: ReplicaConfig,
-    /// The training command.
+    /// The training command and its environment (built once, in `config`).
     pub command: ChildCommand,
     /// The heartbeat file, when configured.
     pub heartbeat_file: Option<PathBuf>,
@@ -222,17 +222,17 @@ impl Loop {
 
     fn act(&mut self, effect: Effect) {
         match effect {
-            Effect::Child(Action::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
-            Effect::Child(Action::SignalGroup { pid, signal }) => {
+            Effect::Child(ChildAction::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
+            Effect::Child(ChildAction::SignalGroup { pid, signal }) => {
                 info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
                     warn!(pid, signal = %exit::signal_name(signal), "cannot signal the child's group: {e}");
                 }
             }
-            Effect::Child(Action::KillLeftovers { pid }) => {
+            Effect::Child(ChildAction::KillLeftovers { pid }) => {
                 let _ = process::signal_group(pid, libc::SIGKILL);
             }
-            Effect::Child(Action::TerminationMessage(msg)) => {
+            Effect::Child(ChildAction::TerminationMessage(msg)) => {
                 error!("{msg}");
                 if let Some(path) = &self.cfg.termination_log {
                     if let Err(e) = crate::termination::write_message(path, &msg) {
@@ -252,8 +252,6 @@ impl Loop {
             Effect::SweepTerm => self.sweep_signal(libc::SIGTERM),
             Effect::SweepKill => self.sweep_signal(libc::SIGKILL),
             Effect::Exit { code } => self.exit_code = Some(code),
-            // The machine consumes these itself.
-            Effect::Child(Action::RequestGeneration | Action::Exit { .. }) => {}
         }
     }
 
@@ -321,21 +319,13 @@ impl Loop {
         self.feed(input);
     }
 
+    /// The configured command plus this start's counters.
     fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
         let n = OsString::from(restart_count.to_string());
-        let mut set = |k: &str, v: OsString| cmd.env.push((k.into(), v));
-        set("RANKVISOR_RESTART_COUNT", n.clone());
-        set("TORCHELASTIC_RESTART_COUNT", n);
-        set("RANKVISOR_GENERATION", generation.to_string().into());
-        for (k, v) in [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1")] {
-            if std::env::var_os(k).is_none() && !cmd.env.iter().any(|(ek, _)| ek == k) {
-                cmd.env.push((k.into(), v.into()));
-            }
-        }
-        if let Some(hb) = &self.cfg.heartbeat_file {
-            cmd.env.push(("RANKVISOR_HEARTBEAT_FILE".into(), hb.clone().into_os_string()));
-        }
+        cmd.env.push(("RANKVISOR_RESTART_COUNT".into(), n.clone()));
+        cmd.env.push(("TORCHELASTIC_RESTART_COUNT".into(), n));
+        cmd.env.push(("RANKVISOR_GENERATION".into(), generation.to_string().into()));
         cmd
     }
 

@@ -5,12 +5,13 @@
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
+use crate::policy::RestartScope;
+use crate::rank::Role;
 use crate::rendezvous::{
-    self, ControlEvent, Health, Identity, JobView, MasterHandle, Order, RendezvousConfig, RendezvousError, StateUpdate,
+    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, StateUpdate,
     WorkerSession,
 };
 use crate::status::{LocalStatus, Report};
-use crate::supervise::RestartScope;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -25,20 +26,11 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(2);
 /// How often the master's job view is rebuilt while events arrive (O(replicas) per build).
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 
-/// Which side of the barrier this replica is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkRole {
-    /// Replica 0: listens, runs the barrier, serves the job view.
-    Master,
-    /// Every other replica: dials the master.
-    Worker,
-}
-
 /// Where and how this replica meets the others.
 #[derive(Debug, Clone)]
 pub struct JobLinkConfig {
     /// Who this replica is.
-    pub identity: Identity,
+    pub identity: Member,
     /// The master's rendezvous address (workers dial it).
     pub master: (String, u16),
     /// Where the master listens.
@@ -51,11 +43,11 @@ pub struct JobLinkConfig {
 
 impl JobLinkConfig {
     /// Master for replica 0, else Worker.
-    pub fn role(&self) -> LinkRole {
+    pub fn role(&self) -> Role {
         if self.identity.replica_index == 0 {
-            LinkRole::Master
+            Role::Master
         } else {
-            LinkRole::Worker
+            Role::Worker
         }
     }
 }
@@ -228,13 +220,13 @@ pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upst
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let job_view = match cfg.role() {
-        LinkRole::Master => {
+        Role::Master => {
             let listener = rendezvous::listen(cfg.listen)?;
             let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
             let (view_tx, view_rx) = watch::channel(None);
             (Some(view_rx), tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx)))
         }
-        LinkRole::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
+        Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
     let (job_view, task) = job_view;
     Ok(Link { commands: cmd_tx, events: ev_rx, job_view, task })

@@ -1,15 +1,17 @@
 //! The replica's one decision machine: every input (a reaped child, a signal, a deadline, a
 //! heartbeat, a node-health verdict, a rendezvous event) in, the effects to perform out. It owns
-//! every decision of supervision: the child's lifecycle (delegated to `supervise::Supervisor`), the
+//! every decision of supervision: the child's lifecycle (delegated to `child::Supervisor`), the
 //! node-health gate, the rendezvous gate, what an order from the master or a lost master means,
 //! how a master whose child finished waits for its workers, the leftover sweep, and the one
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
-use super::link::{LinkCommand, LinkEvent, LinkRole};
+use super::child::{ChildAction, ChildOutcome, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
+use super::link::{LinkCommand, LinkEvent};
 use crate::exit;
 use crate::health::{self, Observation};
+use crate::policy::RestartScope;
+use crate::rank::Role;
 use crate::status::ReplicaState;
-use crate::supervise::{Action, Event, GiveUp, Phase, RestartScope, Supervisor, SupervisorConfig};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -18,12 +20,23 @@ use tokio::time::Instant;
 pub struct ReplicaConfig {
     /// Restart policy, backoff, grace, hang detection, scope.
     pub supervisor: SupervisorConfig,
-    /// A node-health source exists; `Some(wait)`: `--unhealthy-node wait` when true.
-    pub health_gate: Option<bool>,
+    /// What an unhealthy node does to the first start.
+    pub health_gate: HealthGate,
     /// This replica's side of the rendezvous, when the job has one.
-    pub link: Option<LinkRole>,
+    pub link: Option<Role>,
     /// Job scope, master: how long a master whose child succeeded keeps the channel for its workers.
     pub linger: Option<Duration>,
+}
+
+/// The node-health gate before the child's first start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthGate {
+    /// No node-health source: the node counts as healthy.
+    Off,
+    /// An unhealthy node (or a source that cannot be read) stops the replica at once (138).
+    FailFast,
+    /// `--unhealthy-node wait`: wait until the node is healthy.
+    Wait,
 }
 
 /// Something that happened, as the event loop saw it.
@@ -70,9 +83,8 @@ pub enum Note {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// Something for the child: spawn it, signal its group, kill its leftovers, or write the
-    /// termination message (the supervisor's own actions; never `RequestGeneration` or `Exit`,
-    /// which the machine decides on).
-    Child(Action),
+    /// termination message.
+    Child(ChildAction),
     /// Start the rendezvous link (once the node's health is first known).
     StartLink,
     /// Ask the link to do something.
@@ -90,9 +102,9 @@ pub enum Effect {
     },
 }
 
-/// The node-health gate.
+/// Where the node-health gate stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HealthGate {
+enum Health {
     /// No source: always healthy.
     Off,
     /// No verdict yet (the Kubernetes API may take a while).
@@ -146,8 +158,7 @@ enum End {
 pub struct Replica {
     sup: Supervisor,
     cfg: ReplicaConfig,
-    health: HealthGate,
-    wait_for_health: bool,
+    health: Health,
     gate: Gate,
     /// The link's current generation.
     generation: u64,
@@ -165,11 +176,10 @@ pub struct Replica {
 impl Replica {
     /// A replica that has done nothing yet; `start` returns its first effects.
     pub fn new(cfg: ReplicaConfig) -> Self {
-        let health = if cfg.health_gate.is_some() { HealthGate::Unknown } else { HealthGate::Off };
+        let health = if cfg.health_gate == HealthGate::Off { Health::Off } else { Health::Unknown };
         let gate = if cfg.link.is_some() { Gate::NotStarted } else { Gate::None };
         Self {
             sup: Supervisor::new(cfg.supervisor),
-            wait_for_health: cfg.health_gate.unwrap_or(false),
             cfg,
             health,
             gate,
@@ -185,7 +195,7 @@ impl Replica {
     /// The first effects: start the link and the child when nothing holds them back.
     pub fn start(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
-        if self.health == HealthGate::Off {
+        if self.health == Health::Off {
             self.open_link(&mut out);
         }
         self.maybe_start(now, &mut out);
@@ -200,7 +210,7 @@ impl Replica {
     /// The state to report: the child's, or what holds its first start back.
     pub fn state(&self) -> ReplicaState {
         match self.sup.state() {
-            ReplicaState::Pending if self.health == HealthGate::Waiting => ReplicaState::NodeUnhealthy,
+            ReplicaState::Pending if self.health == Health::Waiting => ReplicaState::NodeUnhealthy,
             ReplicaState::Pending if self.gate == Gate::Pending => ReplicaState::Rendezvous,
             s => s,
         }
@@ -272,7 +282,7 @@ impl Replica {
             return;
         }
         if let Some(pid) = self.sup.child_pid() {
-            out.push(Effect::Child(Action::SignalGroup { pid, signal: sig }));
+            out.push(Effect::Child(ChildAction::SignalGroup { pid, signal: sig }));
         }
     }
 
@@ -296,28 +306,28 @@ impl Replica {
     }
 
     fn on_health(&mut self, obs: Observation, now: Instant, out: &mut Vec<Effect>) {
-        let first = self.health == HealthGate::Unknown;
+        let first = self.health == Health::Unknown;
         match &obs {
             Ok(v) if v.healthy => {
-                if matches!(self.health, HealthGate::Waiting | HealthGate::Unknown) {
-                    if self.health == HealthGate::Waiting {
+                if matches!(self.health, Health::Waiting | Health::Unknown) {
+                    if self.health == Health::Waiting {
                         out.push(Effect::Note(Note::Info("node healthy".into())));
                     }
-                    self.health = HealthGate::Open;
+                    self.health = Health::Open;
                 }
             }
             // Fail closed: a source that cannot be read before the start is an unhealthy node.
-            _ if first || self.health == HealthGate::Waiting => {
+            _ if first || self.health == Health::Waiting => {
                 let give_up = give_up_for(&obs);
-                if self.wait_for_health {
-                    let already = self.health == HealthGate::Waiting;
-                    self.health = HealthGate::Waiting;
+                if self.cfg.health_gate == HealthGate::Wait {
+                    let already = self.health == Health::Waiting;
+                    self.health = Health::Waiting;
                     if !already || obs.is_ok() {
                         let what = if already { "still waiting" } else { "waiting for the node to become healthy" };
                         out.push(Effect::Note(Note::Warn(format!("{}; {what}", give_up.message))));
                     }
                 } else {
-                    self.health = HealthGate::Open;
+                    self.health = Health::Open;
                     self.feed(Event::GiveUp(give_up), now, out);
                 }
             }
@@ -465,14 +475,14 @@ impl Replica {
         out.push(Effect::Link(LinkCommand::Barrier { generation }));
     }
 
-    /// Feed the child's supervisor and turn its actions into effects.
+    /// Feed the child's supervisor: its actions become effects, then its outcome is decided on.
     fn feed(&mut self, event: Event, now: Instant, out: &mut Vec<Effect>) {
-        for action in self.sup.on_event(event, now) {
-            match action {
-                Action::RequestGeneration => self.request_generation(now, out),
-                Action::Exit { code } => self.child_done(code, now, out),
-                child => out.push(Effect::Child(child)),
-            }
+        let steps = self.sup.on_event(event, now);
+        out.extend(steps.actions.into_iter().map(Effect::Child));
+        match steps.outcome {
+            Some(ChildOutcome::RequestGeneration) => self.request_generation(now, out),
+            Some(ChildOutcome::Exit { code }) => self.child_done(code, now, out),
+            None => {}
         }
     }
 
@@ -480,8 +490,8 @@ impl Replica {
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let next = self.barrier_pending.unwrap_or(self.generation) + 1;
         match self.cfg.link {
-            Some(LinkRole::Master) => self.new_generation(next, now, out),
-            Some(LinkRole::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
+            Some(Role::Master) => self.new_generation(next, now, out),
+            Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
             // No rendezvous (one replica): the generation is ours alone.
             None => self.feed(Event::Released { generation: next }, now, out),
         }
@@ -500,7 +510,7 @@ impl Replica {
     fn child_done(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
         self.after_child = None;
         let linger = match (self.cfg.link, self.cfg.linger) {
-            (Some(LinkRole::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
+            (Some(Role::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
             _ => None,
         };
         match linger {
@@ -529,7 +539,7 @@ impl Replica {
 
     /// Start the first child once nothing holds it back.
     fn maybe_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let health_ok = matches!(self.health, HealthGate::Off | HealthGate::Open);
+        let health_ok = matches!(self.health, Health::Off | Health::Open);
         let gate_ok = matches!(self.gate, Gate::None | Gate::Passed);
         if health_ok && gate_ok && matches!(self.sup.phase(), Phase::Pending) && self.end == End::No {
             self.feed(Event::Start, now, out);

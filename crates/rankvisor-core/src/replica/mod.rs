@@ -1,6 +1,7 @@
 //! One replica: the decision machine (`machine`), the event loop that feeds it (`event_loop`),
 //! and the rendezvous link it talks to (`link`).
 
+pub mod child;
 pub mod event_loop;
 pub mod link;
 pub mod machine;
@@ -8,5 +9,5 @@ pub mod machine;
 mod tests;
 
 pub use event_loop::{run, HealthSource, LinkStarter, LoopConfig, Sources};
-pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, LinkRole, Upstream};
-pub use machine::{Effect, Input, Note, Replica, ReplicaConfig};
+pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, Upstream};
+pub use machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};

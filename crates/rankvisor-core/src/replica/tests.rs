@@ -1,12 +1,15 @@
 //! The replica machine's decisions, each without a process: paused tokio time, a fake process
 //! layer that turns `Spawn` into `Spawned` and records everything else.
 
-use super::link::{LinkCommand, LinkEvent, LinkRole};
-use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use super::link::{LinkCommand, LinkEvent};
+use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};
+use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
+use crate::policy::{RestartPolicy, RestartScope};
+use crate::rank::Role;
+use crate::replica::child::{ChildAction, Event, SupervisorConfig};
 use crate::status::ReplicaState;
-use crate::supervise::{Action, BackoffConfig, Event, RestartPolicy, RestartScope, SupervisorConfig};
 use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,7 +30,7 @@ fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
 fn cfg() -> ReplicaConfig {
     ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Replica),
-        health_gate: None,
+        health_gate: HealthGate::Off,
         link: None,
         linger: None,
     }
@@ -80,14 +83,14 @@ impl Fake {
     fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
-                Effect::Child(Action::Spawn { restart_count, generation }) => {
+                Effect::Child(ChildAction::Spawn { restart_count, generation }) => {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
                     let pid = self.next_pid;
                     self.send(Input::Child(Event::Spawned { pid }));
                 }
-                Effect::Child(Action::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
-                Effect::Child(Action::TerminationMessage(m)) => self.messages.push(m),
+                Effect::Child(ChildAction::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
+                Effect::Child(ChildAction::TerminationMessage(m)) => self.messages.push(m),
                 Effect::Child(_) => {}
                 Effect::StartLink => self.start_link += 1,
                 Effect::Link(c) => self.links.push(c),
@@ -139,7 +142,7 @@ async fn without_gates_the_child_starts_at_once_and_the_first_restart_is_immedia
 /// `--unhealthy-node wait`: the node's verdict gates the first start, then the link opens.
 #[tokio::test(start_paused = true)]
 async fn health_wait_gates_the_start_and_the_link() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(true), link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, link: Some(Role::Worker), ..cfg() });
     assert_eq!((f.spawns.len(), f.start_link), (0, 0), "nothing before the first verdict");
     assert_eq!(f.r.state(), ReplicaState::Pending);
     f.send(Input::Health(label("UnschedulablePendingReboot")));
@@ -156,7 +159,7 @@ async fn health_wait_gates_the_start_and_the_link() {
 /// Fail closed: a source that cannot be read before the start refuses with 138.
 #[tokio::test(start_paused = true)]
 async fn unknown_health_before_the_start_exits_138() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::FailFast, ..cfg() });
     let err = HealthError::Unreadable { path: "/labels".into(), problem: "no such file".into() };
     f.send(Input::Health(Err(err)));
     assert_eq!(f.exit, Some(138));
@@ -167,7 +170,7 @@ async fn unknown_health_before_the_start_exits_138() {
 /// During the run, a glitch reading the source keeps the last verdict; an unhealthy one stops.
 #[tokio::test(start_paused = true)]
 async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: Some(false), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::FailFast, ..cfg() });
     f.send(Input::Health(label("Schedulable")));
     let pid = f.pid();
     f.send(Input::Health(Err(HealthError::Unreadable { path: "/l".into(), problem: "gone".into() })));
@@ -180,7 +183,7 @@ async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_first_barrier_exits_138_with_the_reason() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
     assert_eq!(f.start_link, 1);
     assert_eq!(f.r.state(), ReplicaState::Rendezvous);
     f.send(Input::Link(LinkEvent::Failed { message: "rendezvous failed: timed out".into() }));
@@ -192,7 +195,7 @@ async fn a_failed_first_barrier_exits_138_with_the_reason() {
 async fn a_finished_master_lingers_for_its_workers() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Master),
+        link: Some(Role::Master),
         linger: Some(Duration::from_secs(60)),
         ..cfg()
     };
@@ -223,7 +226,7 @@ async fn a_finished_master_lingers_for_its_workers() {
 /// A worker that loses the master: replica scope trains on and redials.
 #[tokio::test(start_paused = true)]
 async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(LinkRole::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
     f.send(Input::Link(LinkEvent::Released { generation: 0 }));
     f.send(Input::Link(LinkEvent::MasterLost { reason: "connection reset".into() }));
     assert!(f.signals.is_empty(), "the child is not touched");
@@ -238,7 +241,7 @@ async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
 async fn job_scope_worker_restarts_with_the_master() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Worker),
+        link: Some(Role::Worker),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -281,7 +284,7 @@ async fn job_scope_worker_restarts_with_the_master() {
 /// and not once its own child is over.
 #[tokio::test(start_paused = true)]
 async fn master_rejoin_requests() {
-    let mut replica = Fake::new(ReplicaConfig { link: Some(LinkRole::Master), ..cfg() });
+    let mut replica = Fake::new(ReplicaConfig { link: Some(Role::Master), ..cfg() });
     replica.send(Input::Link(LinkEvent::Released { generation: 0 }));
     replica.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
     assert!(replica.signals.is_empty() && replica.links.is_empty());
@@ -289,7 +292,7 @@ async fn master_rejoin_requests() {
 
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(LinkRole::Master),
+        link: Some(Role::Master),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -343,7 +346,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
-        Effect::Child(Action::Spawn { .. }) => 42,
+        Effect::Child(ChildAction::Spawn { .. }) => 42,
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Child(Event::Spawned { pid }), t0);

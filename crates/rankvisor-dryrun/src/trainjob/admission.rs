@@ -3,7 +3,7 @@
 //! `NewObjects`, the JobSet plugin's `Build`, the Torch plugin's `EnforceMLPolicy`) and defaulted
 //! (the JobSet webhook's `Default`, Kubernetes' Job defaults).
 
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -294,8 +294,8 @@ impl TrainJobController {
     fn launcher_exited(&mut self, id: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(id) else { return };
         let finished = self.outcome.is_some() || self.batch.as_ref().is_some_and(|b| b.failure.is_some());
-        let backoff = (self.config.backoff_initial, self.config.backoff_max);
-        if let LauncherEnd::Deleted { .. } = self.pods[i].launcher_exited(status, now, finished, backoff) {
+        let backoff = self.config.kubelet_backoff();
+        if let LauncherEnd::Deleted { .. } = self.pods[i].launcher_exited(status, now, finished, &backoff) {
             return self.remove_pod(i, now, step);
         }
         self.sync_pod(i, now, WatchEventType::Modified, step);

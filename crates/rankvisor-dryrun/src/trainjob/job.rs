@@ -2,7 +2,7 @@
 //! as pure functions; each names the Go function it mirrors.
 
 use super::{PodFailureAction, PodFailurePolicyRule, NODE};
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 /// The Job's `Failed` reason when failed pods or container restarts reach `backoffLimit`.
 pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";

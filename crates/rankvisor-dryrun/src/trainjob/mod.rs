@@ -19,7 +19,7 @@ pub(crate) mod runtime;
 #[cfg(test)]
 mod scenarios;
 
-use rankvisor_core::supervise::RestartPolicy;
+use rankvisor_core::policy::RestartPolicy;
 
 use crate::pytorchjob::Container;
 use crate::quantity::Resources;

@@ -1,0 +1,589 @@
+//! The supervisor's state machine: every event in, the actions to take out. No I/O, no clock: the
+//! driver passes `now`, and asks `next_deadline` when to come back with a `Tick`.
+
+use crate::backoff::BackoffConfig;
+use crate::exit::{self, ExitHow};
+use crate::policy::{RestartPolicy, RestartScope};
+use crate::status::ReplicaState;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Hang detection from a heartbeat file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HangConfig {
+    /// A running child that does not beat for this long is hung.
+    pub timeout: Duration,
+    /// The allowance for the first beat after a start (model loading is slow).
+    pub startup: Duration,
+}
+
+/// What the machine needs to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupervisorConfig {
+    /// When to restart.
+    pub policy: RestartPolicy,
+    /// The most restarts, under every policy.
+    pub backoff_limit: u32,
+    /// Delays between restarts.
+    pub backoff: BackoffConfig,
+    /// TERM -> KILL delay.
+    pub grace: Duration,
+    /// Hang detection, when a heartbeat file is configured.
+    pub hang: Option<HangConfig>,
+    /// Replica: restart this child after a backoff. Job: ask for a new generation of every
+    /// replica's child instead, and restart only when it is released.
+    pub scope: RestartScope,
+}
+
+/// A reason from outside the training program to stop for good (exit 138).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GiveUp {
+    /// The state to report (`NodeUnhealthy`, `Failed`).
+    pub state: ReplicaState,
+    /// One line for the termination log.
+    pub message: String,
+}
+
+/// Why a running child is being stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopCause {
+    /// TERM/INT reached rankvisor: stop, then exit with the child's status.
+    Shutdown {
+        /// The signal received.
+        signal: i32,
+    },
+    /// No heartbeat: a failure, handed to the restart policy.
+    Hung,
+    /// An outside reason: exit 138.
+    GiveUp(GiveUp),
+    /// The job moves to a new generation: every replica's child stops and starts again together.
+    NewGeneration {
+        /// The generation to start once released.
+        generation: u64,
+    },
+}
+
+/// Where the supervised child is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Not started yet (gates, rendezvous).
+    Pending,
+    /// The child runs.
+    Running {
+        /// Its pid (also its process group).
+        pid: i32,
+        /// When it started.
+        started: Instant,
+    },
+    /// The child was signalled and has until `deadline` before SIGKILL.
+    Stopping {
+        /// Its pid.
+        pid: i32,
+        /// When it started.
+        started: Instant,
+        /// When SIGKILL goes out.
+        deadline: Instant,
+        /// True once SIGKILL went out.
+        killed: bool,
+        /// Why.
+        cause: StopCause,
+    },
+    /// Waiting to start the child again.
+    Backoff {
+        /// When to start it.
+        until: Instant,
+    },
+    /// Job scope: the child is gone; waiting for the next generation's barrier to release us.
+    AwaitingGeneration,
+    /// Done; rankvisor exits with `code`.
+    Finished {
+        /// rankvisor's exit status.
+        code: i32,
+        /// What to report.
+        state: ReplicaState,
+    },
+}
+
+/// Something that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The gates passed: start the first child.
+    Start,
+    /// The child was started.
+    Spawned {
+        /// Its pid.
+        pid: i32,
+    },
+    /// The child could not be started (126 or 127).
+    SpawnFailed {
+        /// 126 or 127.
+        code: i32,
+        /// Why, for the log and termination message.
+        message: String,
+        /// The machine's fault (EMFILE, ENFILE, EAGAIN, ENOMEM), not the command's: a failed run
+        /// for the restart policy instead of a permanent 126, and when the policy or the backoff
+        /// limit ends the retries, 138 (a reason outside the training program), not 126.
+        transient: bool,
+    },
+    /// A reaped process: the child or anyone else.
+    Exited {
+        /// Its pid.
+        pid: i32,
+        /// How it ended.
+        how: ExitHow,
+    },
+    /// TERM or INT reached rankvisor.
+    Shutdown {
+        /// Which.
+        signal: i32,
+    },
+    /// The heartbeat file was touched.
+    Beat,
+    /// A deadline may have passed.
+    Tick,
+    /// Stop for good for an outside reason.
+    GiveUp(GiveUp),
+    /// Job scope: the job moves to `generation`; stop the child and wait to be released.
+    NewGeneration {
+        /// The new generation.
+        generation: u64,
+    },
+    /// Job scope: the barrier of `generation` passed; start the child.
+    Released {
+        /// The released generation.
+        generation: u64,
+    },
+}
+
+/// What the loop must do for the child, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildAction {
+    /// Start the child; it is the `restart_count`th restart.
+    Spawn {
+        /// Restarts before this start.
+        restart_count: u32,
+        /// The rendezvous generation it belongs to.
+        generation: u64,
+    },
+    /// Send `signal` to the child's process group.
+    SignalGroup {
+        /// Group leader's pid.
+        pid: i32,
+        /// The signal.
+        signal: i32,
+    },
+    /// SIGKILL whatever is left of a finished child's process group before the next start, as a
+    /// container runtime does when a container's main process exits.
+    KillLeftovers {
+        /// Group leader's pid.
+        pid: i32,
+    },
+    /// Write this line to the termination log.
+    TerminationMessage(String),
+}
+
+/// What the child's lifecycle leaves to the replica to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildOutcome {
+    /// Job scope: this replica's child failed; the job needs a new generation.
+    RequestGeneration,
+    /// The child is done for good; rankvisor's exit status would be `code`.
+    Exit {
+        /// rankvisor's exit status.
+        code: i32,
+    },
+}
+
+/// The supervisor's answer to one event: the actions for the loop, in order, then at most one
+/// outcome for the replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildSteps {
+    /// What to do for the child, in order.
+    pub actions: Vec<ChildAction>,
+    /// What the replica must decide on, after the actions.
+    pub outcome: Option<ChildOutcome>,
+}
+
+impl From<Vec<ChildAction>> for ChildSteps {
+    fn from(actions: Vec<ChildAction>) -> Self {
+        Self { actions, outcome: None }
+    }
+}
+
+/// The supervisor: configuration, phase and counters.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    cfg: SupervisorConfig,
+    phase: Phase,
+    restarts: u32,
+    backoff_step: u32,
+    last_exit: Option<ExitHow>,
+    last_exit_hung: bool,
+    last_exit_generation_stop: bool,
+    last_beat: Option<Instant>,
+    hang_detections: u32,
+    generation: u64,
+    /// A generation released while our old child was still stopping: start it once that child is gone.
+    early_release: Option<u64>,
+}
+
+impl Supervisor {
+    /// A supervisor that has started nothing yet.
+    pub fn new(cfg: SupervisorConfig) -> Self {
+        Self {
+            cfg,
+            phase: Phase::Pending,
+            restarts: 0,
+            backoff_step: 0,
+            last_exit: None,
+            last_exit_hung: false,
+            last_exit_generation_stop: false,
+            last_beat: None,
+            hang_detections: 0,
+            generation: 0,
+            early_release: None,
+        }
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Restarts made so far.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
+    /// How the last child ended.
+    pub fn last_exit(&self) -> Option<ExitHow> {
+        self.last_exit
+    }
+
+    /// True when the last child was stopped by hang detection (its exit's reason is `Hung`).
+    pub fn last_exit_hung(&self) -> bool {
+        self.last_exit_hung
+    }
+
+    /// The generation of the current (or last) child.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// True when the last child was stopped because the job moved to a new generation (not a failure).
+    pub fn last_exit_generation_stop(&self) -> bool {
+        self.last_exit_generation_stop
+    }
+
+    /// Hangs detected so far.
+    pub fn hang_detections(&self) -> u32 {
+        self.hang_detections
+    }
+
+    /// The child's pid while it runs or is being stopped.
+    pub fn child_pid(&self) -> Option<i32> {
+        match self.phase {
+            Phase::Running { pid, .. } | Phase::Stopping { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    /// The state reported upstream.
+    pub fn state(&self) -> ReplicaState {
+        match &self.phase {
+            Phase::Pending => ReplicaState::Pending,
+            Phase::Running { .. } => ReplicaState::Running,
+            Phase::Stopping { .. } => ReplicaState::Stopping,
+            Phase::Backoff { .. } | Phase::AwaitingGeneration => ReplicaState::Restarting,
+            Phase::Finished { state, .. } => *state,
+        }
+    }
+
+    /// When the driver must come back with `Event::Tick`.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Backoff { until } => Some(*until),
+            Phase::Stopping { deadline, killed: false, .. } => Some(*deadline),
+            Phase::Running { started, .. } => self.hang_deadline(*started),
+            _ => None,
+        }
+    }
+
+    fn hang_deadline(&self, started: Instant) -> Option<Instant> {
+        let hang = self.cfg.hang?;
+        Some(match self.last_beat {
+            Some(beat) => beat + hang.timeout,
+            None => started + hang.startup,
+        })
+    }
+
+    /// Decide what to do about `event`, which happened at `now`.
+    pub fn on_event(&mut self, event: Event, now: Instant) -> ChildSteps {
+        match event {
+            Event::Start => match self.phase {
+                Phase::Pending => vec![ChildAction::Spawn { restart_count: 0, generation: self.generation }].into(),
+                _ => ChildSteps::default(),
+            },
+            Event::Spawned { pid } => {
+                self.phase = Phase::Running { pid, started: now };
+                self.last_beat = None;
+                ChildSteps::default()
+            }
+            Event::SpawnFailed { code, message, transient: false } => self.finish(code, Some(message)),
+            Event::SpawnFailed { code: _, message, transient: true } => self.on_transient_spawn_failure(message, now),
+            Event::Exited { pid, how } => self.on_exit(pid, how, now),
+            Event::Shutdown { signal } => self.on_shutdown(signal, now),
+            Event::Beat => {
+                if matches!(self.phase, Phase::Running { .. }) {
+                    self.last_beat = Some(now);
+                }
+                ChildSteps::default()
+            }
+            Event::Tick => self.on_tick(now),
+            Event::GiveUp(give_up) => self.on_give_up(give_up, now),
+            Event::NewGeneration { generation } => self.on_new_generation(generation, now),
+            Event::Released { generation } => match &self.phase {
+                Phase::AwaitingGeneration => {
+                    self.generation = generation;
+                    vec![ChildAction::Spawn { restart_count: self.restarts, generation }].into()
+                }
+                Phase::Stopping { cause: StopCause::NewGeneration { generation: g }, .. } if *g == generation => {
+                    self.early_release = Some(generation);
+                    ChildSteps::default()
+                }
+                _ => ChildSteps::default(),
+            },
+        }
+    }
+
+    fn on_new_generation(&mut self, generation: u64, now: Instant) -> ChildSteps {
+        if generation <= self.generation {
+            return ChildSteps::default();
+        }
+        match &mut self.phase {
+            Phase::Running { pid, started } => {
+                let (pid, started) = (*pid, *started);
+                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now)
+            }
+            Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung) => {
+                *cause = StopCause::NewGeneration { generation };
+                ChildSteps::default()
+            }
+            Phase::Backoff { .. } => {
+                self.phase = Phase::AwaitingGeneration;
+                ChildSteps::default()
+            }
+            _ => ChildSteps::default(),
+        }
+    }
+
+    fn finish(&mut self, code: i32, message: Option<String>) -> ChildSteps {
+        let state = if code == 0 { ReplicaState::Succeeded } else { ReplicaState::Failed };
+        self.finish_as(code, state, message)
+    }
+
+    fn finish_as(&mut self, code: i32, state: ReplicaState, message: Option<String>) -> ChildSteps {
+        self.phase = Phase::Finished { code, state };
+        let actions = message.into_iter().map(ChildAction::TerminationMessage).collect();
+        ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
+    }
+
+    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, now: Instant) -> ChildSteps {
+        self.phase = Phase::Stopping { pid, started, deadline: now + self.cfg.grace, killed: false, cause };
+        vec![ChildAction::SignalGroup { pid, signal }].into()
+    }
+
+    fn on_shutdown(&mut self, signal: i32, now: Instant) -> ChildSteps {
+        match &mut self.phase {
+            Phase::Pending => self.finish(
+                128 + signal,
+                Some(format!("stopped by {} before the child started", exit::signal_name(signal))),
+            ),
+            Phase::Running { pid, started } => {
+                let (pid, started) = (*pid, *started);
+                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now)
+            }
+            Phase::Stopping { pid, cause, .. } => {
+                // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
+                // except that a give-up keeps its 138.
+                if !matches!(cause, StopCause::GiveUp(_)) {
+                    *cause = StopCause::Shutdown { signal };
+                }
+                vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
+            }
+            Phase::Backoff { .. } | Phase::AwaitingGeneration => {
+                let code = self.last_exit.map_or(128 + signal, ExitHow::code);
+                let msg = format!(
+                    "stopped by {} while waiting to restart; last child {}",
+                    exit::signal_name(signal),
+                    self.last_exit.map_or_else(|| "none".into(), |h| h.to_string())
+                );
+                self.finish(code, Some(msg))
+            }
+            Phase::Finished { .. } => ChildSteps::default(),
+        }
+    }
+
+    fn on_give_up(&mut self, give_up: GiveUp, now: Instant) -> ChildSteps {
+        match &self.phase {
+            Phase::Running { pid, started } => {
+                let (pid, started) = (*pid, *started);
+                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now)
+            }
+            Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
+            Phase::Stopping { pid, started, deadline, killed, .. } => {
+                self.phase = Phase::Stopping {
+                    pid: *pid,
+                    started: *started,
+                    deadline: *deadline,
+                    killed: *killed,
+                    cause: StopCause::GiveUp(give_up),
+                };
+                ChildSteps::default()
+            }
+            Phase::Pending | Phase::Backoff { .. } | Phase::AwaitingGeneration => {
+                self.finish_as(exit::EXTERNAL_FAILURE, give_up.state, Some(give_up.message))
+            }
+            Phase::Finished { .. } => ChildSteps::default(),
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) -> ChildSteps {
+        match &mut self.phase {
+            Phase::Backoff { until } if now >= *until => {
+                vec![ChildAction::Spawn { restart_count: self.restarts, generation: self.generation }].into()
+            }
+            Phase::Stopping { pid, deadline, killed: killed @ false, .. } if now >= *deadline => {
+                *killed = true;
+                vec![ChildAction::SignalGroup { pid: *pid, signal: libc::SIGKILL }].into()
+            }
+            Phase::Running { pid, started } => {
+                let (pid, started) = (*pid, *started);
+                match self.hang_deadline(started) {
+                    Some(d) if now >= d => {
+                        self.hang_detections += 1;
+                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now)
+                    }
+                    _ => ChildSteps::default(),
+                }
+            }
+            _ => ChildSteps::default(),
+        }
+    }
+
+    fn on_exit(&mut self, pid: i32, how: ExitHow, now: Instant) -> ChildSteps {
+        let (started, cause) = match &self.phase {
+            Phase::Running { pid: p, started } if *p == pid => (*started, None),
+            Phase::Stopping { pid: p, started, cause, .. } if *p == pid => (*started, Some(cause.clone())),
+            // Someone else's exit (an orphan the reaper collected): nothing to decide.
+            _ => return ChildSteps::default(),
+        };
+        self.last_exit = Some(how);
+        self.last_exit_hung = cause == Some(StopCause::Hung);
+        self.last_exit_generation_stop = matches!(cause, Some(StopCause::NewGeneration { .. }));
+        match cause {
+            Some(StopCause::Shutdown { signal }) => {
+                let msg = format!("stopped by {}: child {how}", exit::signal_name(signal));
+                let code = how.code();
+                if code == 0 {
+                    self.finish(0, None)
+                } else {
+                    self.finish(code, Some(msg))
+                }
+            }
+            Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
+            Some(StopCause::Hung) => self.after_run(pid, how, true, started, now),
+            Some(StopCause::NewGeneration { generation }) => {
+                if self.restarts >= self.cfg.backoff_limit {
+                    let msg = format!(
+                        "child {how} when the job moved to generation {generation}; gave up after {} restarts (backoff limit {})",
+                        self.restarts, self.cfg.backoff_limit
+                    );
+                    return self.finish(how.code(), Some(msg));
+                }
+                self.restarts += 1;
+                self.phase = Phase::AwaitingGeneration;
+                let mut actions = vec![ChildAction::KillLeftovers { pid }];
+                if let Some(g) = self.early_release.take().filter(|g| *g == generation) {
+                    self.generation = g;
+                    actions.push(ChildAction::Spawn { restart_count: self.restarts, generation: g });
+                }
+                actions.into()
+            }
+            None => self.after_run(pid, how, false, started, now),
+        }
+    }
+
+    /// A start that failed for a reason outside the command (no descriptors, no memory): retried
+    /// like a failure from outside the program, within the backoff limit. When the policy (Never)
+    /// or the limit ends the retries, the exit is 138, the code for a reason outside the training
+    /// program (Kubeflow's ExitCode policy retries it, maybe on a node with room), never the
+    /// permanent 126 of a command that cannot be executed.
+    fn on_transient_spawn_failure(&mut self, message: String, now: Instant) -> ChildSteps {
+        let failed = ExitHow::Exited(exit::EXTERNAL_FAILURE);
+        if !self.cfg.policy.should_restart(failed, true) {
+            let msg = format!(
+                "{message} (the machine's fault, not the command's); restart policy {} does not restart it",
+                self.cfg.policy
+            );
+            return self.finish(exit::EXTERNAL_FAILURE, Some(msg));
+        }
+        if self.restarts >= self.cfg.backoff_limit {
+            let msg = format!(
+                "{message} (the machine's fault, not the command's); gave up after {} restarts (backoff limit {})",
+                self.restarts, self.cfg.backoff_limit
+            );
+            return self.finish(exit::EXTERNAL_FAILURE, Some(msg));
+        }
+        let delay = self.cfg.backoff.delay(self.backoff_step.max(1));
+        self.backoff_step = self.backoff_step.saturating_add(1).max(2);
+        self.restarts += 1;
+        self.phase = Phase::Backoff { until: now + delay };
+        ChildSteps::default()
+    }
+
+    /// The restart decision for a child that ended on its own (or was stopped as hung).
+    fn after_run(&mut self, pid: i32, how: ExitHow, hung: bool, started: Instant, now: Instant) -> ChildSteps {
+        let what = if hung {
+            match (self.cfg.hang, self.last_beat) {
+                (Some(h), Some(_)) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
+                // It never beat: the startup allowance is what ran out.
+                (Some(h), None) => {
+                    format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup)
+                }
+                (None, _) => format!("child hung, then {how}"),
+            }
+        } else {
+            format!("child {how}")
+        };
+        // A hung child that exits 0 once stopped still failed: do not report success.
+        let code = if hung && how.success() { exit::EXTERNAL_FAILURE } else { how.code() };
+        if !self.cfg.policy.should_restart(how, hung) {
+            let msg = (code != 0).then(|| format!("{what}; restart policy {} does not restart it", self.cfg.policy));
+            return self.finish(code, msg);
+        }
+        if self.restarts >= self.cfg.backoff_limit {
+            let msg =
+                format!("{what}; gave up after {} restarts (backoff limit {})", self.restarts, self.cfg.backoff_limit);
+            return self.finish(code, Some(msg));
+        }
+        let mut actions = vec![ChildAction::KillLeftovers { pid }];
+        if self.cfg.scope == RestartScope::Job {
+            // torchrun's behaviour: the whole worker group restarts together, in a new generation.
+            self.restarts += 1;
+            self.phase = Phase::AwaitingGeneration;
+            return ChildSteps { actions, outcome: Some(ChildOutcome::RequestGeneration) };
+        }
+        if now.saturating_duration_since(started) >= self.cfg.backoff.reset {
+            self.backoff_step = 0;
+        }
+        let delay = self.cfg.backoff.delay(self.backoff_step);
+        self.backoff_step = self.backoff_step.saturating_add(1);
+        self.restarts += 1;
+        self.phase = Phase::Backoff { until: now + delay };
+        if delay.is_zero() {
+            actions.push(ChildAction::Spawn { restart_count: self.restarts, generation: self.generation });
+        }
+        actions.into()
+    }
+}
