@@ -135,9 +135,9 @@ fn read_manifest(path: &Path) -> Result<String, ManifestError> {
 #[derive(Debug, Clone)]
 pub(crate) enum Loaded {
     /// A PyTorchJob.
-    PyTorch(LoadedJob),
+    PyTorch(Box<LoadedJob>),
     /// A TrainJob (with the runtime documents of its file and of `runtimes`).
-    Train(crate::trainjob::admission::LoadedTrainJob),
+    Train(Box<crate::trainjob::admission::LoadedTrainJob>),
 }
 
 /// Read and admit the manifest at `path`: a PyTorchJob, or a TrainJob (alone, or with
@@ -154,13 +154,13 @@ pub(crate) fn load_manifest(path: &Path, runtimes: &[std::path::PathBuf]) -> Res
                 reason: "--runtime goes with a TrainJob (trainer.kubeflow.org/v1alpha1), and this file has none".into(),
             });
         }
-        return admit_text(&text, &source_name).map(Loaded::PyTorch);
+        return admit_text(&text, &source_name).map(|l| Loaded::PyTorch(Box::new(l)));
     }
     for runtime in runtimes {
         let name = runtime.display().to_string();
         docs.extend(documents(&read_manifest(runtime)?, &name)?);
     }
-    admit_train_job(&docs, &source_name).map(Loaded::Train)
+    admit_train_job(&docs, &source_name).map(|l| Loaded::Train(Box::new(l)))
 }
 
 /// Bounds on what a parser would amplify: YAML aliases and deeply nested flow collections.

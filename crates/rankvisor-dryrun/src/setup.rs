@@ -142,9 +142,9 @@ impl Setup {
                 if let Some(w) = job.worker {
                     t.container = w.container;
                 }
-                AdmittedJob::Train(t)
+                AdmittedJob::Train(Box::new(t))
             }
-            None => AdmittedJob::PyTorch(job),
+            None => AdmittedJob::PyTorch(Box::new(job)),
         };
         Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
     }

@@ -18,9 +18,9 @@ use super::workdir::{write_atomically, WorkDir};
 #[derive(Debug, Clone)]
 pub(crate) enum AdmittedJob {
     /// A `kubeflow.org/v1` PyTorchJob.
-    PyTorch(PyTorchJob),
+    PyTorch(Box<PyTorchJob>),
     /// A `trainer.kubeflow.org/v1alpha1` TrainJob, merged with its runtime.
-    Train(TrainJob),
+    Train(Box<TrainJob>),
 }
 
 /// One job's controllers.
@@ -36,8 +36,8 @@ impl Workload {
     /// The controllers of `job`.
     pub(crate) fn new(job: AdmittedJob, config: ControllerConfig) -> Self {
         match job {
-            AdmittedJob::PyTorch(j) => Self::PyTorch(Box::new(Controller::new(j, config))),
-            AdmittedJob::Train(j) => Self::Train(Box::new(TrainJobController::new(j, config))),
+            AdmittedJob::PyTorch(j) => Self::PyTorch(Box::new(Controller::new(*j, config))),
+            AdmittedJob::Train(j) => Self::Train(Box::new(TrainJobController::new(*j, config))),
         }
     }
 

@@ -402,8 +402,11 @@ impl TrainJobController {
         }
         if batch.complete_at.is_some() {
             let replicated = [(self.job.replicated_job.clone(), 1)];
-            if jobset::execute_success_policy(&self.job.success_policy, &replicated, &[self.job.replicated_job.clone()])
-            {
+            if jobset::execute_success_policy(
+                &self.job.success_policy,
+                &replicated,
+                std::slice::from_ref(&self.job.replicated_job),
+            ) {
                 self.terminal = Some("Completed");
                 let message = jobset::ALL_JOBS_COMPLETED_MESSAGE.to_string();
                 self.finish(
