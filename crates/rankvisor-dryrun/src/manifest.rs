@@ -230,23 +230,23 @@ pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestEr
 
 /// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
 fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
-    let syntax = |line: usize, column: usize, message: String| ManifestError::Syntax {
-        source_name: source_name.to_string(),
-        line,
-        column,
-        message,
-    };
     if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).map_err(|e| {
-            let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
-            syntax(e.line(), e.column(), message)
-        });
+        return serde_json::from_str(text).map_err(|e| json_syntax(&e, source_name));
     }
-    serde_yaml_ng::from_str(text).map_err(|e| {
-        let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
-        let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
-        syntax(line, column, message)
-    })
+    serde_yaml_ng::from_str(text).map_err(|e| yaml_syntax(&e, source_name))
+}
+
+/// A JSON parser's error as a manifest's, its position given once.
+pub(crate) fn json_syntax(e: &serde_json::Error, source_name: &str) -> ManifestError {
+    let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
+    ManifestError::Syntax { source_name: source_name.to_string(), line: e.line(), column: e.column(), message }
+}
+
+/// A YAML parser's error as a manifest's, its position given once.
+pub(crate) fn yaml_syntax(e: &serde_yaml_ng::Error, source_name: &str) -> ManifestError {
+    let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
+    let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
+    ManifestError::Syntax { source_name: source_name.to_string(), line, column, message }
 }
 
 /// Drop the parser's own copy of the position, which the error already carries.

@@ -219,6 +219,23 @@ pub enum Row {
 }
 
 impl Row {
+    /// The row's lane on the timeline: its key (a TrainJob shares the job's lane, its JobSet the
+    /// PodGroup's), its label, its state and its restarts; None for a batch Job.
+    pub(crate) fn lane(&self) -> Option<(String, String, Option<&'static str>, Option<u32>)> {
+        Some(match self {
+            Row::Job(j) => ("job".to_string(), format!("PyTorchJob {}", j.name), j.state.map(|s| s.as_str()), None),
+            Row::PodGroup(g) => {
+                ("podgroup".to_string(), format!("PodGroup {}", g.name), g.status.map(|s| s.as_str()), None)
+            }
+            Row::Pod(p) => (format!("pod/{}", p.name), p.name.clone(), Some(p.status.as_str()), Some(p.restarts)),
+            Row::TrainJob(t) => ("job".to_string(), format!("TrainJob {}", t.name), t.state, None),
+            Row::JobSet(j) => {
+                ("podgroup".to_string(), format!("JobSet {}", j.name), j.terminal_state.or(Some("Active")), None)
+            }
+            Row::BatchJob(_) => return None,
+        })
+    }
+
     /// The row without its clock-driven columns, to tell a real change from the passing of time.
     pub(crate) fn same_content(&self, other: &Row) -> bool {
         match (self, other) {

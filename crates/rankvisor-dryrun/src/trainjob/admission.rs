@@ -13,7 +13,7 @@ use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
     TrainJob, DEFAULT_BACKOFF_LIMIT, NODE, TRAINER_API_VERSION, TRAINJOB_KIND,
 };
-use crate::manifest::ManifestError;
+use crate::manifest::{json_syntax, yaml_syntax, ManifestError};
 use crate::pytorchjob::Container;
 use crate::quantity::{parse_quantity, Resources};
 use crate::raw::RawResources;
@@ -43,22 +43,12 @@ pub fn holds_train_job(docs: &[Value]) -> bool {
 
 /// Every document of a YAML stream (or one JSON document), as values.
 pub fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
-    let syntax = |line: usize, column: usize, message: String| ManifestError::Syntax {
-        source_name: source_name.to_string(),
-        line,
-        column,
-        message,
-    };
     if text.trim_start().starts_with('{') {
-        let v: Value = serde_json::from_str(text).map_err(|e| syntax(e.line(), e.column(), e.to_string()))?;
-        return Ok(vec![v]);
+        return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| json_syntax(&e, source_name));
     }
     let mut docs = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| {
-            let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
-            syntax(line, column, e.to_string().replacen(&format!(" at line {line} column {column}"), "", 1))
-        })?;
+        let v = Value::deserialize(doc).map_err(|e| yaml_syntax(&e, source_name))?;
         if !v.is_null() {
             docs.push(v);
         }

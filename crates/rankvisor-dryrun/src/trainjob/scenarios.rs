@@ -106,7 +106,7 @@ fn validate_refuses_a_reserved_env_name_naming_it() {
 }
 
 #[test]
-fn a_file_with_a_runtime_and_a_train_job_is_read_whole() {
+fn new_objects_takes_the_runtime_beside_the_train_job_or_a_built_in_one() {
     let loaded = load(EXAMPLE).unwrap();
     assert_eq!((loaded.job.num_nodes, loaded.job.backoff_limit), (4, 3));
     assert_eq!(loaded.job.runtime, "TrainingRuntime/pytest-runtime");
@@ -228,7 +228,7 @@ impl Run {
 }
 
 #[test]
-fn all_jobs_completed_is_the_train_jobs_complete() {
+fn execute_success_policy_all_jobs_completed_is_the_train_jobs_complete() {
     let mut r = Run::new(EXAMPLE);
     let started = r.at(0.0, ClusterEvent::Submitted);
     assert_eq!(started.len(), 4, "{started:?}");
