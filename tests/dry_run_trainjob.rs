@@ -220,3 +220,27 @@ fn a_suspended_trainjob_runs_once_resumed_and_the_deadline_counts_from_the_resum
     assert!(r.of_kind("JobSet").any(|e| e["type"] == "DELETED"), "the JobSet is deleted: {}", r.explain());
     assert_eq!(r.jobset_restarts(), [0], "a suspension is no restart");
 }
+
+#[test]
+fn injected_faults_reach_a_trainjobs_nodes_by_index_and_the_timeline_draws_them() {
+    let dir = TestDir::new("trainjob-inject");
+    let text =
+        std::fs::read_to_string(example("trainjob.yaml")).expect("example").replace("numNodes: 4", "numNodes: 2");
+    let manifest = dir.write("trainjob.yaml", &text);
+    let svg = dir.path().join("run.svg");
+    let svg_arg = svg.to_str().expect("utf-8 path");
+    let r = dry_run(&manifest, &["--inject", "fail:node-1@1s", "--timeline", svg_arg]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.train_job().last(), Some(&("Complete".into(), "AllJobsCompleted".into())), "{}", r.explain());
+    let node1 = r.pods_added().into_iter().find(|(n, _)| n.starts_with("pytest-node-0-1-")).expect("node 1's pod").0;
+    let restarts =
+        r.of_kind("Pod").filter(|e| e["name"] == node1.as_str()).filter_map(|e| e["fields"]["restarts"].as_u64()).max();
+    assert_eq!(
+        restarts,
+        Some(1),
+        "the killed child is restarted in its pod (its launcher's own restart): {}",
+        r.explain()
+    );
+    let drawn = std::fs::read_to_string(&svg).expect("the timeline");
+    assert!(drawn.contains("TrainJob pytest") && drawn.contains("JobSet pytest") && drawn.contains(&node1), "{drawn}");
+}

@@ -206,7 +206,9 @@ impl TrainJobController {
         }
     }
 
+    /// A line for the user; rule names and the namespace come from the manifest, so escaped.
     fn note(step: &mut Step, message: String) {
+        let message = rankvisor_core::untrusted::escape(&message).into_owned();
         step.actions.push(ClusterAction::Note { message });
     }
 
@@ -516,9 +518,8 @@ impl TrainJobController {
             step.actions.push(ClusterAction::StopAll);
         }
         self.sync(now, step);
-        step.actions.push(ClusterAction::Finish {
-            outcome,
-            reason: format!("TrainJob {} {}: {reason}: {message}", self.job.name, kind.as_str()),
-        });
+        let reason = format!("TrainJob {} {}: {reason}: {message}", self.job.name, kind.as_str());
+        let reason = rankvisor_core::untrusted::escape(&reason).into_owned();
+        step.actions.push(ClusterAction::Finish { outcome, reason });
     }
 }
