@@ -78,12 +78,12 @@ fn field(path: &str, kind: FieldErrorType, value: Option<BadValue>, detail: impl
 /// Admit the TrainJob in `docs` (the file's documents, then `--runtime` files' documents).
 pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJob, ManifestError> {
     let mut train_jobs = Vec::new();
-    let mut runtimes: Vec<(String, RawRuntime)> = Vec::new();
+    let mut runtimes: Vec<(String, RawRuntime, &Value)> = Vec::new();
     for doc in docs {
         match kind_of(doc) {
             (v, k) if v == TRAINER_API_VERSION && k == TRAINJOB_KIND => train_jobs.push(doc),
             (v, k) if v == TRAINER_API_VERSION && (k == "ClusterTrainingRuntime" || k == "TrainingRuntime") => {
-                runtimes.push((k.clone(), typed(doc, &k, source_name)?));
+                runtimes.push((k.clone(), typed(doc, &k, source_name)?, doc));
             }
             (api_version, kind) => {
                 return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind })
@@ -172,11 +172,16 @@ pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJ
     let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
     let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
     let mut not_emulated = Vec::new();
-    let found =
-        runtimes.iter().find(|(k, r)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
+    let found = runtimes
+        .iter()
+        .find(|(k, r, _)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
+    if let Some((_, _, rt_doc)) = found {
+        not_emulated.extend(runtime_fields_not_emulated(rt_doc));
+    }
+    not_emulated.extend(train_job_fields_not_emulated(doc));
     let builtin: RawRuntime;
     let rt = match (found, runtime_kind.as_str(), runtime::builtin(&runtime_name)) {
-        (Some((_, r)), ..) => r,
+        (Some((_, r, _)), ..) => r,
         (None, "ClusterTrainingRuntime", Some(Ok(text))) => {
             builtin = serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
             &builtin
@@ -434,4 +439,50 @@ pub fn nproc_from_resources(raw: &RawResources) -> String {
     let is_cpu = |k: &str| k == "cpu";
     let cpus = units(&raw.requests, &is_cpu).filter(|n| *n > 0).or_else(|| units(&raw.limits, &is_cpu)).unwrap_or(0);
     cpus.max(1).to_string()
+}
+
+/// Fields of a TrainJob's `spec` and `spec.trainer` the dry run does not act on, named.
+fn train_job_fields_not_emulated(doc: &Value) -> Vec<String> {
+    const SPEC: [&str; 7] =
+        ["runtimeRef", "trainer", "suspend", "activeDeadlineSeconds", "managedBy", "initializer", "runtimePatches"];
+    const TRAINER: [&str; 7] = ["image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"];
+    let mut out = unknown_keys(&doc["spec"], "spec", &SPEC);
+    out.extend(unknown_keys(&doc["spec"]["trainer"], "spec.trainer", &TRAINER));
+    out
+}
+
+/// Fields of a runtime's JobSet, trainer Job, pod and `node` container the dry run does not act
+/// on, named (the other ReplicatedJobs are named whole elsewhere).
+fn runtime_fields_not_emulated(doc: &Value) -> Vec<String> {
+    const JOBSET: [&str; 4] = ["replicatedJobs", "failurePolicy", "successPolicy", "startupPolicy"];
+    const JOB: [&str; 6] =
+        ["backoffLimit", "completionMode", "podFailurePolicy", "template", "parallelism", "completions"];
+    const POD: [&str; 3] = ["containers", "restartPolicy", "initContainers"];
+    let js = &doc["spec"]["template"]["spec"];
+    let mut out = unknown_keys(js, "template.spec", &JOBSET);
+    let trainer = js["replicatedJobs"].as_array().and_then(|rjs| {
+        rjs.iter()
+            .position(|rj| rj["template"]["metadata"]["labels"][ANCESTOR_LABEL] == "trainer")
+            .map(|i| (i, &rjs[i]))
+    });
+    let Some((i, rj)) = trainer else { return out };
+    let path = format!("template.spec.replicatedJobs[{i}].template.spec");
+    out.extend(unknown_keys(&rj["template"]["spec"], &path, &JOB));
+    let pod = &rj["template"]["spec"]["template"]["spec"];
+    out.extend(unknown_keys(pod, &format!("{path}.template.spec"), &POD));
+    for (j, c) in pod["containers"].as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
+        let cpath = format!("{path}.template.spec.containers[{j}]");
+        if c["name"] != NODE {
+            out.push(format!("{cpath} ({}: only the node container runs)", c["name"].as_str().unwrap_or("?")));
+        } else {
+            out.extend(unknown_keys(c, &cpath, &crate::not_emulated::CONTAINER_EMULATED));
+        }
+    }
+    out
+}
+
+/// `path.<key>` for each key of the object `v` not in `known`.
+fn unknown_keys(v: &Value, path: &str, known: &[&str]) -> Vec<String> {
+    let keys = v.as_object().map(|o| o.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect());
+    keys.unwrap_or_else(Vec::new).into_iter().map(|k| format!("{path}.{k}")).collect()
 }

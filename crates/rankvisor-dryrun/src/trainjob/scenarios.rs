@@ -110,6 +110,24 @@ fn new_objects_takes_the_runtime_beside_the_train_job_or_a_built_in_one() {
     let loaded = load(EXAMPLE).unwrap();
     assert_eq!((loaded.job.num_nodes, loaded.job.backoff_limit), (4, 3));
     assert_eq!(loaded.job.runtime, "TrainingRuntime/pytest-runtime");
+    assert_eq!(loaded.not_emulated, Vec::<String>::new(), "seed 000's job leaves nothing out");
+    let extra = EXAMPLE
+        .replace("      replicatedJobs:", "      ttlSecondsAfterFinished: 60\n      replicatedJobs:")
+        .replace(
+            "                      image: busybox:1.37.0-glibc\n",
+            "                      image: busybox:1.37.0-glibc\n                      livenessProbe: {}\n                    - {name: sidecar, image: s}\n",
+        )
+        .replace("    numNodes: 4\n", "    numNodes: 4\n    podTemplateOverride: {}\n");
+    let named = load(&extra).unwrap().not_emulated;
+    assert_eq!(
+        named,
+        [
+            "template.spec.ttlSecondsAfterFinished",
+            "template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].livenessProbe",
+            "template.spec.replicatedJobs[0].template.spec.template.spec.containers[1] (sidecar: only the node container runs)",
+            "spec.trainer.podTemplateOverride",
+        ]
+    );
     let e = load(&EXAMPLE.replace("name: pytest-runtime\n    kind", "name: other\n    kind")).unwrap_err();
     assert!(e.to_string().contains("TrainingRuntime \"other\" not found"), "{e}");
     let e = load(&builtin("  trainer: {command: [t]}\n").replace("torch-distributed", "deepspeed-distributed"))
