@@ -483,6 +483,7 @@ fn runtime_fields_not_emulated(doc: &Value) -> Vec<String> {
 
 /// `path.<key>` for each key of the object `v` not in `known`.
 fn unknown_keys(v: &Value, path: &str, known: &[&str]) -> Vec<String> {
-    let keys = v.as_object().map(|o| o.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect());
-    keys.unwrap_or_else(Vec::new).into_iter().map(|k| format!("{path}.{k}")).collect()
+    let keys: Option<Vec<String>> =
+        v.as_object().map(|o| o.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect());
+    keys.unwrap_or_default().into_iter().map(|k| format!("{path}.{k}")).collect()
 }
