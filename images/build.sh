@@ -3,7 +3,7 @@
 # rankvisor:dev and rankvisor:dev-slim (FROM scratch: no registry, no network).
 # Usage: bash images/build.sh [TAG]          (TAG defaults to rankvisor:dev)
 #        bash images/build.sh --binary-only  (the binary alone, no Docker needed)
-# RANKVISOR_LINK picks the link mode (README "Container images" has the measurements):
+# RANKVISOR_LINK picks the link mode (docs/building.md; the measurements are in docs/benchmarks.md):
 #   musl-static (default)  x86_64-unknown-linux-musl, static, not PIE
 #   musl-static-pie        x86_64-unknown-linux-musl, static-pie (the target's default)
 #   glibc-static           x86_64-unknown-linux-gnu, static, not PIE

@@ -11,7 +11,7 @@
 # daemon: runc cannot set `--ulimit nofile=200000`). /dev/kvm opens here, but this machine is itself
 # a Firecracker guest: a KVM guest crawls (the kernel's decompressor still loops after 100 s; booted
 # through PVH it reaches memory set-up in 30 s) and stops on a "KVM internal error ... emulation
-# failure" (a lock cmpxchg16b) while the kernel boots (README "Rendezvous at scale"), so the guest
+# failure" (a lock cmpxchg16b) while the kernel boots, so the guest
 # runs under TCG, qemu's software emulation: WALL-CLOCK AND CPU FIGURES FROM THE GUEST ARE NOT COMPARABLE with the
 # host's (every instruction is translated; the script prints a 16,384 run beside the host's for the
 # ratio). Memory is: the launcher's peak RSS comes from wait4 in the guest, and its data structures

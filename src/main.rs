@@ -52,14 +52,17 @@ fn main() {
 }
 
 /// clap's help and version exit 0; any other parse error is a configuration error (64), written
-/// to the termination log too.
+/// to the termination log too, a bad value named by where it came from (flag or variable).
 fn usage_error(e: &clap::Error, env: &EnvSnapshot) -> i32 {
     use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-    let _ = e.print();
     if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+        let _ = e.print();
         return 0;
     }
-    let first = e.to_string().lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let text = config::args::error_text(e, <Cli as clap::CommandFactory>::command(), &argv, |k| env.get(k));
+    eprint!("{text}");
+    let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
     if let Some(path) = app::termination_path(None, env) {
         let _ = termination::write_message(&path, &format!("configuration error: {first}"));
     }

@@ -189,3 +189,56 @@ fn a_panic_in_the_lean_build_runs_the_hook_and_aborts() {
     // panic = "abort" without the symbolizer: no backtrace even when asked for one.
     assert!(!out.stderr.contains("stack backtrace:"), "a backtrace was printed:\n{}", out.stderr);
 }
+
+/// Issue 24 item 6: a bad value set through the environment (as a pod manifest sets it) names the
+/// variable, for every option that has one, and the termination log says the same; a flag
+/// given on the command line is named as the flag; when both hold the bad value, both are named.
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let env_only: [(&str, &str, &str); 4] = [
+        ("RANKVISOR_BACKOFF_LIMIT", "abc", "--backoff-limit"),
+        ("RANKVISOR_RESTART_POLICY", "Sometimes", "--restart-policy"),
+        ("RANKVISOR_GRACE_PERIOD", "soon", "--grace-period"),
+        ("RANKVISOR_LOG_LEVEL", "loud", "--log-level"),
+    ];
+    for (var, value, flag) in env_only {
+        let dir = TestDir::new("cfg-env-var");
+        let out = Rv::new(&dir)
+            .args(["--node-health", "off", "--http-addr", "off"])
+            .env("RANKVISOR_TERMINATION_LOG", &dir.file("termination-log"))
+            .env(var, value)
+            .sh(&format!("touch {}", q(&dir.file("ran"))))
+            .run();
+        out.assert_code(64);
+        assert!(!dir.join("ran").exists(), "the child must not start");
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(var) && first.contains(&format!("'{value}'")), "{var}: {}", out.stderr);
+        assert!(first.contains(flag), "the flag it stands for: {}", out.stderr);
+        let log = read(&dir.join("termination-log"));
+        assert!(log.contains(var), "the termination log names {var}: {log:?}");
+    }
+    // The flag alone: named as the flag, no variable.
+    let dir = TestDir::new("cfg-flag");
+    let out = Rv::new(&dir).args(["--node-health", "off", "--backoff-limit", "abc"]).sh("true").run();
+    out.assert_code(64);
+    assert!(out.stderr.contains("'--backoff-limit <BACKOFF_LIMIT>'"), "{}", out.stderr);
+    assert!(!out.stderr.contains("RANKVISOR_BACKOFF_LIMIT"), "{}", out.stderr);
+    // Both hold it: both are named.
+    let out = Rv::new(&dir)
+        .args(["--node-health", "off", "--backoff-limit", "abc"])
+        .env("RANKVISOR_BACKOFF_LIMIT", "abc")
+        .sh("true")
+        .run();
+    out.assert_code(64);
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(first.contains("--backoff-limit") && first.contains("RANKVISOR_BACKOFF_LIMIT"), "{}", out.stderr);
+    // The dry run's options too.
+    let out = std::process::Command::new(common::bin())
+        .args(["dry-run", "/nonexistent/job.yaml"])
+        .env("RANKVISOR_TIMEOUT", "soon")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("RANKVISOR_TIMEOUT") && stderr.contains("--timeout"), "{stderr}");
+}

@@ -507,17 +507,20 @@ fn the_k8s_example_runs_with_its_downward_api_env_and_rankvisor_as_its_command()
     }
 }
 
+/// Issue 24 item 4: nothing runs here, so a CI script must not read Succeeded: 64, the dry run's
+/// code for a job it cannot run (as for pods the apiserver would refuse), before anything starts.
 #[test]
-fn a_job_managed_by_another_controller_is_not_run() {
+fn a_job_managed_by_another_controller_is_refused_with_64() {
     let text = example_text("pytorchjob.yaml")
         .replace("  runPolicy:\n", "  runPolicy:\n    managedBy: kueue.x-k8s.io/multikueue\n");
-    let tmp = TestDir::new("dry-run-managed-by");
-    let manifest = tmp.write("job.yaml", &text);
-    let r = json_run(&manifest, &[]);
-    assert_eq!(r.code, 0, "{}", r.explain());
-    assert!(r.job_states().is_empty(), "the operator never reconciles it: {}", r.explain());
-    assert_eq!(r.of_kind("Pod").count(), 0);
-    assert!(r.stderr.contains("the training operator leaves this job to that controller"), "{}", r.stderr);
+    let r = refused("managed-by", &text);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {}", r.stderr);
+    assert!(
+        lines[0].contains("spec.runPolicy.managedBy is \"kueue.x-k8s.io/multikueue\": the training operator leaves this job to that controller"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -669,4 +672,124 @@ fn hostile_manifests_are_refused_without_hanging_or_growing() {
         assert_eq!(r.code, 64, "{path}: {}", r.explain());
         assert!(r.stderr.contains(why), "{path}: {}", r.stderr);
     }
+}
+
+/// Issue 24 item 1: a Worker-only job without an elasticPolicy gets no MASTER_ADDR; its workers
+/// meet at `<job>-worker-0`, which the dry run resolves on this machine as it does the master.
+const WORKERS_ONLY: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: wonly\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: busybox\n              command: [\"sh\", \"-c\", \"echo nnodes=$PET_NNODES master=${MASTER_ADDR:-none}; sleep 1\"]\n";
+
+#[test]
+fn a_worker_only_job_without_elastic_policy_meets_at_worker_0_and_succeeds_once_every_worker_has() {
+    let tmp = TestDir::new("dry-run-workers-only");
+    let manifest = tmp.write("job.yaml", WORKERS_ONLY);
+    let r = json_run(&manifest, &["--timeout", "30s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    for pod in ["wonly-worker-0", "wonly-worker-1"] {
+        assert!(r.stderr.contains(&format!("{pod} | nnodes=2 master=none")), "no MASTER_ADDR: {}", r.stderr);
+        assert_eq!(r.pod(pod).last().map(|e| e.status.clone()).as_deref(), Some("Completed"), "{pod}");
+    }
+    assert!(r.stderr.contains("PyTorchJob default/wonly successfully completed."), "{}", r.stderr);
+}
+
+/// Issue 24 item 2: under ExitCode the pod's own policy is Never (`SetRestartPolicy`): a retryable
+/// exit (143) fails the pod, the operator deletes it and creates a new one (RESTARTS 0), and the
+/// job shows Restarting; the launcher does not restart the child in place.
+#[test]
+fn an_exit_code_worker_failing_with_a_retryable_code_gets_a_new_pod_not_a_restart() {
+    let tmp = TestDir::new("dry-run-exit-code");
+    let marker = tmp.path().join("failed-once");
+    let mut text = example_text("pytorchjob.yaml").replace(
+        "    Worker:\n      replicas: 3\n      restartPolicy: OnFailure",
+        "    Worker:\n      replicas: 3\n      restartPolicy: ExitCode",
+    );
+    let sleep = "command: [\"sh\", \"-c\", \"sleep 3\"]";
+    let at = text.rfind(sleep).expect("the Worker's command");
+    let worker = format!(
+        "command: [\"sh\", \"-c\", \"case $POD_NAME in *-worker-0) [ -e {m} ] || {{ touch {m}; exit 143; }};; esac; sleep 1\"]",
+        m = marker.display()
+    );
+    text.replace_range(at..at + sleep.len(), &worker);
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let states = r.job_states();
+    assert!(states.contains(&"Restarting".to_string()), "{}", r.explain());
+    assert_eq!(states.last().map(String::as_str), Some("Succeeded"), "{}", r.explain());
+    let w0 = r.pod("pytest-worker-0");
+    assert!(w0.iter().all(|e| e.restarts == 0), "never restarted in place: {w0:?}");
+    let deleted = w0.iter().position(|e| e.kind == "DELETED").expect("the failed pod is deleted");
+    assert_eq!(w0[deleted].status, "Error", "{w0:?}");
+    assert_eq!(w0.get(deleted + 1).map(|e| e.kind.as_str()), Some("ADDED"), "a new pod: {w0:?}");
+    assert_eq!(w0.last().map(|e| e.status.as_str()), Some("Completed"), "{w0:?}");
+}
+
+/// Issue 24 item 3 (the Kubeflow SDK's e2e test for an unschedulable gang, minAvailable 10 for a
+/// smaller job): Volcano's gang plugin never lets the PodGroup's pods be bound.
+#[test]
+fn a_gang_that_cannot_form_keeps_every_pod_pending_until_the_timeout() {
+    let text = example_text("pytorchjob.yaml")
+        .replace("  runPolicy:\n", "  runPolicy:\n    schedulingPolicy:\n      minAvailable: 10\n");
+    let tmp = TestDir::new("dry-run-gang-too-big");
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &["--timeout", "1500ms"]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created"], "{}", r.explain());
+    let statuses: Vec<Value> = r.podgroup().iter().map(|g| g["fields"]["status"].clone()).collect();
+    assert_eq!(statuses, [Value::Null, Value::from("Inqueue")], "{}", r.explain());
+    assert!(r.podgroup().iter().all(|g| g["fields"]["minMember"] == 10));
+    for pod in PODS {
+        assert!(r.pod(pod).iter().all(|e| e.status == "Pending"), "{pod}: {:?}", r.pod(pod));
+    }
+    assert!(r.of_kind("Pod").all(|e| e["fields"]["node"].is_null()), "no pod is placed");
+    let why: Vec<&str> = r.stderr.lines().filter(|l| l.contains("minMember 10")).collect();
+    assert_eq!(why.len(), 1, "one line saying why: {}", r.stderr);
+    assert!(why[0].contains("Not enough valid tasks for gang-scheduling, valid: 4, min: 10"), "{}", r.stderr);
+    assert!(r.stderr.contains("timeout: the job did not settle within 1500ms (job Created)"), "{}", r.stderr);
+}
+
+/// Issue 24 item 7: the apiserver refuses a pod whose containerPort is outside 1-65535, so the
+/// operator never creates one: refused before anything starts, naming the field and the value.
+#[test]
+fn a_container_port_outside_1_to_65535_is_refused_naming_field_and_value() {
+    let sleep = "              command: [\"sh\", \"-c\", \"sleep 3\"]\n";
+    for (port, detail) in [
+        (
+            "70000",
+            "spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+        ),
+        ("0", "spec.containers[0].ports[0].containerPort: Required value"),
+        ("-1", "spec.containers[0].ports[0].containerPort: Invalid value: -1: must be between 1 and 65535, inclusive"),
+    ] {
+        let ports = format!("{sleep}              ports: [{{name: pytorchjob-port, containerPort: {port}}}]\n");
+        let r = refused("container-port", &example_text("pytorchjob.yaml").replacen(sleep, &ports, 1));
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {}", r.stderr);
+        assert!(lines[0].contains("cannot create any pod of replica type Master"), "{}", r.stderr);
+        assert!(lines[0].contains(detail), "{port}: {}", r.stderr);
+    }
+}
+
+/// Issue 24 item 7: the CRD's schema sets no minimum on backoffLimit, so the apiserver stores -1;
+/// the operator's first reconcile finds 0 restarts >= -1 (`PastBackoffLimit`) and fails the job
+/// before it creates a PodGroup or a pod.
+#[test]
+fn a_negative_backoff_limit_fails_the_job_at_its_first_reconcile_before_any_pod() {
+    let text = example_text("pytorchjob.yaml").replace("backoffLimit: 3", "backoffLimit: -1");
+    let tmp = TestDir::new("dry-run-negative-backoff");
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Failed"], "{}", r.explain());
+    assert_eq!(r.of_kind("Pod").count(), 0, "no pod is created: {}", r.explain());
+    assert_eq!(r.podgroup().len(), 0, "no PodGroup: {}", r.explain());
+    let why: Vec<&str> = r.stderr.lines().filter(|l| l.contains("backoffLimit is -1")).collect();
+    assert_eq!(why.len(), 1, "one line saying what happens: {}", r.stderr);
+    assert!(why[0].contains("PastBackoffLimit"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("Job pytest has failed because it has reached the specified backoff limit"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("[rankvisor]"), "no launcher started: {}", r.stderr);
 }

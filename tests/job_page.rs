@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, Rv, TestDir};
+use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, DryRunHttp, Rv, TestDir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -167,4 +167,29 @@ fn a_replica_held_by_an_unhealthy_node_is_marked_with_its_fault_labels() {
     );
     assert!(me.contains("on ip-10-1-2-3"), "{me}");
     assert!(me.contains("<td>NodeUnhealthy</td>"), "{me}");
+}
+
+/// Issue 24 item 8: workers that succeeded and closed their connection (the normal end) are done,
+/// not "disconnected", on the master's page while the master still trains.
+#[test]
+fn workers_that_succeeded_and_left_are_shown_done_not_disconnected() {
+    let dir = TestDir::new("finished-page");
+    let manifest = dir.write(
+        "job.yaml",
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n      template:\n        spec:\n          containers:\n            - {name: pytorch, image: busybox, command: [sh, -c, sleep 120]}\n    Worker:\n      replicas: 2\n      template:\n        spec:\n          containers:\n            - {name: pytorch, image: busybox, command: [sh, -c, sleep 0.5]}\n",
+    );
+    let run = DryRunHttp::start(&dir, &manifest, &["--timeout", "150s"]);
+    let master = run.port("pytest-master-0");
+    common::wait_job(master, "both workers to succeed and close their connections", |v| {
+        let r = &v["replicas"];
+        ["1", "2"].iter().all(|i| r[i]["state"] == "Succeeded" && r[i]["connected"] == false)
+    });
+    let dom = chromium(&dir, &["--virtual-time-budget=4000", "--dump-dom", &format!("http://127.0.0.1:{master}/")]);
+    for worker in ["pytest-worker-0", "pytest-worker-1"] {
+        let done = row(&dom, worker);
+        assert!(done.contains("data-flags=\"\"") && done.contains(">ok<"), "{worker}: {done}");
+        assert!(done.contains("<td>Succeeded</td>"), "{done}");
+    }
+    let summary = dom.split("id=\"summary\"").nth(1).expect("summary").split("</p>").next().unwrap();
+    assert!(!summary.contains("disconnected"), "{summary}");
 }

@@ -265,7 +265,7 @@ fn webhook_sees_running_restarting_succeeded_in_order() {
     assert_eq!(seen_states, want.iter().collect::<Vec<_>>(), "all POSTs: {seen:?}");
     let seqs: Vec<u64> = got.iter().map(|r| r.report["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
-    let schema = &readme_json_blocks()[0];
+    let schema = &documented_json_blocks()[0];
     for r in &got {
         check(schema, &r.report, "$");
     }
@@ -334,7 +334,7 @@ fn parse_rfc3339(s: &str) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs as u64) + Duration::from_micros(us as u64)
 }
 
-/// The figure for the README: from a state change (the report's `state_since`) to the webhook's
+/// The figure for docs/benchmarks.md: from a state change (the report's `state_since`) to the webhook's
 /// receipt. No assertion on time: it is printed.
 #[test]
 fn bench_state_change_to_webhook_latency() {
@@ -365,20 +365,21 @@ fn bench_state_change_to_webhook_latency() {
     );
 }
 
-/// The JSON blocks of the README's "Reporting" section: the schema, then the example.
-fn readme_json_blocks() -> Vec<Value> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme.find("\n## Reporting\n").expect("README has a Reporting section");
-    let section = &readme[start + 1..];
+/// The JSON blocks of the report's reference (docs/reporting.md, section "The report"): the schema,
+/// then the example.
+fn documented_json_blocks() -> Vec<Value> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reporting.md")).unwrap();
+    let start = doc.find("\n## The report (").expect("docs/reporting.md has a section \"The report\"");
+    let section = &doc[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     section
         .split("```json\n")
         .skip(1)
-        .map(|b| serde_json::from_str(&b[..b.find("```").unwrap()]).expect("README JSON block parses"))
+        .map(|b| serde_json::from_str(&b[..b.find("```").unwrap()]).expect("docs/reporting.md: a JSON block parses"))
         .collect()
 }
 
-/// A small validator for the keywords the README's schema uses: type, enum, const, required, properties.
+/// A small validator for the keywords the documented schema uses: type, enum, const, required, properties.
 fn check(schema: &Value, v: &Value, at: &str) {
     let kind = match v {
         Value::Null => "null",
@@ -421,8 +422,8 @@ fn check(schema: &Value, v: &Value, at: &str) {
 }
 
 #[test]
-fn the_readme_schema_and_example_match_the_report() {
-    let blocks = readme_json_blocks();
+fn the_documented_schema_and_example_match_the_report() {
+    let blocks = documented_json_blocks();
     assert_eq!(blocks.len(), 2, "the schema and the example");
     let (schema, example) = (&blocks[0], &blocks[1]);
     let report: rankvisor_core::status::Report =

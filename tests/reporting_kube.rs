@@ -1,6 +1,6 @@
 //! Kubernetes Events and the Pod condition end to end: the real rankvisor binary against a real
 //! kube-apiserver 1.20.2 (+ etcd) on loopback, started by scripts/k8s/start-apiserver.sh, with a
-//! Pod object created by the admin and a Role granting the `rankvisor` user what the README says.
+//! Pod object created by the admin and a Role granting the `rankvisor` user what docs/reporting.md says.
 //!
 //! Needs RANKVISOR_TEST_KUBE_APISERVER (the binary; scripts/test.sh builds it, cached): without it
 //! the test FAILS, on purpose, rather than skip.
@@ -113,7 +113,7 @@ fn events_and_condition_with_rbac_and_one_warning_without() {
         "/api/v1/namespaces",
         &format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{NS}"}}}}"#),
     );
-    // What the README tells users to grant the pod's service account.
+    // What docs/reporting.md tells users to grant the pod's service account.
     api.create(
         &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
         r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"rankvisor-reporter"},"rules":[{"apiGroups":[""],"resources":["events"],"verbs":["create","patch"]},{"apiGroups":[""],"resources":["pods/status"],"verbs":["get","patch"]}]}"#,

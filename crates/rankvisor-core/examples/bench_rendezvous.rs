@@ -320,7 +320,7 @@ async fn master(n: u32) {
     let me = Member { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
     let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
     let healthy = Health { healthy: true, verdict: serde_json::Value::Null };
-    let m = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
+    let (m, _events) = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
     let started = Instant::now();
     let port = m.local_addr().port();
     // Waiting in a blocking thread keeps this runtime serving the barrier (and writing the

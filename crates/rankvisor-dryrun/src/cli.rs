@@ -15,8 +15,9 @@ use crate::options::OutputFormat;
 use crate::quantity::QueueCapability;
 
 /// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) on this machine: one
-/// rankvisor launcher per replica, the job's objects printed as `kubectl get -w` shows them. Exit 0 Succeeded, 1 Failed,
-/// 64 invalid manifest.
+/// rankvisor launcher per replica, the job's objects printed as `kubectl get -w` shows them. Exit 0
+/// Succeeded, 1 Failed (or --timeout), 64 a manifest it cannot run (invalid, pods the apiserver
+/// would refuse, or managed by another controller).
 #[derive(clap::Parser, Debug)]
 #[command(name = "rankvisor dry-run", bin_name = "rankvisor dry-run", version)]
 pub struct Cli {

@@ -17,8 +17,9 @@
 //!   (default None: kept, running on), its PodGroup deleted, the job itself deleted
 //!   `ttlSecondsAfterFinished` later. A suspended job has no pods until resumed; a job managed by
 //!   another controller is left alone.
-//! - Volcano admits the gang only if the queue capability holds the PodGroup's minResources;
-//!   otherwise the PodGroup stays `Inqueue` and every pod `Pending`, forever.
+//! - Volcano admits the gang only if the queue capability holds the PodGroup's minResources and
+//!   the job has minMember pods; otherwise the PodGroup stays `Inqueue` and every pod `Pending`,
+//!   forever.
 
 use std::time::Duration;
 
@@ -96,14 +97,10 @@ impl Controller {
         self.outcome
     }
 
-    /// The dry run's exit status: the outcome's, 0 for a job another controller manages (the
-    /// training operator does nothing wrong by leaving it alone), 1 while undecided.
+    /// The dry run's exit status: the outcome's, 1 while undecided (a job another controller
+    /// manages never gets one here: the dry run refuses it with 64 before it starts).
     pub fn exit_code(&self) -> i32 {
-        match (self.outcome, self.job.run_policy.external_manager()) {
-            (Some(o), _) => o.exit_code(),
-            (None, Some(_)) => 0,
-            (None, None) => 1,
-        }
+        self.outcome.map_or(1, Outcome::exit_code)
     }
 
     /// Pods whose launcher was asked to start and has not been reported exited.
@@ -243,8 +240,15 @@ impl Controller {
         self.create_pods(now, step);
     }
 
-    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission.
+    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission, once `ReconcileJobs`
+    /// has checked the backoff limit (a negative one is past with no restart: no PodGroup, no pod).
     fn create_pods(&mut self, now: Duration, step: &mut Step) {
+        if operator::past_backoff_limit(&self.job, &self.pods) {
+            let limit = self.job.run_policy.backoff_limit.unwrap_or_default();
+            let message = format!("spec.runPolicy.backoffLimit is {limit}: the CRD's schema sets no minimum, so the apiserver accepts it, and the operator's first reconcile finds 0 restarts >= {limit} (PastBackoffLimit): the job fails before any PodGroup or pod is created");
+            step.actions.push(ClusterAction::Note { message });
+            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
+        }
         self.podgroup_created = true;
         self.sync_podgroup_as(now, WatchEventType::Added, step);
         for id in self.job.replicas() {
@@ -255,6 +259,10 @@ impl Controller {
         }
         self.podgroup_status = Some(PodGroupPhase::Inqueue);
         self.sync_podgroup(now, step);
+        if let Some(message) = operator::gang_never_forms(&self.job) {
+            step.actions.push(ClusterAction::Unschedulable { message });
+            return;
+        }
         let demand = self.job.min_resources();
         if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
             step.actions.push(ClusterAction::Unschedulable {
@@ -449,8 +457,10 @@ impl Controller {
         };
         self.set_state(state, now, step);
         self.sync_podgroup(now, step);
-        self.podgroup_deleted = true;
-        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
+        if self.podgroup_created && !self.podgroup_deleted {
+            self.podgroup_deleted = true;
+            step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
+        }
         let policy = self.job.run_policy.clean_pod_policy.clone();
         let deletes_all = delete_all || self.pods.iter().all(|p| p.gone || policy.deletes(p.is_active()));
         self.delete_pods(now, step, |p| delete_all || policy.deletes(p.is_active()));

@@ -1,6 +1,7 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
+use super::operator::pod_restart_policy;
 use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
 use rankvisor_core::policy::RestartPolicy;
 
@@ -26,10 +27,16 @@ pub struct LaunchSpec {
     pub command: Vec<String>,
     /// The container's `workingDir`, if it sets one.
     pub working_dir: Option<String>,
-    /// The replica spec's restart policy, for the launcher's `--restart-policy`.
+    /// The launcher's `--restart-policy`: the pod's own policy (`SetRestartPolicy`: ExitCode
+    /// becomes Never), so the launcher restarts its child only where the kubelet would restart the
+    /// container; an ExitCode replica's failed pod is the operator's to recreate.
     pub restart_policy: RestartPolicy,
     /// The job's `runPolicy.backoffLimit`, for the launcher's `--backoff-limit` (None: keep its default).
     pub backoff_limit: Option<u32>,
+    /// The launchers' barrier leader when no env names it (a Worker-only job without an
+    /// elasticPolicy meets at Worker 0, a cluster name): on this machine, at MASTER_PORT+1 as
+    /// with a Master. For `--rendezvous-host` and `--rendezvous-port`.
+    pub leader: Option<(String, u16)>,
 }
 
 /// The launch of `replica`, with MASTER_PORT (and the rendezvous port unless the manifest sets
@@ -52,8 +59,11 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
         env,
         command: spec.container.argv(),
         working_dir: spec.container.working_dir.clone(),
-        restart_policy: spec.restart_policy,
+        restart_policy: pod_restart_policy(spec.restart_policy),
         backoff_limit: job.run_policy.backoff_limit.map(|l| u32::try_from(l).unwrap_or(0)),
+        leader: (job.master.is_none() && job.elastic.is_none() && job.total_replicas() > 1)
+            .then(|| master_port.checked_add(1).map(|p| (DRY_RUN_MASTER_ADDR.to_string(), p)))
+            .flatten(),
     })
 }
 
@@ -227,6 +237,41 @@ mod tests {
             );
         }
         assert_eq!(launch_spec(&job, ReplicaId::worker(3), 23456), None);
+    }
+
+    #[test]
+    fn the_launcher_restarts_only_where_the_kubelet_would_set_restart_policy() {
+        for (policy, launcher) in [
+            ("OnFailure", RestartPolicy::OnFailure),
+            ("Always", RestartPolicy::Always),
+            ("Never", RestartPolicy::Never),
+            ("ExitCode", RestartPolicy::Never),
+        ] {
+            let job =
+                parse_job(&JOB.replace("restartPolicy: OnFailure", &format!("restartPolicy: {policy}")), "j.yaml")
+                    .unwrap();
+            let launch = launch_spec(&job, ReplicaId::worker(0), 23456).unwrap();
+            assert_eq!(launch.restart_policy, launcher, "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_worker_only_job_without_elastic_policy_meets_at_worker_0_on_this_machine() {
+        let text = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: w\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n          containers:\n            - {name: pytorch, image: x, command: [\"true\"]}\n";
+        let job = parse_job(text, "w.yaml").unwrap();
+        let launch = launch_spec(&job, ReplicaId::worker(1), 40000).unwrap();
+        assert_eq!(launch.leader, Some(("127.0.0.1".to_string(), 40001)));
+        assert!(!launch.env.iter().any(|(k, _)| k == "MASTER_ADDR"), "the operator's env is unchanged");
+        let with_master = parse_job(JOB, "pytorchjob.yaml").unwrap();
+        assert_eq!(
+            launch_spec(&with_master, ReplicaId::worker(1), 40000).unwrap().leader,
+            None,
+            "MASTER_ADDR names it"
+        );
+        let elastic =
+            text.replace("spec:\n  pytorchReplicaSpecs:", "spec:\n  elasticPolicy: {}\n  pytorchReplicaSpecs:");
+        let elastic = parse_job(&elastic, "e.yaml").unwrap();
+        assert_eq!(launch_spec(&elastic, ReplicaId::worker(1), 40000).unwrap().leader, None, "torchrun's rendezvous");
     }
 
     #[test]

@@ -37,7 +37,6 @@ use rankvisor_core::duration::format_duration;
 use rankvisor_core::exit::{self, ExitHow};
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
-use super::env::DRY_RUN_MASTER_ADDR;
 use super::injection::{Fault, Injection};
 use super::kubectl::{render_json, TextRenderer};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
@@ -202,11 +201,9 @@ impl DryRunLoop {
         if let Err(message) = orphans::become_subreaper() {
             note(&message);
         }
+        let meet = self.workload.meets_at(self.master_port);
         note(&format!(
-            "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher ({}={DRY_RUN_MASTER_ADDR}, {}={})",
-            self.workload.master_var(),
-            self.workload.master_var().replace("ADDR", "PORT"),
-            self.master_port
+            "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher ({meet})"
         ));
         self.start = Instant::now();
         self.feed(ClusterEvent::Submitted);

@@ -92,6 +92,9 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
     // Several launchers share this machine: each gets its own loopback port, or none.
     args.push("--http-addr".into());
     args.push(files.http_port.map_or_else(|| "off".into(), |p| format!("127.0.0.1:{p}")).into());
+    if let Some((host, port)) = &spec.leader {
+        args.extend(["--rendezvous-host".into(), host.into(), "--rendezvous-port".into(), port.to_string().into()]);
+    }
     if settings.restart_scope == rankvisor_core::policy::RestartScope::Job {
         args.push("--restart-scope".into());
         args.push("job".into());
@@ -329,9 +332,12 @@ mod tests {
 
         let job_scope = LauncherSettings { restart_scope: rankvisor_core::policy::RestartScope::Job, ..settings() };
         let served = LauncherFiles { http_port: Some(40001), ..files };
+        let led = LaunchSpec { leader: Some(("127.0.0.1".into(), 40002)), ..spec.clone() };
         let args: Vec<String> =
-            launcher_args(&spec, &job_scope, served).into_iter().map(|a| a.into_string().unwrap()).collect();
+            launcher_args(&led, &job_scope, served).into_iter().map(|a| a.into_string().unwrap()).collect();
         let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        assert_eq!(after("--rendezvous-host").as_deref(), Some("127.0.0.1"), "Worker 0 on this machine");
+        assert_eq!(after("--rendezvous-port").as_deref(), Some("40002"));
         assert_eq!(after("--restart-scope").as_deref(), Some("job"));
         assert_eq!(after("--http-addr").as_deref(), Some("127.0.0.1:40001"));
     }

@@ -1,10 +1,12 @@
 //! `rankvisor-dry-run JOB.yaml` (also `rankvisor dry-run JOB.yaml`): run a job manifest on this
 //! machine. Parse the command line, find the launcher binary, run the event loop, exit with the
-//! job's outcome: 0 Succeeded, 1 Failed, 64 invalid manifest or options.
+//! job's outcome: 0 Succeeded, 1 Failed, 64 invalid options or a manifest it cannot run (invalid,
+//! pods the apiserver would refuse, or a job another controller manages).
 
 use std::path::PathBuf;
 
 use clap::Parser;
+use rankvisor_core::config::args::error_text;
 use rankvisor_core::{exit, logging};
 use rankvisor_dryrun::cli::Cli;
 use rankvisor_dryrun::{run_dry_run, DryRunOptions};
@@ -13,9 +15,15 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
             use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-            std::process::exit(if matches!(e.kind(), DisplayHelp | DisplayVersion) { 0 } else { exit::CONFIG_ERROR });
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+            let text = error_text(&e, <Cli as clap::CommandFactory>::command(), &argv, |k| std::env::var(k).ok());
+            eprint!("{text}");
+            std::process::exit(exit::CONFIG_ERROR);
         }
     };
     logging::init(cli.global.log_format, cli.global.log_level);

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::operator::pod_restart_policy;
 use super::pytorchjob::ReplicaId;
 use super::rows::{PodRow, PodStatus, Row};
 use rankvisor_core::backoff::BackoffConfig;
@@ -134,10 +135,10 @@ impl Pod {
         !self.deleting && matches!(self.phase, PodPhase::Pending | PodPhase::Running)
     }
 
-    /// The kubelet's restart policy for the pod (`SetRestartPolicy`: ExitCode becomes Never, the
-    /// operator restarts such a pod by recreating it).
+    /// Whether the kubelet restarts the container after it ended `how`, by the pod's own policy
+    /// ([`pod_restart_policy`]: ExitCode becomes Never).
     pub(super) fn kubelet_restarts(&self, how: ExitHow) -> bool {
-        match self.restart_policy {
+        match pod_restart_policy(self.restart_policy) {
             RestartPolicy::Always => true,
             RestartPolicy::OnFailure => !how.success(),
             RestartPolicy::Never | RestartPolicy::ExitCode => false,

@@ -14,7 +14,7 @@ use super::manifest::{load_manifest, Loaded};
 use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
-use super::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy};
+use super::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
 use super::timeline::TimelineFormat;
 use super::trainjob::TrainJob;
 use super::workdir::{write_atomically, WorkDir};
@@ -47,17 +47,35 @@ pub(super) struct Setup {
 
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
-        let (mut job, train, not_emulated) =
-            match load_manifest(&opts.manifest, &opts.runtimes).map_err(SetupError::config)? {
-                Loaded::PyTorch(loaded) => {
-                    for warning in &loaded.warnings {
-                        // As kubectl prints an admission webhook's warnings.
-                        eprintln!("Warning: {warning}");
-                    }
-                    (loaded.job, None, loaded.not_emulated)
+        let (mut job, train, not_emulated) = match load_manifest(&opts.manifest, &opts.runtimes)
+            .map_err(SetupError::config)?
+        {
+            Loaded::PyTorch(loaded) => {
+                if let Some(manager) = loaded.job.run_policy.external_manager() {
+                    // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
+                    // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
+                    return Err(SetupError::config(format!(
+                            "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
+                            opts.manifest.display()
+                        )));
                 }
-                Loaded::Train(loaded) => (node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated),
-            };
+                for warning in &loaded.warnings {
+                    // As kubectl prints an admission webhook's warnings.
+                    eprintln!("Warning: {warning}");
+                }
+                (loaded.job, None, loaded.not_emulated)
+            }
+            Loaded::Train(loaded) => {
+                if let Some(manager) = &loaded.job.managed_by {
+                    // As for a PyTorchJob: the TrainJob controller skips it, nothing would run.
+                    return Err(SetupError::config(format!(
+                            "{}: the dry run cannot run this job: spec.managedBy is {manager:?}: the TrainJob controller leaves this TrainJob to that controller, so nothing would run here (remove managedBy to run it locally)",
+                            opts.manifest.display()
+                        )));
+                }
+                (node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated)
+            }
+        };
         // A TrainJob's nodes are Worker-shaped here: `--command node=...`, `node-K` in injections.
         let as_worker = |s: &String| match (&train, s.split_once('=')) {
             (Some(_), Some((kind, rest))) if kind.trim() == super::trainjob::NODE => format!("Worker={rest}"),

@@ -417,14 +417,33 @@ fn elastic_policy(raw: &RawElasticPolicy, workers: u32) -> ElasticPolicy {
 }
 
 /// The pod the apiserver would refuse to create for this replica spec (the operator then retries
-/// forever, and the job never runs): the restart policy and the env's downward API paths.
+/// forever, and the job never runs): the restart policy, the containers' ports and the env's
+/// downward API paths.
 fn pod_refusal(rtype: ReplicaType, raw: &RawReplicaSpec, idx: usize, main: &RawContainer) -> Option<String> {
     let policy = raw.restart_policy.as_deref().unwrap_or("OnFailure");
     let pod = format!("pod of replica type {rtype}");
+    let refused = |what: String| {
+        Some(format!(
+            "the webhook admits it, but the operator cannot create any {pod}: the apiserver refuses its {what}"
+        ))
+    };
     if policy.parse::<RestartPolicy>().is_err() {
-        return Some(format!(
-            "the webhook admits it, but the operator cannot create any {pod}: the apiserver refuses its spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
+        return refused(format!(
+            "spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
         ));
+    }
+    // `validateContainerPorts` (the CRD's schema only says int32).
+    for (c, container) in raw.template.spec.containers.iter().enumerate() {
+        for (i, port) in container.ports.iter().enumerate() {
+            let path = format!("spec.containers[{c}].ports[{i}].containerPort");
+            match port.container_port {
+                0 => return refused(format!("{path}: Required value")),
+                p if !(1..=65535).contains(&p) => {
+                    return refused(format!("{path}: Invalid value: {p}: must be between 1 and 65535, inclusive"))
+                }
+                _ => {}
+            }
+        }
     }
     for (i, var) in main.env.iter().enumerate() {
         let Some(from) = &var.value_from else { continue };
@@ -434,10 +453,7 @@ fn pod_refusal(rtype: ReplicaType, raw: &RawReplicaSpec, idx: usize, main: &RawC
                 f.field_path == *p || (p.starts_with("metadata.") && f.field_path.starts_with(&format!("{p}[")))
             });
             if !known || matches!(f.field_path.as_str(), "metadata.labels" | "metadata.annotations") {
-                return Some(format!(
-                    "the webhook admits it, but the operator cannot create any {pod}: the apiserver refuses its {path}.fieldRef.fieldPath: Unsupported value: {:?}",
-                    f.field_path
-                ));
+                return refused(format!("{path}.fieldRef.fieldPath: Unsupported value: {:?}", f.field_path));
             }
         } else {
             let what = if from.resource_field_ref.is_some() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::cluster::{ClusterEvent, ControllerConfig, Outcome, Step};
 use super::controller::Controller;
-use super::env::{launch_spec, LaunchSpec};
+use super::env::{launch_spec, LaunchSpec, DRY_RUN_MASTER_ADDR};
 use super::kubectl::{TextRenderer, WatchKinds};
 use super::launcher::{healthy_labels, labels_file_text};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
@@ -81,11 +81,18 @@ impl Workload {
         }
     }
 
-    /// Where the replicas meet, for the first note: the variable and the address.
-    pub(crate) fn master_var(&self) -> &'static str {
+    /// Where the replicas meet, for the first note.
+    pub(crate) fn meets_at(&self, master_port: u16) -> String {
         match self {
-            Self::PyTorch(_) => "MASTER_ADDR",
-            Self::Train(_) => "PET_MASTER_ADDR",
+            // Without a Master the operator injects no MASTER_ADDR: say where the replicas meet instead.
+            Self::PyTorch(c) => match (&c.job().master, &c.job().elastic) {
+                (Some(_), _) => format!("MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={master_port}"),
+                (None, Some(_)) => format!("torchrun's rendezvous at {DRY_RUN_MASTER_ADDR}"),
+                (None, None) => format!("no Master: Worker 0 leads at {DRY_RUN_MASTER_ADDR}"),
+            },
+            Self::Train(_) => {
+                format!("PET_MASTER_ADDR={DRY_RUN_MASTER_ADDR}, PET_MASTER_PORT={master_port}: node 0 leads")
+            }
         }
     }
 

@@ -7,11 +7,12 @@ use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
 use crate::rank::Role;
-use crate::replica::{self, link, HealthGate, HealthSource, LinkStarter, LoopConfig, ReplicaConfig, Sources};
+use crate::replica::{
+    self, link, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
+};
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
@@ -105,8 +106,7 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
-    let link_task: LinkTask = Arc::default();
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe(), link_task.clone()));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -128,16 +128,15 @@ async fn supervise(
         status_sink,
         panic_after_spawn,
     };
-    let code = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
-        Ok(code) => code,
+    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
+        Ok(replica::Finished { code, link }) => (code, link),
         Err(e) => {
             error!("supervision failed: {e}");
-            exit::EXTERNAL_FAILURE
+            (exit::EXTERNAL_FAILURE, None)
         }
     };
     // The status channel is closed: the link sends this replica's final state, then closes.
-    let task = link_task.lock().ok().and_then(|mut t| t.take());
-    if let Some(task) = task {
+    if let Some(task) = link_task {
         let _ = tokio::time::timeout(FINISH, task).await;
     }
     reporting.finish(FINISH).await;
@@ -149,14 +148,10 @@ async fn supervise(
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-/// Where the link's task lands once it starts, for the final flush.
-type LinkTask = Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>;
-
 fn link_starter(
     lc: link::JobLinkConfig,
     reporting: &Reporting,
     status: tokio::sync::watch::Receiver<crate::status::LocalStatus>,
-    task: LinkTask,
 ) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
@@ -167,10 +162,7 @@ fn link_starter(
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
         }
-        if let Ok(mut t) = task.lock() {
-            *t = Some(l.task);
-        }
-        Ok((l.commands, l.events))
+        Ok(LinkParts { commands: l.commands, events: l.events, task: l.task })
     })
 }
 

@@ -131,6 +131,9 @@ pub struct SuperviseArgs {
     /// The master's rendezvous port (default MASTER_PORT+1; MASTER_PORT belongs to torch's store).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_PORT", value_parser = decimal::<u16>, allow_hyphen_values = true)]
     pub rendezvous_port: Option<u16>,
+    /// The barrier leader's host (default MASTER_ADDR, else `<job>-worker-0`: Worker 0 of a job without a Master).
+    #[arg(long, env = "RANKVISOR_RENDEZVOUS_HOST", value_name = "HOST")]
+    pub rendezvous_host: Option<String>,
     /// How long the replicas may take to meet (each generation's barrier, and a worker's dialling).
     #[arg(long, env = "RANKVISOR_RENDEZVOUS_TIMEOUT", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub rendezvous_timeout: Duration,
@@ -180,4 +183,89 @@ pub struct KubeArgs {
     /// Accept an http:// --kube-api-server: the bearer token then crosses the network in clear text
     #[arg(long, env = "RANKVISOR_KUBE_ALLOW_INSECURE_HTTP")]
     pub kube_allow_insecure_http: bool,
+}
+
+/// The text of a clap parse error, a bad value told where it came from: a value read from an
+/// option's environment variable (as a pod manifest sets it) names the variable and the flag it
+/// stands for; a value both the command line and the variable hold names both. `cmd` is the
+/// parser's command, `argv` what it parsed (program name first), `var` reads the environment.
+/// Any other error's text is clap's own.
+pub fn error_text(
+    e: &clap::Error,
+    mut cmd: clap::Command,
+    argv: &[std::ffi::OsString],
+    var: impl Fn(&str) -> Option<String>,
+) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let text = e.render().to_string();
+    if !matches!(e.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation) {
+        return text;
+    }
+    let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) =
+        (e.get(ContextKind::InvalidArg), e.get(ContextKind::InvalidValue))
+    else {
+        return text;
+    };
+    // Built, as the parser builds it: an option renders as the error names it only then.
+    cmd.build();
+    let Some(name) = find_arg(&cmd, arg).and_then(|a| a.get_env()).and_then(|n| n.to_str()).map(str::to_string) else {
+        return text;
+    };
+    if var(&name).as_ref() != Some(value) {
+        return text;
+    }
+    // Parsed again with no option read from the environment: the same error means the command
+    // line gave the value (it wins over the variable); none, that the variable did.
+    let same = |again: &clap::Error| {
+        again.kind() == e.kind()
+            && again.get(ContextKind::InvalidArg) == e.get(ContextKind::InvalidArg)
+            && again.get(ContextKind::InvalidValue) == e.get(ContextKind::InvalidValue)
+    };
+    let from_flag = without_env(cmd).try_get_matches_from(argv).err().is_some_and(|again| same(&again));
+    let told = if from_flag {
+        format!("'{arg}' (and {name}, which holds the same value)")
+    } else {
+        format!("{name} (the environment variable of '{arg}')")
+    };
+    text.replacen(&format!("'{arg}'"), &told, 1)
+}
+
+/// The option of `cmd` (or of one of its subcommands) that clap's errors name as `rendered`.
+fn find_arg<'a>(cmd: &'a clap::Command, rendered: &str) -> Option<&'a clap::Arg> {
+    cmd.get_arguments()
+        .find(|a| a.to_string() == rendered)
+        .or_else(|| cmd.get_subcommands().find_map(|sub| find_arg(sub, rendered)))
+}
+
+/// `cmd` with no option read from the environment.
+fn without_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| a.env(None::<&'static str>)).mut_subcommands(without_env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command with one option that a variable can also set (the variable is never set here: the
+    /// environment-only path is tested end to end, in tests/config_errors.rs).
+    fn cmd() -> clap::Command {
+        clap::Command::new("t").arg(
+            clap::Arg::new("limit").long("limit").env("RANKVISOR_TEST_NEVER_SET_LIMIT").value_parser(decimal::<u32>),
+        )
+    }
+
+    #[test]
+    fn a_bad_flag_is_named_as_the_flag_and_also_as_the_variable_holding_the_same_value() {
+        let argv: Vec<std::ffi::OsString> = ["t", "--limit", "abc"].into_iter().map(Into::into).collect();
+        let e = cmd().try_get_matches_from(&argv).unwrap_err();
+        let plain = error_text(&e, cmd(), &argv, |_| None);
+        assert_eq!(plain, e.render().to_string(), "no variable holds it: clap's own text");
+        let other = error_text(&e, cmd(), &argv, |_| Some("7".into()));
+        assert_eq!(other, plain, "the variable holds another value, which the flag overrides");
+        let both = error_text(&e, cmd(), &argv, |k| (k == "RANKVISOR_TEST_NEVER_SET_LIMIT").then(|| "abc".into()));
+        assert!(
+            both.starts_with("error: invalid value 'abc' for '--limit <limit>' (and RANKVISOR_TEST_NEVER_SET_LIMIT, which holds the same value): expected a whole number"),
+            "{both}"
+        );
+    }
 }

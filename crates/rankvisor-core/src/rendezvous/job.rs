@@ -40,7 +40,8 @@ pub struct ReplicaView {
     pub node: String,
     /// True while its control connection is up (always true for the master itself).
     pub connected: bool,
-    /// Why the connection was lost, once it was.
+    /// Why the connection was lost, once it was; None when it closed after the replica succeeded
+    /// (its normal end: done, not lost).
     pub lost: Option<String>,
     /// Its node-health decision.
     pub healthy: bool,
@@ -138,6 +139,12 @@ impl JobView {
         &self.replicas
     }
 
+    /// Every worker heard from has finished or is gone: a master whose own child succeeded has no
+    /// one left to wait for (workers never heard from do not hold it).
+    pub fn workers_done(&self) -> bool {
+        self.replicas.values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final())
+    }
+
     fn replace(&mut self, view: ReplicaView) {
         self.replicas.insert(view.index, Arc::new(view));
     }
@@ -189,12 +196,12 @@ impl JobView {
     }
 
     /// A replica's connection was lost; its last state is kept (a worker that failed and left
-    /// still counts as failed).
+    /// still counts as failed). Closing after it succeeded is its end, not a loss.
     pub fn lost(&mut self, index: u32, reason: &str) {
         if let Some(view) = self.replicas.get_mut(&index) {
             let view = Arc::make_mut(view);
             view.connected = false;
-            view.lost = Some(reason.to_string());
+            view.lost = (view.state != ReplicaState::Succeeded).then(|| reason.to_string());
         }
     }
 
@@ -323,6 +330,20 @@ mod tests {
     }
 
     #[test]
+    fn workers_are_done_once_each_finished_or_is_gone() {
+        let mut v = view();
+        assert!(!v.workers_done(), "three workers connected and running");
+        v.state(1, &update(Succeeded, 0), 2000);
+        v.state(2, &update(Failed, 3), 2000);
+        assert!(!v.workers_done(), "worker 3 still runs");
+        v.state(0, &update(Running, 0), 2000);
+        v.lost(3, "connection closed");
+        assert!(v.workers_done(), "the master's own state does not count");
+        v.joined(3, "node-3b", &healthy(), 3000);
+        assert!(!v.workers_done(), "a recreated worker is waited for again");
+    }
+
+    #[test]
     fn the_view_records_state_health_loss_and_time() {
         let mut v = view();
         v.set_generation(2);
@@ -350,6 +371,22 @@ mod tests {
         let r = &v.replicas()[&1];
         assert!(r.connected && r.lost.is_none());
         assert_eq!((r.state, r.restart_count, r.generation), (Rendezvous, 0, 2), "a recreated pod starts afresh");
+    }
+
+    #[test]
+    fn a_connection_closed_after_success_is_the_replicas_end_not_a_loss() {
+        let mut v = view();
+        v.state(1, &update(Succeeded, 0), 2000);
+        v.lost(1, "connection closed");
+        let done = &v.replicas()[&1];
+        assert!(!done.connected, "the connection is gone");
+        assert_eq!(done.lost, None, "closing after success is the normal end, not a loss");
+        v.state(2, &update(Running, 0), 2000);
+        v.lost(2, "connection closed");
+        assert_eq!(v.replicas()[&2].lost.as_deref(), Some("connection closed"), "a running replica is lost");
+        v.state(3, &update(Failed, 6), 2000);
+        v.lost(3, "connection closed");
+        assert_eq!(v.replicas()[&3].lost.as_deref(), Some("connection closed"), "only success ends quietly");
     }
 
     #[test]

@@ -54,12 +54,26 @@ fn cfg() -> RendezvousConfig {
     }
 }
 
-async fn master_with(count: u32, health: watch::Receiver<Health>, cfg: RendezvousConfig) -> MasterHandle {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    start_master(listener, identity(0, count), health, cfg).unwrap()
+/// A started master and its events.
+struct TestMaster {
+    handle: MasterHandle,
+    events: mpsc::Receiver<ControlEvent>,
 }
 
-async fn master(count: u32, cfg: RendezvousConfig) -> MasterHandle {
+impl std::ops::Deref for TestMaster {
+    type Target = MasterHandle;
+    fn deref(&self) -> &MasterHandle {
+        &self.handle
+    }
+}
+
+async fn master_with(count: u32, health: watch::Receiver<Health>, cfg: RendezvousConfig) -> TestMaster {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (handle, events) = start_master(listener, identity(0, count), health, cfg).unwrap();
+    TestMaster { handle, events }
+}
+
+async fn master(count: u32, cfg: RendezvousConfig) -> TestMaster {
     master_with(count, healthy().fixed(), cfg).await
 }
 
@@ -78,10 +92,10 @@ async fn joined(w: Joining) -> Result<WorkerSession, RendezvousError> {
 }
 
 /// Wait for the first event matching `want`, skipping the others.
-async fn event(m: &mut MasterHandle, what: &str, want: impl Fn(&ControlEvent) -> bool) -> ControlEvent {
+async fn event(m: &mut TestMaster, what: &str, want: impl Fn(&ControlEvent) -> bool) -> ControlEvent {
     guard(what, async {
         loop {
-            let e = m.events().recv().await.expect("events end only with the master");
+            let e = m.events.recv().await.expect("events end only with the master");
             if want(&e) {
                 return e;
             }
@@ -90,7 +104,7 @@ async fn event(m: &mut MasterHandle, what: &str, want: impl Fn(&ControlEvent) ->
     .await
 }
 
-async fn joined_event(m: &mut MasterHandle, index: u32) -> ControlEvent {
+async fn joined_event(m: &mut TestMaster, index: u32) -> ControlEvent {
     event(m, "a join event", |e| matches!(e, ControlEvent::Joined { index: i, .. } if *i == index)).await
 }
 
@@ -183,7 +197,7 @@ async fn four_replicas_meet_even_when_workers_dial_first() {
         assert!(failure.contains("cannot connect"), "{failure}");
     }
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    let m = start_master(listener, identity(0, 4), healthy().fixed(), cfg()).unwrap();
+    let (m, _events) = start_master(listener, identity(0, 4), healthy().fixed(), cfg()).unwrap();
     let released = guard("the barrier", m.barrier(0)).await.unwrap();
     assert_eq!(released.generation, 0);
     for w in workers {
@@ -651,7 +665,7 @@ async fn under_replica_scope_a_rejoin_restarts_nothing() {
     assert!(e.starts_with("rejoin of generation 1 refused: the restart scope is replica"), "{e}");
     // The connection stays; nothing was asked of the supervisor.
     w.send(&Frame::Heartbeat).await;
-    while let Ok(ev) = m.events().try_recv() {
+    while let Ok(ev) = m.events.try_recv() {
         assert!(!matches!(ev, ControlEvent::Rejoin { .. }), "a rejoin event under replica scope: {ev:?}");
     }
     assert_eq!(m.job_view().generation(), 0);

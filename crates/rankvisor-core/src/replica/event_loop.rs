@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tracing::{error, info, warn};
 
@@ -40,13 +41,28 @@ pub struct LoopConfig {
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
 pub type HealthSource = Pin<Box<dyn Future<Output = watch::Receiver<Observation>>>>;
 
+/// A started link as the loop holds it: where its commands go, its events, and its task.
+pub struct LinkParts {
+    /// Where the machine's commands go.
+    pub commands: mpsc::UnboundedSender<LinkCommand>,
+    /// What the link saw.
+    pub events: mpsc::UnboundedReceiver<LinkEvent>,
+    /// The link's task: it ends once the status channel closes and its last frames are out.
+    pub task: JoinHandle<()>,
+}
+
 /// Starts the rendezvous link when the machine asks (`Effect::StartLink`), with the node's
-/// health: the link's commands and events, or why it could not start.
-pub type LinkStarter = Box<
-    dyn FnOnce(
-        Option<watch::Receiver<Observation>>,
-    ) -> Result<(mpsc::UnboundedSender<LinkCommand>, mpsc::UnboundedReceiver<LinkEvent>), String>,
->;
+/// health; or says why it could not start.
+pub type LinkStarter = Box<dyn FnOnce(Option<watch::Receiver<Observation>>) -> Result<LinkParts, String>>;
+
+/// How the loop ended: rankvisor's exit status, and the link's task if one started (the caller
+/// lets it send this replica's final state once the status channel is closed).
+pub struct Finished {
+    /// rankvisor's exit status.
+    pub code: i32,
+    /// The link's task.
+    pub link: Option<JoinHandle<()>>,
+}
 
 /// The sources besides signals and timers.
 pub struct Sources {
@@ -66,16 +82,17 @@ struct Loop {
     link_starter: Option<LinkStarter>,
     link_commands: Option<mpsc::UnboundedSender<LinkCommand>>,
     link_events: Option<mpsc::UnboundedReceiver<LinkEvent>>,
+    link_task: Option<JoinHandle<()>>,
     exit_code: Option<i32>,
 }
 
-/// Run the replica until the machine decides to exit; return rankvisor's exit status.
+/// Run the replica until the machine decides to exit.
 pub async fn run(
     cfg: LoopConfig,
     signals: Signals,
     status: watch::Sender<LocalStatus>,
     sources: Sources,
-) -> std::io::Result<i32> {
+) -> std::io::Result<Finished> {
     let mut stream = SignalStream::new(&signals)?;
     let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
     let poll = heartbeat_poll(&cfg.replica.supervisor);
@@ -89,6 +106,7 @@ pub async fn run(
         link_starter: sources.link,
         link_commands: None,
         link_events: None,
+        link_task: None,
         exit_code: None,
     };
     let mut health_source = sources.health;
@@ -129,7 +147,7 @@ pub async fn run(
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
         }
     }
-    Ok(l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE))
+    Ok(Finished { code: l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE), link: l.link_task })
 }
 
 async fn poll_health_source(source: &mut Option<HealthSource>) -> watch::Receiver<Observation> {
@@ -258,9 +276,10 @@ impl Loop {
     fn start_link(&mut self) {
         let Some(starter) = self.link_starter.take() else { return };
         match starter(self.health.clone()) {
-            Ok((commands, events)) => {
+            Ok(LinkParts { commands, events, task }) => {
                 self.link_commands = Some(commands);
                 self.link_events = Some(events);
+                self.link_task = Some(task);
             }
             Err(message) => {
                 let effects = self.replica.on_input(Input::Link(LinkEvent::Failed { message }), Instant::now());

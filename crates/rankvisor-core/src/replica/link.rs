@@ -92,7 +92,8 @@ pub enum LinkEvent {
         /// The generation asked for.
         generation: u64,
     },
-    /// Master: whether every worker has finished or disconnected.
+    /// Master: whether every worker has finished or disconnected ([`JobView::workers_done`]),
+    /// sent when it changes.
     WorkersDone(bool),
     /// Worker: the master orders a restart in `generation`.
     OrderRestart {
@@ -222,9 +223,10 @@ pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upst
     let job_view = match cfg.role() {
         Role::Master => {
             let listener = rendezvous::listen(cfg.listen)?;
-            let master = rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
+            let (master, control) =
+                rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
             let (view_tx, view_rx) = watch::channel(None);
-            (Some(view_rx), tokio::spawn(run_master(master, upstream, cmd_rx, ev_tx, view_tx)))
+            (Some(view_rx), tokio::spawn(run_master(master, control, upstream, cmd_rx, ev_tx, view_tx)))
         }
         Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
@@ -243,15 +245,14 @@ async fn poll_pending<T>(p: &mut Pending<T>) -> T {
 }
 
 async fn run_master(
-    mut master: MasterHandle,
+    master: MasterHandle,
+    mut control: mpsc::Receiver<ControlEvent>,
     mut upstream: Upstream,
     mut commands: mpsc::UnboundedReceiver<LinkCommand>,
     events: mpsc::UnboundedSender<LinkEvent>,
     view: watch::Sender<Option<JobView>>,
 ) {
-    // The barrier runs beside the event stream: take the receiver out so the handle can be shared.
-    let (_closed, dummy) = mpsc::channel(1);
-    let mut control = std::mem::replace(master.events(), dummy);
+    // The barrier runs beside the event stream: the handle is shared with it.
     let master = Arc::new(master);
     let barrier = |g: u64| -> Pending<(u64, Result<rendezvous::Released, RendezvousError>)> {
         let m = master.clone();
@@ -265,7 +266,7 @@ async fn run_master(
             return;
         }
         let job = master.job_view();
-        let finished = job.replicas().values().filter(|r| r.index != 0).all(|r| !r.connected || r.state.is_final());
+        let finished = job.workers_done();
         if finished != *done {
             *done = finished;
             let _ = events.send(LinkEvent::WorkersDone(finished));
@@ -323,10 +324,14 @@ async fn run_master(
             }
             command = commands.recv() => match command {
                 Some(LinkCommand::Barrier { generation }) => pending = barrier(generation),
+                // Queued beside the loop: the master's command queue may be full for a moment.
                 Some(LinkCommand::StopWorkers { reason }) => {
-                    if let Err(e) = master.order(Order::Stop { reason }).await {
-                        warn!("rendezvous: cannot stop the workers: {e}");
-                    }
+                    let master = Arc::clone(&master);
+                    tokio::spawn(async move {
+                        if let Err(e) = master.order(Order::Stop { reason }).await {
+                            warn!("rendezvous: cannot stop the workers: {e}");
+                        }
+                    });
                 }
                 Some(other) => warn!("rendezvous: the master ignores {other:?}"),
                 // The machine is done: tell the workers, then the channel closes with the link.

@@ -6,8 +6,10 @@ pub mod event_loop;
 pub mod link;
 pub mod machine;
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
-pub use event_loop::{run, HealthSource, LinkStarter, LoopConfig, Sources};
+pub use event_loop::{run, Finished, HealthSource, LinkParts, LinkStarter, LoopConfig, Sources};
 pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, Upstream};
 pub use machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};

@@ -166,10 +166,35 @@ fn exit_code_policy_recreates_on_a_retryable_code_and_fails_on_a_permanent_one_r
 }
 
 #[test]
-fn a_negative_backoff_limit_fails_at_once_past_backoff_limit() {
+fn a_negative_backoff_limit_fails_at_the_first_reconcile_before_any_pod_past_backoff_limit() {
     let mut r = Run::new(&NORMAL.replace("backoffLimit: 3", "backoffLimit: -1"));
-    r.at(0.0, ClusterEvent::Submitted);
+    let actions = r.at(0.0, ClusterEvent::Submitted);
     assert_eq!(r.c.state(), Some(JobState::Failed), "0 restarts >= -1");
+    assert_eq!(r.job_history(), vec![None, Some(JobState::Created), Some(JobState::Failed)]);
+    assert!(!actions.iter().any(|a| matches!(a, ClusterAction::StartLauncher { .. })), "{actions:?}");
+    assert!(r.c.rows(r.now).iter().all(|row| matches!(row, Row::Job(_))), "no PodGroup, no pods");
+    assert!(r.podgroup_history().is_empty(), "the PodGroup is never created");
+    assert_eq!(
+        r.finishes(),
+        vec![(Outcome::Failed, "Job pytest has failed because it has reached the specified backoff limit".into())]
+    );
+    assert!(r.c.is_settled());
+}
+
+#[test]
+fn a_gang_larger_than_the_job_never_forms_gang_job_valid() {
+    let manifest = NORMAL.replace("  runPolicy:\n", "  runPolicy:\n    schedulingPolicy:\n      minAvailable: 10\n");
+    let mut r = Run::new(&manifest);
+    let actions = r.at(0.0, ClusterEvent::Submitted);
+    let [ClusterAction::Unschedulable { message }] = actions.as_slice() else { panic!("{actions:?}") };
+    assert!(message.contains("Not enough valid tasks for gang-scheduling, valid: 4, min: 10"), "{message}");
+    assert_eq!(r.c.state(), Some(JobState::Created));
+    let last = r.podgroup_history().last().cloned();
+    assert_eq!(last, Some((WatchEventType::Modified, Some(PodGroupPhase::Inqueue), 10, 0)));
+    for pod in all_pods() {
+        assert_eq!(r.pod(pod).map(|p| (p.status, p.node)), Some((PodStatus::Pending, None)), "{pod}");
+    }
+    assert_eq!(r.c.next_tick(), None, "nothing changes until the dry run's --timeout");
 }
 
 #[test]
@@ -227,7 +252,7 @@ fn a_job_managed_elsewhere_is_left_alone_managed_by_external_controller() {
     assert!(message.contains("leaves this job to that controller"), "{message}");
     assert_eq!(r.job_history(), vec![None], "no condition: the operator never reconciles it");
     assert!(r.c.is_settled());
-    assert_eq!(r.c.exit_code(), 0);
+    assert_eq!(r.c.outcome(), None, "no outcome: the dry run refuses such a job before it starts");
 }
 
 #[test]

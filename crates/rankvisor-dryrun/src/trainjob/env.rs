@@ -95,5 +95,7 @@ pub fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> LaunchSpe
         working_dir: job.container.working_dir.clone(),
         restart_policy: job.restart_policy,
         backoff_limit: u32::try_from(job.backoff_limit).ok(),
+        // PET_MASTER_ADDR names node 0, the barrier's leader.
+        leader: None,
     }
 }
