@@ -3,6 +3,10 @@
 # rankvisor:dev and rankvisor:dev-slim (FROM scratch: no registry, no network).
 # Usage: bash images/build.sh [TAG]          (TAG defaults to rankvisor:dev)
 #        bash images/build.sh --binary-only  (the binary alone, no Docker needed)
+#        bash images/build.sh --wheel DIR    (the binary, and the Python wheel that carries it in DIR)
+# The wheel (pyproject.toml: maturin's binary bindings) is built by maturin (RANKVISOR_MATURIN, else
+# the one scripts/setup-maturin.sh installs) with this script's cargo options, so cargo finds the
+# binary just built up to date and the wheel carries the same bytes as the image (checked below).
 # RANKVISOR_LINK picks the link mode (docs/building.md; the measurements are in docs/benchmarks.md):
 #   musl-static (default)  x86_64-unknown-linux-musl, static, not PIE
 #   musl-static-pie        x86_64-unknown-linux-musl, static-pie (the target's default)
@@ -24,9 +28,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary_only=0
+wheel_dir=""
 if [ "${1:-}" = --binary-only ]; then
   binary_only=1
   shift
+elif [ "${1:-}" = --wheel ]; then
+  [ -n "${2:-}" ] || { echo "images/build.sh: --wheel needs the directory to write the wheel to" >&2; exit 2; }
+  binary_only=1
+  wheel_dir=$2
+  shift 2
 fi
 tag=${1:-rankvisor:dev}
 link=${RANKVISOR_LINK:-musl-static}
@@ -40,8 +50,8 @@ if [ -n "$features" ]; then
   esac
   feature_flags=(--features "$features")
   name="rankvisor+${features//,/+}"
-  if [ "$binary_only" != 1 ]; then
-    echo "images/build.sh: RANKVISOR_FEATURES=$features builds a test binary: only with --binary-only, never into an image" >&2
+  if [ "$binary_only" != 1 ] || [ -n "$wheel_dir" ]; then
+    echo "images/build.sh: RANKVISOR_FEATURES=$features builds a test binary: only with --binary-only, never into an image or a wheel" >&2
     exit 2
   fi
 fi
@@ -128,6 +138,44 @@ echo "lean $link, std $std: ${RUSTC_BOOTSTRAP:+RUSTC_BOOTSTRAP=1 }cargo rustc --
 mib() { awk "BEGIN{printf \"%.2f\", $1/1048576}"; }
 bin_bytes=$(stat -c %s "$bin")
 echo "images/build.sh: static rankvisor ($link, std $std${features:+, features $features}): $bin_bytes bytes ($(mib "$bin_bytes") MiB): $target_dir/image/$name" >&2
+if [ -n "$wheel_dir" ]; then
+  # The same cargo options as above (maturin runs `cargo rustc --release --target T --bin rankvisor`
+  # with them, adding nothing for a binary), so cargo finds the binary fresh and does not rebuild.
+  # Tags: a static binary needs no libc, so one wheel serves glibc (manylinux) and musl systems.
+  case "$target" in
+    *musl) tags=(--compatibility manylinux2014 --compatibility musllinux_1_2) ;;
+    *) tags=(--compatibility manylinux2014) ;;
+  esac
+  maturin=${RANKVISOR_MATURIN:-$(bash scripts/setup-maturin.sh | tail -n 1)}
+  # Into an empty directory of its own: the one wheel there is this build's.
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  # shellcheck disable=SC2086 # $final is a list of options on purpose
+  RUSTFLAGS="${RUSTFLAGS:-} $rustflags" \
+    "$maturin" build --release --locked --target "$target" "${tags[@]}" --out "$out" "${std_flags[@]}" -- $final >&2
+  wheels=("$out"/rankvisor-*.whl)
+  [ ${#wheels[@]} = 1 ] && [ -f "${wheels[0]}" ] || { echo "images/build.sh: expected one rankvisor wheel from maturin, found: ${wheels[*]}" >&2; exit 1; }
+  version=$(basename "${wheels[0]}" | cut -d- -f2)
+  mkdir -p "$wheel_dir"
+  wheel=$wheel_dir/$(basename "${wheels[0]}")
+  mv "${wheels[0]}" "$wheel"
+  # The wheel's binary must be the image's, byte for byte: a maturin that added a flag would
+  # rebuild it differently.
+  python3 - "$wheel" "$target_dir/image/rankvisor" "rankvisor-$version.data/scripts/rankvisor" <<'PY' >&2
+import sys, zipfile
+wheel, binary, member = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    names = z.namelist()
+    if member not in names:
+        sys.exit(f"images/build.sh: {wheel} has no {member}: {names}")
+    if z.read(member) != open(binary, "rb").read():
+        sys.exit(f"images/build.sh: {member} in {wheel} is not the image's binary {binary}")
+    print(f"images/build.sh: {wheel}: carries {binary} ({z.getinfo(member).file_size} bytes, "
+          f"{z.getinfo(member).compress_size} compressed)")
+PY
+  echo "$wheel"
+  exit 0
+fi
 if [ "$binary_only" = 1 ]; then
   echo "$target_dir/image/$name"
   exit 0

@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: installs what the tests need, then the whole suite.
 # Usage: bash scripts/test.sh [--quick] [extra nextest arguments]
 #   --quick  the quick tier (.config/nextest.toml, profile `quick`): no torch, libtorch, kube-apiserver,
-#            kubelet, Docker image, chromium or promtool; the tests that need them are not run.
+#            kubelet, Docker image, chromium, promtool, maturin or release build; the tests that need
+#            them are not run.
 # Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
 # member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
@@ -23,12 +24,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # The PID 1 binary under test, built on its own so that the dry run's and the tests' features
-# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it.
+# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it. The
+# explicit --target (the host's) puts them in <target dir>/<host>/debug, apart from
+# <target dir>/debug, where the test build's own rankvisor (features unified) is the control of
+# tests/lean_build.rs; tests/install.rs `cargo install`s these same builds from there.
 t0=$SECONDS
-cargo build -p rankvisor --bin rankvisor
-cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo build -p rankvisor --bin rankvisor --target "$host"
+cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
 mkdir -p "$target_dir/pid1"
-cp "$target_dir/debug/rankvisor" "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
 export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
 echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"
 
@@ -55,11 +60,25 @@ cargo build -p rankvisor-trainer --example smoke_train
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 
+# The log-rules differential test (tests/log_rules_agent.rs) replays logs through the real HyperPod
+# elastic agent's log evaluator: its source, cached outside the repository.
+t0=$SECONDS
+RANKVISOR_TEST_HYPERPOD_AGENT=$(bash scripts/setup-hyperpod.sh | tail -n 1)
+export RANKVISOR_TEST_HYPERPOD_AGENT
+echo "scripts/test.sh: hyperpod-elastic-agent: $((SECONDS - t0)) s"
+
 # The Kubernetes node-health tests start real kube-apiservers: build it once (cached outside the repo).
 t0=$SECONDS
 RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
+
+# tests/hyperpod_agent.rs validates /start bodies with the agent's own request models (pydantic, the
+# version the agent pins; cached outside the repository) and re-encodes /status with its encoder.
+t0=$SECONDS
+RANKVISOR_TEST_PYDANTIC=$(bash scripts/setup-pydantic.sh | tail -n 1)
+export RANKVISOR_TEST_PYDANTIC
+echo "scripts/test.sh: pydantic: $((SECONDS - t0)) s"
 
 # tests/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
 # the pause binary, built once from Debian's kubernetes source (cached outside the repo, like the API
@@ -75,6 +94,15 @@ t0=$SECONDS
 RANKVISOR_TEST_LEAN_FAILPOINTS_BIN=$(RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only | tail -n 1)
 export RANKVISOR_TEST_LEAN_FAILPOINTS_BIN
 echo "scripts/test.sh: lean build with failpoints: $((SECONDS - t0)) s"
+
+# The wheel test (tests/install.rs) builds the Python wheel with maturin (PyPI, a venv cached
+# outside the repo) from the lean static build, built here so that the test finds it up to date
+# (with a Docker engine the image below is built from it too).
+t0=$SECONDS
+RANKVISOR_TEST_MATURIN=$(bash scripts/setup-maturin.sh | tail -n 1)
+export RANKVISOR_TEST_MATURIN
+bash images/build.sh --binary-only >/dev/null
+echo "scripts/test.sh: maturin and the lean static build: $((SECONDS - t0)) s"
 
 # The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they fail, naming what is missing.

@@ -1,68 +1,66 @@
-//! The chaos soak's short version (issue 15, item 6): `scripts/chaos.py` runs the real dry run of
-//! `examples/chaos-job.yaml` (1 Master + 7 Workers, OnFailure) for 120 s with one random fault
-//! every few seconds (launcher SIGSTOP/SIGCONT, launchers killed outright, child crashes and
-//! hangs, label flips, pod deletions, hostile rendezvous peers, HTTP floods) and checks after each
+//! The chaos soak (issue 15, item 6; `chaos/soak.rs` has the faults and the checks): the real dry
+//! run of `examples/chaos-job.yaml` (1 Master + 7 Workers, OnFailure) for 120 s with one random
+//! fault every few seconds (launcher SIGSTOP/SIGCONT, launchers killed outright, child crashes and
+//! hangs, label flips, pod deletions, hostile rendezvous peers, HTTP floods), checked after each
 //! step: no zombie, bounded fds and RSS, every launcher exit accounted for, a killed launcher's
-//! training child gone, the dry run alive and printing, the job's final state as the operator's
-//! rules say, nothing left over. The script exits non-zero on any violation; its summary (faults
-//! by kind, checks passed, fd/RSS figures) is printed here.
-//! The 10-minute soak: `bash scripts/chaos.sh` (see `python3 scripts/chaos.py --help`).
+//! training child gone, the dry run alive and printing, the job's final state as the dry run's own
+//! operator rules say for the faults applied, nothing left over. Seeded: a failure replays with
+//! its seed. Longer soaks: `bash scripts/chaos.sh --duration 600 [--seed N]`, which runs the same
+//! test with RANKVISOR_TEST_CHAOS_DURATION and RANKVISOR_TEST_CHAOS_SEED.
+//! Then the launcher-kill cases one by one, each checked in detail.
 
 mod common;
+#[path = "chaos/soak.rs"]
+mod soak;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{alive, proc_stat, procs, rankvisor, wait_file, wait_until, wait_until_for, TestDir};
+use common::{
+    alive, children, environ_var, proc_stat, procs, rankvisor, wait_file, wait_until, wait_until_for, TestDir,
+};
 
-/// Fixed, so a CI failure replays with `scripts/chaos.py --duration 120 --seed 15006`.
-const SEED: &str = "15006";
+/// Fixed, so a CI failure replays with `bash scripts/chaos.sh --duration 120 --seed 15006`.
+const SEED: u64 = 15006;
+
+/// A setting of the soak from the environment (scripts/chaos.sh), or its default.
+fn setting(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{var}={v:?}: expected a whole number")),
+        Err(_) => default,
+    }
+}
 
 #[test]
 fn chaos_soak_two_minutes() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/chaos.py");
-    assert!(script.is_file(), "{} is missing", script.display());
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(["--duration", "120", "--seed", SEED, "--binary", common::bin()])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e} (the soak needs python3)", script.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // The summary is the script's last lines: show it whatever the result.
-    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("---- chaos soak summary")).collect();
-    println!("{}", summary.join("\n"));
-    assert!(
-        out.status.success(),
-        "the chaos soak failed ({}): replay with `python3 scripts/chaos.py --duration 120 --seed {SEED}`\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        out.status
-    );
-    // A soak that applied nothing or checked nothing proves nothing.
-    assert!(!summary.is_empty(), "no summary in the output:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("chaos soak: OK, no violation"), "no OK verdict:\n{stdout}");
-    let count = |prefix: &str| -> u64 {
-        let line = summary.iter().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} line"));
-        let total = line.rsplit("(total ").next().and_then(|t| t.strip_suffix(')')).unwrap_or("0");
-        total.parse().unwrap_or_else(|_| panic!("unreadable total in {line:?}"))
+    let opts = soak::Options {
+        duration: Duration::from_secs(setting("RANKVISOR_TEST_CHAOS_DURATION", 120)),
+        seed: setting("RANKVISOR_TEST_CHAOS_SEED", SEED),
+        interval: 4.0,
+        tail: Duration::from_secs(15),
     };
-    assert!(count("faults:") >= 10, "too few faults applied for a soak:\n{}", summary.join("\n"));
-    assert!(count("checks passed:") >= 100, "too few checks passed:\n{}", summary.join("\n"));
-    for kind in [
-        "launcher-stop",
-        "launcher-kill",
-        "child-crash",
-        "child-hang",
-        "hostile-peer",
-        "http-flood",
-        "label-flip",
-        "pod-delete",
-    ] {
+    let summary = soak::run(opts.clone());
+    println!("{summary}");
+    assert!(
+        summary.violations.is_empty(),
+        "the chaos soak failed: replay with `bash scripts/chaos.sh --duration {} --seed {}`\n{summary}",
+        opts.duration.as_secs(),
+        opts.seed
+    );
+    // A soak that applied nothing or checked nothing proves nothing: at 120 s, at least 10
+    // faults and 100 checks passed, and every kind of fault; other durations in proportion.
+    let secs = opts.duration.as_secs();
+    assert!(u64::from(summary.fault_total()) >= secs / 12, "too few faults applied for a soak:\n{summary}");
+    assert!(u64::from(summary.check_total()) >= secs * 5 / 6, "too few checks passed:\n{summary}");
+    for kind in soak::Kind::LIVE.iter().chain(&soak::Kind::UP_FRONT).filter(|_| secs >= 120) {
         assert!(
-            summary.iter().any(|l| l.starts_with("faults:") && l.contains(kind)),
-            "no {kind} fault with seed {SEED}"
+            summary.faults.contains_key(kind.name()),
+            "no {} fault with seed {}:\n{summary}",
+            kind.name(),
+            opts.seed
         );
     }
+    assert_eq!(summary.checks.get("final-state"), Some(&1), "{summary}");
 }
 
 // ---- A launcher killed outright (kill -9 from outside): in a pod the launcher is the container's
@@ -101,15 +99,9 @@ spec:
     manifest
 }
 
-/// The pids of `pid`'s living children.
-fn children(pid: i32) -> Vec<i32> {
-    procs().into_iter().filter(|p| p.ppid == pid && p.state != 'Z').map(|p| p.pid).collect()
-}
-
 /// The POD_NAME a launcher was started with.
 fn pod_name(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"POD_NAME=")).map(|v| String::from_utf8_lossy(v).into_owned())
+    environ_var(pid, "POD_NAME")
 }
 
 /// worker-0's launcher (not `old`) and its training child, once both run.

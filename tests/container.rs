@@ -129,6 +129,23 @@ impl Scene {
         d
     }
 
+    /// An image built from `ctx` with `args` (a `-f`, `--build-arg`s) by the legacy builder with no
+    /// network, as images/build.sh builds (the base images are local), removed on drop: its tag.
+    fn build(&mut self, ctx: &Path, args: &[&str]) -> String {
+        let tag = format!("rv-{}:test", self.suffix);
+        self.images.push(tag.clone());
+        let out = Command::new("docker")
+            .args(["build", "--network", "none", "-q", "-t", &tag])
+            .args(args)
+            .arg(ctx)
+            .env("DOCKER_BUILDKIT", "0")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run docker build");
+        assert!(out.status.success(), "docker build of {}: {}", ctx.display(), String::from_utf8_lossy(&out.stderr));
+        tag
+    }
+
     /// `docker create` a container named `rv-<suffix>-<name>` (not started); returns its name.
     fn create(&mut self, name: &str, opts: &[String], cmd: &[&str]) -> String {
         let cname = format!("rv-{}-{name}", self.suffix);
@@ -628,21 +645,43 @@ fn pytorch_dockerfile_adds_rankvisor_to_a_base() {
     let image = image();
     let mut s = Scene::new("pytorchdf", &image);
     let ctx = s.dir("ctx");
-    let tag = format!("rv-{}:test", s.suffix);
     let dockerfile = format!("{}/images/pytorch.Dockerfile", env!("CARGO_MANIFEST_DIR"));
-    s.images.push(tag.clone());
-    let out = Command::new("docker")
-        .args(["build", "--network", "none", "-q", "-f", &dockerfile, "-t", &tag])
-        .args(["--build-arg", &format!("BASE={image}"), "--build-arg", &format!("RANKVISOR_IMAGE={image}-slim")])
-        .arg(&ctx)
-        .env("DOCKER_BUILDKIT", "0")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
-    s.image = tag;
+    let (base, slim) = (format!("BASE={image}"), format!("RANKVISOR_IMAGE={image}-slim"));
+    s.image = s.build(&ctx, &["-f", &dockerfile, "--build-arg", &base, "--build-arg", &slim]);
     let c = s.create("pytorchdf", &[], &["sh", "-c", "echo ppid=$PPID"]);
     docker_ok(&["start", &c]);
     assert_eq!(wait_exit(&c, GUARD), 0, "{}", logs(&c));
     assert!(logs(&c).contains("ppid=1"), "{}", logs(&c));
+}
+
+/// The static binary taken out of the slim image the way a user's Dockerfile takes it (one `COPY
+/// --from=` line, no stage, no shell, no libc in the image), with a static busybox standing in for
+/// the user's program: PID 1 is rankvisor, the program its child, its exit status the container's.
+#[test]
+fn a_users_from_scratch_image_copies_the_static_binary_from_the_slim_image() {
+    let image = image();
+    let mut s = Scene::new("copyfrom", &image);
+    let ctx = s.dir("ctx");
+    // images/build.sh put Debian's static busybox on this machine for the demo image.
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (busybox-static, which images/build.sh installs)");
+    std::fs::write(ctx.join("busybox"), busybox).unwrap();
+    std::fs::set_permissions(ctx.join("busybox"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dockerfile = format!(
+        "FROM scratch\nCOPY --from={image}-slim /rankvisor /rankvisor\nCOPY busybox /bin/sh\n\
+         ENTRYPOINT [\"/rankvisor\", \"--restart-policy\", \"Never\", \"--\"]\nCMD [\"/bin/sh\", \"-c\", \"echo ppid=$PPID; exit 3\"]\n"
+    );
+    std::fs::write(ctx.join("Dockerfile"), dockerfile).unwrap();
+    let tag = s.build(&ctx, &[]);
+    let version = docker(&["run", "--rm", "--network", "none", "--entrypoint", "/rankvisor", &tag, "--version"]);
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("rankvisor {}", env!("CARGO_PKG_VERSION")),
+        "{}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    s.image = tag;
+    let c = s.create("copyfrom", &["--network".into(), "none".into()], &[]);
+    docker_ok(&["start", &c]);
+    assert_eq!(wait_exit(&c, GUARD), 3, "the child's exit status is the container's: {}", logs(&c));
+    assert!(logs(&c).contains("ppid=1"), "the child's parent is PID 1, rankvisor: {}", logs(&c));
 }

@@ -72,22 +72,38 @@ fn assert_all_code(fin: &[Finished], code: i32) {
     }
 }
 
+/// The master's debug line for an admitted worker.
+const JOINED: &str = "replica joined the rendezvous";
+/// The master's line for a peer refused before admission.
+const REFUSED: &str = "refused a rendezvous peer";
+
 fn wait_state(r: &Running, state: &str) {
     r.wait_status(&format!("state {state}"), |v| v["state"] == state);
 }
 
-/// Item 1: workers first, the master 1.5 s later; no child starts before the barrier.
+/// The worker's debug line for a dial that found no master (yet).
+const DIAL_FAILED: &str = "rendezvous attempt failed, retrying";
+
+/// Wait until every worker in `runs` has dialled the master in vain: they wait at the barrier for
+/// a master that is not there yet (an event, where a sleep only hoped for it).
+fn wait_dialled_in_vain(runs: &[Running]) {
+    for w in runs {
+        wait_state(w, "Rendezvous");
+        w.wait_log(DIAL_FAILED, 1);
+    }
+}
+
+/// Item 1: workers first, the master once each has dialled it in vain; no child starts before
+/// the barrier.
 #[test]
 fn children_start_only_after_every_replica_met() {
     let port = free_port_pair();
     let out = TestDir::new("rdzv-barrier-out");
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-barrier", i)).collect();
     let script = child(out.path(), "sleep 0.2");
-    let mut runs: Vec<Running> = reps[1..].iter().map(|r| r.rv("barrier", N, port).sh(&script).spawn()).collect();
-    for w in &runs {
-        wait_state(w, "Rendezvous");
-    }
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut runs: Vec<Running> =
+        reps[1..].iter().map(|r| r.rv("barrier", N, port).args(["--log-level", "debug"]).sh(&script).spawn()).collect();
+    wait_dialled_in_vain(&runs);
     let master_launched = now_ns();
     runs.insert(0, reps[0].rv("barrier", N, port).sh(&script).spawn());
     let fin = finish_all(runs);
@@ -111,13 +127,13 @@ fn a_missing_replica_fails_the_rendezvous_after_the_timeout() {
     let out = TestDir::new("rdzv-missing-out");
     let script = child(out.path(), "true");
     let reps: Vec<Replica> = [0, 1, 3].iter().map(|&i| Replica::new("rdzv-missing", i)).collect();
-    let rv = |r: &Replica| r.rv("missing", N, port).args(["--rendezvous-timeout", "2s"]).sh(&script).spawn();
-    // Workers first: their own 2 s run out before the master's, yet they wait for its verdict.
+    let rv = |r: &Replica| {
+        r.rv("missing", N, port).args(["--rendezvous-timeout", "2s", "--log-level", "debug"]).sh(&script).spawn()
+    };
+    // Workers first (each has dialled the master in vain): their own 2 s run out before the
+    // master's, yet they wait for its verdict.
     let mut runs: Vec<Running> = reps[1..].iter().map(rv).collect();
-    for w in &runs {
-        wait_state(w, "Rendezvous");
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    wait_dialled_in_vain(&runs);
     runs.insert(0, rv(&reps[0]));
     let fin = finish_all(runs);
     assert_all_code(&fin, EXTERNAL);
@@ -141,13 +157,11 @@ fn intruders_are_refused_and_the_job_still_completes() {
     let script = child(out.path(), "sleep 0.2");
     let token = ("RANKVISOR_JOB_TOKEN", "s3cret");
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-intruders", i)).collect();
-    let legit = |r: &Replica| r.rv("intr", N, port).env(token.0, token.1).sh(&script);
-    // The master and workers 1 and 2 meet first, so the duplicate of 1 comes second.
+    let legit = |r: &Replica| r.rv("intr", N, port).env(token.0, token.1).args(["--log-level", "debug"]).sh(&script);
+    // The master and workers 1 and 2 meet first (the master has admitted both), so the duplicate
+    // of 1 comes second.
     let mut runs: Vec<Running> = reps[..3].iter().map(|r| legit(r).spawn()).collect();
-    for w in &runs[1..] {
-        wait_state(w, "Rendezvous");
-    }
-    std::thread::sleep(Duration::from_millis(700));
+    runs[0].wait_log(JOINED, 2);
     let intruders = [
         ("duplicate", Replica::new("rdzv-intruder-dup", 1), N, "intr", token.1, "already held"),
         ("count", Replica::new("rdzv-intruder-count", 3), N + 1, "intr", token.1, "replica_count 5"),
@@ -185,10 +199,9 @@ fn garbage_at_the_master_does_not_stop_the_barrier() {
     let out = TestDir::new("rdzv-garbage-out");
     let script = child(out.path(), "sleep 0.2");
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-garbage", i)).collect();
-    let mut runs: Vec<Running> = reps[..3].iter().map(|r| r.rv("garbage", N, port).sh(&script).spawn()).collect();
-    for w in &runs[1..] {
-        wait_state(w, "Rendezvous");
-    }
+    let mut runs: Vec<Running> =
+        reps[..3].iter().map(|r| r.rv("garbage", N, port).args(["--log-level", "debug"]).sh(&script).spawn()).collect();
+    runs[0].wait_log(JOINED, 2);
     let rdzv = ("127.0.0.1", port + 1);
     let silent = wait_until("the master to listen", || TcpStream::connect(rdzv).ok());
     // Random bytes, newline-terminated and not.
@@ -205,7 +218,9 @@ fn garbage_at_the_master_does_not_stop_the_barrier() {
             let _ = s.write_all(b"\n");
         }
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Both refused (the first at WARN, the next at DEBUG) while the barrier still waits for 3.
+    runs[0].wait_log(REFUSED, 2);
+    assert!(runs.iter().all(|r| r.statuses().iter().all(|s| s["state"] == "Rendezvous")), "the barrier held");
     runs.push(reps[3].rv("garbage", N, port).sh(&script).spawn());
     let fin = finish_all(runs);
     assert_all_code(&fin, 0);
@@ -332,8 +347,7 @@ fn a_worker_reconnecting_to_a_stopped_master_replaces_its_stale_connection() {
     let reps: Vec<Replica> = (0..3).map(|i| Replica::new("rdzv-sigstop", i)).collect();
     let master = reps[0].rv("sigstop", 3, port).args(["--log-level", "debug"]).sh(&script).spawn();
     let worker = reps[1].rv("sigstop", 3, port).args(["--log-level", "debug"]).sh(&script).spawn();
-    let master_stderr = reps[0].dir.join("stderr");
-    wait_until("worker 1 to join", || read(&master_stderr).contains("replica joined the rendezvous").then_some(()));
+    master.wait_log(JOINED, 1);
     master.signal(libc::SIGSTOP);
     // The worker hears nothing for 3 heartbeats (15 s), drops the connection and dials again.
     let worker_stderr = reps[1].dir.join("stderr");

@@ -60,6 +60,10 @@ const SCRUBBED: &[&str] = &[
     "PET_STANDALONE",
     "PET_RDZV_ENDPOINT",
     "TORCHELASTIC_RESTART_COUNT",
+    // Inside a pod these point rankvisor at the in-cluster API server (a test that wants one sets
+    // them itself).
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
 ];
 
 /// Test set-up variables that name where a component is (not rankvisor configuration): passed
@@ -422,6 +426,25 @@ impl Running {
         wait_until(what, || self.statuses().into_iter().find(|v| pred(v)))
     }
 
+    /// Its stderr so far (its log lines and the child's stderr).
+    pub fn stderr(&self) -> String {
+        read(&self.stderr)
+    }
+
+    /// How many lines of its stderr so far contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> usize {
+        self.stderr().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Wait until its stderr has at least `count` lines containing `needle` (a log line as the
+    /// event to wait for, never a sleep); their number then.
+    pub fn wait_log(&self, needle: &str, count: usize) -> usize {
+        wait_until(&format!("{count} line(s) with {needle:?} in rankvisor's stderr"), || {
+            let n = self.log_lines(needle);
+            (n >= count).then_some(n)
+        })
+    }
+
     /// Wait for it to exit (failing the test after `HANG_GUARD`).
     pub fn wait(self) -> Finished {
         self.wait_for(HANG_GUARD)
@@ -572,6 +595,39 @@ pub fn descendants(root: i32) -> Vec<Proc> {
         }
     }
     out
+}
+
+/// The pids of `pid`'s living children (zombies left out).
+pub fn children(pid: i32) -> Vec<i32> {
+    procs().into_iter().filter(|p| p.ppid == pid && p.state != 'Z').map(|p| p.pid).collect()
+}
+
+/// The value of `key` in the environment `pid` was started with.
+pub fn environ_var(pid: i32, key: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// True when some variable of the environment `pid` was started with contains `needle` (a run's
+/// own directory, say: how a test finds every process of its run).
+pub fn environ_mentions(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
+}
+
+/// How many descriptors `pid` has open, while it exists.
+pub fn fd_count(pid: i32) -> Option<usize> {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|d| d.count())
+}
+
+/// `pid`'s resident set (VmRSS) in bytes, while it exists.
+pub fn rss_bytes(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
 /// True while `pid` exists and is not a zombie.

@@ -16,6 +16,8 @@
 //! - the heartbeat file: a change is a `Beat`, a JSON object in it is training progress;
 //! - the node-health source (labels file or Kubernetes watch): each verdict is `Health`;
 //! - the rendezvous link (`replica::link`, an actor): `Released`, orders, a lost master, ...
+//! - agent mode (`--agent hyperpod`): the operator's validated requests from the agent's HTTP
+//!   edge (`agent::server`) are `Agent` orders; the loop publishes the agent's `/status` view.
 //!
 //! `replica::Replica::on_input` is a plain synchronous function from (state, input, now) to
 //! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
@@ -38,12 +40,13 @@
 //!
 //! `config` (arguments and environment -> configuration), `app` (composition roots), `replica`
 //! (machine, loop, link, and `replica::child`: the child's pure lifecycle), `policy` (restart
-//! policies), `backoff`, `process` (signals, reaper,
-//! spawn), `rank`, `health`, `rendezvous`, `status` (the one status model, with the `--status-fd`
+//! policies), `agent` (the HyperPod agent's API for `--agent hyperpod`), `backoff`, `process`
+//! (signals, reaper, spawn), `rank`, `health`, `rendezvous`, `status` (the one status model, with the `--status-fd`
 //! sink) and `reporting` with its sinks (`http`, `webhook`, `kube_events`), `kube`, and small edges
 //! (`heartbeat`, `termination`, `logging`, `exit`, `duration`). The dry run is the
 //! `rankvisor-dryrun` crate and the trainer helpers `rankvisor-trainer`.
 
+pub mod agent;
 pub mod app;
 pub mod backoff;
 pub mod config;

@@ -173,8 +173,7 @@ fn train(args: &Args, env: &TrainerEnv) -> Result<ExitCode, String> {
         let loss = net.forward(&x).mse_loss(&y, tch::Reduction::Mean);
         opt.backward_step(&loss);
         let loss_value = loss.double_value(&[]);
-        let crash =
-            !env.is_restart() && args.crash_at_step == Some(step) && args.crash_rank.map_or(true, |r| r == rank);
+        let crash = !env.is_restart() && args.crash_at_step == Some(step) && args.crash_rank.is_none_or(|r| r == rank);
         if crash {
             println!("smoke_train rank={rank}: crashing after step {step} (--crash-at-step)");
             return Ok(ExitCode::from(1));

@@ -2,13 +2,14 @@
 //! the sources (node health, the rendezvous link) and the sinks (HTTP, webhook, Kubernetes Events,
 //! `--status-fd`), runs the one event loop, and flushes the sinks before rankvisor exits.
 
+use crate::agent;
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
 use crate::rank::Role;
 use crate::replica::{
-    self, link, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
+    self, link, AgentChannels, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
 };
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
@@ -106,6 +107,13 @@ async fn supervise(
     )
     .await;
     let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
+    let (agent, agent_server) = match cfg.agent {
+        Some(addr) => match start_agent(addr).await {
+            Ok((channels, stop)) => (Some(channels), Some(stop)),
+            Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
+        },
+        None => (None, None),
+    };
     let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
@@ -116,6 +124,7 @@ async fn supervise(
                 (Some(_), true) => HealthGate::Wait,
             },
             link: cfg.link.as_ref().map(link::JobLinkConfig::role),
+            agent: agent.is_some(),
             linger: cfg
                 .link
                 .as_ref()
@@ -128,13 +137,18 @@ async fn supervise(
         status_sink,
         panic_after_spawn,
     };
-    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link }).await {
+    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(replica::Finished { code, link }) => (code, link),
         Err(e) => {
             error!("supervision failed: {e}");
             (exit::EXTERNAL_FAILURE, None)
         }
     };
+    // The operator's last request (`/shutdown`) gets its reply before rankvisor exits.
+    if let Some((stop, task)) = agent_server {
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(FINISH, task).await;
+    }
     // The status channel is closed: the link sends this replica's final state, then closes.
     if let Some(task) = link_task {
         let _ = tokio::time::timeout(FINISH, task).await;
@@ -144,6 +158,35 @@ async fn supervise(
         k.finish(FINISH).await;
     }
     code
+}
+
+/// The agent's HTTP server: its stop, and its task (which ends once the last replies are out).
+type AgentServer = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+
+/// Serve the HyperPod agent's API on `addr`: the loop's channels, and the server.
+async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, AgentServer), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--agent-addr (RANKVISOR_AGENT_ADDR) {addr}: cannot listen: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    info!(addr = %bound, "agent hyperpod: serving /status, /start, /stop, /update, /shutdown");
+    let (orders_tx, orders) = tokio::sync::mpsc::unbounded_channel();
+    let now = std::time::SystemTime::now();
+    let init = agent::StatusView {
+        state: agent::AgentState::Init,
+        reason: None,
+        message: None,
+        transitions: vec![(agent::AgentState::Init, now)],
+        assigned_rank: None,
+        ip_version: None,
+    };
+    let (status, status_rx) = tokio::sync::watch::channel(init);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let http = agent::server::AgentHttp { orders: orders_tx, status: status_rx };
+    let task = tokio::spawn(agent::server::serve(listener, http, async {
+        let _ = stopped.await;
+    }));
+    Ok((AgentChannels { orders, status }, (stop, task)))
 }
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,

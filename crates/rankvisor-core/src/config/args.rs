@@ -157,6 +157,13 @@ pub struct SuperviseArgs {
     /// rankvisor.dev/ReplicaHealthy: on, off, or auto (on in-cluster with POD_NAME and POD_NAMESPACE).
     #[arg(long, env = "RANKVISOR_KUBE_EVENTS", value_enum, default_value_t = OnOffAuto::Auto)]
     pub kube_events: OnOffAuto,
+    /// Serve an agent's API and start each attempt on its operator's order: hyperpod (the
+    /// HyperPod elastic agent's API on --agent-addr; the restart policy is then the operator's).
+    #[arg(long, env = "RANKVISOR_AGENT", value_enum)]
+    pub agent: Option<crate::agent::AgentKind>,
+    /// Where the agent's API listens (IP:PORT).
+    #[arg(long, env = "RANKVISOR_AGENT_ADDR", default_value = "0.0.0.0:8080")]
+    pub agent_addr: std::net::SocketAddr,
     #[command(flatten)]
     pub kube: KubeArgs,
 }

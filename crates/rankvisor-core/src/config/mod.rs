@@ -2,6 +2,7 @@
 //! (`env`), and the pure functions that turn both into validated settings (`supervise`).
 //! A configuration error is exit 64 at the CLI edge, with a message naming the culprit.
 
+mod agent;
 pub mod args;
 pub mod env;
 mod pod_labels;

@@ -89,6 +89,8 @@ pub struct SuperviseConfig {
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
     pub status_fd: Option<i32>,
+    /// `--agent hyperpod`: where the agent's API listens.
+    pub agent: Option<std::net::SocketAddr>,
     /// What was inferred, for one INFO line at start.
     pub inferred: Vec<String>,
     /// Warnings to log once at start.
@@ -216,7 +218,7 @@ pub fn supervise_config(
         }
     }
     let rank = rank_env(env)?;
-    let supervisor = supervisor_config(a)?;
+    let mut supervisor = supervisor_config(a)?;
     let mut identity = identity(env, &rank, a.job_name.as_deref());
     let mut warnings = Vec::new();
     identity.restart_attempt = super::pod_labels::pod_restart_attempt(&a.node_health, &mut warnings);
@@ -232,7 +234,12 @@ pub fn supervise_config(
         env,
         &mut warnings,
     );
-    let link = link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?;
+    // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
+    let link = match a.agent {
+        Some(_) => None,
+        None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
+    };
+    let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
         interval: a.report_interval,
@@ -257,6 +264,7 @@ pub fn supervise_config(
         heartbeat_file: a.heartbeat_file.clone(),
         termination_log,
         status_fd: a.status_fd,
+        agent,
         inferred,
         warnings,
     })

@@ -12,4 +12,4 @@ pub use metrics::{
     escape_label, render_job_metrics, render_metrics, unix_seconds, CONTENT_TYPE as METRICS_CONTENT_TYPE,
 };
 pub use page::{CONTENT_TYPE as PAGE_CONTENT_TYPE, JOB_PAGE};
-pub use server::{route, serve, HttpState, Reply};
+pub use server::{route, serve, serve_with, HttpState, Reply};

@@ -36,6 +36,8 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The longest any one connection lives, keep-alive included: every request here is tiny.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a closing server lets its connections finish the replies they are writing.
+const DRAIN: Duration = Duration::from_millis(500);
 /// At most one "accept failed" / "connection limit" warning per this window.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -182,17 +184,37 @@ impl Connections {
     }
 }
 
-fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpState) -> JoinHandle<()> {
+fn serve_connection<H, F>(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    handler: H,
+    mut closing: watch::Receiver<bool>,
+) -> JoinHandle<()>
+where
+    H: Fn(Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     tokio::spawn(async move {
         let svc = service_fn(move |req| {
-            let resp = respond(&state, &req);
-            async move { Ok::<_, Infallible>(resp) }
+            let resp = handler(req);
+            async move { Ok::<_, Infallible>(resp.await) }
         });
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
             .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(TokioIo::new(stream), svc);
+        let conn = async move {
+            tokio::pin!(conn);
+            // Closing: a reply being written is finished, an idle keep-alive connection closes.
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = async { drop(closing.wait_for(|c| *c).await) } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        };
         match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
             Ok(Err(e)) => debug!(%peer, "http connection ended: {e}"),
             Err(_) => debug!(%peer, "http connection closed after {CONNECTION_LIFETIME:?}"),
@@ -204,18 +226,39 @@ fn serve_connection(stream: TcpStream, peer: std::net::SocketAddr, state: HttpSt
 /// Serve `listener` until `shutdown` resolves; each connection runs in its own task, at most
 /// [`MAX_CONNECTIONS`] at once.
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
+    let handler = move |req: Request<hyper::body::Incoming>| std::future::ready(respond(&state, &req));
+    serve_with(listener, handler, shutdown).await;
+}
+
+/// Serve `listener` with `handler` until `shutdown` resolves, with the probes' limits (connection
+/// cap, header timeout, head size, lifetime): the one accept loop of every HTTP endpoint here.
+pub async fn serve_with<H, F>(listener: TcpListener, handler: H, shutdown: impl Future<Output = ()>)
+where
+    H: Fn(Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     tokio::pin!(shutdown);
     let mut conns = Connections { live: VecDeque::new(), evicted: Throttle::new(WARN_WINDOW) };
     let mut acceptor = Acceptor::new("http accept failed");
+    let (closing, closing_rx) = watch::channel(false);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             (stream, peer) = acceptor.accept(&listener) => {
                 conns.make_room();
-                conns.live.push_back(serve_connection(stream, peer, state.clone()));
+                conns.live.push_back(serve_connection(stream, peer, handler.clone(), closing_rx.clone()));
             }
         }
     }
+    drop(listener);
+    // Replies already decided (the agent's /shutdown, say) reach their clients; then the rest go.
+    closing.send_replace(true);
+    let _ = tokio::time::timeout(DRAIN, async {
+        for c in conns.live.iter_mut() {
+            let _ = c.await;
+        }
+    })
+    .await;
     for c in conns.live {
         c.abort();
     }

@@ -167,6 +167,7 @@ pub fn start_master(
         roster: Roster::new(Expected { job: me.job.clone(), replica_count: me.replica_count }, own_health.healthy)
             .allowing_new_generations(cfg.scope == RestartScope::Job),
         conns: HashMap::new(),
+        contested: HashMap::new(),
         refusals,
         ctx,
         view: Arc::clone(&view),

@@ -643,14 +643,50 @@ async fn a_reconnecting_replica_replaces_its_stale_connection() {
     let _w2 = admitted_raw(&to, 2, 3).await;
     assert_eq!(guard("the barrier", m.barrier(0)).await.unwrap().generation, 0);
     assert_eq!(fresh.recv().await, Some(Frame::Release { generation: 0 }));
-    // Another node claiming index 1 is still a duplicate.
+    // Another node claiming index 1 while its holder is alive (it beats, as a worker does) is a
+    // duplicate: a live holder is never displaced.
+    let Raw { reader: _keep, mut write } = fresh;
+    let beats = tokio::spawn(async move {
+        let beat = encode(&Frame::Heartbeat, DEFAULT_MAX_FRAME).unwrap();
+        while write.write_all(&beat).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
     let mut other = Raw::connect(&to).await;
-    let mut h = raw_hello(1, 3);
-    if let Frame::Hello(ref mut hello) = h {
-        hello.node = "elsewhere".into();
-    }
-    other.send(&h).await;
+    other.send(&hello_from(1, 3, "elsewhere")).await;
     assert_eq!(other.error().await, "replica_index 1 is already held by a connected peer");
+    beats.abort();
+}
+
+fn hello_from(index: u32, count: u32, node: &str) -> Frame {
+    let mut h = raw_hello(index, count);
+    if let Frame::Hello(ref mut hello) = h {
+        hello.node = node.into();
+    }
+    h
+}
+
+/// Issue 24, item 5: a pod recreated on another node while its old node died silently (the old
+/// connection half-open) waits while the master checks the holder, then takes its place when the
+/// holder stays silent past the heartbeat limit; it is not refused at once (which cost a restart).
+#[tokio::test]
+async fn a_replica_recreated_on_another_node_takes_the_place_of_a_silent_holder() {
+    // Three replicas, so that nothing is released before the recreated one is in.
+    let mut m = master(3, cfg()).await;
+    let to = at(&m);
+    // The holder is admitted and then says nothing: its node died without closing the connection.
+    let mut dead = admitted_raw(&to, 1, 3).await;
+    joined_event(&mut m, 1).await;
+    let recreated = Member { node: "node-new".into(), ..identity(1, 3) };
+    let w = spawn_join(to.clone(), recreated, cfg());
+    event(&mut m, "the silent holder dropped", |e| matches!(e, ControlEvent::Lost { index: 1, .. })).await;
+    joined_event(&mut m, 1).await;
+    let _w2 = admitted_raw(&to, 2, 3).await;
+    assert_eq!(guard("the barrier", m.barrier(0)).await.unwrap().generation, 0);
+    let session = joined(w).await.expect("the recreated replica is admitted and released");
+    assert_eq!(session.generation(), 0);
+    assert_eq!(m.job_view().replicas()[&1].node, "node-new");
+    assert_eq!(dead.recv().await, None, "the master closed the dead holder's connection");
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
@@ -70,6 +70,16 @@ pub struct Sources {
     pub health: Option<HealthSource>,
     /// The rendezvous link's starter, when the job has one.
     pub link: Option<LinkStarter>,
+    /// Agent mode: the operator's orders in, the `/status` view out.
+    pub agent: Option<AgentChannels>,
+}
+
+/// The event loop's side of the agent's API.
+pub struct AgentChannels {
+    /// Validated orders from the HTTP edge.
+    pub orders: mpsc::UnboundedReceiver<crate::agent::Request>,
+    /// The latest `/status` view, published after every step.
+    pub status: watch::Sender<crate::agent::StatusView>,
 }
 
 struct Loop {
@@ -82,6 +92,9 @@ struct Loop {
     link_starter: Option<LinkStarter>,
     link_commands: Option<mpsc::UnboundedSender<LinkCommand>>,
     link_events: Option<mpsc::UnboundedReceiver<LinkEvent>>,
+    agent: Option<AgentChannels>,
+    /// One instant and the wall-clock time it was: the agent's transitions are shown as times.
+    anchor: (Instant, SystemTime),
     link_task: Option<JoinHandle<()>>,
     exit_code: Option<i32>,
 }
@@ -106,6 +119,8 @@ pub async fn run(
         link_starter: sources.link,
         link_commands: None,
         link_events: None,
+        agent: sources.agent,
+        anchor: (Instant::now(), SystemTime::now()),
         link_task: None,
         exit_code: None,
     };
@@ -143,6 +158,13 @@ pub async fn run(
                 Some(event) => l.feed(Input::Link(event)),
                 None => l.link_events = None,
             },
+            req = next_order(&mut l.agent), if l.agent.is_some() => match req {
+                Some(req) => {
+                    l.feed(Input::Agent(req.order));
+                    let _ = req.done.send(());
+                }
+                None => l.agent = None,
+            },
             _ = beat_timer.tick(), if l.heartbeat.is_some() => l.check_beat(),
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
         }
@@ -164,6 +186,13 @@ async fn next_health(rx: &mut Option<watch::Receiver<Observation>>) -> Option<Ob
             Ok(()) => Some(rx.borrow_and_update().clone()),
             Err(_) => None,
         },
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_order(agent: &mut Option<AgentChannels>) -> Option<crate::agent::Request> {
+    match agent {
+        Some(a) => a.orders.recv().await,
         None => std::future::pending().await,
     }
 }
@@ -338,17 +367,28 @@ impl Loop {
         self.feed(input);
     }
 
-    /// The configured command plus this start's counters.
+    /// The configured command plus this start's counters, or in agent mode the operator's
+    /// assignment (its counters are the job's `faultCount`). The assignment's log rules
+    /// (`Assignment::rules`) are to be started here for the attempt once the engine exists.
     fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
         let n = OsString::from(restart_count.to_string());
         cmd.env.push(("RANKVISOR_RESTART_COUNT".into(), n.clone()));
         cmd.env.push(("TORCHELASTIC_RESTART_COUNT".into(), n));
         cmd.env.push(("RANKVISOR_GENERATION".into(), generation.to_string().into()));
+        if let Some(a) = self.replica.assignment() {
+            cmd.env.extend(a.child_env().into_iter().map(|(k, v)| (k.into(), v.into())));
+        }
         cmd
     }
 
     fn publish(&mut self) {
+        if let Some(agent) = &self.agent {
+            let (at, wall) = self.anchor;
+            if let Some(view) = self.replica.agent_status(|t| wall + t.saturating_duration_since(at)) {
+                agent.status.send_if_modified(|v| std::mem::replace(v, view.clone()) != view);
+            }
+        }
         let state = self.replica.state();
         let sup = self.replica.supervisor();
         let before = self.status.borrow().state;

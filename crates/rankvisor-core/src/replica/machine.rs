@@ -7,6 +7,7 @@
 
 use super::child::{ChildAction, ChildOutcome, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
+use crate::agent::{AgentRecord, Assignment, Order};
 use crate::exit;
 use crate::health::{self, Observation};
 use crate::policy::RestartScope;
@@ -26,6 +27,9 @@ pub struct ReplicaConfig {
     pub link: Option<Role>,
     /// Job scope, master: how long a master whose child succeeded keeps the channel for its workers.
     pub linger: Option<Duration>,
+    /// `--agent hyperpod`: the child starts on the operator's `/start` only, and an attempt's end
+    /// is the agent's state (the operator decides what follows), not rankvisor's exit.
+    pub agent: bool,
 }
 
 /// The node-health gate before the child's first start.
@@ -68,6 +72,8 @@ pub enum Input {
         /// The count.
         alive: usize,
     },
+    /// An order from the HyperPod operator (agent mode).
+    Agent(Order),
 }
 
 /// A line worth logging, decided here so that tests see it.
@@ -160,8 +166,6 @@ pub struct Replica {
     cfg: ReplicaConfig,
     health: Health,
     gate: Gate,
-    /// The link's current generation.
-    generation: u64,
     /// Master: a barrier for this generation runs.
     barrier_pending: Option<u64>,
     /// Worker: a link command to send once the child is gone.
@@ -171,7 +175,14 @@ pub struct Replica {
     /// The first TERM/INT fixed the shutdown deadline.
     shutdown_deadline: Option<Instant>,
     end: End,
+    /// Agent mode: the agent's state, the last assignment, the last attempt's exit status.
+    agent: Option<AgentRecord>,
+    assignment: Option<Assignment>,
+    assigned_rank: Option<i64>,
+    last_code: Option<i32>,
 }
+
+mod attempts;
 
 impl Replica {
     /// A replica that has done nothing yet; `start` returns its first effects.
@@ -183,18 +194,24 @@ impl Replica {
             cfg,
             health,
             gate,
-            generation: 0,
             barrier_pending: None,
             after_child: None,
             workers_done: false,
             shutdown_deadline: None,
             end: End::No,
+            agent: None,
+            assignment: None,
+            assigned_rank: None,
+            last_code: None,
         }
     }
 
     /// The first effects: start the link and the child when nothing holds them back.
     pub fn start(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
+        if self.cfg.agent {
+            self.agent = Some(AgentRecord::new(now));
+        }
         if self.health == Health::Off {
             self.open_link(&mut out);
         }
@@ -254,12 +271,16 @@ impl Replica {
                     self.finish(code, &mut out);
                 }
             }
+            Input::Agent(order) => self.on_order(order, now, &mut out),
         }
         out
     }
 
     fn on_signal(&mut self, sig: i32, own: bool, now: Instant, out: &mut Vec<Effect>) {
         if crate::process::is_shutdown(sig) {
+            if self.agent_idle_shutdown(sig, now, out) {
+                return;
+            }
             match self.end {
                 End::No => {
                     out.push(Effect::Note(Note::Info(format!(
@@ -322,6 +343,7 @@ impl Replica {
                 if self.cfg.health_gate == HealthGate::Wait {
                     let already = self.health == Health::Waiting;
                     self.health = Health::Waiting;
+                    self.explain_unhealthy(&give_up.message);
                     if !already || obs.is_ok() {
                         let what = if already { "still waiting" } else { "waiting for the node to become healthy" };
                         out.push(Effect::Note(Note::Warn(format!("{}; {what}", give_up.message))));
@@ -359,9 +381,9 @@ impl Replica {
         match ev {
             LinkEvent::Released { generation } => {
                 self.barrier_pending = None;
-                self.generation = generation;
                 if self.gate == Gate::Pending {
                     self.gate = Gate::Passed;
+                    self.feed(Event::Released { generation }, now, out);
                     self.maybe_start(now, out);
                 } else {
                     out.push(Effect::Note(Note::Info(format!("rendezvous: released generation {generation}"))));
@@ -381,7 +403,7 @@ impl Replica {
                 }
             }
             LinkEvent::OrderRestart { generation } => {
-                if generation <= self.generation {
+                if generation <= self.sup.target_generation() {
                     return;
                 }
                 self.feed(Event::NewGeneration { generation }, now, out);
@@ -410,7 +432,7 @@ impl Replica {
                     out.push(Effect::Note(Note::Warn(format!(
                         "rendezvous: lost the master ({reason}); stopping the child and waiting for a new generation"
                     ))));
-                    self.feed(Event::NewGeneration { generation: self.generation + 1 }, now, out);
+                    self.feed(Event::NewGeneration { generation: self.sup.target_generation() + 1 }, now, out);
                     self.after_child = Some(LinkCommand::Reconnect);
                     self.after_child_gone(out);
                 }
@@ -420,7 +442,6 @@ impl Replica {
                     out.push(Effect::Note(Note::Info("rendezvous: reconnected to the master".into())));
                 }
                 RestartScope::Job => {
-                    self.generation = generation;
                     self.feed(Event::Released { generation }, now, out);
                 }
             },
@@ -444,7 +465,7 @@ impl Replica {
             ))));
             return;
         }
-        let current = self.barrier_pending.unwrap_or(self.generation);
+        let current = self.barrier_pending.unwrap_or(self.sup.target_generation());
         if generation <= current {
             return;
         }
@@ -477,9 +498,16 @@ impl Replica {
 
     /// Feed the child's supervisor: its actions become effects, then its outcome is decided on.
     fn feed(&mut self, event: Event, now: Instant, out: &mut Vec<Effect>) {
+        let pid = self.sup.child_pid();
         let steps = self.sup.on_event(event, now);
-        out.extend(steps.actions.into_iter().map(Effect::Child));
+        let attempt_goes_on = self.attempt_goes_on();
+        out.extend(steps.actions.into_iter().map(|a| match a {
+            // Agent mode: an attempt's end is news for the operator, not why rankvisor exits.
+            ChildAction::TerminationMessage(m) if attempt_goes_on => Effect::Note(Note::Warn(m)),
+            a => Effect::Child(a),
+        }));
         match steps.outcome {
+            Some(ChildOutcome::Exit { code }) if self.agent.is_some() => self.attempt_done(code, pid, now, out),
             Some(ChildOutcome::RequestGeneration) => self.request_generation(now, out),
             Some(ChildOutcome::Exit { code }) => self.child_done(code, now, out),
             None => {}
@@ -488,7 +516,7 @@ impl Replica {
 
     /// Job scope: this replica's child failed and the job must move on together.
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let next = self.barrier_pending.unwrap_or(self.generation) + 1;
+        let next = self.barrier_pending.unwrap_or(self.sup.target_generation()) + 1;
         match self.cfg.link {
             Some(Role::Master) => self.new_generation(next, now, out),
             Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
@@ -541,7 +569,9 @@ impl Replica {
     fn maybe_start(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let health_ok = matches!(self.health, Health::Off | Health::Open);
         let gate_ok = matches!(self.gate, Gate::None | Gate::Passed);
-        if health_ok && gate_ok && matches!(self.sup.phase(), Phase::Pending) && self.end == End::No {
+        if health_ok && gate_ok && self.agent.is_some() {
+            self.agent_ready(now);
+        } else if health_ok && gate_ok && matches!(self.sup.phase(), Phase::Pending) && self.end == End::No {
             self.feed(Event::Start, now, out);
         }
     }

@@ -10,6 +10,6 @@ mod properties;
 #[cfg(test)]
 mod tests;
 
-pub use event_loop::{run, Finished, HealthSource, LinkParts, LinkStarter, LoopConfig, Sources};
+pub use event_loop::{run, AgentChannels, Finished, HealthSource, LinkParts, LinkStarter, LoopConfig, Sources};
 pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, Upstream};
 pub use machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};

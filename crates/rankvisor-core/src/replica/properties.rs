@@ -1,13 +1,15 @@
 //! A property test over the replica machine: random but valid input sequences, fed as the event
 //! loop feeds them (a `Spawn` becomes `Spawned` or a spawn failure, a child exits only while it
 //! lives, a `Tick` comes at the named deadline or later), under every policy, scope, gate and
-//! role. After every step: at most one live child, never a `Spawn` while a child lives, never a
+//! role, and in agent mode (`--agent hyperpod`: the operator's orders). After every step: at most one live child, never a `Spawn` while a child lives, never a
 //! signal to a process that is not the live child, at most one `Exit`, and no deadline in the
-//! past. Then a TERM and the loop's driving must end in exactly one `Exit`.
+//! past; in agent mode, a child starts only while the agent is RUNNING. Then a TERM and the loop's driving must end in exactly one `Exit`.
 
 use super::child::{ChildAction, Event, HangConfig, SupervisorConfig};
 use super::link::LinkEvent;
 use super::machine::{Effect, HealthGate, Input, Replica, ReplicaConfig};
+use crate::agent::rules::AttemptRules;
+use crate::agent::{AgentState, Assignment, Order, StopOrder};
 use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, NodeSnapshot, Observation};
@@ -42,6 +44,8 @@ enum Step {
     NextSpawnFails { transient: bool },
     /// While sweeping: how many processes are left.
     Descendants { alive: usize },
+    /// An order from the HyperPod operator (ignored outside agent mode).
+    Agent { which: u8, graceful: bool, timeout: Option<u8>, fault_count: u8 },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -58,6 +62,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0u8..8, 0u64..4).prop_map(|(which, generation)| Step::Link { which, generation }),
         1 => any::<bool>().prop_map(|transient| Step::NextSpawnFails { transient }),
         1 => (0usize..3).prop_map(|alive| Step::Descendants { alive }),
+        4 => (0u8..4, any::<bool>(), prop::option::of(0u8..3), 0u8..3)
+            .prop_map(|(which, graceful, timeout, fault_count)| Step::Agent { which, graceful, timeout, fault_count }),
     ]
 }
 
@@ -71,19 +77,21 @@ fn config() -> impl Strategy<Value = ReplicaConfig> {
     let scope = prop_oneof![Just(RestartScope::Replica), Just(RestartScope::Job)];
     let gate = prop_oneof![Just(HealthGate::Off), Just(HealthGate::FailFast), Just(HealthGate::Wait)];
     let link = prop_oneof![Just(None), Just(Some(Role::Master)), Just(Some(Role::Worker))];
-    (policy, scope, gate, link, 0u32..4, any::<bool>(), any::<bool>()).prop_map(
-        |(policy, scope, health_gate, link, backoff_limit, hang, linger)| ReplicaConfig {
+    (policy, scope, gate, link, 0u32..4, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(policy, scope, health_gate, link, backoff_limit, hang, linger, agent)| ReplicaConfig {
+            // Agent mode as `config::agent` sets it: each attempt once, no rankvisor barrier.
             supervisor: SupervisorConfig {
-                policy,
+                policy: if agent { RestartPolicy::Never } else { policy },
                 backoff_limit,
                 backoff: BackoffConfig { initial: 200 * MS, max: 800 * MS, reset: 10_000 * MS },
                 grace: 1000 * MS,
                 hang: hang.then_some(HangConfig { timeout: 500 * MS, startup: 700 * MS }),
-                scope,
+                scope: if agent { RestartScope::Replica } else { scope },
             },
             health_gate,
-            link,
-            linger: (linger && link == Some(Role::Master)).then_some(2000 * MS),
+            link: link.filter(|_| !agent),
+            linger: (linger && !agent && link == Some(Role::Master)).then_some(2000 * MS),
+            agent,
         },
     )
 }
@@ -149,6 +157,9 @@ impl Harness {
             match e {
                 Effect::Child(ChildAction::Spawn { .. }) => {
                     prop_assert!(self.live.is_none(), "Spawn while child {:?} lives", self.live);
+                    if let Some(view) = self.r.agent_status(|_| std::time::UNIX_EPOCH) {
+                        prop_assert_eq!(view.state, AgentState::Running, "a child started outside RUNNING");
+                    }
                     match self.fail_next_spawn.take() {
                         Some(transient) => self.send(Input::Child(Event::SpawnFailed {
                             code: 127,
@@ -238,6 +249,24 @@ impl Harness {
             }
             Step::Descendants { alive } if self.sweeping => self.send(Input::Descendants { alive }),
             Step::Descendants { .. } => Ok(()),
+            Step::Agent { which, graceful, timeout, fault_count } => {
+                let assignment = Assignment {
+                    rank: 0,
+                    nnodes: 2,
+                    fault_count: i64::from(fault_count),
+                    master_addr: "m".into(),
+                    master_port: 1,
+                    ip_version: None,
+                    rules: AttemptRules::none(),
+                };
+                let order = match which {
+                    0 => Order::Start(assignment),
+                    1 => Order::Update(assignment),
+                    2 => Order::Stop(StopOrder { graceful, timeout: timeout.map(|t| Duration::from_secs(t.into())) }),
+                    _ => Order::Shutdown,
+                };
+                self.send(Input::Agent(order))
+            }
         }
     }
 

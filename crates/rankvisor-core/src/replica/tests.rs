@@ -14,6 +14,8 @@ use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod agent;
+
 const MS: Duration = Duration::from_millis(1);
 
 fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
@@ -33,6 +35,7 @@ fn cfg() -> ReplicaConfig {
         health_gate: HealthGate::Off,
         link: None,
         linger: None,
+        agent: false,
     }
 }
 
@@ -388,4 +391,22 @@ async fn transient_spawn_failures_are_retried() {
         Instant::now(),
     );
     assert_eq!(g.r.supervisor().restarts(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_joining_a_later_generation_starts_its_child_in_it_and_ignores_a_stale_order() {
+    let job = sup(RestartPolicy::OnFailure, RestartScope::Job);
+    let mut f = Fake::new(ReplicaConfig { supervisor: job, link: Some(Role::Worker), ..cfg() });
+    assert_eq!(f.start_link, 1);
+    f.send(Input::Link(LinkEvent::Released { generation: 3 }));
+    assert_eq!(f.spawns, [(0, 3)], "the child belongs to the generation the barrier released");
+    assert_eq!(f.r.supervisor().generation(), 3);
+    f.send(Input::Link(LinkEvent::OrderRestart { generation: 3 }));
+    assert!(f.signals.is_empty(), "an order for the generation it is in is stale");
+    f.send(Input::Link(LinkEvent::OrderRestart { generation: 4 }));
+    assert_eq!(f.signals, [(f.pid(), SIGTERM)], "a newer generation stops the child");
+    // The same order again while the child stops for it: stale too, no second rejoin.
+    f.send(Input::Link(LinkEvent::OrderRestart { generation: 4 }));
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.links, [LinkCommand::Rejoin { generation: 4 }]);
 }

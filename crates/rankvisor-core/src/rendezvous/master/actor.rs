@@ -9,6 +9,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::super::admission::Refusal;
 use super::super::conn::{log_refusal, ConnContext, Inbound, REFUSAL_WARN_WINDOW};
 use super::super::frame::{Frame, Health, Hello, Order};
 use super::super::io::{line, Line, OutboxTx};
@@ -40,6 +41,19 @@ pub(super) struct Master {
     pub(super) replica_count: u32,
     pub(super) events_dropped: u64,
     pub(super) departures: Departures,
+    /// Newcomers claiming an index a peer on another node holds, by index: each waits until the
+    /// holder shows it is alive (any frame: then the newcomer is refused) or its connection ends
+    /// (silent past the heartbeat limit, or closed: then the newcomer takes the slot).
+    pub(super) contested: HashMap<u32, Newcomer>,
+}
+
+/// A newcomer waiting for the holder of its index to prove it is alive.
+pub(super) struct Newcomer {
+    conn: ConnId,
+    peer: SocketAddr,
+    hello: Hello,
+    proof: Option<String>,
+    out: OutboxTx,
 }
 
 /// How often replicas that finished or were lost are logged at INFO / WARN (the rest at DEBUG).
@@ -151,6 +165,8 @@ impl Master {
 
     fn drop_conn(&mut self, conn: ConnId, reason: String) {
         let Some(c) = self.conns.remove(&conn) else {
+            // A newcomer that gave up waiting for its index.
+            self.contested.retain(|_, n| n.conn != conn);
             return;
         };
         self.roster.leave(c.index, conn);
@@ -178,6 +194,12 @@ impl Master {
             }
         }
         self.emit(ControlEvent::Lost { index: c.index, reason: if finished { FINISHED.to_string() } else { reason } });
+        // The holder is gone: the newcomer that waited for its index takes it.
+        if let Some(n) = self.contested.remove(&c.index) {
+            info!(peer = %n.peer, replica = c.index, node = %Escaped(&n.hello.node),
+                "the holder of the index is gone: the waiting replica takes its place");
+            self.admit(n.conn, n.peer, n.hello, n.proof, n.out);
+        }
     }
 
     fn release(&mut self, changed: Option<u32>) {
@@ -276,6 +298,18 @@ impl Master {
         // With a job token, the peer proved it belongs to the job before reaching this point.
         let authenticated = proof.is_some();
         match self.roster.admit(conn, &hello) {
+            // Another node claims a held index: the pod was recreated elsewhere while the old
+            // node died silently (its connection half-open), or two peers claim one index. The
+            // holder decides: a frame from it refuses the newcomer; its end admits the newcomer.
+            Err(Refusal::Duplicate { .. }) if self.conns.values().any(|c| c.index == index) => {
+                debug!(%peer, replica = index, node = %Escaped(&hello.node),
+                    "a replica claims a held index: waiting for the holder to prove it is alive");
+                let newcomer = Newcomer { conn, peer, hello, proof, out };
+                if let Some(earlier) = self.contested.insert(index, newcomer) {
+                    self.refuse_newcomer(index, earlier);
+                }
+                return;
+            }
             Err(refusal) => {
                 let detail = format!("replica {index} on node {}: {refusal}", Escaped(&hello.node));
                 log_refusal(&self.refusals, peer, "refused a rendezvous peer", &detail);
@@ -310,11 +344,26 @@ impl Master {
         self.release(Some(index));
     }
 
+    /// Refuse a newcomer whose index's holder is alive.
+    fn refuse_newcomer(&mut self, index: u32, n: Newcomer) {
+        let holder = self.roster.holder(index).unwrap_or_default();
+        let refusal = Refusal::Duplicate { index, holder };
+        let detail = format!("replica {index} on node {}: {refusal}", Escaped(&n.hello.node));
+        log_refusal(&self.refusals, n.peer, "refused a rendezvous peer", &detail);
+        if let Ok(l) = line(&Frame::Error { message: refusal.to_peer(n.proof.is_some()) }, self.max_frame) {
+            n.out.push(l);
+        }
+    }
+
     fn frame(&mut self, conn: ConnId, frame: Frame) {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
         let (index, peer) = (c.index, c.peer);
+        // The holder of a contested index is alive: the newcomer is refused.
+        if let Some(n) = self.contested.remove(&index) {
+            self.refuse_newcomer(index, n);
+        }
         match frame {
             Frame::Heartbeat => self.view().seen(index, now_ms()),
             Frame::State(update) => {

@@ -1,214 +1,12 @@
 //! The supervisor's state machine: every event in, the actions to take out. No I/O, no clock: the
 //! driver passes `now`, and asks `next_deadline` when to come back with a `Tick`.
 
-use crate::backoff::BackoffConfig;
 use crate::exit::{self, ExitHow};
-use crate::policy::{RestartPolicy, RestartScope};
+use crate::policy::RestartScope;
 use crate::status::ReplicaState;
-use std::time::Duration;
 use tokio::time::Instant;
 
-/// Hang detection from a heartbeat file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HangConfig {
-    /// A running child that does not beat for this long is hung.
-    pub timeout: Duration,
-    /// The allowance for the first beat after a start (model loading is slow).
-    pub startup: Duration,
-}
-
-/// What the machine needs to decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SupervisorConfig {
-    /// When to restart.
-    pub policy: RestartPolicy,
-    /// The most restarts, under every policy.
-    pub backoff_limit: u32,
-    /// Delays between restarts.
-    pub backoff: BackoffConfig,
-    /// TERM -> KILL delay.
-    pub grace: Duration,
-    /// Hang detection, when a heartbeat file is configured.
-    pub hang: Option<HangConfig>,
-    /// Replica: restart this child after a backoff. Job: ask for a new generation of every
-    /// replica's child instead, and restart only when it is released.
-    pub scope: RestartScope,
-}
-
-/// A reason from outside the training program to stop for good (exit 138).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GiveUp {
-    /// The state to report (`NodeUnhealthy`, `Failed`).
-    pub state: ReplicaState,
-    /// One line for the termination log.
-    pub message: String,
-}
-
-/// Why a running child is being stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopCause {
-    /// TERM/INT reached rankvisor: stop, then exit with the child's status.
-    Shutdown {
-        /// The signal received.
-        signal: i32,
-    },
-    /// No heartbeat: a failure, handed to the restart policy.
-    Hung,
-    /// An outside reason: exit 138.
-    GiveUp(GiveUp),
-    /// The job moves to a new generation: every replica's child stops and starts again together.
-    NewGeneration {
-        /// The generation to start once released.
-        generation: u64,
-    },
-}
-
-/// Where the supervised child is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    /// Not started yet (gates, rendezvous).
-    Pending,
-    /// The child runs.
-    Running {
-        /// Its pid (also its process group).
-        pid: i32,
-        /// When it started.
-        started: Instant,
-    },
-    /// The child was signalled and has until `deadline` before SIGKILL.
-    Stopping {
-        /// Its pid.
-        pid: i32,
-        /// When it started.
-        started: Instant,
-        /// When SIGKILL goes out.
-        deadline: Instant,
-        /// True once SIGKILL went out.
-        killed: bool,
-        /// Why.
-        cause: StopCause,
-    },
-    /// Waiting to start the child again.
-    Backoff {
-        /// When to start it.
-        until: Instant,
-    },
-    /// Job scope: the child is gone; waiting for the next generation's barrier to release us.
-    AwaitingGeneration,
-    /// Done; rankvisor exits with `code`.
-    Finished {
-        /// rankvisor's exit status.
-        code: i32,
-        /// What to report.
-        state: ReplicaState,
-    },
-}
-
-/// Something that happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// The gates passed: start the first child.
-    Start,
-    /// The child was started.
-    Spawned {
-        /// Its pid.
-        pid: i32,
-    },
-    /// The child could not be started (126 or 127).
-    SpawnFailed {
-        /// 126 or 127.
-        code: i32,
-        /// Why, for the log and termination message.
-        message: String,
-        /// The machine's fault (EMFILE, ENFILE, EAGAIN, ENOMEM), not the command's: a failed run
-        /// for the restart policy instead of a permanent 126, and when the policy or the backoff
-        /// limit ends the retries, 138 (a reason outside the training program), not 126.
-        transient: bool,
-    },
-    /// A reaped process: the child or anyone else.
-    Exited {
-        /// Its pid.
-        pid: i32,
-        /// How it ended.
-        how: ExitHow,
-    },
-    /// TERM or INT reached rankvisor.
-    Shutdown {
-        /// Which.
-        signal: i32,
-    },
-    /// The heartbeat file was touched.
-    Beat,
-    /// A deadline may have passed.
-    Tick,
-    /// Stop for good for an outside reason.
-    GiveUp(GiveUp),
-    /// Job scope: the job moves to `generation`; stop the child and wait to be released.
-    NewGeneration {
-        /// The new generation.
-        generation: u64,
-    },
-    /// Job scope: the barrier of `generation` passed; start the child.
-    Released {
-        /// The released generation.
-        generation: u64,
-    },
-}
-
-/// What the loop must do for the child, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChildAction {
-    /// Start the child; it is the `restart_count`th restart.
-    Spawn {
-        /// Restarts before this start.
-        restart_count: u32,
-        /// The rendezvous generation it belongs to.
-        generation: u64,
-    },
-    /// Send `signal` to the child's process group.
-    SignalGroup {
-        /// Group leader's pid.
-        pid: i32,
-        /// The signal.
-        signal: i32,
-    },
-    /// SIGKILL whatever is left of a finished child's process group before the next start, as a
-    /// container runtime does when a container's main process exits.
-    KillLeftovers {
-        /// Group leader's pid.
-        pid: i32,
-    },
-    /// Write this line to the termination log.
-    TerminationMessage(String),
-}
-
-/// What the child's lifecycle leaves to the replica to decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildOutcome {
-    /// Job scope: this replica's child failed; the job needs a new generation.
-    RequestGeneration,
-    /// The child is done for good; rankvisor's exit status would be `code`.
-    Exit {
-        /// rankvisor's exit status.
-        code: i32,
-    },
-}
-
-/// The supervisor's answer to one event: the actions for the loop, in order, then at most one
-/// outcome for the replica.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChildSteps {
-    /// What to do for the child, in order.
-    pub actions: Vec<ChildAction>,
-    /// What the replica must decide on, after the actions.
-    pub outcome: Option<ChildOutcome>,
-}
-
-impl From<Vec<ChildAction>> for ChildSteps {
-    fn from(actions: Vec<ChildAction>) -> Self {
-        Self { actions, outcome: None }
-    }
-}
+use super::types::*;
 
 /// The supervisor: configuration, phase and counters.
 #[derive(Debug, Clone)]
@@ -268,6 +66,18 @@ impl Supervisor {
     /// The generation of the current (or last) child.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The generation this replica is in or moving to: the child's, or the one its child is being
+    /// stopped for. The replica's staleness checks use it: the supervisor is the generation's one
+    /// owner.
+    pub fn target_generation(&self) -> u64 {
+        match &self.phase {
+            Phase::Stopping { cause: StopCause::NewGeneration { generation }, .. } => {
+                (*generation).max(self.generation)
+            }
+            _ => self.generation,
+        }
     }
 
     /// True when the last child was stopped because the job moved to a new generation (not a failure).
@@ -342,7 +152,16 @@ impl Supervisor {
             Event::Tick => self.on_tick(now),
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
+            Event::Stop { signal, grace } => match self.phase {
+                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, now + grace),
+                _ => ChildSteps::default(),
+            },
             Event::Released { generation } => match &self.phase {
+                // The first barrier: the first child belongs to the generation it released.
+                Phase::Pending => {
+                    self.generation = generation;
+                    ChildSteps::default()
+                }
                 Phase::AwaitingGeneration => {
                     self.generation = generation;
                     vec![ChildAction::Spawn { restart_count: self.restarts, generation }].into()
@@ -363,7 +182,7 @@ impl Supervisor {
         match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now)
+                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung) => {
                 *cause = StopCause::NewGeneration { generation };
@@ -388,8 +207,8 @@ impl Supervisor {
         ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
     }
 
-    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, now: Instant) -> ChildSteps {
-        self.phase = Phase::Stopping { pid, started, deadline: now + self.cfg.grace, killed: false, cause };
+    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, deadline: Instant) -> ChildSteps {
+        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
         vec![ChildAction::SignalGroup { pid, signal }].into()
     }
 
@@ -401,7 +220,7 @@ impl Supervisor {
             ),
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now)
+                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now + self.cfg.grace)
             }
             Phase::Stopping { pid, cause, .. } => {
                 // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
@@ -428,7 +247,7 @@ impl Supervisor {
         match &self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now)
+                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
             Phase::Stopping { pid, started, deadline, killed, .. } => {
@@ -462,7 +281,7 @@ impl Supervisor {
                 match self.hang_deadline(started) {
                     Some(d) if now >= d => {
                         self.hang_detections += 1;
-                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now)
+                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now + self.cfg.grace)
                     }
                     _ => ChildSteps::default(),
                 }
@@ -492,6 +311,7 @@ impl Supervisor {
                 }
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
+            Some(StopCause::Ordered) => self.finish(how.code(), None),
             Some(StopCause::Hung) => self.after_run(pid, how, true, started, now),
             Some(StopCause::NewGeneration { generation }) => {
                 if self.restarts >= self.cfg.backoff_limit {

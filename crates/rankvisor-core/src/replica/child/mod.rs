@@ -7,7 +7,7 @@
 mod machine;
 #[cfg(test)]
 mod tests;
+mod types;
 
-pub use machine::{
-    ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, Phase, StopCause, Supervisor, SupervisorConfig,
-};
+pub use machine::Supervisor;
+pub use types::{ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, Phase, StopCause, SupervisorConfig};

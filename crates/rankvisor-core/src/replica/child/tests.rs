@@ -1,6 +1,7 @@
 //! The child machine under paused time: a harness turns `Spawn` into `Spawned` as the loop does.
 
 use super::machine::*;
+use super::types::*;
 use crate::backoff::BackoffConfig;
 use crate::exit::{self, ExitHow};
 use crate::policy::RestartPolicy::*;

@@ -1,0 +1,100 @@
+//! The agent's HTTP edge: routes the operator's requests, validates bodies (`api`), hands orders
+//! to the event loop and waits for its step, and serves `/status` from the loop's latest view.
+//! The connection handling is the probes' (`http::serve_with`).
+
+use super::api::{self, StatusView};
+use super::{Order, Request};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{header, Method, StatusCode};
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The largest request body taken: an assignment with its log rules is a few KiB.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// What the handlers share: the way to the loop and its latest view.
+#[derive(Debug, Clone)]
+pub struct AgentHttp {
+    /// Orders to the event loop.
+    pub orders: mpsc::UnboundedSender<Request>,
+    /// The loop's latest `/status` view.
+    pub status: watch::Receiver<StatusView>,
+}
+
+/// One reply, before it becomes HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: StatusCode,
+    /// The body (JSON, or empty).
+    pub body: String,
+}
+
+fn reply(status: StatusCode, body: impl Into<String>) -> Reply {
+    Reply { status, body: body.into() }
+}
+
+impl AgentHttp {
+    /// The reply to `method path` with `body`.
+    pub async fn handle(&self, method: &Method, path: &str, body: Result<Bytes, String>) -> Reply {
+        let known = ["/status", "/start", "/stop", "/update", "/shutdown"];
+        if !known.contains(&path) {
+            return reply(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#);
+        }
+        let wanted = if path == "/status" { Method::GET } else { Method::POST };
+        if *method != wanted && !(path == "/status" && *method == Method::HEAD) {
+            return reply(StatusCode::METHOD_NOT_ALLOWED, r#"{"detail":"Method Not Allowed"}"#);
+        }
+        if path == "/status" {
+            return reply(StatusCode::OK, api::status_body(&self.status.borrow()));
+        }
+        let body = match body {
+            Ok(b) => b,
+            Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, serde_json::json!({ "detail": e }).to_string()),
+        };
+        let order = match path {
+            "/start" => api::parse_assignment(&body).map(Order::Start),
+            "/update" => api::parse_assignment(&body).map(Order::Update),
+            "/stop" => api::parse_stop(&body).map(Order::Stop),
+            _ => Ok(Order::Shutdown),
+        };
+        let order = match order {
+            Ok(o) => o,
+            Err(invalid) => {
+                let summary = invalid.summary();
+                let body = crate::untrusted::escape(&summary);
+                tracing::warn!("agent: {path} refused (422): {body}");
+                return reply(StatusCode::UNPROCESSABLE_ENTITY, invalid.body());
+            }
+        };
+        let (done, taken) = oneshot::channel();
+        if self.orders.send(Request { order, done }).is_err() || taken.await.is_err() {
+            return reply(StatusCode::SERVICE_UNAVAILABLE, r#"{"detail":"rankvisor is exiting"}"#);
+        }
+        match path {
+            // `/update` answers with the status, as the agent does.
+            "/update" => reply(StatusCode::OK, api::status_body(&self.status.borrow())),
+            _ => reply(StatusCode::OK, ""),
+        }
+    }
+}
+
+async fn respond(state: AgentHttp, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) => Err(format!("request body: {e} (at most {MAX_BODY} bytes)")),
+    };
+    let r = state.handle(&parts.method, parts.uri.path(), body).await;
+    let mut resp = hyper::Response::new(Full::new(Bytes::from(r.body)));
+    *resp.status_mut() = r.status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// Serve the agent's API on `listener` until `shutdown` resolves.
+pub async fn serve(listener: TcpListener, state: AgentHttp, shutdown: impl Future<Output = ()>) {
+    crate::http::serve_with(listener, move |req| respond(state.clone(), req), shutdown).await;
+}

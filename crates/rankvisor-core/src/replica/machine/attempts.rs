@@ -1,0 +1,163 @@
+//! Agent mode (`--agent hyperpod`): the operator's orders and each attempt's end, decided in the
+//! replica machine. One `Supervisor` per attempt, configured with the restart policy Never (see
+//! `config`), so the child's lifecycle (spawn, stop with grace, KILL, reap) is the one machine
+//! every mode uses, and no restart happens unless the operator sends `/start` again.
+
+use super::{Effect, End, Event, Note, Replica};
+use crate::agent::{AgentState, Assignment, Order, StatusView};
+use crate::exit::{self, ExitHow};
+use crate::replica::child::{ChildAction, Supervisor};
+use std::time::SystemTime;
+use tokio::time::Instant;
+
+impl Replica {
+    /// Agent mode: the assignment of the current (or next) attempt.
+    pub fn assignment(&self) -> Option<&Assignment> {
+        self.assignment.as_ref()
+    }
+
+    /// Agent mode: what `/status` shows, with instants turned into wall-clock times by `wall`.
+    pub fn agent_status(&self, wall: impl Fn(Instant) -> SystemTime) -> Option<StatusView> {
+        let rec = self.agent.as_ref()?;
+        Some(StatusView {
+            state: rec.state(),
+            reason: rec.reason().map(str::to_string),
+            message: rec.message().map(str::to_string),
+            transitions: rec.transitions().iter().map(|(s, t)| (*s, wall(*t))).collect(),
+            assigned_rank: self.assigned_rank,
+            ip_version: self.assignment.as_ref().and_then(|a| a.ip_version.clone()),
+        })
+    }
+
+    /// The gates opened: INIT becomes READY (the agent's constructor does it at once).
+    pub(super) fn agent_ready(&mut self, now: Instant) {
+        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Init) {
+            rec.set(AgentState::Ready, None, None, now);
+        }
+    }
+
+    /// The node is unhealthy before READY: INIT says why.
+    pub(super) fn explain_unhealthy(&mut self, why: &str) {
+        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Init) {
+            rec.explain(Some("NodeUnhealthy".into()), Some(why.to_string()));
+        }
+    }
+
+    /// True while an attempt's end leaves rankvisor running (agent mode, no shutdown under way).
+    pub(super) fn attempt_goes_on(&self) -> bool {
+        let state = self.agent.as_ref().map(|r| r.state());
+        self.shutdown_deadline.is_none() && matches!(state, Some(AgentState::Running | AgentState::Stopping))
+    }
+
+    pub(super) fn on_order(&mut self, order: Order, now: Instant, out: &mut Vec<Effect>) {
+        let Some(rec) = self.agent.as_mut() else { return };
+        if self.end != End::No {
+            return;
+        }
+        match order {
+            Order::Start(a) => {
+                // The agent stores the assignment even when the transition is refused.
+                self.assigned_rank = Some(a.rank);
+                let faults = a.fault_count;
+                self.assignment = Some(a);
+                if rec.set(AgentState::Running, Some("Running".into()), None, now) {
+                    out.push(Effect::Note(Note::Info(format!(
+                        "agent: /start (faultCount {faults}): starting the child"
+                    ))));
+                    self.sup = Supervisor::new(self.cfg.supervisor);
+                    self.feed(Event::Start, now, out);
+                }
+            }
+            Order::Update(a) => self.assignment = Some(a),
+            Order::Stop(stop) => {
+                if !rec.set(AgentState::Stopping, None, None, now) {
+                    return;
+                }
+                if self.sup.child_pid().is_some() {
+                    let signal = if stop.graceful { libc::SIGUSR1 } else { libc::SIGTERM };
+                    let grace = stop.timeout.unwrap_or(self.cfg.supervisor.grace);
+                    out.push(Effect::Note(Note::Info(format!(
+                        "agent: /stop: stopping the child with {} (SIGKILL after {grace:?})",
+                        exit::signal_name(signal)
+                    ))));
+                    self.feed(Event::Stop { signal, grace }, now, out);
+                } else {
+                    rec.set(AgentState::Ready, None, None, now);
+                }
+            }
+            Order::Shutdown => {
+                if !rec.set(AgentState::Shutdown, None, None, now) {
+                    return;
+                }
+                out.push(Effect::Note(Note::Info("agent: /shutdown".into())));
+                if self.sup.child_pid().is_some() {
+                    self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
+                    self.feed(Event::Shutdown { signal: libc::SIGTERM }, now, out);
+                } else {
+                    self.sweep(self.last_code.unwrap_or(0), now, out);
+                }
+            }
+        }
+    }
+
+    /// TERM/INT with no attempt running: exit with the last attempt's status. False when the
+    /// signal is the ordinary path's (not agent mode, or a child to stop first).
+    pub(super) fn agent_idle_shutdown(&mut self, sig: i32, now: Instant, out: &mut Vec<Effect>) -> bool {
+        let idle = self.agent.is_some() && self.sup.child_pid().is_none() && self.end == End::No;
+        if idle {
+            out.push(Effect::Note(Note::Info(format!("{} received; no attempt running", exit::signal_name(sig)))));
+            self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
+            self.sweep(self.last_code.unwrap_or(128 + sig), now, out);
+        }
+        idle
+    }
+
+    /// The attempt's child is gone with `code`: the agent's state follows; rankvisor exits only
+    /// when shutting down (or when it never got past INIT: the node-health gate gave up).
+    pub(super) fn attempt_done(&mut self, code: i32, pid: Option<i32>, now: Instant, out: &mut Vec<Effect>) {
+        self.last_code = Some(code);
+        if !self.attempt_goes_on() {
+            return self.child_done(code, now, out);
+        }
+        if let Some(pid) = pid {
+            out.push(Effect::Child(ChildAction::KillLeftovers { pid }));
+        }
+        let (hung, how) = (self.sup.last_exit_hung(), self.sup.last_exit());
+        let Some(rec) = self.agent.as_mut() else { return };
+        match rec.state() {
+            AgentState::Running if code == 0 && !hung => {
+                rec.set(AgentState::Completed, None, None, now);
+            }
+            AgentState::Running => {
+                let (reason, what) = if hung {
+                    ("WorkerUnhealthy", "A training worker process entered into an unhealthy state:\n")
+                } else {
+                    ("WorkerCrash", "A training worker process has crashed:\n")
+                };
+                let message = format!("{what}{}", failure_line(how, pid));
+                out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({reason}): child exited with {code}"))));
+                rec.set(AgentState::Faulted, Some(reason.into()), Some(message), now);
+            }
+            _ => {
+                rec.set(AgentState::Ready, None, None, now);
+            }
+        }
+    }
+}
+
+/// One line of the FAULTED message, as the agent writes a torch `ProcessFailure` (one child: local
+/// rank 0; a signal is a negative exit code).
+fn failure_line(how: Option<ExitHow>, pid: Option<i32>) -> String {
+    let pid = pid.unwrap_or_default();
+    match how {
+        Some(ExitHow::Signaled(sig)) => format!(
+            "    Local Rank 0 exited with code -{sig} due to: Signal {sig} ({}) received by PID {pid}\n",
+            exit::signal_name(sig)
+        ),
+        Some(ExitHow::Exited(c)) => format!(
+            "    Local Rank 0 exited with code {c} due to: To enable traceback see: \
+             https://pytorch.org/docs/stable/elastic/errors.html\n"
+        ),
+        None => "    Local Rank 0 could not be started\n".into(),
+    }
+}
