@@ -138,6 +138,8 @@ fn report(index: u32, status: &LocalStatus, since: Duration) -> Report {
         pod: Some(pod),
         namespace: Some("default".into()),
         node: Some(format!("node-{index}")),
+        flavour: Some(rankvisor_core::rank::Flavour::TrainingOperator),
+        restart_attempt: None,
     };
     let now = SystemTime::now();
     let mut timeline = Timeline::new(now - since);

@@ -528,6 +528,93 @@ fn operator_job_meets_and_finishes_across_pods(c: &Cluster) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 6b. a Trainer v2 TrainJob's nodes as the JobSet and the Indexed Job make them
+
+/// Node `k` of the TrainJob `rvtj` on 2 nodes as the Job controller makes its pod: hostname
+/// `rvtj-node-0-<k>`, subdomain `rvtj` (the JobSet's headless Service), the completion index as an
+/// annotation, the JobSet's labels, and the Torch plugin's five variables (`PET_NODE_RANK` a
+/// `fieldRef` to the annotation) with `JOB_COMPLETION_INDEX`. Added for this node as for the
+/// operator's pods: nodeName, dnsPolicy Default, the test image, a downward-API labels volume at
+/// `/etc/podinfo`, and on node 1 hostAliases with node 0's IP for `rvtj-node-0-0.rvtj`.
+fn train_job_node(c: &Cluster, k: u32, master_ip: Option<&str>) -> PodSpec {
+    const TJ: &str = "rvtj";
+    let master = format!("{TJ}-node-0-0.{TJ}");
+    let pod = format!("{TJ}-node-0-{k}-{}", ["x7k2p", "b4n9q"][k as usize]);
+    let script = "echo \"node $PET_NODE_RANK of $PET_NNODES at $PET_MASTER_ADDR\"; sleep 5";
+    let args = ["--node-health", "off", "--kube-events", "off", "--backoff-limit", "0"];
+    let mut p = PodSpec::new(c, &pod, &args, script)
+        .env("PET_NNODES", "2")
+        .env("PET_NPROC_PER_NODE", "1")
+        .env_field("PET_NODE_RANK", "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+        .env("PET_MASTER_ADDR", &master)
+        .env("PET_MASTER_PORT", "29500")
+        .env("JOB_COMPLETION_INDEX", &k.to_string())
+        .spec("hostname", format!("{TJ}-node-0-{k}").into())
+        .spec("subdomain", TJ.into());
+    p.v["metadata"]["annotations"] = serde_json::json!({"batch.kubernetes.io/job-completion-index": k.to_string()});
+    p.v["metadata"]["labels"] = serde_json::json!({
+        "app": "rankvisor-real-node",
+        "jobset.sigs.k8s.io/jobset-name": TJ,
+        "jobset.sigs.k8s.io/restart-attempt": "0",
+        "batch.kubernetes.io/job-completion-index": k.to_string(),
+    });
+    p.v["spec"]["volumes"].as_array_mut().unwrap().push(serde_json::json!({
+        "name": "podinfo",
+        "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+    }));
+    p.v["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "podinfo", "mountPath": "/etc/podinfo"}));
+    match master_ip {
+        Some(ip) => p.host_alias(ip, &[&master]),
+        None => p,
+    }
+}
+
+/// Two pods of the v2 shape meet at node 0's barrier (on PET_MASTER_PORT+1) and succeed; each
+/// one's `/status` names the TrainJob, the flavour `trainer-v2` and the JobSet's restart attempt 0.
+fn train_job_nodes_meet_at_node_0_and_succeed(c: &Cluster) {
+    c.create(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "rvtj", "namespace": "default"},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"jobset.sigs.k8s.io/jobset-name": "rvtj"},
+            "ports": [{"name": "node", "port": 29500, "targetPort": 29500}],
+        },
+    }));
+    let node0 = train_job_node(c, 0, None);
+    let name0 = node0.v["metadata"]["name"].as_str().unwrap().to_string();
+    c.create(&node0.v);
+    let ip = c.pod_ip(&name0);
+    let node1 = train_job_node(c, 1, Some(&ip));
+    let name1 = node1.v["metadata"]["name"].as_str().unwrap().to_string();
+    c.create(&node1.v);
+    let status = wait_for("node 0's /status with its child running", || {
+        let (code, body) = pod_http(&ip, "/status")?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && v["state"] == "Running").then_some(v)
+    });
+    assert_eq!(status["job"], "rvtj", "the TrainJob's name, from PET_MASTER_ADDR: {status}");
+    assert_eq!(
+        (status["flavour"].as_str(), status["restart_attempt"].as_u64()),
+        (Some("trainer-v2"), Some(0)),
+        "{status}"
+    );
+    assert_eq!((status["rank"].as_u64(), status["replica_type"].as_str()), (Some(0), Some("Master")), "{status}");
+    for (pod, k) in [(&name0, 0), (&name1, 1)] {
+        let e = c.wait_pod(pod, "Succeeded", Duration::from_secs(120), |e| e.phase() == "Succeeded");
+        assert_eq!(e.restarts(), 0, "{}", e.summary());
+        let logs = c.kubectl_ok(&["logs", pod.as_str()]);
+        assert!(logs.contains(&format!("node {k} of 2 at rvtj-node-0-0.rvtj")), "{pod}: {logs}");
+    }
+    c.delete_pods(&[name0.as_str(), name1.as_str()]);
+    c.kubectl_ok(&["delete", "service", "rvtj"]);
+}
+
+// ---------------------------------------------------------------------------------------------
 // the harness itself
 
 /// The message of the scenario that fails on purpose.
@@ -727,6 +814,7 @@ const WITHOUT_NODE_LABEL: &[Scenario] = &[
     ("termination_messages", termination_messages),
     ("probes", probes_ready_only_after_the_rendezvous),
     ("operator_job", operator_job_meets_and_finishes_across_pods),
+    ("trainjob", train_job_nodes_meet_at_node_0_and_succeed),
     ("abandoned_pod", abandoned_pod),
 ];
 

@@ -250,6 +250,43 @@ fn torchrun_as_the_child_on_2_replicas_succeeds() {
     assert_ddp_checks(&r, "torchrun-train", 1, true);
 }
 
+/// A TrainJob's nodes: `<job>-node-0-<k>-<suffix>` (the names of the pods that ended Completed).
+fn train_job_pods(r: &Run) -> Vec<String> {
+    let mut names: Vec<String> = r
+        .of_kind("Pod")
+        .filter(|e| e["fields"]["status"] == "Completed")
+        .filter_map(|e| e["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn a_trainjob_under_torchrun_on_2_nodes_succeeds_with_every_ranks_ddp_checks() {
+    torch_venv_setup();
+    let dir = TestDir::new("training-trainjob");
+    let r = dry_run(&example("trainjob-torchrun-train.yaml"), &repo_file(""), dir.path(), "300s");
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let last = r.of_kind("TrainJob").last().map(|e| (e["fields"]["state"].clone(), e["fields"]["reason"].clone()));
+    assert_eq!(last, Some(("Complete".into(), "AllJobsCompleted".into())), "{}", r.explain());
+    let pods = train_job_pods(&r);
+    assert_eq!(pods.len(), 2, "{pods:?}: {}", r.explain());
+    let mut ranks = Vec::new();
+    for (k, pod) in pods.iter().enumerate() {
+        assert!(pod.starts_with(&format!("torchrun-train-node-0-{k}-")), "{pod}");
+        let checks = r.tagged(pod, "DDP_CHECK");
+        let [c] = checks.as_slice() else { panic!("{pod}: one DDP_CHECK line expected: {}", r.explain()) };
+        assert_eq!(c["passed"], true, "{pod}: {c}");
+        assert_eq!(c["world_size"], 2, "PET_NNODES x PET_NPROC_PER_NODE: {c}");
+        assert_eq!(c["torchelastic"], true, "{c}");
+        assert_eq!(c["rank"], k, "node k is rank k (PET_NODE_RANK): {c}");
+        ranks.push(c["rank"].as_u64());
+        assert!(c["master"].as_str().is_some_and(|m| m.starts_with("127.0.0.1:")), "{c}");
+    }
+    assert_eq!(ranks, [Some(0), Some(1)]);
+}
+
 #[test]
 fn job_scope_restarts_every_ddp_rank_in_a_new_generation_after_one_rank_dies() {
     torch_venv_setup();

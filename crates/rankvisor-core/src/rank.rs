@@ -5,7 +5,14 @@
 //! is `min:max` for an elastic job, whose membership belongs to torchrun's own rendezvous.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt;
+
+mod trainer_v2;
+#[cfg(test)]
+mod trainer_v2_tests;
+
+pub use trainer_v2::{restart_attempt, train_job_of_master_addr, train_job_of_pod, Flavour, RESTART_ATTEMPT_LABEL};
 
 /// A replica's role in the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +94,12 @@ pub struct RankEnv {
     pub injected: bool,
     /// The job has a Master: the operator injected `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`.
     pub has_master: bool,
+    /// Which controller wrote the contract (`trainer-v2`: a TrainJob's five `PET_` variables).
+    pub flavour: Flavour,
+    /// The job's name: the PyTorchJob's or the TrainJob's, from the master's address or the pod's name.
+    pub job: Option<String>,
+    /// Where each value came from: a field of this struct -> the variable or name that gave it.
+    pub sources: BTreeMap<&'static str, String>,
     /// What was inferred rather than read, for one INFO line at start.
     #[serde(skip)]
     pub inferred: Vec<String>,
@@ -326,6 +339,17 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
             _ => 0,
         },
     };
+    // An Indexed Job's pod gets its completion index too; Trainer v2's PET_NODE_RANK reads it.
+    if let (Some(index), Some(n)) = (get("JOB_COMPLETION_INDEX"), &node_rank_raw) {
+        if index != *n {
+            return Err(RankError::Disagree {
+                var: "JOB_COMPLETION_INDEX",
+                value: index,
+                other: "PET_NODE_RANK",
+                other_value: n.clone(),
+            });
+        }
+    }
     if replica_index >= max {
         let (var, value) = match (&rank_raw, &node_rank_raw) {
             (Some(r), _) => ("RANK", r.clone()),
@@ -397,6 +421,40 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
     }
     let local_rank =
         get("LOCAL_RANK").map(|v| parse_u32("LOCAL_RANK", &v, 0, u32::MAX, "a number >= 0")).transpose()?;
+    let flavour = trainer_v2::flavour(&get);
+    let mut sources = BTreeMap::new();
+    let index_from = match (&rank_raw, &node_rank_raw) {
+        (Some(_), _) => "RANK".to_string(),
+        (None, Some(_)) => "PET_NODE_RANK".to_string(),
+        (None, None) if !has_master && max > 1 && pod_name.is_some() => {
+            format!("the pod name {:?}", pod.unwrap_or_default())
+        }
+        (None, None) => "default (one replica)".to_string(),
+    };
+    sources.insert("replica_index", index_from);
+    let count_from = match (&nnodes_raw, &world_raw) {
+        (Some(_), _) => "PET_NNODES",
+        (None, Some(_)) => "WORLD_SIZE",
+        (None, None) => "default (one replica)",
+    };
+    sources.insert("replica_count", count_from.to_string());
+    if world_size.is_some() {
+        sources.insert("world_size", "WORLD_SIZE".to_string());
+    }
+    if master_addr.is_some() {
+        sources.insert("master_addr", master_addr_var(&get).to_string());
+    }
+    if master_port.is_some() {
+        sources.insert("master_port", master_port_var(&get).to_string());
+    }
+    if nproc_per_node.is_some() {
+        sources.insert("nproc_per_node", "PET_NPROC_PER_NODE".to_string());
+    }
+    if let Some(from) = job_name_source(master_addr.as_deref(), pod) {
+        sources.insert("job", from);
+    }
+    sources.insert("flavour", flavour_source(flavour).to_string());
+    let job = derive_job_name(master_addr.as_deref(), pod);
 
     Ok(RankEnv {
         role,
@@ -411,8 +469,38 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
         rdzv_endpoint,
         injected,
         has_master,
+        flavour,
+        job,
+        sources,
         inferred,
     })
+}
+
+/// Why the contract is of its flavour, for `env --json`'s `sources`.
+fn flavour_source(flavour: Flavour) -> &'static str {
+    match flavour {
+        Flavour::None => "no rank variable is set",
+        Flavour::TrainingOperator => "MASTER_ADDR, RANK, WORLD_SIZE or PET_RDZV_* (the training-operator sets them)",
+        Flavour::TrainerV2 => {
+            "PET_MASTER_ADDR without MASTER_ADDR, RANK or WORLD_SIZE (Trainer v2's five PET_ variables)"
+        }
+    }
+}
+
+/// Where [`derive_job_name`] finds the job's name, said as the variable or name it reads.
+fn job_name_source(master_addr: Option<&str>, pod: Option<&str>) -> Option<String> {
+    let host = master_addr.map(|a| a.split('.').next().unwrap_or(a));
+    if host.and_then(|h| h.strip_suffix("-master-0")).is_some_and(|j| !j.is_empty()) {
+        return Some("MASTER_ADDR (<job>-master-0)".into());
+    }
+    if master_addr.and_then(train_job_of_master_addr).is_some() {
+        return Some("PET_MASTER_ADDR (<trainjob>-node-0-0.<trainjob>)".into());
+    }
+    match pod {
+        Some(p) if PodName::parse(p).is_some() => Some(format!("the pod name {p:?} (<job>-<type>-<N>)")),
+        Some(p) if train_job_of_pod(p).is_some() => Some(format!("the pod name {p:?} (<trainjob>-node-0-<k>)")),
+        _ => None,
+    }
 }
 
 /// The variable `MASTER_ADDR`'s value came from (the PET_ copy when only it is set).
@@ -448,12 +536,20 @@ fn agree(
 /// The job's name as the training-operator spells its pods: `MASTER_ADDR` is `<job>-master-0`
 /// (a service name, possibly with a namespace or domain after a dot), else `POD_NAME` is
 /// `<job>-master-0` or `<job>-worker-<i>`. None when neither fits (then `--job-name` is needed).
+///
+/// A TrainJob's the same way: `PET_MASTER_ADDR` is `<trainjob>-node-0-0.<trainjob>`, the hostname
+/// `<trainjob>-node-0-<k>`.
 pub fn derive_job_name(master_addr: Option<&str>, pod_name: Option<&str>) -> Option<String> {
     let from_master = master_addr.and_then(|a| {
         let host = a.split('.').next().unwrap_or(a);
-        host.strip_suffix("-master-0").filter(|j| !j.is_empty())
+        host.strip_suffix("-master-0")
+            .filter(|j| !j.is_empty())
+            .map(str::to_string)
+            .or_else(|| train_job_of_master_addr(a))
     });
-    from_master.map(str::to_string).or_else(|| pod_name.and_then(PodName::parse).map(|p| p.job))
+    from_master
+        .or_else(|| pod_name.and_then(PodName::parse).map(|p| p.job))
+        .or_else(|| pod_name.and_then(train_job_of_pod).map(|(job, _)| job))
 }
 
 impl fmt::Display for RankEnv {
@@ -482,289 +578,4 @@ impl fmt::Display for RankEnv {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> Result<RankEnv, RankError> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        parse_rank_env(|k| m.get(k).cloned())
-    }
-
-    /// Seed 000's master env, exactly as `kubectl describe pod pytest-master-0` showed it.
-    const SEED_MASTER: &[(&str, &str)] = &[
-        ("PYTHONUNBUFFERED", "1"),
-        ("MASTER_PORT", "23456"),
-        ("PET_MASTER_PORT", "23456"),
-        ("MASTER_ADDR", "pytest-master-0"),
-        ("PET_MASTER_ADDR", "pytest-master-0"),
-        ("WORLD_SIZE", "4"),
-        ("RANK", "0"),
-        ("PET_NODE_RANK", "0"),
-        ("PET_NPROC_PER_NODE", "auto"),
-        ("PET_NNODES", "4"),
-    ];
-
-    fn with(over: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
-        let mut v: Vec<_> = SEED_MASTER.iter().copied().filter(|(k, _)| !over.iter().any(|(o, _)| o == k)).collect();
-        v.extend(over.iter().copied().filter(|(_, val)| *val != "<unset>"));
-        v
-    }
-
-    #[test]
-    fn seed_master_and_worker() {
-        let m = env(SEED_MASTER).unwrap();
-        assert_eq!(m.role(), Role::Master);
-        assert_eq!(m.replica_count, ReplicaCount::Fixed { count: 4 });
-        assert_eq!(m.world_size, Some(4));
-        assert_eq!(m.master_addr.as_deref(), Some("pytest-master-0"));
-        assert_eq!(m.master_port, Some(23456));
-        assert_eq!(m.nproc_per_node, Some(NprocPerNode::Device("auto".into())));
-        let w = env(&with(&[("RANK", "3"), ("PET_NODE_RANK", "3")])).unwrap();
-        assert_eq!(w.role(), Role::Worker);
-        assert_eq!(w.replica_index, 3);
-    }
-
-    #[test]
-    fn nothing_injected_is_a_single_replica() {
-        let e = env(&[]).unwrap();
-        assert_eq!(e.replica_index, 0);
-        assert_eq!(e.replica_count, ReplicaCount::Fixed { count: 1 });
-        assert!(!e.injected);
-        let one = env(&[("RANK", "0"), ("WORLD_SIZE", "1")]).unwrap();
-        assert_eq!(one.replica_count, ReplicaCount::Fixed { count: 1 });
-        assert!(one.master_addr.is_none());
-    }
-
-    #[test]
-    fn several_processes_per_node_count_replicas_from_nnodes() {
-        let e = env(&with(&[("WORLD_SIZE", "16"), ("PET_NPROC_PER_NODE", "4"), ("RANK", "3"), ("PET_NODE_RANK", "3")]))
-            .unwrap();
-        assert_eq!(e.replica_count, ReplicaCount::Fixed { count: 4 });
-        assert_eq!(e.world_size, Some(16));
-        let err = env(&with(&[("WORLD_SIZE", "15"), ("PET_NPROC_PER_NODE", "4")])).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "WORLD_SIZE=\"15\" is invalid: expected PET_NNODES x PET_NPROC_PER_NODE = 4 x 4 = 16"
-        );
-    }
-
-    #[test]
-    fn elastic_nnodes() {
-        let e = env(&with(&[
-            ("PET_NNODES", "2:4"),
-            ("RANK", "3"),
-            ("PET_NODE_RANK", "3"),
-            ("PET_RDZV_ENDPOINT", "pytest-master-0:23456"),
-        ]))
-        .unwrap();
-        assert_eq!(e.replica_count, ReplicaCount::Elastic { min: 2, max: 4 });
-        assert!(e.is_elastic());
-        assert_eq!(e.rdzv_endpoint.as_deref(), Some("pytest-master-0:23456"));
-        for bad in ["4:2", "0:2", "a:2", "2:", ":", "2:3:4"] {
-            let err = env(&with(&[("PET_NNODES", bad)])).unwrap_err();
-            assert!(err.to_string().starts_with(&format!("PET_NNODES=\"{bad}\" is invalid")), "{err}");
-        }
-    }
-
-    #[test]
-    fn standalone_may_be_empty() {
-        assert!(env(&with(&[("PET_STANDALONE", "")])).unwrap().standalone);
-        assert!(!env(SEED_MASTER).unwrap().standalone);
-    }
-
-    #[test]
-    fn every_bad_input_names_variable_value_and_expectation() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (
-                &[("RANK", "4"), ("PET_NODE_RANK", "4")],
-                "RANK=\"4\" is invalid: expected a replica index from 0 to 3 (replicas: 4)",
-            ),
-            (
-                &[("RANK", "-1"), ("PET_NODE_RANK", "<unset>")],
-                "RANK=\"-1\" is invalid: expected a replica index from 0 to 3 (replicas: 4)",
-            ),
-            (&[("RANK", "one")], "RANK=\"one\" is invalid"),
-            (&[("WORLD_SIZE", "0")], "WORLD_SIZE=\"0\" is invalid: expected a number of processes from 1 to"),
-            (&[("WORLD_SIZE", "four")], "WORLD_SIZE=\"four\" is invalid"),
-            (&[("WORLD_SIZE", "<unset>")], "WORLD_SIZE is not set"),
-            (
-                &[("MASTER_PORT", "70000"), ("PET_MASTER_PORT", "70000")],
-                "MASTER_PORT=\"70000\" is invalid: expected a TCP port number from 1 to 65535",
-            ),
-            (&[("MASTER_PORT", "0"), ("PET_MASTER_PORT", "0")], "MASTER_PORT=\"0\" is invalid"),
-            (&[("MASTER_PORT", "http"), ("PET_MASTER_PORT", "http")], "MASTER_PORT=\"http\" is invalid"),
-            (&[("RANK", "1")], "RANK=\"1\" disagrees with PET_NODE_RANK=\"0\": expected them equal"),
-            (&[("MASTER_ADDR", "a")], "MASTER_ADDR=\"a\" disagrees with PET_MASTER_ADDR=\"pytest-master-0\""),
-            (&[("MASTER_PORT", "1")], "MASTER_PORT=\"1\" disagrees with PET_MASTER_PORT=\"23456\""),
-            (
-                &[("MASTER_ADDR", "<unset>"), ("PET_MASTER_ADDR", "<unset>")],
-                "MASTER_ADDR is not set: expected the master's address, since the job has 4 replicas",
-            ),
-            (&[("MASTER_PORT", "<unset>"), ("PET_MASTER_PORT", "<unset>")], "MASTER_PORT is not set"),
-            (
-                &[("MASTER_ADDR", "a b"), ("PET_MASTER_ADDR", "a b")],
-                "MASTER_ADDR=\"a b\" is invalid: expected a host name or IP address",
-            ),
-            (
-                &[("PET_NPROC_PER_NODE", "0")],
-                "PET_NPROC_PER_NODE=\"0\" is invalid: expected a number >= 1, or auto, cpu, gpu, xpu",
-            ),
-            (&[("PET_NPROC_PER_NODE", "many")], "PET_NPROC_PER_NODE=\"many\" is invalid"),
-            (&[("PET_NNODES", "0")], "PET_NNODES=\"0\" is invalid"),
-            (&[("PET_NNODES", "x")], "PET_NNODES=\"x\" is invalid"),
-            (&[("LOCAL_RANK", "x")], "LOCAL_RANK=\"x\" is invalid: expected a number >= 0"),
-            (&[("RANK", " 1"), ("PET_NODE_RANK", "<unset>")], "RANK=\" 1\" is invalid"),
-        ];
-        for (over, want) in cases {
-            let err = env(&with(over)).unwrap_err().to_string();
-            assert!(err.starts_with(want), "for {over:?}: got {err:?}, want prefix {want:?}");
-        }
-    }
-
-    #[test]
-    fn missing_rank_with_several_replicas() {
-        let e = env(&[("WORLD_SIZE", "2"), ("MASTER_ADDR", "m"), ("MASTER_PORT", "1")]).unwrap_err();
-        assert_eq!(e.to_string(), "RANK is not set: expected this replica's index from 0 to 1");
-    }
-
-    #[test]
-    fn job_name_from_master_addr_or_pod_name() {
-        assert_eq!(derive_job_name(Some("pytest-master-0"), None).as_deref(), Some("pytest"));
-        assert_eq!(derive_job_name(Some("my-job-master-0.default.svc"), None).as_deref(), Some("my-job"));
-        assert_eq!(derive_job_name(Some("127.0.0.1"), Some("pytest-worker-2")).as_deref(), Some("pytest"));
-        assert_eq!(derive_job_name(Some("10.0.0.1"), Some("a-b-master-0")).as_deref(), Some("a-b"));
-        assert_eq!(derive_job_name(Some("-master-0"), None), None);
-        assert_eq!(derive_job_name(Some("10.0.0.1"), Some("pytest-worker-x")), None);
-        assert_eq!(derive_job_name(None, Some("pytest-launcher-0")), None);
-        assert_eq!(derive_job_name(None, Some("worker-0")), None);
-        assert_eq!(derive_job_name(None, None), None);
-    }
-
-    #[test]
-    fn pet_only_env_is_enough() {
-        let e =
-            env(&[("WORLD_SIZE", "2"), ("PET_NODE_RANK", "1"), ("PET_MASTER_ADDR", "m"), ("PET_MASTER_PORT", "29500")])
-                .unwrap();
-        assert_eq!(e.replica_index, 1);
-        assert_eq!(e.master_addr.as_deref(), Some("m"));
-        assert_eq!(e.master_port, Some(29500));
-    }
-
-    fn pod_env(pairs: &[(&str, &str)], pod: &str) -> Result<RankEnv, RankError> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        parse_rank_env_of_pod(|k| m.get(k).cloned(), Some(pod))
-    }
-
-    /// `setPodEnv` without a Master: PYTHONUNBUFFERED, PET_NNODES (and PET_NPROC_PER_NODE) only.
-    #[test]
-    fn set_pod_env_worker_only_job_infers_the_index_from_the_pod_name() {
-        let e = pod_env(&[("PYTHONUNBUFFERED", "1"), ("PET_NNODES", "3")], "mnist-worker-2").unwrap();
-        assert_eq!((e.role(), e.replica_index, e.replica_count), (Role::Worker, 2, ReplicaCount::Fixed { count: 3 }));
-        assert_eq!((e.world_size, e.has_master, e.injected), (None, false, true));
-        assert!(e.inferred.iter().any(|i| i.contains("replica index 2 from the pod name")), "{:?}", e.inferred);
-        let w0 = pod_env(&[("PET_NNODES", "3")], "mnist-worker-0").unwrap();
-        assert_eq!((w0.role(), w0.replica_index), (Role::Worker, 0), "worker-0 leads the barrier");
-        let out = pod_env(&[("PET_NNODES", "3")], "mnist-worker-3").unwrap_err();
-        assert_eq!(
-            out.to_string(),
-            "POD_NAME=\"mnist-worker-3\" is invalid: expected a replica index from 0 to 2 (replicas: 3)"
-        );
-    }
-
-    /// `ElasticEnvVarGenerator.Generate`: the echo example (Worker only, min:max, c10d).
-    #[test]
-    fn elastic_generate_worker_only_echo_example() {
-        let vars = [
-            ("PET_RDZV_ENDPOINT", "elastic-example-echo-worker-0:23456"),
-            ("PET_RDZV_BACKEND", "c10d"),
-            ("PET_NNODES", "1:3"),
-            ("PET_MAX_RESTARTS", "100"),
-            ("PET_NPROC_PER_NODE", "1"),
-        ];
-        let e = pod_env(&vars, "elastic-example-echo-worker-1").unwrap();
-        assert!(e.is_elastic());
-        assert_eq!(
-            (e.role(), e.replica_index, e.replica_count),
-            (Role::Worker, 1, ReplicaCount::Elastic { min: 1, max: 3 })
-        );
-        // generateEnvNnodes without min/max: the Worker count, still torchrun's membership.
-        let n = pod_env(
-            &[("PET_RDZV_BACKEND", "c10d"), ("PET_RDZV_ENDPOINT", "j-worker-0:23456"), ("PET_NNODES", "2")],
-            "j-worker-0",
-        )
-        .unwrap();
-        assert_eq!(n.replica_count, ReplicaCount::Elastic { min: 2, max: 2 });
-    }
-
-    /// An elastic job with a Master: setPodEnv's Master variables and PET_NNODES = the Workers.
-    #[test]
-    fn elastic_job_with_a_master_does_not_check_world_size_against_nnodes() {
-        let e = env(&with(&[
-            ("WORLD_SIZE", "3"),
-            ("PET_NNODES", "2"),
-            ("PET_NPROC_PER_NODE", "1"),
-            ("PET_RDZV_BACKEND", "c10d"),
-            ("PET_RDZV_ENDPOINT", "j-worker-0:23456"),
-        ]))
-        .unwrap();
-        assert!(e.is_elastic());
-        assert_eq!(e.world_size, Some(3));
-    }
-
-    #[test]
-    fn numbers_hosts_and_maxima_are_strict() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("RANK", "+1"), ("PET_NODE_RANK", "<unset>")], "RANK=\"+1\" is invalid"),
-            (
-                &[("WORLD_SIZE", "16777217")],
-                "WORLD_SIZE=\"16777217\" is invalid: expected a number of processes from 1 to 16777216",
-            ),
-            (
-                &[("PET_NNODES", "131073")],
-                "PET_NNODES=\"131073\" is invalid: expected a replica count from 1 to 131072",
-            ),
-            (
-                &[("MASTER_ADDR", "http://m:1"), ("PET_MASTER_ADDR", "http://m:1")],
-                "MASTER_ADDR=\"http://m:1\" is invalid: expected a host name or IP address",
-            ),
-            (
-                &[("MASTER_ADDR", "999.999.999.999"), ("PET_MASTER_ADDR", "<unset>")],
-                "MASTER_ADDR=\"999.999.999.999\" is invalid",
-            ),
-            (
-                &[("MASTER_PORT", "<unset>"), ("PET_MASTER_PORT", "abc")],
-                "PET_MASTER_PORT=\"abc\" is invalid: expected a TCP port number",
-            ),
-            (
-                &[
-                    ("PET_NNODES", "4"),
-                    ("WORLD_SIZE", "2"),
-                    ("PET_NPROC_PER_NODE", "<unset>"),
-                    ("RANK", "1"),
-                    ("PET_NODE_RANK", "1"),
-                ],
-                "WORLD_SIZE=\"2\" disagrees with PET_NNODES=\"4\"",
-            ),
-        ];
-        for (over, want) in cases {
-            let err = env(&with(over)).unwrap_err().to_string();
-            assert!(err.starts_with(want), "for {over:?}: got {err:?}, want prefix {want:?}");
-        }
-        for good in ["pytest-master-0", "a.b.svc.cluster.local", "10.0.0.1", "::1", "fe80::1", "x"] {
-            assert!(is_host(good), "{good}");
-        }
-        for bad in ["", "a b", "http://m:1", "999.999.999.999", "-a", "a..b", "a_b"] {
-            assert!(!is_host(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn pod_names_as_replica_name_writes_them() {
-        assert_eq!(PodName::parse("a-b-worker-12"), Some(PodName { job: "a-b".into(), role: Role::Worker, index: 12 }));
-        assert_eq!(PodName::parse("pytest-master-0").map(|p| p.role), Some(Role::Master));
-        for other in ["-worker-1", "train-worker-", "train-worker-x", "train-launcher-1", "worker-1", ""] {
-            assert_eq!(PodName::parse(other), None, "{other:?}");
-        }
-    }
-}
+mod tests;

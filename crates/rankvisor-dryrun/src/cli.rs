@@ -14,10 +14,10 @@ use crate::kubectl::WatchKinds;
 use crate::options::OutputFormat;
 use crate::quantity::QueueCapability;
 
-/// Run a Kubeflow job manifest on this machine: one rankvisor launcher per replica, the job,
-/// PodGroup and pod states printed as `kubectl get -w` shows them. Exit 0 Succeeded, 1 Failed
-/// (or --timeout), 64 a manifest it cannot run (invalid, pods the apiserver would refuse, or
-/// runPolicy.managedBy another controller).
+/// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) on this machine: one
+/// rankvisor launcher per replica, the job's objects printed as `kubectl get -w` shows them. Exit 0
+/// Succeeded, 1 Failed (or --timeout), 64 a manifest it cannot run (invalid, pods the apiserver
+/// would refuse, or managed by another controller).
 #[derive(clap::Parser, Debug)]
 #[command(name = "rankvisor dry-run", bin_name = "rankvisor dry-run", version)]
 pub struct Cli {
@@ -36,7 +36,8 @@ pub struct Cli {
 /// The dry run's options. Timing defaults are a laptop's, not Kubernetes' (10s, 300s, 30s).
 #[derive(clap::Args, Debug, Clone)]
 pub struct DryRunArgs {
-    /// The PyTorchJob manifest (YAML or JSON).
+    /// The job manifest (YAML or JSON): a PyTorchJob, or a TrainJob, alone or with its
+    /// ClusterTrainingRuntime or TrainingRuntime documents.
     #[arg(value_name = "JOB.yaml")]
     pub manifest: PathBuf,
     /// The Volcano queue's capability, e.g. cpu=2,memory=4Gi: a job that does not fit whole starts nothing.
@@ -95,4 +96,8 @@ pub struct DryRunArgs {
     /// workingDir (repeatable): IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples.
     #[arg(long = "path-map", value_name = "IMAGE_PATH=LOCAL_PATH")]
     pub path_maps: Vec<String>,
+    /// A file of ClusterTrainingRuntime or TrainingRuntime documents a TrainJob may reference
+    /// (repeatable), besides those in its own file and the built-in torch-distributed.
+    #[arg(long = "runtime", value_name = "FILE")]
+    pub runtimes: Vec<PathBuf>,
 }

@@ -25,6 +25,17 @@ pub struct ControllerConfig {
     pub backoff_max: Duration,
 }
 
+impl ControllerConfig {
+    /// The kubelet's restart delays: the launchers' own backoff (one doubling for both).
+    pub(crate) fn kubelet_backoff(&self) -> rankvisor_core::backoff::BackoffConfig {
+        rankvisor_core::backoff::BackoffConfig {
+            initial: self.backoff_initial,
+            max: self.backoff_max,
+            ..rankvisor_core::backoff::BackoffConfig::default()
+        }
+    }
+}
+
 impl Default for ControllerConfig {
     fn default() -> Self {
         Self {

@@ -25,11 +25,10 @@ use std::time::Duration;
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 use super::operator::{self, Condition};
-use super::pod::{ContainerState, LauncherProcess, Pod, PodPhase};
+use super::pod::{KubeletTick, LauncherEnd, LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
 use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
-use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;
 
@@ -123,15 +122,7 @@ impl Controller {
     /// When the next `ClusterEvent::Tick` is due: a pod to show CrashLoopBackOff, a container
     /// to restart, the active deadline, the TTL after finishing.
     pub fn next_tick(&self) -> Option<Duration> {
-        let crash_loop = self
-            .pods
-            .iter()
-            .filter(|p| {
-                !p.gone && !p.deleting && p.restarts > 0 && matches!(p.container, ContainerState::Terminated(_))
-            })
-            .filter_map(|p| p.restart_pending_since)
-            .map(|t| t.saturating_add(self.config.crash_loop_after));
-        let relaunch = self.pods.iter().filter(|p| !p.gone).filter_map(|p| p.relaunch_at);
+        let kubelet = self.pods.iter().filter_map(|p| p.next_kubelet_tick(self.config.crash_loop_after));
         let deadline = match (self.outcome, self.job.run_policy.active_deadline_seconds, self.started_at) {
             (None, Some(secs), Some(start)) => Some(start.saturating_add(operator::deadline(secs))),
             _ => None,
@@ -142,7 +133,7 @@ impl Controller {
             }
             _ => None,
         };
-        crash_loop.chain(relaunch).chain(deadline).chain(ttl).min()
+        kubelet.chain(deadline).chain(ttl).min()
     }
 
     /// Every existing object's row at `now` (job, PodGroup unless deleted, pods not deleted).
@@ -169,31 +160,14 @@ impl Controller {
             ClusterEvent::Resumed => self.resume(now, &mut step),
             ClusterEvent::LauncherStarted { pod } => {
                 if let Some(i) = self.live_pod(pod) {
-                    let p = &mut self.pods[i];
-                    p.launcher = LauncherProcess::Alive;
-                    if matches!(p.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
-                        // A restarted container: its previous run moves to lastState.
-                        p.shift_termination();
-                        p.container = ContainerState::Waiting;
-                    }
+                    self.pods[i].launcher_started();
                     self.sync_pod(i, now, &mut step);
                 }
             }
             ClusterEvent::ChildRunning { pod, restart_count } => self.child_running(pod, restart_count, now, &mut step),
             ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
                 if let Some(i) = self.live_pod(pod) {
-                    let p = &mut self.pods[i];
-                    p.container = ContainerState::Terminated(exit);
-                    p.current_termination = Some(now);
-                    p.restarts = p.restart_base.saturating_add(restart_count);
-                    p.latest_exit_failed = !exit.success();
-                    // A child that succeeded for good is the replica's verdict (the launcher exits 0
-                    // next, or lingers for the workers' sake); a failure is decided by the
-                    // launcher's exit, the container's end that the kubelet sees.
-                    if !will_restart && exit.success() && !p.deleting {
-                        p.phase = PodPhase::Succeeded;
-                    }
-                    p.restart_pending_since = (will_restart && !p.deleting).then_some(now);
+                    self.pods[i].child_exited(exit, will_restart, restart_count, now);
                     self.sync_pod(i, now, &mut step);
                 }
             }
@@ -212,18 +186,7 @@ impl Controller {
 
     fn child_running(&mut self, pod: ReplicaId, restart_count: u32, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
-        let p = &mut self.pods[i];
-        p.shift_termination();
-        p.container = ContainerState::Running;
-        p.restarts = p.restart_base.saturating_add(restart_count);
-        p.restart_pending_since = None;
-        p.latest_exit_failed = false;
-        if matches!(p.launcher, LauncherProcess::NotStarted | LauncherProcess::Requested) {
-            p.launcher = LauncherProcess::Alive;
-        }
-        if !p.deleting && p.phase == PodPhase::Pending {
-            p.phase = PodPhase::Running;
-        }
+        self.pods[i].child_running(restart_count);
         self.sync_pod(i, now, step);
     }
 
@@ -336,47 +299,15 @@ impl Controller {
     fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
-        let p = &mut self.pods[i];
-        p.launcher = LauncherProcess::Exited(status);
-        p.restart_pending_since = None;
-        if matches!(p.container, ContainerState::Running | ContainerState::Waiting) {
-            // The launcher is the container: it ends with it.
-            p.container = ContainerState::Terminated(status);
-            p.current_termination = Some(now);
-        }
-        if let ContainerState::BackOff(last) = p.container {
-            p.container = ContainerState::Terminated(last);
-        }
-        if p.deleting {
-            let recreate = p.recreate && !finished;
+        let backoff = self.config.kubelet_backoff();
+        // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
+        // after the outcome the dry run restarts nothing, so it ends there too.
+        if let LauncherEnd::Deleted { recreate } = self.pods[i].launcher_exited(status, now, finished, &backoff) {
             self.remove_pod(i, now, step);
             if recreate {
                 self.recreate_pod(i, now, step);
             }
             return;
-        }
-        if p.kubelet_restarts(status) && !finished {
-            // A container crash: the kubelet starts the container again in this pod.
-            // The launcher's own backoff (the kubelet's, in one place), not a copy of it.
-            let backoff = BackoffConfig {
-                initial: self.config.backoff_initial,
-                max: self.config.backoff_max,
-                ..BackoffConfig::default()
-            };
-            let delay = backoff.delay(p.restarts);
-            p.relaunch_at = Some(now.saturating_add(delay));
-            if !delay.is_zero() {
-                // Waiting out the back-off: kubectl shows CrashLoopBackOff.
-                p.container = ContainerState::BackOff(status);
-                p.shift_termination();
-            }
-            // The container started and crashed: a pod restarting its container is Running
-            // (and its restarts count towards backoffLimit).
-            p.phase = PodPhase::Running;
-        } else if !matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed) {
-            // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
-            // after the outcome the dry run restarts nothing, so it ends here too.
-            p.phase = if status.success() { PodPhase::Succeeded } else { PodPhase::Failed };
         }
         self.sync_pod(i, now, step);
     }
@@ -430,29 +361,16 @@ impl Controller {
     }
 
     fn tick(&mut self, now: Duration, step: &mut Step) {
+        let finished = self.outcome.is_some();
         for i in 0..self.pods.len() {
-            let p = &mut self.pods[i];
-            if p.gone || p.deleting {
-                continue;
-            }
-            if p.relaunch_at.is_some_and(|t| t <= now) && self.outcome.is_none() {
-                p.relaunch_at = None;
-                p.restarts = p.restarts.saturating_add(1);
-                p.restart_base = p.restarts;
-                p.restart_pending_since = None;
-                let id = p.id;
-                // The row keeps the last crash until the new container is there.
-                p.launcher = LauncherProcess::Requested;
-                self.sync_pod(i, now, step);
-                step.actions.push(ClusterAction::StartLauncher { pod: id });
-                continue;
-            }
-            // The kubelet shows CrashLoopBackOff from the second crash on (the first restart is immediate).
-            let due = p.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= self.config.crash_loop_after);
-            if let (true, true, ContainerState::Terminated(last)) = (due, p.restarts > 0, p.container) {
-                p.container = ContainerState::BackOff(last);
-                p.shift_termination();
-                self.sync_pod(i, now, step);
+            match self.pods[i].kubelet_tick(now, finished, self.config.crash_loop_after) {
+                KubeletTick::Nothing => {}
+                KubeletTick::Changed => self.sync_pod(i, now, step),
+                KubeletTick::Relaunch => {
+                    let pod = self.pods[i].id;
+                    self.sync_pod(i, now, step);
+                    step.actions.push(ClusterAction::StartLauncher { pod });
+                }
             }
         }
         self.expire_ttl(now, step);

@@ -37,8 +37,6 @@ use rankvisor_core::duration::format_duration;
 use rankvisor_core::exit::{self, ExitHow};
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
-use super::controller::Controller;
-use super::env::{launch_spec, DRY_RUN_MASTER_ADDR};
 use super::injection::{Fault, Injection};
 use super::kubectl::{render_json, TextRenderer};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
@@ -46,11 +44,12 @@ use super::launcher_process::{fail_child, spawn_launcher, LauncherNews, Launcher
 use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
 use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
-use super::pytorchjob::{PyTorchJob, ReplicaId};
+use super::pytorchjob::ReplicaId;
 use super::rows::Change;
 use super::setup::{Setup, SetupError};
 use super::timeline::{FaultMark, Recording};
 use super::workdir::{write_atomically, WorkDir};
+use super::workload::Workload;
 
 /// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
 const STOP_MARGIN: Duration = Duration::from_secs(2);
@@ -116,8 +115,8 @@ struct Abort {
 
 struct DryRunLoop {
     opts: DryRunOptions,
-    job: PyTorchJob,
-    controller: Controller,
+    /// The job's controllers (a PyTorchJob's or a TrainJob's).
+    workload: Workload,
     renderer: TextRenderer,
     settings: LauncherSettings,
     master_port: u16,
@@ -163,17 +162,16 @@ impl DryRunLoop {
             node_health: LAUNCHERS_READ_NODE_LABELS,
             restart_scope: opts.restart_scope,
         };
-        let pod_width = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0);
+        let workload = Workload::new(job, config);
         Self {
-            renderer: TextRenderer::new(&job, opts.watch),
-            controller: Controller::new(job.clone(), config),
-            job,
+            renderer: workload.renderer(opts.watch),
+            pod_width: workload.pod_width(),
+            workload,
             opts,
             settings,
             master_port,
             workdir,
             job_token,
-            pod_width,
             start: Instant::now(),
             labels: BTreeMap::new(),
             injections,
@@ -203,12 +201,7 @@ impl DryRunLoop {
         if let Err(message) = orphans::become_subreaper() {
             note(&message);
         }
-        // Without a Master the operator injects no MASTER_ADDR: say where the replicas meet instead.
-        let meet = match (&self.job.master, &self.job.elastic) {
-            (Some(_), _) => format!("MASTER_ADDR={DRY_RUN_MASTER_ADDR}, MASTER_PORT={}", self.master_port),
-            (None, Some(_)) => format!("torchrun's rendezvous at {DRY_RUN_MASTER_ADDR}"),
-            (None, None) => format!("no Master: Worker 0 leads at {DRY_RUN_MASTER_ADDR}"),
-        };
+        let meet = self.workload.meets_at(self.master_port);
         note(&format!(
             "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher ({meet})"
         ));
@@ -224,9 +217,9 @@ impl DryRunLoop {
                 () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_wake(),
             }
         }
-        match (&self.abort, self.controller.outcome()) {
+        match (&self.abort, self.workload.outcome()) {
             (Some(a), _) => a.code,
-            (None, _) => self.controller.exit_code(),
+            (None, _) => self.workload.exit_code(),
         }
     }
 
@@ -234,7 +227,7 @@ impl DryRunLoop {
     fn done(&self) -> bool {
         self.launchers.is_empty()
             && self.pending_exits.is_empty()
-            && (self.abort.is_some() || self.controller.is_settled())
+            && (self.abort.is_some() || self.workload.is_settled())
     }
 
     fn now(&self) -> Duration {
@@ -244,7 +237,7 @@ impl DryRunLoop {
     /// The earliest of: a row due to change, an injection, the timeout, a stop running late.
     fn next_wake(&self) -> Option<Instant> {
         let live = self.abort.is_none();
-        let tick = self.controller.next_tick().filter(|_| live).map(|d| self.start + d);
+        let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
         let timeout = self.opts.timeout.filter(|_| live).map(|t| self.start + t);
         let kills = self.launchers.values().filter_map(|l| l.kill_at);
@@ -265,7 +258,7 @@ impl DryRunLoop {
                 self.report_exits();
             }
         }
-        if self.abort.is_none() && self.controller.next_tick().is_some_and(|d| self.start + d <= now) {
+        if self.abort.is_none() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
             self.feed(ClusterEvent::Tick);
         }
         while self.abort.is_none() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
@@ -279,31 +272,31 @@ impl DryRunLoop {
                 .launchers
                 .iter()
                 .filter(|(_, l)| !l.tracker.ended())
-                .map(|(id, _)| self.job.pod_name(*id))
+                .map(|(id, _)| self.workload.pod_name(*id))
                 .collect();
             if !running.is_empty() && self.abort.is_none() {
                 note(&format!(
                     "the job {}; waiting for {} still running (cleanPodPolicy keeps them): {} (Ctrl-C stops them)",
-                    self.controller.state().map_or("finished", |s| s.as_str()),
+                    self.workload.state().unwrap_or("finished"),
                     running.len(),
                     running.join(", ")
                 ));
             }
         }
         if let Some(t) = self.opts.timeout.filter(|t| self.abort.is_none() && self.start + *t <= now) {
-            let state = self.controller.state().map_or("not created", |s| s.as_str());
+            let state = self.workload.state().unwrap_or("not created");
             note(&format!(
                 "timeout: the job did not settle within {} (job {state}); the dry run ends here, stopping every launcher",
                 format_duration(t)
             ));
-            let code = self.controller.exit_code();
+            let code = self.workload.exit_code();
             self.abort = Some(Abort { code, by_signal: false });
             self.stop_every_launcher();
         }
         let late: Vec<ReplicaId> =
             self.launchers.iter().filter(|(_, l)| l.kill_at.is_some_and(|k| k <= now)).map(|(id, _)| *id).collect();
         for pod in late {
-            note(&format!("{} did not stop in time: killing it", self.job.pod_name(pod)));
+            note(&format!("{} did not stop in time: killing it", self.workload.pod_name(pod)));
             self.kill(pod);
         }
     }
@@ -319,7 +312,7 @@ impl DryRunLoop {
                 }
             }
             _ => {
-                let state = self.controller.state().map_or("not created", |s| s.as_str());
+                let state = self.workload.state().unwrap_or("not created");
                 note(&format!(
                     "{name}: the dry run ends here (job {state}); stopping {} launcher(s) within the {} grace period (send it again to kill them)",
                     self.launchers.len(),
@@ -351,13 +344,13 @@ impl DryRunLoop {
                 let child = launcher.tracker.child_pid();
                 if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
                     self.deferred_fails.remove(i);
-                    fail_child(&self.job.pod_name(pod), pid);
+                    fail_child(&self.workload.pod_name(pod), pid);
                 }
                 for event in events {
                     self.feed(event);
                 }
             }
-            LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.job.pod_name(pod))),
+            LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
                 self.deferred_fails.retain(|p| *p != pod);
@@ -385,7 +378,7 @@ impl DryRunLoop {
                 .map(|(pod, _)| *pod)
                 .or_else(|| self.pending_exits.iter().find(|p| ours(p.child)).map(|p| p.pod));
             let whose =
-                pod.map_or_else(|| "a launcher".to_string(), |p| format!("{}'s launcher", self.job.pod_name(p)));
+                pod.map_or_else(|| "a launcher".to_string(), |p| format!("{}'s launcher", self.workload.pod_name(p)));
             note(&format!(
                 "{whose} ended and left process {pid} running: killing it (and its process group), as a container's processes end with its PID 1"
             ));
@@ -409,7 +402,7 @@ impl DryRunLoop {
 
     /// Hand one observation to the controller; print its changes, carry out its actions.
     fn feed(&mut self, event: ClusterEvent) {
-        let step = self.controller.handle(self.now(), event);
+        let step = self.workload.handle(self.now(), event);
         if self.opts.timeline.is_some() {
             self.recorded.0.extend(step.changes.iter().cloned());
         }
@@ -493,14 +486,15 @@ impl DryRunLoop {
 
     fn inject(&mut self, injection: Injection) {
         let pod = injection.replica;
-        let name = self.job.pod_name(pod);
+        let name = self.workload.pod_name(pod);
         if self.opts.timeline.is_some() {
-            let target = if injection.fault == Fault::Resume { self.job.name.clone() } else { name.clone() };
+            let target = if injection.fault == Fault::Resume { self.workload.name().to_string() } else { name.clone() };
             self.recorded.1.push(FaultMark::new(self.now(), target, &injection));
         }
         match injection.fault {
             Fault::Resume => {
-                note(&format!("injected: PyTorchJob {} gets spec.runPolicy.suspend: false", self.job.name));
+                let (kind, field) = (self.workload.kind(), self.workload.resume_field());
+                note(&format!("injected: {kind} {} gets {field}: false", self.workload.name()));
                 self.feed(ClusterEvent::Resumed);
             }
             Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
@@ -538,8 +532,13 @@ impl DryRunLoop {
     }
 
     fn start_launcher(&mut self, pod: ReplicaId) {
-        let Some(spec) = launch_spec(&self.job, pod, self.master_port) else {
-            return;
+        let spec = match self.workload.launch(pod, self.master_port, &self.workdir) {
+            Ok(Some(spec)) => spec,
+            Ok(None) => return,
+            Err(message) => {
+                note(&message);
+                return self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(1) });
+            }
         };
         let name = spec.pod.clone();
         let instance = self.next_instance;
@@ -572,7 +571,7 @@ impl DryRunLoop {
     /// The run as `--timeline` draws it, ending now.
     fn recording(&mut self) -> Recording {
         let (changes, faults) = std::mem::take(&mut self.recorded);
-        Recording { job: self.job.name.clone(), changes, faults, end: self.now() }
+        Recording { job: self.workload.name().to_string(), changes, faults, end: self.now() }
     }
 
     /// Give the replicas' last output lines a moment to arrive before the dry run exits.

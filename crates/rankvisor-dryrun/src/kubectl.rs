@@ -13,7 +13,9 @@ const PADDING: usize = 3;
 
 /// A `--watch` value that names no kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid --watch value {value:?}: expected job, podgroup or pods (or all)")]
+#[error(
+    "invalid --watch value {value:?}: expected job, podgroup or pods (or all); for a TrainJob also jobset or batchjobs"
+)]
 pub struct WatchKindsError {
     /// The value seen.
     pub value: String,
@@ -31,6 +33,10 @@ pub enum WatchKinds {
     PodGroup,
     /// Only the pods, bare names.
     Pods,
+    /// Only a TrainJob's JobSet, bare names.
+    JobSet,
+    /// Only a TrainJob's batch Jobs, bare names.
+    Jobs,
 }
 
 impl WatchKinds {
@@ -38,7 +44,11 @@ impl WatchKinds {
     pub fn parse(value: &str) -> Result<Self, WatchKindsError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "all" => Ok(Self::All),
-            "job" | "jobs" | "pytorchjob" | "pytorchjobs" => Ok(Self::Job),
+            "pytorchjob" | "pytorchjobs" | "trainjob" | "trainjobs" => Ok(Self::Job),
+            // `job` names the training job (PyTorchJob or TrainJob); `batchjobs`, a TrainJob's Jobs.
+            "job" | "jobs" => Ok(Self::Job),
+            "jobset" | "jobsets" | "js" => Ok(Self::JobSet),
+            "batchjob" | "batchjobs" => Ok(Self::Jobs),
             "podgroup" | "podgroups" | "pg" => Ok(Self::PodGroup),
             "pod" | "pods" | "po" => Ok(Self::Pods),
             _ => Err(WatchKindsError { value: value.to_string() }),
@@ -49,7 +59,12 @@ impl WatchKinds {
     pub fn includes(self, row: &Row) -> bool {
         matches!(
             (self, row),
-            (Self::All, _) | (Self::Job, Row::Job(_)) | (Self::PodGroup, Row::PodGroup(_)) | (Self::Pods, Row::Pod(_))
+            (Self::All, _)
+                | (Self::Job, Row::Job(_) | Row::TrainJob(_))
+                | (Self::PodGroup, Row::PodGroup(_))
+                | (Self::Pods, Row::Pod(_))
+                | (Self::JobSet, Row::JobSet(_))
+                | (Self::Jobs, Row::BatchJob(_))
         )
     }
 }
@@ -99,6 +114,21 @@ pub fn qualified_name(row: &Row) -> String {
         Row::Job(j) => format!("pytorchjob.kubeflow.org/{}", j.name),
         Row::PodGroup(g) => format!("podgroup.scheduling.volcano.sh/{}", g.name),
         Row::Pod(p) => format!("pod/{}", p.name),
+        Row::TrainJob(t) => format!("trainjob.trainer.kubeflow.org/{}", t.name),
+        Row::JobSet(j) => format!("jobset.jobset.x-k8s.io/{}", j.name),
+        Row::BatchJob(j) => format!("job.batch/{}", j.name),
+    }
+}
+
+/// The row's bare name.
+fn bare_name(row: &Row) -> String {
+    match row {
+        Row::Job(j) => j.name.clone(),
+        Row::PodGroup(g) => g.name.clone(),
+        Row::Pod(p) => p.name.clone(),
+        Row::TrainJob(t) => t.name.clone(),
+        Row::JobSet(j) => j.name.clone(),
+        Row::BatchJob(j) => j.name.clone(),
     }
 }
 
@@ -130,6 +160,22 @@ fn cells(row: &Row, name: String) -> Vec<String> {
             kube_age(p.age),
             p.node.clone().unwrap_or_else(|| "<none>".to_string()),
         ],
+        Row::TrainJob(t) => vec![name, t.state.unwrap_or("").to_string(), kube_age(t.age)],
+        Row::JobSet(j) => vec![
+            name,
+            j.terminal_state.unwrap_or("").to_string(),
+            j.restarts.to_string(),
+            if j.completed { "True" } else { "" }.to_string(),
+            j.suspended.map(|s| s.to_string()).unwrap_or_default(),
+            kube_age(j.age),
+        ],
+        Row::BatchJob(j) => vec![
+            name,
+            j.status.to_string(),
+            format!("{}/{}", j.succeeded, j.completions),
+            j.duration.map(kube_age).unwrap_or_default(),
+            kube_age(j.age),
+        ],
     }
 }
 
@@ -160,21 +206,36 @@ pub struct TextRenderer {
     job_widths: Vec<usize>,
     podgroup_widths: Vec<usize>,
     pod_widths: Vec<usize>,
-    headers_shown: [bool; 3],
+    trainjob_widths: Vec<usize>,
+    jobset_widths: Vec<usize>,
+    batchjob_widths: Vec<usize>,
+    headers_shown: [bool; 6],
 }
 
 const JOB_HEADER: [&str; 3] = ["NAME", "STATE", "AGE"];
 const PODGROUP_HEADER: [&str; 6] = ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"];
 const POD_HEADER: [&str; 6] = ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE"];
+const TRAINJOB_HEADER: [&str; 3] = ["NAME", "STATE", "AGE"];
+const JOBSET_HEADER: [&str; 6] = ["NAME", "TERMINALSTATE", "RESTARTS", "COMPLETED", "SUSPENDED", "AGE"];
+const BATCHJOB_HEADER: [&str; 5] = ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"];
 
 impl TextRenderer {
     /// A renderer for `job`'s objects, showing `kinds`.
     pub fn new(job: &PyTorchJob, kinds: WatchKinds) -> Self {
+        let pod_name = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0);
+        Self::sized(&job.name, pod_name, kinds)
+    }
+
+    /// A renderer for a job named `name` whose longest pod name is `pod_name` long.
+    pub fn sized(name: &str, pod_name: usize, kinds: WatchKinds) -> Self {
         let qualified = kinds == WatchKinds::All;
         let prefix = |p: &str| if qualified { p.len() } else { 0 };
-        let job_name = job.name.len() + prefix("pytorchjob.kubeflow.org/");
-        let pg_name = job.name.len() + prefix("podgroup.scheduling.volcano.sh/");
-        let pod_name = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0) + prefix("pod/");
+        let job_name = name.len() + prefix("pytorchjob.kubeflow.org/");
+        let pg_name = name.len() + prefix("podgroup.scheduling.volcano.sh/");
+        let pod_name = pod_name + prefix("pod/");
+        let trainjob_name = name.len() + prefix("trainjob.trainer.kubeflow.org/");
+        let jobset_name = name.len() + prefix("jobset.jobset.x-k8s.io/");
+        let batchjob_name = name.len() + "-node-0".len() + prefix("job.batch/");
         let age = "59m59s".len();
         let longest_status = PodStatus::ContainerCreating.as_str().len();
         Self {
@@ -182,7 +243,17 @@ impl TextRenderer {
             job_widths: widths(&[job_name, JobState::Restarting.as_str().len(), age]),
             podgroup_widths: widths(&[pg_name, "Inqueue".len(), "MINMEMBER".len(), "RUNNINGS".len(), age, 0]),
             pod_widths: widths(&[pod_name, "READY".len(), longest_status, "99 (59m59s ago)".len(), age, 0]),
-            headers_shown: [false; 3],
+            trainjob_widths: widths(&[trainjob_name, "Suspended".len(), age]),
+            jobset_widths: widths(&[
+                jobset_name,
+                "TERMINALSTATE".len(),
+                "RESTARTS".len(),
+                "COMPLETED".len(),
+                "SUSPENDED".len(),
+                age,
+            ]),
+            batchjob_widths: widths(&[batchjob_name, "Suspended".len(), "COMPLETIONS".len(), "DURATION".len(), age]),
+            headers_shown: [false; 6],
         }
     }
 
@@ -195,16 +266,11 @@ impl TextRenderer {
             Row::Job(_) => (0, &JOB_HEADER, &self.job_widths),
             Row::PodGroup(_) => (1, &PODGROUP_HEADER, &self.podgroup_widths),
             Row::Pod(_) => (2, &POD_HEADER, &self.pod_widths),
+            Row::TrainJob(_) => (3, &TRAINJOB_HEADER, &self.trainjob_widths),
+            Row::JobSet(_) => (4, &JOBSET_HEADER, &self.jobset_widths),
+            Row::BatchJob(_) => (5, &BATCHJOB_HEADER, &self.batchjob_widths),
         };
-        let name = if self.kinds == WatchKinds::All {
-            qualified_name(&change.row)
-        } else {
-            match &change.row {
-                Row::Job(j) => j.name.clone(),
-                Row::PodGroup(g) => g.name.clone(),
-                Row::Pod(p) => p.name.clone(),
-            }
-        };
+        let name = if self.kinds == WatchKinds::All { qualified_name(&change.row) } else { bare_name(&change.row) };
         let mut out = Vec::new();
         if !self.headers_shown[slot] {
             self.headers_shown[slot] = true;
@@ -241,6 +307,29 @@ pub fn render_json(change: &Change) -> String {
                 "status": p.status, "restarts": p.restarts,
                 "lastRestartAgo_ms": p.last_restart_ago.map(|d| d.as_millis() as u64),
                 "age": kube_age(p.age), "age_ms": p.age.as_millis() as u64, "node": p.node,
+                "restartAttempt": p.restart_attempt,
+            }),
+        ),
+        Row::TrainJob(t) => (
+            "TrainJob",
+            &t.name,
+            json!({ "state": t.state, "reason": t.reason, "age": kube_age(t.age), "age_ms": t.age.as_millis() as u64 }),
+        ),
+        Row::JobSet(j) => (
+            "JobSet",
+            &j.name,
+            json!({
+                "terminalState": j.terminal_state, "restarts": j.restarts, "completed": j.completed,
+                "suspended": j.suspended, "age": kube_age(j.age), "age_ms": j.age.as_millis() as u64,
+            }),
+        ),
+        Row::BatchJob(j) => (
+            "Job",
+            &j.name,
+            json!({
+                "status": j.status, "succeeded": j.succeeded, "completions": j.completions,
+                "duration_ms": j.duration.map(|d| d.as_millis() as u64), "age": kube_age(j.age),
+                "age_ms": j.age.as_millis() as u64,
             }),
         ),
     };
@@ -298,7 +387,12 @@ mod tests {
         assert_eq!(WatchKinds::parse("job"), Ok(WatchKinds::Job));
         assert_eq!(WatchKinds::parse("PodGroup"), Ok(WatchKinds::PodGroup));
         let e = WatchKinds::parse("nodes").unwrap_err();
-        assert_eq!(e.to_string(), "invalid --watch value \"nodes\": expected job, podgroup or pods (or all)");
+        assert_eq!(
+            e.to_string(),
+            "invalid --watch value \"nodes\": expected job, podgroup or pods (or all); for a TrainJob also jobset or batchjobs"
+        );
+        assert_eq!(WatchKinds::parse("jobset"), Ok(WatchKinds::JobSet));
+        assert_eq!(WatchKinds::parse("batchjobs"), Ok(WatchKinds::Jobs));
     }
 
     fn job() -> PyTorchJob {
@@ -318,6 +412,7 @@ mod tests {
                 last_restart_ago: ago.map(secs),
                 age: secs(age),
                 node: Some("las1".into()),
+                restart_attempt: None,
             }),
         }
     }

@@ -44,8 +44,10 @@ mod rows;
 mod scenarios;
 mod setup;
 mod timeline;
+mod trainjob;
 mod webhook_admission;
 mod workdir;
+mod workload;
 
 pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;

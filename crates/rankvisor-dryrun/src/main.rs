@@ -52,6 +52,7 @@ fn main() {
         timeline: a.timeline,
         commands: a.commands,
         path_maps: a.path_maps,
+        runtimes: a.runtimes,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

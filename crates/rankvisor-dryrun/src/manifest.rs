@@ -62,6 +62,24 @@ pub enum ManifestError {
         /// Every refusal, in the apiserver's `field.ErrorList` form.
         errors: FieldErrors,
     },
+    /// The apiserver's schema validation refuses an object of another kind (a TrainJob).
+    #[error("The {kind} {name:?} is invalid: {errors}")]
+    InvalidObject {
+        /// The kind as the apiserver names it, `TrainJob.trainer.kubeflow.org`.
+        kind: String,
+        /// The object's name as written.
+        name: String,
+        /// Every refusal.
+        errors: FieldErrors,
+    },
+    /// Kubeflow Trainer's TrainJob webhook refuses the TrainJob.
+    #[error("error when creating {source_name:?}: admission webhook \"validator.trainjob.trainer.kubeflow.org\" denied the request: {errors}")]
+    TrainJobDenied {
+        /// The file name.
+        source_name: String,
+        /// Every refusal.
+        errors: FieldErrors,
+    },
     /// A valid job that a local dry run cannot run (for instance `valueFrom` env).
     #[error("{source_name}: the dry run cannot run this job: {reason}")]
     Unsupported {
@@ -94,16 +112,55 @@ pub const MAX_FLOW_DEPTH: usize = 64;
 /// regular file is read (a FIFO or device never blocks or streams forever), at most
 /// [`MAX_MANIFEST_BYTES`].
 pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
+    admit_text(&read_manifest(path)?, &path.display().to_string())
+}
+
+/// A manifest's text: a regular file, at most [`MAX_MANIFEST_BYTES`], UTF-8, within the shape bounds.
+fn read_manifest(path: &Path) -> Result<String, ManifestError> {
     let read = |source: std::io::Error| ManifestError::Read { path: path.display().to_string(), source };
     let invalid = |m: String| read(std::io::Error::new(std::io::ErrorKind::InvalidData, m));
     let bytes = rankvisor_core::untrusted::files::read_head(path, MAX_MANIFEST_BYTES + 1)
         .map_err(|e| invalid(e.to_string()))?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(invalid(format!("larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob manifest")));
+        return Err(invalid(format!(
+            "larger than {MAX_MANIFEST_BYTES} bytes: expected a PyTorchJob or TrainJob manifest"
+        )));
     }
     let text = String::from_utf8(bytes).map_err(|e| invalid(format!("not UTF-8 ({e}): expected YAML or JSON text")))?;
     check_shape(&text).map_err(invalid)?;
-    admit_text(&text, &path.display().to_string())
+    Ok(text)
+}
+
+/// An admitted manifest of either kind.
+#[derive(Debug, Clone)]
+pub(crate) enum Loaded {
+    /// A PyTorchJob.
+    PyTorch(Box<LoadedJob>),
+    /// A TrainJob (with the runtime documents of its file and of `runtimes`).
+    Train(Box<crate::trainjob::admission::LoadedTrainJob>),
+}
+
+/// Read and admit the manifest at `path`: a PyTorchJob, or a TrainJob (alone, or with
+/// ClusterTrainingRuntime and TrainingRuntime documents in the same file or in `runtimes`).
+pub(crate) fn load_manifest(path: &Path, runtimes: &[std::path::PathBuf]) -> Result<Loaded, ManifestError> {
+    use crate::trainjob::admission::{admit_train_job, documents, holds_train_job};
+    let text = read_manifest(path)?;
+    let source_name = path.display().to_string();
+    let mut docs = documents(&text, &source_name)?;
+    if !holds_train_job(&docs) {
+        if !runtimes.is_empty() {
+            return Err(ManifestError::Unsupported {
+                source_name,
+                reason: "--runtime goes with a TrainJob (trainer.kubeflow.org/v1alpha1), and this file has none".into(),
+            });
+        }
+        return admit_text(&text, &source_name).map(|l| Loaded::PyTorch(Box::new(l)));
+    }
+    for runtime in runtimes {
+        let name = runtime.display().to_string();
+        docs.extend(documents(&read_manifest(runtime)?, &name)?);
+    }
+    admit_train_job(&docs, &source_name).map(|l| Loaded::Train(Box::new(l)))
 }
 
 /// Bounds on what a parser would amplify: YAML aliases and deeply nested flow collections.
@@ -173,23 +230,23 @@ pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestEr
 
 /// Parse JSON (a document starting with `{`) or YAML into the raw manifest.
 fn parse_raw(text: &str, source_name: &str) -> Result<RawJob, ManifestError> {
-    let syntax = |line: usize, column: usize, message: String| ManifestError::Syntax {
-        source_name: source_name.to_string(),
-        line,
-        column,
-        message,
-    };
     if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).map_err(|e| {
-            let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
-            syntax(e.line(), e.column(), message)
-        });
+        return serde_json::from_str(text).map_err(|e| json_syntax(&e, source_name));
     }
-    serde_yaml_ng::from_str(text).map_err(|e| {
-        let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
-        let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
-        syntax(line, column, message)
-    })
+    serde_yaml_ng::from_str(text).map_err(|e| yaml_syntax(&e, source_name))
+}
+
+/// A JSON parser's error as a manifest's, its position given once.
+pub(crate) fn json_syntax(e: &serde_json::Error, source_name: &str) -> ManifestError {
+    let message = strip_position(&e.to_string(), &format!(" at line {} column {}", e.line(), e.column()));
+    ManifestError::Syntax { source_name: source_name.to_string(), line: e.line(), column: e.column(), message }
+}
+
+/// A YAML parser's error as a manifest's, its position given once.
+pub(crate) fn yaml_syntax(e: &serde_yaml_ng::Error, source_name: &str) -> ManifestError {
+    let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((1, 1));
+    let message = strip_position(&e.to_string(), &format!(" at line {line} column {column}"));
+    ManifestError::Syntax { source_name: source_name.to_string(), line, column, message }
 }
 
 /// Drop the parser's own copy of the position, which the error already carries.

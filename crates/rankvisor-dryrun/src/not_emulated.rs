@@ -20,7 +20,7 @@ const KUEUE_PREFIX: &str = "kueue.x-k8s.io/";
 const POD_SPEC_EMULATED: [&str; 3] = ["containers", "serviceAccountName", "restartPolicy"];
 
 /// Container fields the dry run uses (`imagePullPolicy`: no image is pulled anyway).
-const CONTAINER_EMULATED: [&str; 9] =
+pub(crate) const CONTAINER_EMULATED: [&str; 9] =
     ["name", "image", "imagePullPolicy", "command", "args", "env", "ports", "resources", "workingDir"];
 
 /// Every field of `doc` (a PyTorchJob as written) the dry run does not emulate, each with why

@@ -90,6 +90,9 @@ pub struct DryRunOptions {
     pub commands: Vec<String>,
     /// `--path-map IMAGE_PATH=LOCAL_PATH` specs, as given: paths inside the image mapped onto local ones.
     pub path_maps: Vec<String>,
+    /// `--runtime FILE` (repeatable): ClusterTrainingRuntime and TrainingRuntime documents a
+    /// TrainJob may reference, besides those in its own file and the built-in ones.
+    pub runtimes: Vec<PathBuf>,
     /// `--http`: every launcher serves /healthz, /readyz, /metrics and /status on a free loopback
     /// port, said in the output (off: `--http-addr off`).
     pub http: bool,
@@ -117,6 +120,7 @@ impl DryRunOptions {
             timeline: None,
             commands: Vec::new(),
             path_maps: Vec::new(),
+            runtimes: Vec::new(),
         }
     }
 }

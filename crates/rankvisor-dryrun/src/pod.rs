@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::operator::pod_restart_policy;
 use super::pytorchjob::ReplicaId;
 use super::rows::{PodRow, PodStatus, Row};
+use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;
 
@@ -49,6 +50,29 @@ pub(super) enum PodPhase {
     Failed,
 }
 
+/// What a launcher's end did to its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LauncherEnd {
+    /// The pod was being deleted: it is gone now (and its controller may create it anew).
+    Deleted {
+        /// Its controller wants it back.
+        recreate: bool,
+    },
+    /// The container ended: restarted in place later, or the pod is Succeeded or Failed.
+    Ended,
+}
+
+/// What a kubelet timer did to a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KubeletTick {
+    /// Nothing due.
+    Nothing,
+    /// Its row changed (CrashLoopBackOff).
+    Changed,
+    /// Start its launcher again: the container restarts.
+    Relaunch,
+}
+
 /// One pod's state.
 #[derive(Debug, Clone)]
 pub(super) struct Pod {
@@ -76,6 +100,8 @@ pub(super) struct Pod {
     pub(super) recreate: bool,
     pub(super) gone: bool,
     pub(super) shown: Option<Row>,
+    /// A JobSet pod's restart attempt label (None for a PyTorchJob's pod).
+    pub(super) restart_attempt: Option<u32>,
 }
 
 impl Pod {
@@ -100,6 +126,7 @@ impl Pod {
             recreate: false,
             gone: false,
             shown: None,
+            restart_attempt: None,
         }
     }
 
@@ -156,7 +183,125 @@ impl Pod {
             last_restart_ago,
             age: now.saturating_sub(self.created_at),
             node: self.scheduled.then(|| node.to_string()),
+            restart_attempt: self.restart_attempt,
         }
+    }
+
+    /// The kubelet: the launcher (the container's PID 1) reports started; a restarted container's
+    /// previous run moves to lastState.
+    pub(super) fn launcher_started(&mut self) {
+        self.launcher = LauncherProcess::Alive;
+        if matches!(self.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
+            self.shift_termination();
+            self.container = ContainerState::Waiting;
+        }
+    }
+
+    /// The kubelet: the training process runs (`restart_count`: the launcher's own restarts).
+    pub(super) fn child_running(&mut self, restart_count: u32) {
+        self.shift_termination();
+        self.container = ContainerState::Running;
+        self.restarts = self.restart_base.saturating_add(restart_count);
+        self.restart_pending_since = None;
+        self.latest_exit_failed = false;
+        if matches!(self.launcher, LauncherProcess::NotStarted | LauncherProcess::Requested) {
+            self.launcher = LauncherProcess::Alive;
+        }
+        if !self.deleting && self.phase == PodPhase::Pending {
+            self.phase = PodPhase::Running;
+        }
+    }
+
+    /// The kubelet: the training process ended. A child that succeeded for good is the replica's
+    /// verdict (the launcher exits 0 next, or lingers for the others' sake); a failure is decided
+    /// by the launcher's exit, the container's end that the kubelet sees.
+    pub(super) fn child_exited(&mut self, exit: ExitHow, will_restart: bool, restart_count: u32, now: Duration) {
+        self.container = ContainerState::Terminated(exit);
+        self.current_termination = Some(now);
+        self.restarts = self.restart_base.saturating_add(restart_count);
+        self.latest_exit_failed = !exit.success();
+        if !will_restart && exit.success() && !self.deleting {
+            self.phase = PodPhase::Succeeded;
+        }
+        self.restart_pending_since = (will_restart && !self.deleting).then_some(now);
+    }
+
+    /// The kubelet: the launcher ended, and the container with it. A pod being deleted is gone;
+    /// a container crash under OnFailure or Always is restarted in this pod (the first restart at
+    /// once, then `backoff` doubling up to its max) unless `finished`; else the pod ends Succeeded
+    /// or Failed with it.
+    pub(super) fn launcher_exited(
+        &mut self,
+        status: ExitHow,
+        now: Duration,
+        finished: bool,
+        backoff: &BackoffConfig,
+    ) -> LauncherEnd {
+        self.launcher = LauncherProcess::Exited(status);
+        self.restart_pending_since = None;
+        if matches!(self.container, ContainerState::Running | ContainerState::Waiting) {
+            self.container = ContainerState::Terminated(status);
+            self.current_termination = Some(now);
+        }
+        if let ContainerState::BackOff(last) = self.container {
+            self.container = ContainerState::Terminated(last);
+        }
+        if self.deleting {
+            return LauncherEnd::Deleted { recreate: self.recreate && !finished };
+        }
+        if self.kubelet_restarts(status) && !finished {
+            // The launcher's own backoff (the kubelet's, in one place), not a copy of it.
+            let delay = backoff.delay(self.restarts);
+            self.relaunch_at = Some(now.saturating_add(delay));
+            if !delay.is_zero() {
+                // Waiting out the back-off: kubectl shows CrashLoopBackOff.
+                self.container = ContainerState::BackOff(status);
+                self.shift_termination();
+            }
+            // A pod restarting its crashed container is Running (its restarts count).
+            self.phase = PodPhase::Running;
+        } else if !matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed) {
+            self.phase = if status.success() { PodPhase::Succeeded } else { PodPhase::Failed };
+        }
+        LauncherEnd::Ended
+    }
+
+    /// The kubelet's timers: the crashed container's restart is due (true: start its launcher),
+    /// or CrashLoopBackOff shows from the second crash on (the first restart is immediate).
+    pub(super) fn kubelet_tick(&mut self, now: Duration, finished: bool, crash_loop_after: Duration) -> KubeletTick {
+        if self.gone || self.deleting {
+            return KubeletTick::Nothing;
+        }
+        if self.relaunch_at.is_some_and(|t| t <= now) && !finished {
+            self.relaunch_at = None;
+            self.restarts = self.restarts.saturating_add(1);
+            self.restart_base = self.restarts;
+            self.restart_pending_since = None;
+            // The row keeps the last crash until the new container is there.
+            self.launcher = LauncherProcess::Requested;
+            return KubeletTick::Relaunch;
+        }
+        let due = self.restart_pending_since.is_some_and(|t| now.saturating_sub(t) >= crash_loop_after);
+        if let (true, true, ContainerState::Terminated(last)) = (due, self.restarts > 0, self.container) {
+            self.container = ContainerState::BackOff(last);
+            self.shift_termination();
+            return KubeletTick::Changed;
+        }
+        KubeletTick::Nothing
+    }
+
+    /// When the kubelet next acts on this pod: the restart of its crashed container, or the
+    /// CrashLoopBackOff it shows.
+    pub(super) fn next_kubelet_tick(&self, crash_loop_after: Duration) -> Option<Duration> {
+        if self.gone {
+            return None;
+        }
+        let crash_loop =
+            (!self.deleting && self.restarts > 0 && matches!(self.container, ContainerState::Terminated(_)))
+                .then_some(self.restart_pending_since)
+                .flatten()
+                .map(|t| t.saturating_add(crash_loop_after));
+        [crash_loop, self.relaunch_at].into_iter().flatten().min()
     }
 
     /// kubelet moves the ended run to `lastState` when the container waits or runs again.

@@ -150,6 +150,55 @@ pub struct PodRow {
     pub age: Duration,
     /// The node, once scheduled.
     pub node: Option<String>,
+    /// A JobSet pod's `jobset.sigs.k8s.io/restart-attempt` (None for a PyTorchJob's).
+    pub restart_attempt: Option<u32>,
+}
+
+/// `kubectl get trainjob`: NAME STATE AGE (STATE: the last condition's type).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrainJobRow {
+    /// The TrainJob's name.
+    pub name: String,
+    /// `Suspended`, `Complete`, `Failed`, or blank (no condition yet).
+    pub state: Option<&'static str>,
+    /// That condition's reason (`AllJobsCompleted`, `FailedJobs`, `DeadlineExceeded`, ...).
+    pub reason: Option<String>,
+    /// Time since submission.
+    pub age: Duration,
+}
+
+/// `kubectl get jobset`: NAME TERMINALSTATE RESTARTS COMPLETED SUSPENDED AGE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobSetRow {
+    /// Named like the TrainJob.
+    pub name: String,
+    /// `Completed` or `Failed` once finished.
+    pub terminal_state: Option<&'static str>,
+    /// `status.restarts`.
+    pub restarts: u32,
+    /// The `Completed` condition's status, once set.
+    pub completed: bool,
+    /// `spec.suspend` (blank when the TrainJob does not set it).
+    pub suspended: Option<bool>,
+    /// Time since creation.
+    pub age: Duration,
+}
+
+/// `kubectl get job`: NAME STATUS COMPLETIONS DURATION AGE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchJobRow {
+    /// `<trainjob>-node-0`.
+    pub name: String,
+    /// `Running`, `Complete`, `Failed` or `Suspended`.
+    pub status: &'static str,
+    /// Succeeded indexes.
+    pub succeeded: u32,
+    /// `completions`.
+    pub completions: u32,
+    /// Time from start to completion, or so far.
+    pub duration: Option<Duration>,
+    /// Time since creation.
+    pub age: Duration,
 }
 
 /// One object's row.
@@ -161,9 +210,32 @@ pub enum Row {
     PodGroup(PodGroupRow),
     /// A pod.
     Pod(PodRow),
+    /// A Trainer v2 TrainJob.
+    TrainJob(TrainJobRow),
+    /// The TrainJob's JobSet.
+    JobSet(JobSetRow),
+    /// One of the JobSet's Jobs.
+    BatchJob(BatchJobRow),
 }
 
 impl Row {
+    /// The row's lane on the timeline: its key (a TrainJob shares the job's lane, its JobSet the
+    /// PodGroup's), its label, its state and its restarts; None for a batch Job.
+    pub(crate) fn lane(&self) -> Option<(String, String, Option<&'static str>, Option<u32>)> {
+        Some(match self {
+            Row::Job(j) => ("job".to_string(), format!("PyTorchJob {}", j.name), j.state.map(|s| s.as_str()), None),
+            Row::PodGroup(g) => {
+                ("podgroup".to_string(), format!("PodGroup {}", g.name), g.status.map(|s| s.as_str()), None)
+            }
+            Row::Pod(p) => (format!("pod/{}", p.name), p.name.clone(), Some(p.status.as_str()), Some(p.restarts)),
+            Row::TrainJob(t) => ("job".to_string(), format!("TrainJob {}", t.name), t.state, None),
+            Row::JobSet(j) => {
+                ("podgroup".to_string(), format!("JobSet {}", j.name), j.terminal_state.or(Some("Active")), None)
+            }
+            Row::BatchJob(_) => return None,
+        })
+    }
+
     /// The row without its clock-driven columns, to tell a real change from the passing of time.
     pub(crate) fn same_content(&self, other: &Row) -> bool {
         match (self, other) {
@@ -173,6 +245,14 @@ impl Row {
             }
             (Row::Pod(a), Row::Pod(b)) => {
                 (&a.name, a.ready, a.status, a.restarts, &a.node) == (&b.name, b.ready, b.status, b.restarts, &b.node)
+            }
+            (Row::TrainJob(a), Row::TrainJob(b)) => (&a.name, a.state, &a.reason) == (&b.name, b.state, &b.reason),
+            (Row::JobSet(a), Row::JobSet(b)) => {
+                (&a.name, a.terminal_state, a.restarts, a.completed, a.suspended)
+                    == (&b.name, b.terminal_state, b.restarts, b.completed, b.suspended)
+            }
+            (Row::BatchJob(a), Row::BatchJob(b)) => {
+                (&a.name, a.status, a.succeeded) == (&b.name, b.status, b.succeeded)
             }
             _ => false,
         }

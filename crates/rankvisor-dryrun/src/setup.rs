@@ -10,13 +10,15 @@ use rankvisor_core::exit;
 use super::injection::{parse_injection, Injection};
 use super::launcher::{healthy_labels, labels_file_text};
 use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
-use super::manifest::load_job;
+use super::manifest::{load_manifest, Loaded};
 use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
-use super::pytorchjob::{PyTorchJob, KUBEFLOW_JOBS_CONTROLLER};
+use super::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
 use super::timeline::TimelineFormat;
+use super::trainjob::TrainJob;
 use super::workdir::{write_atomically, WorkDir};
+use super::workload::AdmittedJob;
 
 /// A reason not to start, with the exit status it means.
 #[derive(Debug)]
@@ -34,7 +36,7 @@ impl SetupError {
 /// What is known before anything starts.
 #[derive(Debug)]
 pub(super) struct Setup {
-    pub(super) job: PyTorchJob,
+    pub(super) job: AdmittedJob,
     pub(super) injections: VecDeque<Injection>,
     pub(super) master_port: u16,
     pub(super) workdir: WorkDir,
@@ -45,24 +47,44 @@ pub(super) struct Setup {
 
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
-        let loaded = load_job(&opts.manifest).map_err(SetupError::config)?;
-        if let Some(manager) = loaded.job.run_policy.external_manager() {
-            // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
-            // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
-            return Err(SetupError::config(format!(
-                "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
-                opts.manifest.display()
-            )));
-        }
-        for warning in &loaded.warnings {
-            // As kubectl prints an admission webhook's warnings.
-            eprintln!("Warning: {warning}");
-        }
-        let mut job = loaded.job;
+        let (mut job, train, not_emulated) = match load_manifest(&opts.manifest, &opts.runtimes)
+            .map_err(SetupError::config)?
+        {
+            Loaded::PyTorch(loaded) => {
+                if let Some(manager) = loaded.job.run_policy.external_manager() {
+                    // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
+                    // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
+                    return Err(SetupError::config(format!(
+                            "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
+                            opts.manifest.display()
+                        )));
+                }
+                for warning in &loaded.warnings {
+                    // As kubectl prints an admission webhook's warnings.
+                    eprintln!("Warning: {warning}");
+                }
+                (loaded.job, None, loaded.not_emulated)
+            }
+            Loaded::Train(loaded) => {
+                if let Some(manager) = &loaded.job.managed_by {
+                    // As for a PyTorchJob: the TrainJob controller skips it, nothing would run.
+                    return Err(SetupError::config(format!(
+                            "{}: the dry run cannot run this job: spec.managedBy is {manager:?}: the TrainJob controller leaves this TrainJob to that controller, so nothing would run here (remove managedBy to run it locally)",
+                            opts.manifest.display()
+                        )));
+                }
+                (node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated)
+            }
+        };
+        // A TrainJob's nodes are Worker-shaped here: `--command node=...`, `node-K` in injections.
+        let as_worker = |s: &String| match (&train, s.split_once('=')) {
+            (Some(_), Some((kind, rest))) if kind.trim() == super::trainjob::NODE => format!("Worker={rest}"),
+            _ => s.clone(),
+        };
         let commands: Vec<CommandOverride> = opts
             .commands
             .iter()
-            .map(|c| parse_command_override(c))
+            .map(|c| parse_command_override(&as_worker(c)))
             .collect::<Result<_, _>>()
             .map_err(SetupError::config)?;
         let cwd = std::env::current_dir().unwrap_or_default();
@@ -72,19 +94,29 @@ impl Setup {
             .map(|m| parse_path_map(m, &cwd))
             .collect::<Result<_, _>>()
             .map_err(SetupError::config)?;
+        let for_kind = |text: String| match &train {
+            Some(_) => text
+                .replace("replica type Worker", "the node container")
+                .replace("--command Worker=", "--command node="),
+            None => text,
+        };
         let notes = localize(&mut job, &commands, &maps, &cwd, &Machine::this()).map_err(|e| {
-            SetupError::config(format!("{}: the dry run cannot run this job: {e}", opts.manifest.display()))
+            SetupError::config(format!("{}: the dry run cannot run this job: {}", opts.manifest.display(), for_kind(e)))
         })?;
+        let notes: Vec<String> = notes.into_iter().map(for_kind).collect();
         for n in notes {
             note(&n);
         }
-        if !loaded.not_emulated.is_empty() {
-            note(&format!("warning: not emulated here: {}", loaded.not_emulated.join("; ")));
+        if !not_emulated.is_empty() {
+            note(&format!("warning: not emulated here: {}", not_emulated.join("; ")));
         }
         let mut injections = opts
             .inject
             .iter()
-            .map(|spec| parse_injection(spec, &job))
+            .map(|spec| match &train {
+                Some(_) => parse_injection(&spec.replacen(":node-", ":worker-", 1), &job),
+                None => parse_injection(spec, &job),
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(SetupError::config)?;
         injections.sort_by_key(|i| i.at);
@@ -103,13 +135,17 @@ impl Setup {
                 SetupError::config(format!("--logs {}: cannot create the directory: {e}", dir.display()))
             })?;
         }
-        let (master_port, port_note) =
-            choose_master_port(job.master_port(), opts.master_port).map_err(|e| SetupError { message: e, code: 1 })?;
+        let (master_port, port_note) = choose_master_port(
+            if train.is_some() { super::trainjob::TRAINER_PORT } else { job.master_port() },
+            opts.master_port,
+        )
+        .map_err(|e| SetupError { message: e, code: 1 })?;
         if let Some(n) = port_note {
             note(&n);
         }
         let workdir = WorkDir::create().map_err(|e| SetupError { message: e, code: 1 })?;
-        for id in job.replicas() {
+        // A TrainJob's pods get theirs when they start (their names change with each attempt).
+        for id in job.replicas().into_iter().filter(|_| train.is_none()) {
             let path = workdir.labels(&job.pod_name(id));
             write_atomically(&path, &labels_file_text(&healthy_labels()))
                 .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
@@ -118,6 +154,39 @@ impl Setup {
         getrandom::fill(&mut secret)
             .map_err(|e| SetupError { message: format!("cannot draw the job token: {e}"), code: 1 })?;
         let job_token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let job = match train {
+            // The shape's container went through --command and --path-map.
+            Some(mut t) => {
+                if let Some(w) = job.worker {
+                    t.container = w.container;
+                }
+                AdmittedJob::Train(Box::new(t))
+            }
+            None => AdmittedJob::PyTorch(Box::new(job)),
+        };
         Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
+    }
+}
+
+/// A TrainJob's trainer nodes as Worker replicas, for what a PyTorchJob and a TrainJob share:
+/// `--command`, `--path-map` and the injections' replica names.
+fn node_shape(t: &TrainJob) -> PyTorchJob {
+    PyTorchJob {
+        name: t.name.clone(),
+        namespace: t.namespace.clone(),
+        run_policy: RunPolicy::default(),
+        nproc_per_node: None,
+        elastic: None,
+        master: None,
+        worker: Some(ReplicaSpec {
+            rtype: ReplicaType::Worker,
+            replicas: t.num_nodes,
+            restart_policy: t.restart_policy,
+            container: t.container.clone(),
+            resources: t.resources.clone(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            service_account: None,
+        }),
     }
 }

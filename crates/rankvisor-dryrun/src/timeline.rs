@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::injection::{Fault, Injection};
-use super::rows::{Change, Row, WatchEventType};
+use super::rows::{Change, WatchEventType};
 
 /// The file kinds `--timeline` writes, from the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,13 +151,8 @@ fn secs(d: Duration) -> String {
 fn lanes(rec: &Recording) -> Vec<Lane> {
     let mut lanes: Vec<(String, Lane)> = Vec::new();
     for change in &rec.changes {
-        let (key, label, state, restarts) = match &change.row {
-            Row::Job(j) => ("job".to_string(), format!("PyTorchJob {}", j.name), j.state.map(|s| s.as_str()), None),
-            Row::PodGroup(g) => {
-                ("podgroup".to_string(), format!("PodGroup {}", g.name), g.status.map(|s| s.as_str()), None)
-            }
-            Row::Pod(p) => (format!("pod/{}", p.name), p.name.clone(), Some(p.status.as_str()), Some(p.restarts)),
-        };
+        // A batch Job's state shows in its JobSet's and its pods' lanes.
+        let Some((key, label, state, restarts)) = change.row.lane() else { continue };
         let i = match lanes.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
@@ -358,7 +353,7 @@ mod tests {
     use super::super::injection::parse_injection;
     use super::super::manifest::parse_job;
     use super::super::pytorchjob::ReplicaId;
-    use super::super::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus};
+    use super::super::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
     use super::*;
 
     fn ms(n: u64) -> Duration {
@@ -392,6 +387,7 @@ mod tests {
             last_restart_ago: None,
             age: ms(at),
             node: Some("localhost".into()),
+            restart_attempt: None,
         });
         Change { at: ms(at), event, row }
     }

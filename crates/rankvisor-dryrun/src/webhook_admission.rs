@@ -105,7 +105,7 @@ impl fmt::Display for FieldErrors {
 const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
 /// apimachinery's `IsDNS1035Label`: the reasons `name` is not a DNS-1035 label.
-fn dns1035_problems(name: &str) -> Vec<String> {
+pub(crate) fn dns1035_problems(name: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if name.len() > 63 {
         problems.push("must be no more than 63 characters".to_string());
@@ -474,6 +474,19 @@ fn pod_refusal(rtype: ReplicaType, raw: &RawReplicaSpec, idx: usize, main: &RawC
     None
 }
 
+/// A container's `env` as (name, source), in manifest order: a literal, or a downward-API path.
+pub(crate) fn env_sources(env: &[crate::raw::RawEnvVar]) -> Vec<(String, EnvSource)> {
+    env.iter()
+        .map(|var| {
+            let source = match var.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
+                Some(f) => EnvSource::FieldRef(f.field_path.clone()),
+                None => EnvSource::Value(var.value.as_ref().map(|v| v.text()).unwrap_or_default()),
+            };
+            (var.name.clone(), source)
+        })
+        .collect()
+}
+
 /// Convert one admitted replica spec (`setDefaultReplicas`, `setDefaultRestartPolicy`,
 /// `setPyTorchDefaultPort`); fails only on what a local run cannot do.
 fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec, Refusal> {
@@ -487,17 +500,7 @@ fn replica_spec(rtype: ReplicaType, raw: &RawReplicaSpec) -> Result<ReplicaSpec,
         return Err(Refusal::Unsupported(why));
     }
     let restart_policy = raw.restart_policy.as_deref().and_then(|p| p.parse().ok()).unwrap_or(RestartPolicy::OnFailure);
-    let env = main
-        .env
-        .iter()
-        .map(|var| {
-            let source = match var.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
-                Some(f) => EnvSource::FieldRef(f.field_path.clone()),
-                None => EnvSource::Value(var.value.as_ref().map(|v| v.text()).unwrap_or_default()),
-            };
-            (var.name.clone(), source)
-        })
-        .collect();
+    let env = env_sources(&main.env);
     let port = main
         .ports
         .iter()

@@ -5,9 +5,11 @@
 mod agent;
 pub mod args;
 pub mod env;
+mod pod_labels;
 mod supervise;
 
 pub use env::EnvSnapshot;
+pub use pod_labels::{pod_restart_attempt, POD_LABELS_FILE};
 pub use supervise::{
     health_settings, identity, kube_settings, linger_limit_of, pod_name, rank_env, supervise_config, supervisor_config,
     HealthSettings, KubeEventsTarget, KubeSettings, SuperviseConfig, DEFAULT_RENDEZVOUS_PORT, MIN_RESTART_DELAY,

@@ -158,6 +158,8 @@ pub fn identity(env: &EnvSnapshot, rank: &RankEnv, job_name: Option<&str>) -> Id
         pod,
         namespace: env.non_empty("POD_NAMESPACE"),
         node: env.non_empty("NODE_NAME"),
+        flavour: rank.injected.then_some(rank.flavour),
+        restart_attempt: None,
     }
 }
 
@@ -217,9 +219,13 @@ pub fn supervise_config(
     }
     let rank = rank_env(env)?;
     let mut supervisor = supervisor_config(a)?;
-    let identity = identity(env, &rank, a.job_name.as_deref());
+    let mut identity = identity(env, &rank, a.job_name.as_deref());
     let mut warnings = Vec::new();
+    identity.restart_attempt = super::pod_labels::pod_restart_attempt(&a.node_health, &mut warnings);
     let mut inferred = rank.inferred.clone();
+    if let Some(attempt) = identity.restart_attempt {
+        inferred.push(format!("JobSet restart attempt {attempt} (pod label {})", rank::RESTART_ATTEMPT_LABEL));
+    }
     let health = health_settings(
         &a.node_health,
         a.require_health_label,

@@ -96,7 +96,8 @@ impl Default for LocalStatus {
 /// Who this replica is, from the rank contract and the downward API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
-    /// The PyTorchJob's name, from `MASTER_ADDR` (`<job>-master-0`) or `POD_NAME`.
+    /// The PyTorchJob's name, from `MASTER_ADDR` (`<job>-master-0`) or `POD_NAME`; a TrainJob's
+    /// from `PET_MASTER_ADDR` (`<trainjob>-node-0-0.<trainjob>`) or the hostname `<trainjob>-node-0-<k>`.
     pub job: Option<String>,
     /// Kubeflow's replica type: `Master` or `Worker`.
     pub replica_type: Option<String>,
@@ -112,6 +113,13 @@ pub struct Identity {
     pub namespace: Option<String>,
     /// `NODE_NAME`.
     pub node: Option<String>,
+    /// Which controller wrote the rank contract: `training-operator` or `trainer-v2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavour: Option<crate::rank::Flavour>,
+    /// The JobSet's restart attempt (`jobset.sigs.k8s.io/restart-attempt`, a Trainer v2 pod's
+    /// label, from the downward-API labels file when one is mounted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_attempt: Option<u32>,
 }
 
 /// Why the last child counts as ended: its own exit, or a verdict of rankvisor's.

@@ -22,6 +22,7 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
             Row::Job(j) => format!("job {:?}", j.state),
             Row::PodGroup(g) => format!("pg {:?} {}", g.status, g.min_member),
             Row::Pod(p) => format!("{} {} {:?}", p.name, p.status, p.node),
+            other => panic!("a PyTorchJob shows no {other:?}"),
         })
         .collect();
     assert_eq!(

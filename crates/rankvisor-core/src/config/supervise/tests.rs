@@ -48,6 +48,8 @@ fn seed_000_worker() {
             pod: Some("pytest-worker-1".into()),
             namespace: Some("team".into()),
             node: Some("ip-10-0-0-7".into()),
+            flavour: Some(rank::Flavour::TrainingOperator),
+            restart_attempt: None,
         }
     );
     let link = c.link.expect("a 4-replica job meets at the barrier");

@@ -1,0 +1,489 @@
+//! A TrainJob's file (with its runtimes, if any) read and admitted as the apiserver, the Trainer's
+//! webhook and the JobSet's would, then merged with its runtime (`trainingruntime.go`'s
+//! `NewObjects`, the JobSet plugin's `Build`, the Torch plugin's `EnforceMLPolicy`) and defaulted
+//! (the JobSet webhook's `Default`, Kubernetes' Job defaults).
+
+use rankvisor_core::policy::RestartPolicy;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::raw::{RawHead, RawReplicatedJob, RawRuntime, RawTrainJob};
+use super::runtime;
+use super::{
+    FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
+    TrainJob, DEFAULT_BACKOFF_LIMIT, NODE, TRAINER_API_VERSION, TRAINJOB_KIND,
+};
+use crate::manifest::{json_syntax, yaml_syntax, ManifestError};
+use crate::pytorchjob::Container;
+use crate::quantity::{parse_quantity, Resources};
+use crate::raw::RawResources;
+use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
+
+/// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
+pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
+/// The variables torchrun reads that the Torch plugin owns (`TorchRunReservedEnvNames`).
+pub const RESERVED_ENV: [&str; 5] =
+    ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"];
+/// The controllers `spec.managedBy` may name.
+const MANAGERS: [&str; 2] = ["trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"];
+
+/// A TrainJob that passed admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedTrainJob {
+    /// The admitted TrainJob, merged with its runtime.
+    pub job: TrainJob,
+    /// What the dry run does not emulate, each named (one warning line).
+    pub not_emulated: Vec<String>,
+}
+
+/// Whether the file's documents hold a TrainJob (so the file is a Trainer v2 one).
+pub fn holds_train_job(docs: &[Value]) -> bool {
+    docs.iter().any(|d| d["kind"] == TRAINJOB_KIND)
+}
+
+/// Every document of a YAML stream (or one JSON document), as values.
+pub fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| json_syntax(&e, source_name));
+    }
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc).map_err(|e| yaml_syntax(&e, source_name))?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
+/// Read one document as `T`, naming the document and the field on a type error.
+fn typed<T: for<'de> Deserialize<'de>>(doc: &Value, what: &str, source_name: &str) -> Result<T, ManifestError> {
+    serde_json::from_value(doc.clone()).map_err(|e| ManifestError::Syntax {
+        source_name: source_name.to_string(),
+        line: 1,
+        column: 1,
+        message: format!("{what}: {e}"),
+    })
+}
+
+fn kind_of(doc: &Value) -> (String, String) {
+    let head: RawHead = serde_json::from_value(doc.clone()).unwrap_or(RawHead { api_version: None, kind: None });
+    (head.api_version.unwrap_or_default(), head.kind.unwrap_or_default())
+}
+
+fn field(path: &str, kind: FieldErrorType, value: Option<BadValue>, detail: impl Into<String>) -> FieldError {
+    FieldError { field: path.to_string(), kind, value, detail: detail.into() }
+}
+
+/// Admit the TrainJob in `docs` (the file's documents, then `--runtime` files' documents).
+pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJob, ManifestError> {
+    let mut train_jobs = Vec::new();
+    let mut runtimes: Vec<(String, RawRuntime, &Value)> = Vec::new();
+    for doc in docs {
+        match kind_of(doc) {
+            (v, k) if v == TRAINER_API_VERSION && k == TRAINJOB_KIND => train_jobs.push(doc),
+            (v, k) if v == TRAINER_API_VERSION && (k == "ClusterTrainingRuntime" || k == "TrainingRuntime") => {
+                runtimes.push((k.clone(), typed(doc, &k, source_name)?, doc));
+            }
+            (api_version, kind) => {
+                return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind })
+            }
+        }
+    }
+    let doc = match train_jobs.as_slice() {
+        [one] => *one,
+        other => {
+            return Err(ManifestError::Unsupported {
+                source_name: source_name.to_string(),
+                reason: format!(
+                    "{} TrainJob documents: expected exactly one (with any ClusterTrainingRuntime or TrainingRuntime documents beside it)",
+                    other.len()
+                ),
+            })
+        }
+    };
+    let raw: RawTrainJob = typed(doc, TRAINJOB_KIND, source_name)?;
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let invalid = |errors: Vec<FieldError>| ManifestError::InvalidObject {
+        kind: "TrainJob.trainer.kubeflow.org".into(),
+        name: name.clone(),
+        errors: FieldErrors(errors),
+    };
+    // The CRD's schema and CEL rules.
+    let mut errs = Vec::new();
+    if name.is_empty() {
+        errs.push(field("metadata.name", FieldErrorType::Required, None, "name or generateName is required"));
+    } else if !dns1035_problems(&name).is_empty() {
+        let v = Some(BadValue::Str(name.clone()));
+        errs.push(field(
+            "metadata.name",
+            FieldErrorType::Invalid,
+            v,
+            "metadata.name must match RFC 1035 DNS label format",
+        ));
+    }
+    let runtime_ref = raw.spec.runtime_ref.as_ref();
+    if let Some(group) = runtime_ref.and_then(|r| r.api_group.as_deref()).filter(|g| *g != "trainer.kubeflow.org") {
+        let detail = "supported values: \"trainer.kubeflow.org\"";
+        errs.push(field(
+            "spec.runtimeRef.apiGroup",
+            FieldErrorType::NotSupported,
+            Some(BadValue::Str(group.into())),
+            detail,
+        ));
+    }
+    let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
+    if runtime_name.is_empty() {
+        errs.push(field("spec.runtimeRef.name", FieldErrorType::Required, None, ""));
+    }
+    let trainer = raw.spec.trainer.as_ref();
+    if let Some(n) = trainer.and_then(|t| t.num_nodes).filter(|n| *n < 1) {
+        errs.push(field(
+            "spec.trainer.numNodes",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(n)),
+            "should be greater than or equal to 1",
+        ));
+    }
+    if let Some(m) = raw.spec.managed_by.as_ref().filter(|m| !MANAGERS.contains(&m.as_str())) {
+        errs.push(field(
+            "spec.managedBy",
+            FieldErrorType::Invalid,
+            Some(BadValue::Str(m.clone())),
+            "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
+        ));
+    }
+    if let Some(s) = raw.spec.active_deadline_seconds.filter(|s| *s < 0) {
+        errs.push(field(
+            "spec.activeDeadlineSeconds",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(s)),
+            "should be greater than or equal to 0",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(invalid(errs));
+    }
+    let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied {
+        source_name: source_name.to_string(),
+        errors: FieldErrors(errors),
+    };
+    // The runtime: in this file (or --runtime), else one a v2.3.0 install ships.
+    let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
+    let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
+    let mut not_emulated = Vec::new();
+    let found = runtimes
+        .iter()
+        .find(|(k, r, _)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
+    if let Some((_, _, rt_doc)) = found {
+        not_emulated.extend(runtime_fields_not_emulated(rt_doc));
+    }
+    not_emulated.extend(train_job_fields_not_emulated(doc));
+    let builtin: RawRuntime;
+    let rt = match (found, runtime_kind.as_str(), runtime::builtin(&runtime_name)) {
+        (Some((_, r, _)), ..) => r,
+        (None, "ClusterTrainingRuntime", Some(Ok(text))) => {
+            builtin = serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
+            &builtin
+        }
+        (None, "ClusterTrainingRuntime", Some(Err(why))) => {
+            return Err(unsupported(format!(
+                "the built-in ClusterTrainingRuntime {runtime_name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
+            )))
+        }
+        (None, kind, _) => {
+            return Err(denied(vec![field(
+                "spec.runtimeRef",
+                FieldErrorType::Invalid,
+                Some(BadValue::Str(runtime_name.clone())),
+                format!("{kind} {runtime_name:?} not found: expected one in this file, in --runtime FILE, or a built-in ClusterTrainingRuntime (torch-distributed)"),
+            )]))
+        }
+    };
+    if rt.spec.ml_policy.torch.is_none() {
+        let what = if rt.spec.ml_policy.mpi.is_some() { "MPI (sshd, hostfile)" } else { "no torch policy" };
+        return Err(unsupported(format!(
+            "runtime {runtime_name:?} has mlPolicy {what}: the dry run emulates the Torch plugin only (mlPolicy.torch)"
+        )));
+    }
+    // The Torch plugin's Validate.
+    let mut reserved: Vec<&str> = trainer
+        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
+        .unwrap_or_default();
+    reserved.sort_unstable();
+    reserved.dedup();
+    if !reserved.is_empty() {
+        return Err(denied(vec![field(
+            "spec.trainer.env",
+            FieldErrorType::Invalid,
+            None,
+            format!("must not have reserved envs, invalid envs configured: [{}]", reserved.join(" ")),
+        )]));
+    }
+    if raw.spec.initializer.is_some() {
+        not_emulated.push(
+            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
+                .into(),
+        );
+    }
+    if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
+        not_emulated.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
+    }
+    if rt.spec.pod_group_policy.is_some() {
+        not_emulated.push(
+            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
+                .into(),
+        );
+    }
+    let js = &rt.spec.template.spec;
+    let trainer_rj = js
+        .replicated_jobs
+        .iter()
+        .find(|rj| rj.template.metadata.labels.get(ANCESTOR_LABEL).map(|v| v.text()).as_deref() == Some("trainer"));
+    let Some(rj) = trainer_rj else {
+        return Err(unsupported(format!(
+            "runtime {runtime_name:?} has no ReplicatedJob labelled {ANCESTOR_LABEL}: trainer"
+        )));
+    };
+    for other in js.replicated_jobs.iter().filter(|o| o.name != rj.name) {
+        not_emulated.push(format!(
+            "ReplicatedJob {} of the runtime ({} {}: counted as complete, never run)",
+            other.name,
+            ANCESTOR_LABEL,
+            other.template.metadata.labels.get(ANCESTOR_LABEL).map(|v| v.text()).unwrap_or_else(|| "unset".into())
+        ));
+    }
+    for d in &rj.depends_on {
+        not_emulated.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
+    }
+    if !rj.template.spec.template.spec.init_containers.is_empty() {
+        not_emulated.push("the trainer pods' initContainers (not run)".into());
+    }
+    let on_conditions = rj
+        .template
+        .spec
+        .pod_failure_policy
+        .iter()
+        .flat_map(|p| &p.rules)
+        .filter(|r| r.on_pod_conditions.is_some())
+        .count();
+    if on_conditions > 0 {
+        not_emulated.push(format!(
+            "{on_conditions} podFailurePolicy rule(s) on pod conditions (no pod gets a DisruptionTarget condition here: they never match)"
+        ));
+    }
+    let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
+    Ok(LoadedTrainJob { job, not_emulated })
+}
+
+/// The runtime's trainer ReplicatedJob with the TrainJob's overrides, and every default.
+fn merge(
+    raw: &RawTrainJob,
+    rt: &RawRuntime,
+    rj: &RawReplicatedJob,
+    js: &super::raw::RawJobSetSpec,
+    runtime_kind: &str,
+    runtime_name: &str,
+) -> Result<TrainJob, String> {
+    let pod = &rj.template.spec.template.spec;
+    let Some(main) = pod.containers.iter().find(|c| c.name == NODE) else {
+        return Err(format!("runtime {runtime_name:?}'s ReplicatedJob {} has no container named {NODE}", rj.name));
+    };
+    let trainer = raw.spec.trainer.as_ref();
+    // The JobSet plugin's Trainer(): image, command, args replaced; env upserted by name.
+    let mut env = env_sources(&main.env);
+    for (k, v) in trainer.map(|t| env_sources(&t.env)).unwrap_or_default() {
+        match env.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    let container = Container {
+        image: trainer.and_then(|t| t.image.clone()).unwrap_or_else(|| main.image.clone()),
+        command: trainer.and_then(|t| t.command.clone()).unwrap_or_else(|| main.command.clone()),
+        args: trainer.and_then(|t| t.args.clone()).unwrap_or_else(|| main.args.clone()),
+        env,
+        port: Some(super::TRAINER_PORT),
+        working_dir: main.working_dir.clone(),
+    };
+    let resources_raw = trainer.and_then(|t| t.resources_per_node.as_ref()).unwrap_or(&main.resources);
+    let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
+    let num_nodes = u32::try_from(num_nodes)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))?;
+    let nproc_per_node = match trainer.and_then(|t| t.num_proc_per_node.as_ref()) {
+        Some(n) => n.text(),
+        None => nproc_from_resources(resources_raw),
+    };
+    let restart_policy = match pod.restart_policy.as_deref() {
+        None | Some("OnFailure") => RestartPolicy::OnFailure,
+        Some("Never") => RestartPolicy::Never,
+        Some(other) => {
+            return Err(format!("the trainer pods' restartPolicy {other:?}: a Job's pods take OnFailure or Never"))
+        }
+    };
+    let job_spec = &rj.template.spec;
+    if job_spec.completion_mode.as_deref().is_some_and(|m| m != "Indexed") {
+        return Err("the trainer Job's completionMode is not Indexed: PET_NODE_RANK reads the completion index".into());
+    }
+    let mut pod_failure_policy = Vec::new();
+    for (i, r) in job_spec.pod_failure_policy.iter().flat_map(|p| p.rules.iter()).enumerate() {
+        let action = match r.action.as_str() {
+            "FailJob" => PodFailureAction::FailJob,
+            "Ignore" => PodFailureAction::Ignore,
+            "Count" => PodFailureAction::Count,
+            other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
+        };
+        if restart_policy != RestartPolicy::Never {
+            return Err(
+                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
+            );
+        }
+        let Some(codes) = &r.on_exit_codes else { continue };
+        pod_failure_policy.push(PodFailurePolicyRule {
+            action,
+            container_name: codes.container_name.clone(),
+            operator_in: codes.operator == "In",
+            values: codes.values.iter().filter_map(|v| i32::try_from(*v).ok()).collect(),
+        });
+    }
+    let failure_policy = match &js.failure_policy {
+        None => None,
+        Some(fp) => {
+            if fp.restart_strategy.as_deref().is_some_and(|s| s == "InPlaceRestart") {
+                return Err("failurePolicy.restartStrategy InPlaceRestart is behind a JobSet feature gate the dry run does not emulate".into());
+            }
+            let mut rules = Vec::new();
+            for (i, r) in fp.rules.iter().enumerate() {
+                let action = match r.action.as_str() {
+                    "FailJobSet" => FailurePolicyAction::FailJobSet,
+                    "RestartJobSet" => FailurePolicyAction::RestartJobSet,
+                    "RestartJobSetAndIgnoreMaxRestarts" => FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts,
+                    other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
+                };
+                if !r.on_job_failure_message_patterns.is_empty() {
+                    return Err(format!(
+                        "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
+                    ));
+                }
+                rules.push(FailurePolicyRule {
+                    name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
+                    action,
+                    on_job_failure_reasons: r.on_job_failure_reasons.clone(),
+                    target_replicated_jobs: r.target_replicated_jobs.clone(),
+                });
+            }
+            Some(FailurePolicy { max_restarts: i32::try_from(fp.max_restarts.unwrap_or(0)).unwrap_or(i32::MAX), rules })
+        }
+    };
+    let success_policy = SuccessPolicy {
+        any: js.success_policy.as_ref().and_then(|s| s.operator.as_deref()) == Some("Any"),
+        target_replicated_jobs: js
+            .success_policy
+            .as_ref()
+            .map(|s| s.target_replicated_jobs.clone())
+            .unwrap_or_default(),
+    };
+    let _ = runtime_kind;
+    Ok(TrainJob {
+        name: raw.metadata.name.clone().unwrap_or_default(),
+        namespace: raw.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        runtime: format!("{runtime_kind}/{runtime_name}"),
+        num_nodes,
+        nproc_per_node,
+        replicated_job: rj.name.clone(),
+        container,
+        resources: resources_of(resources_raw),
+        restart_policy,
+        backoff_limit: job_spec.backoff_limit.map_or(DEFAULT_BACKOFF_LIMIT, |b| i32::try_from(b).unwrap_or(i32::MAX)),
+        pod_failure_policy,
+        failure_policy,
+        success_policy,
+        suspend: raw.spec.suspend.unwrap_or(false),
+        active_deadline_seconds: raw
+            .spec
+            .active_deadline_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .filter(|s| *s > 0),
+        managed_by: raw.spec.managed_by.clone().filter(|m| m != MANAGERS[0]),
+    })
+}
+
+/// What one node asks for: requests, limits where no request.
+fn resources_of(raw: &RawResources) -> Resources {
+    let mut r = Resources::default();
+    for (name, value) in raw.limits.iter().chain(raw.requests.iter()) {
+        if let Ok(amount) = parse_quantity(&value.text()) {
+            r.0.insert(name.clone(), amount);
+        }
+    }
+    r
+}
+
+/// `EnforceMLPolicy`'s default `PET_NPROC_PER_NODE`: `auto` when a node asks for a GPU
+/// (`GetNumGPUPerNode`: any resource whose name holds "gpu", requests before limits), else
+/// `getNumCPUPerNode` (the CPU request, else the limit, rounded up; at least 1).
+pub fn nproc_from_resources(raw: &RawResources) -> String {
+    let units = |m: &std::collections::BTreeMap<String, crate::raw::Scalar>, pred: &dyn Fn(&str) -> bool| {
+        m.iter()
+            .find(|(k, _)| pred(k))
+            .and_then(|(_, v)| parse_quantity(&v.text()).ok())
+            .map(|milli| milli.div_ceil(1000))
+    };
+    let is_gpu = |k: &str| k.to_lowercase().contains("gpu");
+    let gpus = units(&raw.requests, &is_gpu).filter(|n| *n > 0).or_else(|| units(&raw.limits, &is_gpu)).unwrap_or(0);
+    if gpus > 0 {
+        return "auto".into();
+    }
+    let is_cpu = |k: &str| k == "cpu";
+    let cpus = units(&raw.requests, &is_cpu).filter(|n| *n > 0).or_else(|| units(&raw.limits, &is_cpu)).unwrap_or(0);
+    cpus.max(1).to_string()
+}
+
+/// Fields of a TrainJob's `spec` and `spec.trainer` the dry run does not act on, named.
+fn train_job_fields_not_emulated(doc: &Value) -> Vec<String> {
+    const SPEC: [&str; 7] =
+        ["runtimeRef", "trainer", "suspend", "activeDeadlineSeconds", "managedBy", "initializer", "runtimePatches"];
+    const TRAINER: [&str; 7] = ["image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"];
+    let mut out = unknown_keys(&doc["spec"], "spec", &SPEC);
+    out.extend(unknown_keys(&doc["spec"]["trainer"], "spec.trainer", &TRAINER));
+    out
+}
+
+/// Fields of a runtime's JobSet, trainer Job, pod and `node` container the dry run does not act
+/// on, named (the other ReplicatedJobs are named whole elsewhere).
+fn runtime_fields_not_emulated(doc: &Value) -> Vec<String> {
+    const JOBSET: [&str; 4] = ["replicatedJobs", "failurePolicy", "successPolicy", "startupPolicy"];
+    const JOB: [&str; 6] =
+        ["backoffLimit", "completionMode", "podFailurePolicy", "template", "parallelism", "completions"];
+    const POD: [&str; 3] = ["containers", "restartPolicy", "initContainers"];
+    let js = &doc["spec"]["template"]["spec"];
+    let mut out = unknown_keys(js, "template.spec", &JOBSET);
+    let trainer = js["replicatedJobs"].as_array().and_then(|rjs| {
+        rjs.iter()
+            .position(|rj| rj["template"]["metadata"]["labels"][ANCESTOR_LABEL] == "trainer")
+            .map(|i| (i, &rjs[i]))
+    });
+    let Some((i, rj)) = trainer else { return out };
+    let path = format!("template.spec.replicatedJobs[{i}].template.spec");
+    out.extend(unknown_keys(&rj["template"]["spec"], &path, &JOB));
+    let pod = &rj["template"]["spec"]["template"]["spec"];
+    out.extend(unknown_keys(pod, &format!("{path}.template.spec"), &POD));
+    for (j, c) in pod["containers"].as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
+        let cpath = format!("{path}.template.spec.containers[{j}]");
+        if c["name"] != NODE {
+            out.push(format!("{cpath} ({}: only the node container runs)", c["name"].as_str().unwrap_or("?")));
+        } else {
+            out.extend(unknown_keys(c, &cpath, &crate::not_emulated::CONTAINER_EMULATED));
+        }
+    }
+    out
+}
+
+/// `path.<key>` for each key of the object `v` not in `known`.
+fn unknown_keys(v: &Value, path: &str, known: &[&str]) -> Vec<String> {
+    let keys: Option<Vec<String>> =
+        v.as_object().map(|o| o.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect());
+    keys.unwrap_or_default().into_iter().map(|k| format!("{path}.{k}")).collect()
+}
