@@ -102,6 +102,14 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
             format!("the training process stopped beating and was stopped (hang {})", next.hang_detections),
         ));
     }
+    if let Some(hit) = next.log_rule.as_ref().filter(|&h| prev.and_then(|p| p.log_rule.as_ref()) != Some(h)) {
+        let line = hit.line.as_deref().map_or_else(|| "no line matched".into(), |l| format!("last matched line: {l}"));
+        out.push(transition(
+            "LogRule",
+            Warning,
+            format!("a log rule fired ({}; {line}); the training process was stopped", hit.reason),
+        ));
+    }
     // Every restart since the previous report ended a run (Restarting already counts its
     // restart), and so does entering Failed: reports skipped in between (the first restart after a
     // crash is immediate, and the channel keeps only the latest) are counted, not lost.

@@ -1,22 +1,25 @@
-//! The seam for the log-rules engine: `/start`'s `log_monitoring_configuration` becomes the
-//! attempt's rules here, and the event loop hands `Assignment::rules` to the child's output
-//! pipeline when it spawns the attempt (`replica::event_loop`, `Loop::spawn`).
-//!
-//! Until the engine is in this build, a non-empty configuration is refused with a 422 naming the
-//! field: accepting it would run the job with the hang and slowdown detection the user asked for
-//! silently off (the agent's own fail-open when a rule does not parse is not copied either).
-//! To wire the engine: make `AttemptRules` hold its compiled rule set, build it in `check` from
-//! the engine's parser (its error, naming the rule and the field, becomes the 422's message), and
-//! start the evaluation for the attempt in `Loop::spawn`; a firing rule then reaches the machine
-//! as a fault with the engine's reason (`LogHang_<rule>`, ...) through `Replica::on_input`.
+//! `/start`'s `log_monitoring_configuration` becomes the attempt's rules here; the event loop
+//! evaluates them on the attempt's child (`replica::event_loop`), where they replace
+//! `--log-rules`. A rule that cannot be used is a 422 naming the rule and the field: the agent's
+//! own fail-open (all monitoring off when a rule does not parse) is not copied.
 
+use crate::logrules::{rules_from_value, RuleSet};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// One attempt's log rules, validated; empty when `/start` carried none.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct AttemptRules {
-    /// The configuration as received (non-empty only once an engine accepts it).
+    /// The configuration as received.
     pub config: Vec<Value>,
+    /// The checked rules; None when the configuration is empty.
+    pub rules: Option<Arc<RuleSet>>,
+}
+
+impl PartialEq for AttemptRules {
+    fn eq(&self, other: &Self) -> bool {
+        self.config == other.config
+    }
 }
 
 impl AttemptRules {
@@ -27,7 +30,7 @@ impl AttemptRules {
 
     /// True when the attempt has no rules.
     pub fn is_empty(&self) -> bool {
-        self.config.is_empty()
+        self.rules.is_none()
     }
 }
 
@@ -36,10 +39,6 @@ pub fn check(config: &[Value]) -> Result<AttemptRules, String> {
     if config.is_empty() {
         return Ok(AttemptRules::none());
     }
-    Err(format!(
-        "Value error, log rules are not supported by this build of rankvisor: {} rule(s) refused rather than \
-         ignored (the job would run without the monitoring it asks for); remove logMonitoringConfiguration \
-         or use a build with the log-rules engine",
-        config.len()
-    ))
+    let rules = rules_from_value(&Value::Array(config.to_vec())).map_err(|e| format!("Value error, {e}"))?;
+    Ok(AttemptRules { config: config.to_vec(), rules: Some(Arc::new(rules)) })
 }

@@ -105,16 +105,20 @@ fn start_requests_are_validated_as_the_agent_does() {
 }
 
 #[test]
-fn log_rules_are_refused_until_the_engine_is_in_the_build_never_ignored() {
+fn log_rules_are_checked_a_bad_rule_is_refused_naming_it_never_ignored() {
     let none = parse_assignment(
         br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,"log_monitoring_configuration":[]}"#,
     );
     assert!(none.unwrap().rules.is_empty());
-    let rules = br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
+    let good = br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
         "log_monitoring_configuration":[{"name":"JobStart","logPattern":".*Epoch.*","expectedStartCutOffInSeconds":60}]}"#;
-    let e = parse_assignment(rules).unwrap_err();
+    let a = parse_assignment(good).unwrap();
+    assert_eq!(a.rules.rules.as_ref().map(|r| r.rules().len()), Some(1));
+    let bad = br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
+        "log_monitoring_configuration":[{"name":"Loss","logPattern":"loss (\\d+)","metricThreshold":2,"operator":"ge"}]}"#;
+    let e = parse_assignment(bad).unwrap_err();
     assert_eq!(e.0[0].loc, ["body", "log_monitoring_configuration"]);
-    assert!(e.0[0].msg.contains("log rules are not supported by this build"), "{}", e.0[0].msg);
+    assert!(e.0[0].msg.starts_with("Value error, log rule #1 (\"Loss\"): field operator"), "{}", e.0[0].msg);
 }
 
 #[test]

@@ -136,6 +136,7 @@ async fn supervise(
         termination_log: cfg.termination_log.clone(),
         status_sink,
         panic_after_spawn,
+        log_rules: cfg.log_rules.clone(),
     };
     let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(replica::Finished { code, link }) => (code, link),

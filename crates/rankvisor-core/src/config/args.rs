@@ -106,6 +106,9 @@ pub struct SuperviseArgs {
     /// A file the training process touches (or writes JSON progress to) as its heartbeat.
     #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
     pub heartbeat_file: Option<PathBuf>,
+    /// Log rules (JSON or YAML, HyperPod's logMonitoringConfiguration) watching the child's stdout.
+    #[arg(long, env = "RANKVISOR_LOG_RULES")]
+    pub log_rules: Option<PathBuf>,
     /// A running child that does not beat for this long is hung (needs --heartbeat-file).
     #[arg(long, env = "RANKVISOR_HANG_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hang_timeout: Option<Duration>,

@@ -85,6 +85,8 @@ pub struct SuperviseConfig {
     pub kube_events: Option<KubeEventsTarget>,
     /// `--heartbeat-file`.
     pub heartbeat_file: Option<PathBuf>,
+    /// `--log-rules`, read and checked.
+    pub log_rules: Option<std::sync::Arc<crate::logrules::RuleSet>>,
     /// Where to write why rankvisor gave up (None: nowhere).
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
@@ -250,6 +252,7 @@ pub fn supervise_config(
         return Err(err("--report-interval is 0s: expected a positive duration such as 30s"));
     }
     let termination_log = a.termination_log.clone().or_else(crate::termination::default_path);
+    let log_rules = a.log_rules.as_deref().map(read_log_rules).transpose()?;
     Ok(SuperviseConfig {
         child: child_command(program, args, a.heartbeat_file.as_deref(), env),
         supervisor,
@@ -262,12 +265,23 @@ pub fn supervise_config(
         webhook,
         kube_events,
         heartbeat_file: a.heartbeat_file.clone(),
+        log_rules,
         termination_log,
         status_fd: a.status_fd,
         agent,
         inferred,
         warnings,
     })
+}
+
+/// `--log-rules FILE`: the rules, or an error naming the file, the rule and the field.
+fn read_log_rules(path: &std::path::Path) -> Result<std::sync::Arc<crate::logrules::RuleSet>, ConfigError> {
+    let shown = crate::untrusted::escape(&path.to_string_lossy()).into_owned();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES) {shown}: cannot read it: {e}")))?;
+    let rules = crate::logrules::parse_rules(&text)
+        .map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES) {shown}: {e}")))?;
+    Ok(std::sync::Arc::new(rules))
 }
 
 /// The child's command and the environment it gets on top of rankvisor's: `LOCAL_RANK=0` and
@@ -293,6 +307,7 @@ pub fn child_command(
         args: args.to_vec(),
         env: vars,
         env_remove: vec!["RANKVISOR_JOB_TOKEN".into()],
+        stdout: None,
     }
 }
 

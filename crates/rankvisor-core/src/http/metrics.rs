@@ -16,8 +16,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
 pub const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
-const EXIT_REASONS: [ExitReason; 5] =
-    [ExitReason::Exited, ExitReason::Signaled, ExitReason::Hung, ExitReason::NodeUnhealthy, ExitReason::NewGeneration];
+const EXIT_REASONS: [ExitReason; 6] =
+    [ExitReason::Exited, ExitReason::Signaled, ExitReason::Hung, ExitReason::NodeUnhealthy, ExitReason::NewGeneration, ExitReason::LogRule];
 
 /// Every metric of one replica, with HELP and TYPE lines. Metrics whose value is unknown (no exit
 /// yet, node health off, no rendezvous, no step in the heartbeat) are left out rather than faked.
@@ -84,6 +84,23 @@ pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
             let name = format!("{reason:?}");
             let value = f64::from(u8::from(reason == exit.reason));
             sample(&mut out, "rankvisor_last_exit_reason", &[("reason", &name)], value);
+        }
+    }
+    if !r.log_rules.is_empty() {
+        family(
+            &mut out,
+            "rankvisor_log_rule_state",
+            "gauge",
+            "Each log rule's state in the current attempt: 0 waiting or healthy, 1 slow, 2 hanging, 3 faulted.",
+        );
+        for g in &r.log_rules {
+            let value = match g.state.as_str() {
+                "SLOW" => 1.0,
+                "HANGING" => 2.0,
+                "FAULTED" => 3.0,
+                _ => 0.0,
+            };
+            sample(&mut out, "rankvisor_log_rule_state", &[("rule", &g.rule)], value);
         }
     }
     gauge(

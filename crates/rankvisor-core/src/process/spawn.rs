@@ -12,6 +12,7 @@ use super::{SignalMask, Signals};
 use crate::exit;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -27,6 +28,9 @@ pub struct ChildCommand {
     pub env: Vec<(OsString, OsString)>,
     /// Variables of rankvisor's own environment the child must not see (secrets).
     pub env_remove: Vec<OsString>,
+    /// A descriptor to become the child's stdout (the log rules' pipe); None: the child inherits
+    /// rankvisor's. The caller keeps it open until `spawn_child` returns.
+    pub stdout: Option<RawFd>,
 }
 
 /// The child could not be started; `code` is what a shell would return.
@@ -227,6 +231,16 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Owns a `posix_spawn_file_actions_t` and destroys it.
+struct FileActions(libc::posix_spawn_file_actions_t);
+
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialized by posix_spawn_file_actions_init in `posix_spawn` before this value exists.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
 fn posix_spawn(cmd: &ChildCommand, signals: &Signals, sigdefault: &libc::sigset_t) -> io::Result<i32> {
     let program = CString::new(cmd.program.as_bytes())?;
     let args = cmd.args.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>()?;
@@ -249,12 +263,25 @@ fn posix_spawn(cmd: &ChildCommand, signals: &Signals, sigdefault: &libc::sigset_
         check(libc::posix_spawnattr_setsigmask(&mut attr.0, original))?;
         check(libc::posix_spawnattr_setsigdefault(&mut attr.0, sigdefault))?;
     }
+    // The log rules' pipe becomes fd 1; dup2 clears its close-on-exec flag in the child only.
+    let actions = match cmd.stdout {
+        Some(fd) => {
+            // SAFETY: init initializes the zeroed value; `FileActions` destroys it; adddup2 copies
+            // the numbers it is given.
+            let mut fa = FileActions(unsafe { std::mem::zeroed() });
+            check(unsafe { libc::posix_spawn_file_actions_init(&mut fa.0) })?;
+            check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut fa.0, fd, libc::STDOUT_FILENO) })?;
+            Some(fa)
+        }
+        None => None,
+    };
+    let actions_ptr = actions.as_ref().map_or(std::ptr::null(), |fa| &fa.0 as *const _);
     let mut pid: libc::pid_t = 0;
     let spawn = if cmd.program.as_bytes().contains(&b'/') { libc::posix_spawn } else { libc::posix_spawnp };
     // SAFETY: every pointer is to a NUL-terminated string or a NULL-terminated array that outlives
     // the call; posix_spawn returns after the child has called exec (or failed to).
     check(unsafe {
-        spawn(&mut pid, program.as_ptr(), std::ptr::null(), &attr.0, argv.as_ptr(), env.ptrs.as_ptr().cast())
+        spawn(&mut pid, program.as_ptr(), actions_ptr, &attr.0, argv.as_ptr(), env.ptrs.as_ptr().cast())
     })?;
     Ok(pid)
 }
@@ -266,6 +293,11 @@ fn fork_exec(cmd: &ChildCommand, signals: &Signals, ignored: SignalMask, termina
         c.env_remove(k);
     }
     c.envs(cmd.env.iter().map(|(k, v)| (k, v)));
+    if let Some(fd) = cmd.stdout {
+        // SAFETY: the caller keeps `fd` open for this call; std dups it to fd 1 in the child.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        c.stdout(std::process::Stdio::from(fd.try_clone_to_owned()?));
+    }
     let original: libc::sigset_t = *signals.original.as_ref();
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions
     // (rt_sigaction, signal, tcsetpgrp, getpid, sigprocmask) on values prepared before the fork;
@@ -308,6 +340,7 @@ mod tests {
             args: Vec::new(),
             env: env.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
             env_remove: remove.iter().map(|k| (*k).into()).collect(),
+            stdout: None,
         }
     }
 

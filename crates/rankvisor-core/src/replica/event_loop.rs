@@ -6,7 +6,11 @@
 
 use super::child::{ChildAction, Event, Phase, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
+use super::log_watch::{self, LogWatch};
 use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use crate::logrules::RuleSet;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use crate::exit;
 use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
@@ -36,6 +40,9 @@ pub struct LoopConfig {
     pub status_sink: Option<crate::status::fd_sink::StatusSink>,
     /// Debug builds only, for the test of the last resort: panic right after the child started.
     pub panic_after_spawn: bool,
+    /// `--log-rules`: evaluated on every attempt's stdout (in agent mode, unless `/start` brings
+    /// the attempt's own, which replace them).
+    pub log_rules: Option<Arc<RuleSet>>,
 }
 
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
@@ -97,6 +104,8 @@ struct Loop {
     anchor: (Instant, SystemTime),
     link_task: Option<JoinHandle<()>>,
     exit_code: Option<i32>,
+    /// The current attempt's log rules over its stdout, when it has rules.
+    log: Option<LogWatch>,
 }
 
 /// Run the replica until the machine decides to exit.
@@ -123,6 +132,7 @@ pub async fn run(
         anchor: (Instant::now(), SystemTime::now()),
         link_task: None,
         exit_code: None,
+        log: None,
     };
     let mut health_source = sources.health;
     let effects = l.replica.start(Instant::now());
@@ -132,7 +142,10 @@ pub async fn run(
     // Escapees are not our children, so no SIGCHLD tells us they are gone: poll while sweeping.
     let mut sweep_poll = tokio::time::interval(Duration::from_millis(10));
     while l.exit_code.is_none() {
-        let deadline = l.replica.next_deadline();
+        let deadline = match (l.replica.next_deadline(), l.log_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         tokio::select! {
             biased;
             sigs = stream.next() => {
@@ -142,8 +155,10 @@ pub async fn run(
             }
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 l.check_beat();
+                l.log_idle();
                 l.feed(Input::Tick);
             }
+            r = LogWatch::readable(&l.log), if l.log.as_ref().is_some_and(LogWatch::open) => l.on_output(r),
             rx = poll_health_source(&mut health_source), if health_source.is_some() => {
                 health_source = None;
                 let first = rx.borrow().clone();
@@ -255,6 +270,51 @@ impl Loop {
         }
     }
 
+    /// When the attempt's log rules need an idle evaluation: only while its child runs.
+    fn log_deadline(&self) -> Option<Instant> {
+        let running = matches!(self.replica.supervisor().phase(), Phase::Running { .. });
+        self.log.as_ref().filter(|_| running).and_then(LogWatch::deadline)
+    }
+
+    fn log_idle(&mut self) {
+        if self.log_deadline().is_none() {
+            return;
+        }
+        let hit = self.log.as_mut().and_then(|w| w.idle(Instant::now()));
+        self.after_log(hit);
+    }
+
+    /// The child wrote (or closed its stdout): relay it and evaluate its lines.
+    fn on_output(&mut self, readable: std::io::Result<()>) {
+        let Some(w) = self.log.as_mut() else { return };
+        if let Err(e) = readable {
+            warn!("log rules: cannot wait on the child's stdout: {e}");
+        }
+        let hit = w.pump();
+        self.after_log(hit);
+    }
+
+    /// A firing verdict is news for the machine; changed rule states are news for the status.
+    fn after_log(&mut self, hit: Option<super::child::LogRuleHit>) {
+        if let Some(states) = self.log.as_mut().and_then(LogWatch::changed_states) {
+            self.status.send_modify(|s| s.log_rules = states);
+            if hit.is_none() {
+                if let Some(sink) = &self.cfg.status_sink {
+                    sink.send(&self.status.borrow());
+                }
+            }
+        }
+        if let Some(hit) = hit {
+            self.feed(Input::LogRule(hit));
+        }
+    }
+
+    /// The rules of the attempt about to start: `/start`'s, else `--log-rules`.
+    fn attempt_rules(&self) -> Option<Arc<RuleSet>> {
+        let own = self.replica.assignment().and_then(|a| a.rules.rules.clone());
+        own.or_else(|| self.cfg.log_rules.clone())
+    }
+
     fn feed(&mut self, input: Input) {
         let effects = self.replica.on_input(input, Instant::now());
         self.perform(effects);
@@ -347,10 +407,31 @@ impl Loop {
         if let Some(hb) = self.heartbeat.as_mut() {
             hb.arm();
         }
-        let cmd = self.child_command(restart_count, generation);
-        let input = match process::spawn_child(&cmd, &self.signals) {
+        let mut cmd = self.child_command(restart_count, generation);
+        self.log = None;
+        let rules = self.attempt_rules();
+        let pipe = match rules.as_ref().map(|_| log_watch::pipe()).transpose() {
+            Ok(p) => p,
+            Err(e) => {
+                let message = format!("cannot create the pipe for the log rules: {e}");
+                warn!("{message}; retrying under the restart policy");
+                let code = exit::EXTERNAL_FAILURE;
+                return self.feed(Input::Child(Event::SpawnFailed { code, message, transient: true }));
+            }
+        };
+        cmd.stdout = pipe.as_ref().map(|(_, w)| w.as_raw_fd());
+        let spawned = process::spawn_child(&cmd, &self.signals);
+        // The child holds its own copy of the write end: rankvisor's must go, or EOF never comes.
+        let read = pipe.map(|(r, _w)| r);
+        let input = match spawned {
             Ok(pid) => {
                 info!(pid, restart_count, "child started");
+                if let (Some(rules), Some(read)) = (rules, read) {
+                    match LogWatch::new(rules, read, Instant::now()) {
+                        Ok(w) => self.log = Some(w),
+                        Err(e) => error!("log rules: cannot watch the child's stdout: {e}; the rules are off"),
+                    }
+                }
                 if self.cfg.panic_after_spawn {
                     process::set_child_group(Some(pid));
                     panic!("failpoint panic-after-spawn");
@@ -368,8 +449,7 @@ impl Loop {
     }
 
     /// The configured command plus this start's counters, or in agent mode the operator's
-    /// assignment (its counters are the job's `faultCount`). The assignment's log rules
-    /// (`Assignment::rules`) are to be started here for the attempt once the engine exists.
+    /// assignment (its counters are the job's `faultCount`).
     fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
         let n = OsString::from(restart_count.to_string());
@@ -395,8 +475,11 @@ impl Loop {
         if state != before {
             info!(from = ?before, to = ?state, restarts = sup.restarts(), "state");
         }
+        let log_rule = sup.last_exit_log_rule().map(log_watch::report);
         let reason = if sup.last_exit_hung() {
             Some(ExitReason::Hung)
+        } else if log_rule.is_some() {
+            Some(ExitReason::LogRule)
         } else {
             sup.last_exit_generation_stop().then_some(ExitReason::NewGeneration)
         };
@@ -405,7 +488,14 @@ impl Loop {
         process::set_child_group(child_pid);
         // Only the supervisor's fields: node health and progress are set where they change, and
         // nothing is cloned on this path (it runs after every signal, exit and tick).
-        let changed = self.status.send_if_modified(|s| {
+        let mut changed = self.status.send_if_modified(|s| {
+            let new = s.log_rule != log_rule;
+            if new {
+                s.log_rule = log_rule;
+            }
+            new
+        });
+        changed |= self.status.send_if_modified(|s| {
             let fields = (state, restart_count, generation, last_exit, reason, child_pid, hang_detections);
             let old = (
                 s.state,

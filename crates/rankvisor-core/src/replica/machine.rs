@@ -5,7 +5,7 @@
 //! how a master whose child finished waits for its workers, the leftover sweep, and the one
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
-use super::child::{ChildAction, ChildOutcome, Event, GiveUp, Phase, Supervisor, SupervisorConfig};
+use super::child::{ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, Supervisor, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
 use crate::agent::{AgentRecord, Assignment, Order};
 use crate::exit;
@@ -74,6 +74,8 @@ pub enum Input {
     },
     /// An order from the HyperPod operator (agent mode).
     Agent(Order),
+    /// A log rule fired on the running child's output (the first firing verdict of its attempt).
+    LogRule(LogRuleHit),
 }
 
 /// A line worth logging, decided here so that tests see it.
@@ -272,6 +274,12 @@ impl Replica {
                 }
             }
             Input::Agent(order) => self.on_order(order, now, &mut out),
+            Input::LogRule(hit) => {
+                if matches!(self.sup.phase(), Phase::Running { .. }) {
+                    out.push(Effect::Note(Note::Warn(format!("{}: stopping the child", hit.describe()))));
+                }
+                self.feed(Event::LogRule(hit), now, &mut out);
+            }
         }
         out
     }

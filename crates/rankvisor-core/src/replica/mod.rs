@@ -4,6 +4,7 @@
 pub mod child;
 pub mod event_loop;
 pub mod link;
+mod log_watch;
 pub mod machine;
 #[cfg(test)]
 mod properties;

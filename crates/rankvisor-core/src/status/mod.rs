@@ -75,6 +75,30 @@ pub struct LocalStatus {
     pub progress: Option<serde_json::Map<String, serde_json::Value>>,
     /// The node-health verdict; None when node-health checking is off (or before the first look).
     pub node_health: Option<NodeHealthReport>,
+    /// The log rule that made rankvisor stop the last child, when one did.
+    pub log_rule: Option<LogRuleReport>,
+    /// Each log rule's state for the current attempt, in configuration order (empty without rules).
+    pub log_rules: Vec<LogRuleGauge>,
+}
+
+/// A log rule that fired (`--log-rules`, docs/log-rules.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRuleReport {
+    /// `LogHang_<rule>`, `LogSlow_<rule>` or `LogFault_<rule>`.
+    pub reason: String,
+    /// The rule's name.
+    pub rule: String,
+    /// Its last matched line, escaped and bounded; None when no line matched.
+    pub line: Option<String>,
+}
+
+/// One log rule's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRuleGauge {
+    /// The rule's name.
+    pub rule: String,
+    /// The agent's spelling: `WAITING`, `HEALTHY`, `SLOW`, `HANGING`, `FAULTED`.
+    pub state: String,
 }
 
 impl Default for LocalStatus {
@@ -89,6 +113,8 @@ impl Default for LocalStatus {
             hang_detections: 0,
             progress: None,
             node_health: None,
+            log_rule: None,
+            log_rules: Vec::new(),
         }
     }
 }
@@ -136,6 +162,8 @@ pub enum ExitReason {
     /// The job moved to a new rendezvous generation and rankvisor stopped it (job scope): not a
     /// failure of its own.
     NewGeneration,
+    /// A log rule fired on its output and rankvisor stopped it.
+    LogRule,
 }
 
 /// The node-health part of a report.

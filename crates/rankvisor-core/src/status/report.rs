@@ -70,6 +70,12 @@ pub struct Report {
     pub progress: Option<serde_json::Map<String, serde_json::Value>>,
     /// Seconds the latest rendezvous took, once one has ended.
     pub rendezvous_seconds: Option<f64>,
+    /// The log rule that made rankvisor stop the last child, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_rule: Option<super::LogRuleReport>,
+    /// Each log rule's state for the current attempt (empty without rules).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_rules: Vec<super::LogRuleGauge>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).
@@ -125,6 +131,8 @@ impl Timeline {
             node_health: status.node_health.clone(),
             progress: status.progress.clone(),
             rendezvous_seconds: self.rendezvous_seconds,
+            log_rule: status.log_rule.clone(),
+            log_rules: status.log_rules.clone(),
             started_at: rfc3339(self.started_at),
             state_since: rfc3339(self.state_since),
             updated_at: rfc3339(now),
@@ -141,6 +149,7 @@ pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
         || prev.generation != next.generation
         || prev.last_exit != next.last_exit
         || prev.hang_detections != next.hang_detections
+        || prev.log_rule != next.log_rule
         || healthy(prev) != healthy(next)
 }
 

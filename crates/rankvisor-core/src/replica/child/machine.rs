@@ -17,6 +17,7 @@ pub struct Supervisor {
     backoff_step: u32,
     last_exit: Option<ExitHow>,
     last_exit_hung: bool,
+    last_exit_log_rule: Option<LogRuleHit>,
     last_exit_generation_stop: bool,
     last_beat: Option<Instant>,
     hang_detections: u32,
@@ -35,6 +36,7 @@ impl Supervisor {
             backoff_step: 0,
             last_exit: None,
             last_exit_hung: false,
+            last_exit_log_rule: None,
             last_exit_generation_stop: false,
             last_beat: None,
             hang_detections: 0,
@@ -61,6 +63,11 @@ impl Supervisor {
     /// True when the last child was stopped by hang detection (its exit's reason is `Hung`).
     pub fn last_exit_hung(&self) -> bool {
         self.last_exit_hung
+    }
+
+    /// The log rule that made rankvisor stop the last child, when one did.
+    pub fn last_exit_log_rule(&self) -> Option<&LogRuleHit> {
+        self.last_exit_log_rule.as_ref()
     }
 
     /// The generation of the current (or last) child.
@@ -149,6 +156,13 @@ impl Supervisor {
                 }
                 ChildSteps::default()
             }
+            Event::LogRule(hit) => match self.phase {
+                // The same stop as a hang: TERM, the grace, KILL, then the restart policy.
+                Phase::Running { pid, started } => {
+                    self.stop(pid, started, StopCause::LogRule(hit), libc::SIGTERM, now + self.cfg.grace)
+                }
+                _ => ChildSteps::default(),
+            },
             Event::Tick => self.on_tick(now),
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
@@ -184,7 +198,7 @@ impl Supervisor {
                 let (pid, started) = (*pid, *started);
                 self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now + self.cfg.grace)
             }
-            Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung) => {
+            Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung | StopCause::LogRule(_)) => {
                 *cause = StopCause::NewGeneration { generation };
                 ChildSteps::default()
             }
@@ -299,6 +313,10 @@ impl Supervisor {
         };
         self.last_exit = Some(how);
         self.last_exit_hung = cause == Some(StopCause::Hung);
+        self.last_exit_log_rule = match &cause {
+            Some(StopCause::LogRule(hit)) => Some(hit.clone()),
+            _ => None,
+        };
         self.last_exit_generation_stop = matches!(cause, Some(StopCause::NewGeneration { .. }));
         match cause {
             Some(StopCause::Shutdown { signal }) => {
@@ -312,7 +330,14 @@ impl Supervisor {
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
             Some(StopCause::Ordered) => self.finish(how.code(), None),
-            Some(StopCause::Hung) => self.after_run(pid, how, true, started, now),
+            Some(StopCause::Hung) => {
+                let what = self.hang_text(how);
+                self.after_run(pid, how, Some(what), started, now)
+            }
+            Some(StopCause::LogRule(hit)) => {
+                let what = format!("{}, then child {how}", hit.describe());
+                self.after_run(pid, how, Some(what), started, now)
+            }
             Some(StopCause::NewGeneration { generation }) => {
                 if self.restarts >= self.cfg.backoff_limit {
                     let msg = format!(
@@ -330,7 +355,7 @@ impl Supervisor {
                 }
                 actions.into()
             }
-            None => self.after_run(pid, how, false, started, now),
+            None => self.after_run(pid, how, None, started, now),
         }
     }
 
@@ -362,20 +387,28 @@ impl Supervisor {
         ChildSteps::default()
     }
 
-    /// The restart decision for a child that ended on its own (or was stopped as hung).
-    fn after_run(&mut self, pid: i32, how: ExitHow, hung: bool, started: Instant, now: Instant) -> ChildSteps {
-        let what = if hung {
-            match (self.cfg.hang, self.last_beat) {
-                (Some(h), Some(_)) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
-                // It never beat: the startup allowance is what ran out.
-                (Some(h), None) => {
-                    format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup)
-                }
-                (None, _) => format!("child hung, then {how}"),
-            }
-        } else {
-            format!("child {how}")
-        };
+    /// What the termination message says of a child stopped as hung.
+    fn hang_text(&self, how: ExitHow) -> String {
+        match (self.cfg.hang, self.last_beat) {
+            (Some(h), Some(_)) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
+            // It never beat: the startup allowance is what ran out.
+            (Some(h), None) => format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup),
+            (None, _) => format!("child hung, then {how}"),
+        }
+    }
+
+    /// The restart decision for a child that ended on its own, or that rankvisor stopped as failed
+    /// (`stopped`: why, a hang or a log rule; such a child failed whatever its status).
+    fn after_run(
+        &mut self,
+        pid: i32,
+        how: ExitHow,
+        stopped: Option<String>,
+        started: Instant,
+        now: Instant,
+    ) -> ChildSteps {
+        let hung = stopped.is_some();
+        let what = stopped.unwrap_or_else(|| format!("child {how}"));
         // A hung child that exits 0 once stopped still failed: do not report success.
         let code = if hung && how.success() { exit::EXTERNAL_FAILURE } else { how.code() };
         if !self.cfg.policy.should_restart(how, hung) {

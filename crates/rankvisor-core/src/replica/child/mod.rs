@@ -10,4 +10,7 @@ mod tests;
 mod types;
 
 pub use machine::Supervisor;
-pub use types::{ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, Phase, StopCause, SupervisorConfig};
+pub use types::{
+    escape_line, ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, LogRuleHit, Phase, StopCause,
+    SupervisorConfig, QUOTED_LINE_CHARS,
+};

@@ -44,6 +44,48 @@ pub struct GiveUp {
     pub message: String,
 }
 
+/// A log rule fired on the child's stdout (`--log-rules`, or the attempt's rules in agent mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRuleHit {
+    /// `LogHang_<rule>`, `LogSlow_<rule>` or `LogFault_<rule>`.
+    pub reason: String,
+    /// The rules the verdict names, first rule first, each with its last matched line (as the
+    /// child wrote it: escape before logging).
+    pub named: Vec<(String, Option<String>)>,
+}
+
+impl LogRuleHit {
+    /// The first rule named (the one in `reason`).
+    pub fn rule(&self) -> &str {
+        self.named.first().map_or("", |(r, _)| r.as_str())
+    }
+
+    /// The first rule's last matched line, if any.
+    pub fn line(&self) -> Option<&str> {
+        self.named.first().and_then(|(_, l)| l.as_deref())
+    }
+
+    /// One line for the log and the termination message: the reason and the last matched line,
+    /// escaped and bounded.
+    pub fn describe(&self) -> String {
+        match self.line() {
+            Some(l) => format!("log rule {} (last matched line: {})", self.reason, escape_line(l)),
+            None => format!("log rule {} (no line matched)", self.reason),
+        }
+    }
+}
+
+/// The most characters of a child's line quoted in a message.
+pub const QUOTED_LINE_CHARS: usize = 200;
+
+/// A line of the child's, escaped and cut at [`QUOTED_LINE_CHARS`].
+pub fn escape_line(line: &str) -> String {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let cut: String = line.chars().take(QUOTED_LINE_CHARS).collect();
+    let more = if cut.len() < line.len() { "..." } else { "" };
+    format!("\"{}{more}\"", crate::untrusted::escape(&cut))
+}
+
 /// Why a running child is being stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopCause {
@@ -54,6 +96,8 @@ pub enum StopCause {
     },
     /// No heartbeat: a failure, handed to the restart policy.
     Hung,
+    /// A log rule fired: a failure, handed to the restart policy.
+    LogRule(LogRuleHit),
     /// An outside reason: exit 138.
     GiveUp(GiveUp),
     /// The job moves to a new generation: every replica's child stops and starts again together.
@@ -141,6 +185,8 @@ pub enum Event {
     },
     /// The heartbeat file was touched.
     Beat,
+    /// A log rule fired on the running child's output.
+    LogRule(LogRuleHit),
     /// A deadline may have passed.
     Tick,
     /// Stop for good for an outside reason.

@@ -6,7 +6,7 @@
 use super::{Effect, End, Event, Note, Replica};
 use crate::agent::{AgentState, Assignment, Order, StatusView};
 use crate::exit::{self, ExitHow};
-use crate::replica::child::{ChildAction, Supervisor};
+use crate::replica::child::{ChildAction, LogRuleHit, Supervisor};
 use std::time::SystemTime;
 use tokio::time::Instant;
 
@@ -123,7 +123,14 @@ impl Replica {
             out.push(Effect::Child(ChildAction::KillLeftovers { pid }));
         }
         let (hung, how) = (self.sup.last_exit_hung(), self.sup.last_exit());
+        let log_rule = self.sup.last_exit_log_rule().cloned();
         let Some(rec) = self.agent.as_mut() else { return };
+        if let (AgentState::Running, Some(hit)) = (rec.state(), log_rule) {
+            out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({}): child exited with {code}", hit.reason))));
+            let message = log_rule_message(&hit);
+            rec.set(AgentState::Faulted, Some(hit.reason), Some(message), now);
+            return;
+        }
         match rec.state() {
             AgentState::Running if code == 0 && !hung => {
                 rec.set(AgentState::Completed, None, None, now);
@@ -143,6 +150,45 @@ impl Replica {
             }
         }
     }
+}
+
+/// The FAULTED message of a firing log rule, as the agent writes it: its sentence, then the rules
+/// and their last lines as a Python dict.
+fn log_rule_message(hit: &LogRuleHit) -> String {
+    let what = match hit.reason.split('_').next() {
+        Some("LogHang") => {
+            "The job is hanging (not receiving required logs) on the following log monitoring rules and corresponding last matched log lines"
+        }
+        Some("LogSlow") => {
+            "The job is slowed (logs outside of acceptable thresholds) on the following log monitoring rules and corresponding log lines"
+        }
+        _ => "The job detected a fault indicating log message for the following log monitoring rules and corresponding log lines",
+    };
+    let entries: Vec<String> = hit
+        .named
+        .iter()
+        .map(|(rule, line)| format!("{}: {}", py_repr(rule), line.as_deref().map_or_else(|| "None".into(), py_repr)))
+        .collect();
+    format!("{what}: {{{}}}", entries.join(", "))
+}
+
+/// Python's `repr` of a string, as the agent's f-string writes a dict's keys and values (bounded:
+/// a line of the child's is cut at `QUOTED_LINE_CHARS` characters).
+fn py_repr(s: &str) -> String {
+    let mut out = String::from("'");
+    for c in s.chars().take(crate::replica::child::QUOTED_LINE_CHARS) {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// One line of the FAULTED message, as the agent writes a torch `ProcessFailure` (one child: local
