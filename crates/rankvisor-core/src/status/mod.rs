@@ -76,8 +76,10 @@ pub struct LocalStatus {
     /// The node-health verdict; None when node-health checking is off (or before the first look).
     pub node_health: Option<NodeHealthReport>,
     /// The log rule that made rankvisor stop the last child, when one did.
+    #[serde(default)]
     pub log_rule: Option<LogRuleReport>,
     /// Each log rule's state for the current attempt, in configuration order (empty without rules).
+    #[serde(default)]
     pub log_rules: Vec<LogRuleGauge>,
 }
 

@@ -452,3 +452,55 @@ async fn a_release_before_the_old_child_is_gone_starts_it_after() {
     assert_eq!(h.generations, [0, 1]);
     assert_eq!(h.sup.state(), ReplicaState::Running);
 }
+
+fn hang_hit(line: &str) -> LogRuleHit {
+    LogRuleHit { reason: "LogHang_Step".into(), named: vec![("Step".into(), Some(format!("{line}\n")))] }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_firing_log_rule_stops_the_child_and_on_failure_restarts_it() {
+    let mut h = Harness::new(cfg(OnFailure, 3));
+    h.send(Event::Start);
+    let pid = h.pid();
+    h.send(Event::LogRule(hang_hit("step 1")));
+    assert_eq!(h.signals, [(pid, SIGTERM)], "the hang's stop: TERM first");
+    assert_eq!(h.sup.state(), ReplicaState::Stopping);
+    h.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(h.spawns.len(), 2, "a failure for the restart policy: restarted at once");
+    assert_eq!(h.sup.last_exit_log_rule().map(|r| r.reason.as_str()), Some("LogHang_Step"));
+    assert!(!h.sup.last_exit_hung(), "a log rule is not the heartbeat's hang");
+    h.send(Event::LogRule(hang_hit("step 2")));
+    // The new child ignores TERM: KILL after the grace.
+    let waited = h.advance_to_deadline().await;
+    assert_eq!((h.signals[2].1, waited), (SIGKILL, 1000 * MS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_firing_log_rule_under_never_exits_with_the_failure_and_says_why() {
+    let mut h = Harness::new(cfg(Never, 6));
+    h.send(Event::Start);
+    h.send(Event::LogRule(hang_hit("step \u{1b}[31m7")));
+    h.exit_child(ExitHow::Exited(0));
+    assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE), "stopped by a rule, an exit 0 is still a failure");
+    assert_eq!(
+        h.messages,
+        [r#"log rule LogHang_Step (last matched line: "step \u{1b}[31m7"), then child exited with code 0; restart policy Never does not restart it"#]
+    );
+    let mut killed = Harness::new(cfg(Never, 6));
+    killed.send(Event::Start);
+    killed.send(Event::LogRule(hang_hit("x")));
+    killed.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(killed.exit, Some(143));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_log_rule_after_the_child_stopped_changes_nothing() {
+    let mut h = Harness::new(cfg(Never, 6));
+    h.send(Event::Start);
+    h.send(Event::Shutdown { signal: SIGTERM });
+    h.send(Event::LogRule(hang_hit("x")));
+    assert_eq!(h.signals.len(), 1, "no second stop");
+    h.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(h.exit, Some(143));
+    assert!(h.messages[0].starts_with("stopped by SIGTERM"), "{:?}", h.messages);
+}

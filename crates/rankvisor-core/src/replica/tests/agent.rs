@@ -151,3 +151,24 @@ async fn a_hung_attempt_faults_as_unhealthy() {
     f.exit_child(ExitHow::Exited(0));
     assert_eq!((f.agent(), f.reason().as_deref()), (AgentState::Faulted, Some("WorkerUnhealthy")));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_firing_log_rule_faults_the_agent_with_its_reason_and_stops_the_child() {
+    use crate::replica::child::LogRuleHit;
+    let mut f = Fake::new(agent_cfg());
+    f.order(Order::Start(assignment(0)));
+    let pid = f.pid();
+    let hit = LogRuleHit { reason: "LogHang_Step".into(), named: vec![("Step".into(), Some("it's step 3\n".into()))] };
+    f.send(Input::LogRule(hit));
+    assert_eq!(f.signals, [(pid, SIGTERM)]);
+    assert_eq!(f.agent(), AgentState::Running, "until the child is gone");
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!((f.agent(), f.reason().as_deref()), (AgentState::Faulted, Some("LogHang_Step")));
+    let msg = f.r.agent_status(|_| std::time::UNIX_EPOCH).and_then(|v| v.message).unwrap();
+    assert_eq!(
+        msg,
+        "The job is hanging (not receiving required logs) on the following log monitoring rules and corresponding \
+         last matched log lines: {'Step': 'it\\'s step 3\\n'}"
+    );
+    assert_eq!((f.spawns.len(), f.exit), (1, None), "the operator decides what follows");
+}
