@@ -184,6 +184,10 @@ pub async fn run(
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
         }
     }
+    // The last child's last output (it may have ended just before the exit was decided).
+    if let Some(w) = l.log.as_mut() {
+        w.pump();
+    }
     Ok(Finished { code: l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE), link: l.link_task })
 }
 
@@ -231,6 +235,8 @@ impl Loop {
             for (pid, how) in process::reap_all() {
                 if Some(pid) == self.replica.supervisor().child_pid() {
                     info!(pid, "child {how}");
+                    // What the child wrote before it ended is in the pipe: out and evaluated first.
+                    self.on_output(Ok(()));
                 }
                 self.feed(Input::Child(Event::Exited { pid, how }));
             }
@@ -408,7 +414,11 @@ impl Loop {
             hb.arm();
         }
         let mut cmd = self.child_command(restart_count, generation);
-        self.log = None;
+        if let Some(mut old) = self.log.take() {
+            // The previous attempt's output still in its pipe (a dead writer leaves at most the
+            // pipe's capacity, less than one pump's budget).
+            old.pump();
+        }
         let rules = self.attempt_rules();
         let pipe = match rules.as_ref().map(|_| log_watch::pipe()).transpose() {
             Ok(p) => p,
