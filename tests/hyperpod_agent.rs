@@ -246,22 +246,43 @@ fn a_graceful_stop_sends_sigusr1_then_sigkill_after_its_timeout_then_ready() {
 }
 
 #[test]
-fn log_rules_on_start_are_refused_not_ignored_and_nothing_starts() {
+fn a_bad_log_rule_on_start_is_refused_naming_it_and_nothing_starts() {
     let dir = TestDir::new("hyperpod-rules");
     let port = free_port();
     let rv = agent_rv(&dir, port, &[], "touch started");
     wait_state(port, "ready");
     let body = r#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,
-        "log_monitoring_configuration":[{"name":"JobStart","logPattern":".*Epoch.*","expectedStartCutOffInSeconds":120}]}"#;
+        "log_monitoring_configuration":[{"name":"Loss","logPattern":"loss (\\d+)","metricThreshold":2,"operator":"ge"}]}"#;
     let (code, reply) = request(port, "POST", "/start", body);
     assert_eq!(code, 422, "{reply}");
-    assert!(reply.contains("log_monitoring_configuration") && reply.contains("not supported"), "{reply}");
+    assert!(reply.contains("log_monitoring_configuration"), "{reply}");
+    assert!(reply.contains(r#"log rule #1 (\"Loss\"): field operator"#), "{reply}");
     assert_eq!(state_of(port)["status"], "ready");
     assert!(!dir.join("started").exists(), "no attempt without its rules");
     assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
     let out = rv.wait();
     out.assert_code(0);
     assert!(out.stderr.contains("/start refused (422)"), "{}", out.stderr);
+}
+
+#[test]
+fn a_hang_rule_on_start_makes_the_agent_faulted_with_its_reason_and_stops_the_child() {
+    let dir = TestDir::new("hyperpod-hang");
+    let port = free_port();
+    let rv = agent_rv(&dir, port, &[], "echo 'Epoch 1 step 1'; touch started; exec sleep 30");
+    wait_state(port, "ready");
+    let body = r#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,
+        "log_monitoring_configuration":[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":1}]}"#;
+    assert_eq!(request(port, "POST", "/start", body).0, 200);
+    let faulted = wait_state(port, "faulted");
+    assert_eq!(faulted["reason"], "LogHang_Step", "{faulted}");
+    let message = faulted["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("The job is hanging (not receiving required logs)"), "{message}");
+    assert!(message.ends_with("{'Step': 'Epoch 1 step 1\\n'}"), "{message}");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    let out = rv.wait();
+    assert_eq!(out.stdout, "Epoch 1 step 1\n", "the child's output reached rankvisor's stdout");
+    out.assert_code(128 + libc::SIGTERM);
 }
 
 #[test]
