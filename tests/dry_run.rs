@@ -133,6 +133,55 @@ fn normal_job_succeeds_podgroup_deleted_pods_kept() {
     assert!(r.stderr.contains("PyTorchJob pytest is successfully completed."), "{}", r.stderr);
 }
 
+/// Issue 26 item 4: the AWS hang example (`examples/log-rules/hang.yaml`) under a PyTorchJob, set
+/// as a pod sets it (the container's `RANKVISOR_LOG_RULES`): the training command prints its start
+/// line and hangs; after the rule's 10 s the launcher stops it, the pod restarts (OnFailure), and
+/// the second run, which goes on to finish, completes the job.
+#[test]
+fn the_aws_hang_rule_restarts_a_hanging_pod_and_the_job_completes() {
+    let dir = common::TestDir::new("dry-run-log-rules");
+    let rules = common::repo_file("examples/log-rules/hang.yaml");
+    let manifest = dir.write(
+        "job.yaml",
+        &format!(
+            r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: hang
+spec:
+  runPolicy:
+    backoffLimit: 2
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: busybox:1.37.0-glibc
+              env:
+                - name: RANKVISOR_LOG_RULES
+                  value: "{}"
+              command:
+                - "sh"
+                - "-c"
+                - |
+                  echo "Train Epoch: 1 [0/60000 (0%)]       loss=0.8470"
+                  if [ "${{RANKVISOR_RESTART_COUNT}}" = "0" ]; then exec sleep 60; fi
+"#,
+            rules.display()
+        ),
+    );
+    let r = json_run(&manifest, &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    assert_eq!(r.runs("hang-master-0"), [0, 1], "{}", r.explain());
+    assert!(r.pod("hang-master-0").iter().any(|e| e.status == "Error"), "{}", r.explain());
+    let why = r#"log rule LogHang_JobHangingDetection (last matched line: "Train Epoch: 1 [0/60000 (0%)]       loss=0.8470")"#;
+    assert!(r.stderr.contains(why), "{}", r.stderr);
+}
+
 #[test]
 fn one_failing_worker_restarts_and_the_job_still_succeeds() {
     let r = json_run(&example("pytorchjob-worker-fails.yaml"), &["--backoff-max", "1s"]);
