@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{crashloop_and_hang_running, http_get, required_tool, TestDir};
+use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, Rv, TestDir};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -196,4 +196,31 @@ fn pod_monitor_scrapes_the_port_the_job_exposes() {
         let port = ports.as_array().unwrap().iter().find(|p| p["name"] == "rankvisor");
         assert_eq!(port.map(|p| &p["containerPort"]), Some(&serde_json::json!(9400)), "{kind}: {ports}");
     }
+}
+
+/// The per-rule gauge of `--log-rules`, live from a replica whose rule fired, passes promtool.
+#[test]
+fn live_log_rule_gauges_pass_promtool_check_metrics() {
+    let dir = TestDir::new("promtool-log-rules");
+    let port = free_port();
+    let rules = dir.write(
+        "rules.json",
+        r#"[{"name": "Start", "logPattern": ".*started.*", "expectedStartCutOffInSeconds": 60},
+            {"name": "Oom", "logPattern": ".*out of memory.*", "faultOnMatch": true}]"#,
+    );
+    let running = Rv::new(&dir)
+        .args(["--node-health", "off", "--restart-policy", "Always", "--backoff-initial", "60s"])
+        .args(["--http-addr".to_string(), format!("127.0.0.1:{port}"), "--log-rules".into(), rules.display().to_string()])
+        .sh("echo started; echo 'CUDA out of memory'; exec sleep 30")
+        .spawn();
+    let body = wait_until("the fired rule in /metrics", || {
+        let (_, body) = http_get(port, "/metrics")?;
+        body.contains("rankvisor_last_exit_reason{reason=\"LogRule\"} 1").then_some(body)
+    });
+    let (status, lint) = promtool(&["check", "metrics"], &body);
+    assert_eq!((status, lint.trim()), (0, ""), "promtool check metrics:\n{body}");
+    assert!(body.contains("rankvisor_log_rule_state{rule=\"Oom\"} 3"), "{body}");
+    assert!(body.contains("rankvisor_log_rule_state{rule=\"Start\"} 0"), "{body}");
+    running.signal(libc::SIGTERM);
+    running.wait();
 }

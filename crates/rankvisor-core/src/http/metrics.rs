@@ -382,6 +382,27 @@ mod tests {
     }
 
     #[test]
+    fn each_log_rule_has_a_state_gauge_and_a_fired_rule_is_the_exit_reason() {
+        use crate::status::LogRuleGauge;
+        let gauge = |rule: &str, state: &str| LogRuleGauge { rule: rule.into(), state: state.into() };
+        let st = LocalStatus {
+            last_exit: Some(ExitHow::Signaled(15)),
+            last_exit_reason: Some(ExitReason::LogRule),
+            log_rules: vec![gauge("Start", "HEALTHY"), gauge("Step", "HANGING"), gauge("Loss", "SLOW"), gauge("Oom", "FAULTED"), gauge("W", "WAITING")],
+            ..LocalStatus::default()
+        };
+        let text = render_metrics(&report(st, None), &WebhookCounts::default());
+        let values: Vec<_> = ["Start", "Step", "Loss", "Oom", "W"]
+            .iter()
+            .map(|r| value(&text, &format!("rankvisor_log_rule_state{{rule=\"{r}\"}}")))
+            .collect();
+        assert_eq!(values, [Some(0.0), Some(2.0), Some(1.0), Some(3.0), Some(0.0)], "{text}");
+        assert_eq!(value(&text, "rankvisor_last_exit_reason{reason=\"LogRule\"}"), Some(1.0));
+        let quiet = render_metrics(&report(LocalStatus::default(), None), &WebhookCounts::default());
+        assert!(!quiet.contains("rankvisor_log_rule_state"), "no rules: no family");
+    }
+
+    #[test]
     fn rfc3339_round_trips_to_unix_seconds() {
         use std::time::Duration;
         for (secs, micros) in [(0u64, 0u32), (951_782_400, 5), (1_709_164_799, 999_999), (4_102_444_800, 0)] {
