@@ -18,7 +18,10 @@ fn a_child_silent_after_its_start_line_is_stopped_as_hanging_and_restarted_under
     let out = base(&dir)
         .args(["--log-rules".as_ref(), rules.as_os_str()])
         .args(["--restart-policy", "OnFailure", "--backoff-limit", "1", "--backoff-initial", "20ms"])
-        .sh(&format!("echo run >> {}; echo \"step 1 of run $RANKVISOR_RESTART_COUNT\"; exec sleep 30", q(&dir.file("runs"))))
+        .sh(&format!(
+            "echo run >> {}; echo \"step 1 of run $RANKVISOR_RESTART_COUNT\"; exec sleep 30",
+            q(&dir.file("runs"))
+        ))
         .run();
     out.assert_code(143);
     assert_eq!(read(&dir.join("runs")).lines().count(), 2, "stopped, restarted once, stopped again");
@@ -52,7 +55,11 @@ fn the_childs_stdout_is_relayed_unchanged_and_without_delay_with_rules_on() {
          printf ' rest\\nstep \\000\\377\\376 binary\\r\\n'; printf 'no newline'",
         go = q(&go)
     );
-    let running = base(&dir).args(["--log-rules".as_ref(), rules.as_os_str()]).args(["--restart-policy", "Never"]).sh(&script).spawn();
+    let running = base(&dir)
+        .args(["--log-rules".as_ref(), rules.as_os_str()])
+        .args(["--restart-policy", "Never"])
+        .sh(&script)
+        .spawn();
     wait_until("the partial line on rankvisor's stdout", || {
         (std::fs::read(dir.join("stdout")).ok()? == b"partial").then_some(())
     });
@@ -99,4 +106,3 @@ fn a_bad_rule_file_exits_64_naming_the_rule_and_field() {
     missing.assert_code(64);
     assert!(missing.stderr.contains("nope.json: cannot read it"), "{}", missing.stderr);
 }
-

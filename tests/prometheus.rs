@@ -210,7 +210,12 @@ fn live_log_rule_gauges_pass_promtool_check_metrics() {
     );
     let running = Rv::new(&dir)
         .args(["--node-health", "off", "--restart-policy", "Always", "--backoff-initial", "60s"])
-        .args(["--http-addr".to_string(), format!("127.0.0.1:{port}"), "--log-rules".into(), rules.display().to_string()])
+        .args([
+            "--http-addr".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--log-rules".into(),
+            rules.display().to_string(),
+        ])
         .sh("echo started; echo 'CUDA out of memory'; exec sleep 30")
         .spawn();
     let body = wait_until("the fired rule in /metrics", || {

@@ -16,8 +16,14 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
 pub const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
-const EXIT_REASONS: [ExitReason; 6] =
-    [ExitReason::Exited, ExitReason::Signaled, ExitReason::Hung, ExitReason::NodeUnhealthy, ExitReason::NewGeneration, ExitReason::LogRule];
+const EXIT_REASONS: [ExitReason; 6] = [
+    ExitReason::Exited,
+    ExitReason::Signaled,
+    ExitReason::Hung,
+    ExitReason::NodeUnhealthy,
+    ExitReason::NewGeneration,
+    ExitReason::LogRule,
+];
 
 /// Every metric of one replica, with HELP and TYPE lines. Metrics whose value is unknown (no exit
 /// yet, node health off, no rendezvous, no step in the heartbeat) are left out rather than faked.
@@ -388,7 +394,13 @@ mod tests {
         let st = LocalStatus {
             last_exit: Some(ExitHow::Signaled(15)),
             last_exit_reason: Some(ExitReason::LogRule),
-            log_rules: vec![gauge("Start", "HEALTHY"), gauge("Step", "HANGING"), gauge("Loss", "SLOW"), gauge("Oom", "FAULTED"), gauge("W", "WAITING")],
+            log_rules: vec![
+                gauge("Start", "HEALTHY"),
+                gauge("Step", "HANGING"),
+                gauge("Loss", "SLOW"),
+                gauge("Oom", "FAULTED"),
+                gauge("W", "WAITING"),
+            ],
             ..LocalStatus::default()
         };
         let text = render_metrics(&report(st, None), &WebhookCounts::default());

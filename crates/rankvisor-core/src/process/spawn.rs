@@ -280,9 +280,7 @@ fn posix_spawn(cmd: &ChildCommand, signals: &Signals, sigdefault: &libc::sigset_
     let spawn = if cmd.program.as_bytes().contains(&b'/') { libc::posix_spawn } else { libc::posix_spawnp };
     // SAFETY: every pointer is to a NUL-terminated string or a NULL-terminated array that outlives
     // the call; posix_spawn returns after the child has called exec (or failed to).
-    check(unsafe {
-        spawn(&mut pid, program.as_ptr(), actions_ptr, &attr.0, argv.as_ptr(), env.ptrs.as_ptr().cast())
-    })?;
+    check(unsafe { spawn(&mut pid, program.as_ptr(), actions_ptr, &attr.0, argv.as_ptr(), env.ptrs.as_ptr().cast()) })?;
     Ok(pid)
 }
 

@@ -292,6 +292,10 @@ mod tests {
     fn local_status_line_is_unchanged() {
         let v = serde_json::to_value(LocalStatus::default()).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 11, "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}");
+        assert_eq!(
+            keys.len(),
+            11,
+            "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}"
+        );
     }
 }

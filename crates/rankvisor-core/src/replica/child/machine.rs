@@ -392,7 +392,9 @@ impl Supervisor {
         match (self.cfg.hang, self.last_beat) {
             (Some(h), Some(_)) => format!("child hung (no heartbeat within {:?}), then {how}", h.timeout),
             // It never beat: the startup allowance is what ran out.
-            (Some(h), None) => format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup),
+            (Some(h), None) => {
+                format!("child hung (no first heartbeat within {:?} of its start), then {how}", h.startup)
+            }
             (None, _) => format!("child hung, then {how}"),
         }
     }

@@ -484,7 +484,9 @@ async fn a_firing_log_rule_under_never_exits_with_the_failure_and_says_why() {
     assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE), "stopped by a rule, an exit 0 is still a failure");
     assert_eq!(
         h.messages,
-        [r#"log rule LogHang_Step (last matched line: "step \u{1b}[31m7"), then child exited with code 0; restart policy Never does not restart it"#]
+        [
+            r#"log rule LogHang_Step (last matched line: "step \u{1b}[31m7"), then child exited with code 0; restart policy Never does not restart it"#
+        ]
     );
     let mut killed = Harness::new(cfg(Never, 6));
     killed.send(Event::Start);
