@@ -149,3 +149,39 @@ fn terminal_stdin_takes_the_fork_path_and_gives_the_child_the_foreground() {
     assert_eq!(s.pgrp, s.pid, "the child leads its own process group: {s:?}");
     assert_eq!(s.tpgid, s.pgrp, "the child's group is the terminal's foreground: {s:?}");
 }
+
+/// The fork path gives the child the log rules' pipe as its stdout too (std's `Command` dups it),
+/// and what the child writes there reaches rankvisor's stdout.
+#[test]
+fn the_fork_path_gives_the_child_the_log_rules_pipe() {
+    let dir = TestDir::new("spawn-path-tty-rules");
+    let rules = dir.write("rules.json", r#"[{"name": "Any", "logPattern": ".+", "expectedRecurringFrequencyInSeconds": 60}]"#);
+    let (controller, terminal) = pty();
+    let mut c = rankvisor();
+    c.args(["--restart-policy", "Never", "--log-level", "debug", "--http-addr", "off", "--node-health", "off"])
+        .arg("--log-rules")
+        .arg(&rules)
+        .args(["--", "sh", "-c", "l=$(readlink /proc/$$/fd/1); echo \"stdout is $l\""]);
+    c.stdin(Stdio::from(terminal.try_clone().unwrap()))
+        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().expect("start rankvisor");
+    drop(terminal);
+    let status = wait_until_for("rankvisor on a terminal to exit", HANG_GUARD, || child.try_wait().unwrap());
+    let _ = controller.as_raw_fd();
+    drop(controller);
+    let stderr = read(&dir.join("stderr"));
+    assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+    assert_eq!(path_taken(&stderr), "Fork(Terminal)", "stdin is a terminal\n{stderr}");
+    let stdout = read(&dir.join("stdout"));
+    assert!(stdout.starts_with("stdout is pipe:["), "the relay's pipe, relayed: {stdout:?}");
+}
