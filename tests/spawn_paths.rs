@@ -101,26 +101,26 @@ fn negative_control_the_ignored_signals_reach_rankvisor() {
     run.wait().assert_code(143);
 }
 
-#[test]
-fn terminal_stdin_takes_the_fork_path_and_gives_the_child_the_foreground() {
-    let dir = TestDir::new("spawn-path-tty");
+/// Run `c` (rankvisor and its arguments) as a container runtime with `tty: true` runs PID 1: in a
+/// session of its own whose controlling terminal is a pty on its stdin, with `ignored` ignored and
+/// SIGUSR2 blocked. Its exit status, stdout and stderr.
+fn run_on_a_terminal(
+    dir: &TestDir,
+    mut c: std::process::Command,
+    ignored: &'static [i32],
+) -> (std::process::ExitStatus, String, String) {
     let (controller, terminal) = pty();
-    let mut c = rankvisor();
-    c.args(["--restart-policy", "Never", "--log-level", "debug", "--http-addr", "off", "--"]).args(CHILD);
     c.stdin(Stdio::from(terminal.try_clone().unwrap()))
         .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
         .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
-    let ignored = IGNORED;
     // SAFETY: only async-signal-safe calls (setsid, ioctl, rt_sigaction, sigprocmask) between fork
     // and exec.
     unsafe {
         c.pre_exec(move || {
-            // A session of its own whose controlling terminal is the pty, as a container runtime
-            // with `tty: true` gives PID 1.
             if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            for &s in &ignored {
+            for &s in ignored {
                 let act: [usize; 4] = [libc::SIG_IGN, 0, 0, 0];
                 if libc::syscall(libc::SYS_rt_sigaction, s, act.as_ptr(), std::ptr::null::<usize>(), 8) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -139,8 +139,15 @@ fn terminal_stdin_takes_the_fork_path_and_gives_the_child_the_foreground() {
     // Keep the controller open until rankvisor is gone: closing it hangs the terminal up.
     let _ = controller.as_raw_fd();
     drop(controller);
-    let stdout = read(&dir.join("stdout"));
-    let stderr = read(&dir.join("stderr"));
+    (status, read(&dir.join("stdout")), read(&dir.join("stderr")))
+}
+
+#[test]
+fn terminal_stdin_takes_the_fork_path_and_gives_the_child_the_foreground() {
+    let dir = TestDir::new("spawn-path-tty");
+    let mut c = rankvisor();
+    c.args(["--restart-policy", "Never", "--log-level", "debug", "--http-addr", "off", "--"]).args(CHILD);
+    let (status, stdout, stderr) = run_on_a_terminal(&dir, c, &IGNORED);
     assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
     assert_eq!(path_taken(&stderr), "Fork(Terminal)", "stdin is a terminal\n{stderr}");
     let s = child_state(&stdout);
@@ -155,33 +162,15 @@ fn terminal_stdin_takes_the_fork_path_and_gives_the_child_the_foreground() {
 #[test]
 fn the_fork_path_gives_the_child_the_log_rules_pipe() {
     let dir = TestDir::new("spawn-path-tty-rules");
-    let rules = dir.write("rules.json", r#"[{"name": "Any", "logPattern": ".+", "expectedRecurringFrequencyInSeconds": 60}]"#);
-    let (controller, terminal) = pty();
+    let rules =
+        dir.write("rules.json", r#"[{"name": "Any", "logPattern": ".+", "expectedRecurringFrequencyInSeconds": 60}]"#);
     let mut c = rankvisor();
     c.args(["--restart-policy", "Never", "--log-level", "debug", "--http-addr", "off", "--node-health", "off"])
         .arg("--log-rules")
         .arg(&rules)
         .args(["--", "sh", "-c", "l=$(readlink /proc/$$/fd/1); echo \"stdout is $l\""]);
-    c.stdin(Stdio::from(terminal.try_clone().unwrap()))
-        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
-        .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
-    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = c.spawn().expect("start rankvisor");
-    drop(terminal);
-    let status = wait_until_for("rankvisor on a terminal to exit", HANG_GUARD, || child.try_wait().unwrap());
-    let _ = controller.as_raw_fd();
-    drop(controller);
-    let stderr = read(&dir.join("stderr"));
+    let (status, stdout, stderr) = run_on_a_terminal(&dir, c, &[]);
     assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
     assert_eq!(path_taken(&stderr), "Fork(Terminal)", "stdin is a terminal\n{stderr}");
-    let stdout = read(&dir.join("stdout"));
     assert!(stdout.starts_with("stdout is pipe:["), "the relay's pipe, relayed: {stdout:?}");
 }
