@@ -34,7 +34,7 @@ fn a_child_silent_after_its_start_line_is_stopped_as_hanging_and_restarted_under
     let last = out.last_status();
     assert_eq!((last["state"].as_str(), last["last_exit_reason"].as_str()), (Some("Failed"), Some("LogRule")));
     assert_eq!(last["log_rule"]["reason"], "LogHang_Step");
-    assert_eq!(last["log_rule"]["line"], "\"step 1 of run 1\"");
+    assert_eq!(last["log_rule"]["line"], "step 1 of run 1");
     assert!(
         out.statuses.iter().any(|s| s["log_rules"][0] == serde_json::json!({"rule": "Step", "state": "HANGING"})),
         "the per-rule state was published: {:?}",

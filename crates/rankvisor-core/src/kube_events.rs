@@ -103,7 +103,8 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
         ));
     }
     if let Some(hit) = next.log_rule.as_ref().filter(|&h| prev.and_then(|p| p.log_rule.as_ref()) != Some(h)) {
-        let line = hit.line.as_deref().map_or_else(|| "no line matched".into(), |l| format!("last matched line: {l}"));
+        let line =
+            hit.line.as_deref().map_or_else(|| "no line matched".into(), |l| format!("last matched line: \"{l}\""));
         out.push(transition(
             "LogRule",
             Warning,
@@ -511,6 +512,30 @@ mod tests {
         assert_eq!(reasons(Some(&sick), &running), ["NodeHealthy"]);
         let c = condition(&sick);
         assert_eq!((c.healthy, c.reason.as_str()), (false, "NodeUnhealthy"));
+    }
+
+    #[test]
+    fn a_fired_log_rule_is_one_log_rule_event_not_a_child_failure() {
+        use ReplicaState::*;
+        let running = rep(Running, 0, None, 0);
+        let st = LocalStatus {
+            state: Restarting,
+            restart_count: 1,
+            last_exit: Some(ExitHow::Signaled(15)),
+            last_exit_reason: Some(ExitReason::LogRule),
+            log_rule: Some(crate::status::LogRuleReport {
+                reason: "LogHang_Step".into(),
+                rule: "Step".into(),
+                line: Some("step 1".into()),
+            }),
+            ..LocalStatus::default()
+        };
+        let fired = Timeline::new(UNIX_EPOCH).report(&Identity::default(), &st, UNIX_EPOCH);
+        let t = transitions(Some(&running), &fired);
+        assert_eq!(t.iter().map(|t| t.reason).collect::<Vec<_>>(), ["LogRule", "ChildRestarted"]);
+        assert_eq!(t[0].kind, EventType::Warning);
+        assert!(t[0].message.contains(r#"LogHang_Step; last matched line: "step 1""#), "{}", t[0].message);
+        assert!(reasons(Some(&fired), &fired).is_empty(), "the same rule again is nothing new");
     }
 
     #[test]

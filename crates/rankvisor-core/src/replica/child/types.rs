@@ -69,7 +69,7 @@ impl LogRuleHit {
     /// escaped and bounded.
     pub fn describe(&self) -> String {
         match self.line() {
-            Some(l) => format!("log rule {} (last matched line: {})", self.reason, escape_line(l)),
+            Some(l) => format!("log rule {} (last matched line: \"{}\")", self.reason, escape_line(l)),
             None => format!("log rule {} (no line matched)", self.reason),
         }
     }
@@ -78,12 +78,13 @@ impl LogRuleHit {
 /// The most characters of a child's line quoted in a message.
 pub const QUOTED_LINE_CHARS: usize = 200;
 
-/// A line of the child's, escaped and cut at [`QUOTED_LINE_CHARS`].
+/// A line of the child's without its line end, escaped and cut at [`QUOTED_LINE_CHARS`] (`...`
+/// marks the cut).
 pub fn escape_line(line: &str) -> String {
     let line = line.strip_suffix('\n').unwrap_or(line);
     let cut: String = line.chars().take(QUOTED_LINE_CHARS).collect();
     let more = if cut.len() < line.len() { "..." } else { "" };
-    format!("\"{}{more}\"", crate::untrusted::escape(&cut))
+    format!("{}{more}", crate::untrusted::escape(&cut))
 }
 
 /// Why a running child is being stopped.
