@@ -175,11 +175,17 @@ fn log_rule_message(hit: &LogRuleHit) -> String {
 /// Python's `repr` of a string, as the agent's f-string writes a dict's keys and values (bounded:
 /// a line of the child's is cut at `QUOTED_LINE_CHARS` characters).
 fn py_repr(s: &str) -> String {
-    let mut out = String::from("'");
-    for c in s.chars().take(crate::replica::child::QUOTED_LINE_CHARS) {
+    let s: String = s.chars().take(crate::replica::child::QUOTED_LINE_CHARS).collect();
+    // Python quotes with `"` when the text has a `'` and no `"`.
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let mut out = String::from(quote);
+    for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -187,7 +193,7 @@ fn py_repr(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out.push('\'');
+    out.push(quote);
     out
 }
 
@@ -205,5 +211,16 @@ fn failure_line(how: Option<ExitHow>, pid: Option<i32>) -> String {
              https://pytorch.org/docs/stable/elastic/errors.html\n"
         ),
         None => "    Local Rank 0 could not be started\n".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Python's own `repr` gave these (`python3 -c "print(repr(...))"`).
+    #[test]
+    fn py_repr_quotes_and_escapes_as_python_does() {
+        assert_eq!(super::py_repr("it's\n"), r#""it's\n""#);
+        assert_eq!(super::py_repr("a\"b'c\u{1b}\u{85}é"), r#"'a"b\'c\x1b\x85é'"#);
+        assert_eq!(super::py_repr("back\\slash\t"), r"'back\\slash\t'");
     }
 }

@@ -168,7 +168,7 @@ async fn a_firing_log_rule_faults_the_agent_with_its_reason_and_stops_the_child(
     assert_eq!(
         msg,
         "The job is hanging (not receiving required logs) on the following log monitoring rules and corresponding \
-         last matched log lines: {'Step': 'it\\'s step 3\\n'}"
+         last matched log lines: {'Step': \"it's step 3\\n\"}"
     );
     assert_eq!((f.spawns.len(), f.exit), (1, None), "the operator decides what follows");
 }
