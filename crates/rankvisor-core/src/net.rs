@@ -1,5 +1,8 @@
-//! What every TCP server here (the HTTP probes, the rendezvous master) shares: accepting with a
-//! retry that never spins.
+//! The network transport every part shares: accepting with a retry that never spins (the HTTP
+//! probes, the agent's API, the rendezvous master), and `client`, the HTTP client of the
+//! Kubernetes API and the webhook.
+
+pub mod client;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

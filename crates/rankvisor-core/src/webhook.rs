@@ -9,7 +9,7 @@
 //! in the URL (`http://user:pass@host/`) are sent as basic auth and never logged.
 
 use crate::backoff::Backoff;
-use crate::http::client::{redact_url, Body, ClientOptions, HttpClient, Method, ProxySettings, Roots};
+use crate::net::client::{redact_url, Body, ClientOptions, HttpClient, Method, ProxySettings, Roots};
 use crate::status::Report;
 use hyper::Uri;
 use std::collections::VecDeque;
@@ -420,7 +420,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let _ = tx.send(crate::http::client::tests::read_request(&mut s).await);
+            let _ = tx.send(crate::net::client::tests::read_request(&mut s).await);
             let _ = s.write_all(&ok).await;
         });
         let cfg = WebhookConfig::new(parse_url(&format!("http://user:s3cret@{addr}/r")).unwrap());
@@ -435,7 +435,7 @@ mod tests {
 
     #[tokio::test]
     async fn https_receivers_work_with_their_ca() {
-        use crate::http::client::tests::{self_signed, tls_server};
+        use crate::net::client::tests::{self_signed, tls_server};
         let (pem, config) = self_signed();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let addr = tls_server(config, tx).await;
@@ -468,7 +468,7 @@ mod tests {
         let w = written.clone();
         tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            crate::http::client::tests::read_request(&mut s).await;
+            crate::net::client::tests::read_request(&mut s).await;
             let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n";
             s.write_all(head).await.unwrap();
             let block = vec![b'x'; 64 * 1024];
@@ -492,7 +492,7 @@ mod tests {
             let mut n = 0;
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
-                let request = crate::http::client::tests::read_request_or_eof(&mut s).await;
+                let request = crate::net::client::tests::read_request_or_eof(&mut s).await;
                 // The body is all after the head: read_request stops at the announced length.
                 let body = request.and_then(|t| t.split_once("\r\n\r\n").map(|(_, b)| b.to_string()));
                 let Some(body) = body else { continue };

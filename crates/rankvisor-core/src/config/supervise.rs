@@ -245,7 +245,7 @@ pub fn supervise_config(
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
         interval: a.report_interval,
-        proxy: crate::http::client::ProxySettings::from_env(env.lookup()),
+        proxy: crate::net::client::ProxySettings::from_env(env.lookup()),
         ..crate::webhook::WebhookConfig::new(url)
     });
     if a.report_interval.is_zero() && webhook.is_some() {

@@ -15,6 +15,6 @@ pub use source::{
     MAX_FILE_BYTES, MIN_POLL,
 };
 pub use verdict::{
-    summary, verdict, NodeSnapshot, NodeVerdict, Taint, DEEP_HEALTH_CHECK_STATUS, FAULT_DETAILS, FAULT_REASON_KEYS,
-    FAULT_TYPE_KEYS, LABEL_PREFIX, NODE_HEALTH_STATUS,
+    summary, verdict, NodeVerdict, DEEP_HEALTH_CHECK_STATUS, FAULT_DETAILS, FAULT_REASON_KEYS, FAULT_TYPE_KEYS,
+    LABEL_PREFIX, NODE_HEALTH_STATUS,
 };

@@ -73,7 +73,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::health::verdict::{verdict, NodeSnapshot, Taint, FAULT_DETAILS};
+    use crate::health::verdict::{verdict, FAULT_DETAILS};
+    use crate::kube::{NodeSnapshot, Taint};
 
     fn snap(pairs: &[(&str, &str)]) -> NodeSnapshot {
         NodeSnapshot::from_labels(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())

@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::labels_file::{parse_labels_file, LabelsFileError};
-use super::verdict::{verdict, NodeSnapshot, NodeVerdict};
+use super::verdict::{verdict, NodeVerdict};
+use crate::kube::NodeSnapshot;
 
 /// Largest labels file read; a bigger one (or `/dev/zero`) is an error, not an unbounded read.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;

@@ -3,9 +3,9 @@
 //! Fail closed: every value that is not documented as healthy, including values HyperPod may add
 //! in the future, makes the node unhealthy, and the reason names the label and the value seen.
 
+use crate::kube::{NodeSnapshot, Taint};
 use crate::untrusted::Escaped;
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,50 +25,6 @@ pub const FAULT_DETAILS: &str = "sagemaker.amazonaws.com/fault-details";
 
 const SCHEDULABLE: &str = "Schedulable";
 const PASSED: &str = "Passed";
-
-/// A Kubernetes node taint, as the API reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Taint {
-    /// Taint key, e.g. `sagemaker.amazonaws.com/node-health-status`.
-    pub key: String,
-    /// Taint value; Kubernetes allows it to be empty.
-    #[serde(default)]
-    pub value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
-}
-
-/// The taint the way kubectl writes it: `key=value:Effect` (or `key:Effect` without a value).
-impl fmt::Display for Taint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.is_empty() {
-            write!(f, "{}:{}", self.key, self.effect)
-        } else {
-            write!(f, "{}={}:{}", self.key, self.value, self.effect)
-        }
-    }
-}
-
-/// What a health source knows about the node at one moment: the input of [`verdict`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeSnapshot {
-    /// Every label of the node.
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// Every annotation of the node (the fault details live there).
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-    /// Every taint of the node.
-    #[serde(default)]
-    pub taints: Vec<Taint>,
-}
-
-impl NodeSnapshot {
-    /// A snapshot with labels only, as a downward-API labels file gives.
-    pub fn from_labels(labels: BTreeMap<String, String>) -> Self {
-        Self { labels, ..Self::default() }
-    }
-}
 
 /// The health verdict on the node, with everything needed to explain it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

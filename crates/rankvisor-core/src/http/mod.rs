@@ -1,8 +1,7 @@
 //! The local HTTP endpoint: Kubernetes probes, Prometheus metrics, this replica's report and the
-//! live job page; and `client`, the HTTP client of the Kubernetes API and the webhook.
+//! live job page. (The HTTP client is `net::client`.)
 
 mod addr;
-pub mod client;
 mod metrics;
 mod page;
 mod server;

@@ -1,11 +1,11 @@
-//! HTTPS to the API server through the shared HTTP client (`crate::http::client`): only the
+//! HTTPS to the API server through the shared HTTP client (`crate::net::client`): only the
 //! configured CA is trusted, the bearer token is read from its file before every request
 //! (projected tokens rotate) and never logged, nor is any answer's body that could echo it.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::http::client::{self, Body, BodyLines, ClientOptions, HttpClient, HttpError, Method, Roots};
+use crate::net::client::{self, Body, BodyLines, ClientOptions, HttpClient, HttpError, Method, Roots};
 
 use super::config::KubeConfig;
 use super::wire::{parse_status, parse_watch_event, Node, WatchEvent, WireError, MAX_LINE_BYTES};

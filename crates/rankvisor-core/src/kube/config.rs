@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::http::client::ProxySettings;
+use crate::net::client::ProxySettings;
 
 /// The service account's mount point in every pod that has one.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

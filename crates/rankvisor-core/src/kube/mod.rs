@@ -3,6 +3,7 @@
 
 mod client;
 mod config;
+mod node;
 mod wire;
 
 pub use client::{KubeClient, KubeError, NodeWatch};
@@ -10,6 +11,7 @@ pub use config::{
     check_node_name, KubeConfig, KubeConfigError, KubeOverrides, DEFAULT_CA_FILE, DEFAULT_NAMESPACE_FILE,
     DEFAULT_TOKEN_FILE, SERVICE_ACCOUNT_DIR,
 };
+pub use node::{NodeSnapshot, Taint};
 pub use wire::{
     parse_status, parse_watch_event, Node, NodeMetadata, NodeSpec, Status, WatchEvent, WireError, MAX_LINE_BYTES,
 };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::health::{NodeSnapshot, Taint};
+use super::node::{NodeSnapshot, Taint};
 
 /// Longest watch event line accepted; a Node with a long image list is ~100 KB.
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
