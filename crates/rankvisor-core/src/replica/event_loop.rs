@@ -436,11 +436,8 @@ impl Loop {
         let input = match spawned {
             Ok(pid) => {
                 info!(pid, restart_count, "child started");
-                if let (Some(rules), Some(read)) = (rules, read) {
-                    match LogWatch::new(rules, read, Instant::now()) {
-                        Ok(w) => self.log = Some(w),
-                        Err(e) => error!("log rules: cannot watch the child's stdout: {e}; the rules are off"),
-                    }
+                if let (Some(rules), Some(rx)) = (rules, read) {
+                    self.log = Some(LogWatch::new(rules, rx, Instant::now()));
                 }
                 if self.cfg.panic_after_spawn {
                     process::set_child_group(Some(pid));

@@ -24,22 +24,23 @@ pub struct LogWatch {
     published: Vec<LogState>,
 }
 
-/// A pipe for the child's stdout: (read end, write end), both close-on-exec (the spawn dups the
-/// write end to the child's fd 1).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+/// A pipe for the child's stdout: its read end, ready for the event loop, and its write end, both
+/// close-on-exec (the spawn dups the write end to the child's fd 1).
+pub fn pipe() -> io::Result<(Receiver, OwnedFd)> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    Ok((Receiver::from_owned_fd(read)?, write))
 }
 
 impl LogWatch {
-    /// Watch the attempt whose child started at `started` with `rules`, reading `read`.
-    pub fn new(rules: Arc<RuleSet>, read: OwnedFd, started: Instant) -> io::Result<Self> {
-        Ok(Self {
-            rx: Some(Receiver::from_owned_fd(read)?),
+    /// Watch the attempt whose child started at `started` with `rules`, reading `rx`.
+    pub fn new(rules: Arc<RuleSet>, rx: Receiver, started: Instant) -> Self {
+        Self {
+            rx: Some(rx),
             relay: Relay::new(io::stdout()),
             ev: Evaluator::new(rules, started),
             reported: false,
             published: Vec::new(),
-        })
+        }
     }
 
     /// True while the pipe is open.
