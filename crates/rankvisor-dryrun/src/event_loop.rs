@@ -46,18 +46,12 @@ use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
 use super::pytorchjob::ReplicaId;
 use super::rows::Change;
+use super::run::{Run, RunAction, TEARDOWN_LIMIT};
 use super::setup::{Setup, SetupError};
 use super::timeline::{FaultMark, Recording};
 use super::workdir::{write_atomically, WorkDir};
 use super::workload::Workload;
 
-/// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
-const STOP_MARGIN: Duration = Duration::from_secs(2);
-/// After a success, replicas still running this long later are named (they keep the dry run alive).
-const STRAGGLER_NOTE_AFTER: Duration = Duration::from_secs(1);
-/// How long a launcher's exit waits for the processes it left to be killed and collected before
-/// it is reported anyway (a process stuck in the kernel does not die at once).
-const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
 /// each SIGCHLD (signals coalesce).
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
@@ -91,8 +85,6 @@ struct LiveLauncher {
     pid: Option<i32>,
     tracker: StatusTracker,
     signals: mpsc::UnboundedSender<i32>,
-    /// When to SIGKILL it if a stop has not ended it.
-    kill_at: Option<Instant>,
 }
 
 /// A launcher that exited, reported once what it left is gone.
@@ -103,14 +95,6 @@ struct PendingExit {
     /// Its training process, as its status lines last named it.
     child: Option<i32>,
     since: Instant,
-}
-
-/// Why the dry run is ending before the job settles.
-#[derive(Debug, Clone)]
-struct Abort {
-    code: i32,
-    /// Set for a signal: a second one kills at once.
-    by_signal: bool,
 }
 
 struct DryRunLoop {
@@ -137,10 +121,9 @@ struct DryRunLoop {
     output_tasks: Vec<JoinHandle<()>>,
     /// `fail:` injections waiting for their replica's child to run.
     deferred_fails: Vec<ReplicaId>,
-    /// When to say which replicas the dry run still waits for after the job succeeded.
-    straggler_note_at: Option<Instant>,
     stop_all: bool,
-    abort: Option<Abort>,
+    /// The run's own decisions: timeout, abort, stops running late, teardown, stragglers.
+    run: Run,
     /// What `--timeline` draws: every change and fault (empty without `--timeline`).
     recorded: (Vec<Change>, Vec<FaultMark>),
 }
@@ -163,6 +146,7 @@ impl DryRunLoop {
             restart_scope: opts.restart_scope,
         };
         let workload = Workload::new(job, config);
+        let run = Run::new(Instant::now(), opts.timeout, opts.grace_period);
         Self {
             renderer: workload.renderer(opts.watch),
             pod_width: workload.pod_width(),
@@ -182,9 +166,8 @@ impl DryRunLoop {
             tx,
             output_tasks: Vec::new(),
             deferred_fails: Vec::new(),
-            straggler_note_at: None,
             stop_all: false,
-            abort: None,
+            run,
             recorded: (Vec::new(), Vec::new()),
         }
     }
@@ -206,6 +189,7 @@ impl DryRunLoop {
             "images are not pulled: each replica runs its container's command on this machine, under its own rankvisor launcher ({meet})"
         ));
         self.start = Instant::now();
+        self.run = Run::new(self.start, self.opts.timeout, self.opts.grace_period);
         self.feed(ClusterEvent::Submitted);
         while !self.done() {
             let wake = self.next_wake();
@@ -217,109 +201,111 @@ impl DryRunLoop {
                 () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_wake(),
             }
         }
-        match (&self.abort, self.workload.outcome()) {
-            (Some(a), _) => a.code,
-            (None, _) => self.workload.exit_code(),
-        }
+        self.run.exit_code(self.workload.exit_code())
     }
 
     /// Every launcher is gone, and the job is settled or the run was cut short.
     fn done(&self) -> bool {
-        self.launchers.is_empty()
-            && self.pending_exits.is_empty()
-            && (self.abort.is_some() || self.workload.is_settled())
+        self.run.done(!self.launchers.is_empty(), self.workload.is_settled())
     }
 
     fn now(&self) -> Duration {
         self.start.elapsed()
     }
 
-    /// The earliest of: a row due to change, an injection, the timeout, a stop running late.
+    /// The earliest of: a row due to change, an injection, a teardown poll, the run's deadlines.
     fn next_wake(&self) -> Option<Instant> {
-        let live = self.abort.is_none();
+        let live = !self.run.aborted();
         let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
-        let timeout = self.opts.timeout.filter(|_| live).map(|t| self.start + t);
-        let kills = self.launchers.values().filter_map(|l| l.kill_at);
-        let straggler_note = self.straggler_note_at.filter(|_| live);
         let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
-        [tick, inject, timeout, straggler_note, teardown].into_iter().flatten().chain(kills).min()
+        [tick, inject, teardown, self.run.next_wake()].into_iter().flatten().min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
         if !self.pending_exits.is_empty() {
             self.tear_down();
-            if self.pending_exits.first().is_some_and(|p| p.since + TEARDOWN_LIMIT <= now) {
+        }
+        if !self.run.aborted() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
+            self.feed(ClusterEvent::Tick);
+        }
+        while !self.run.aborted() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
+            if let Some(injection) = self.injections.pop_front() {
+                self.inject(injection);
+            }
+        }
+        for action in self.run.on_wake(now, self.workload.exit_code()) {
+            self.act(action);
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        let action = self.run.on_signal(sig);
+        self.act(action);
+    }
+
+    /// Carry out one of the run's decisions.
+    fn act(&mut self, action: RunAction) {
+        match action {
+            RunAction::ReportExitsAnyway => {
                 note(&format!(
                     "processes left by a launcher that ended are still not gone {} after their SIGKILL: reporting the launcher's end anyway",
                     format_duration(TEARDOWN_LIMIT)
                 ));
                 self.report_exits();
             }
-        }
-        if self.abort.is_none() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
-            self.feed(ClusterEvent::Tick);
-        }
-        while self.abort.is_none() && self.injections.front().is_some_and(|i| self.start + i.at <= now) {
-            if let Some(injection) = self.injections.pop_front() {
-                self.inject(injection);
+            RunAction::NameStragglers => {
+                let running: Vec<String> = self
+                    .launchers
+                    .iter()
+                    .filter(|(_, l)| !l.tracker.ended())
+                    .map(|(id, _)| self.workload.pod_name(*id))
+                    .collect();
+                if !running.is_empty() {
+                    note(&format!(
+                        "the job {}; waiting for {} still running (cleanPodPolicy keeps them): {} (Ctrl-C stops them)",
+                        self.workload.state().unwrap_or("finished"),
+                        running.len(),
+                        running.join(", ")
+                    ));
+                }
             }
-        }
-        if self.straggler_note_at.is_some_and(|t| t <= now) {
-            self.straggler_note_at = None;
-            let running: Vec<String> = self
-                .launchers
-                .iter()
-                .filter(|(_, l)| !l.tracker.ended())
-                .map(|(id, _)| self.workload.pod_name(*id))
-                .collect();
-            if !running.is_empty() && self.abort.is_none() {
+            RunAction::TimedOut { after } => {
+                let state = self.workload.state().unwrap_or("not created");
                 note(&format!(
-                    "the job {}; waiting for {} still running (cleanPodPolicy keeps them): {} (Ctrl-C stops them)",
-                    self.workload.state().unwrap_or("finished"),
-                    running.len(),
-                    running.join(", ")
+                    "timeout: the job did not settle within {} (job {state}); the dry run ends here, stopping every launcher",
+                    format_duration(after)
                 ));
+                self.stop_every_launcher();
             }
-        }
-        if let Some(t) = self.opts.timeout.filter(|t| self.abort.is_none() && self.start + *t <= now) {
-            let state = self.workload.state().unwrap_or("not created");
-            note(&format!(
-                "timeout: the job did not settle within {} (job {state}); the dry run ends here, stopping every launcher",
-                format_duration(t)
-            ));
-            let code = self.workload.exit_code();
-            self.abort = Some(Abort { code, by_signal: false });
-            self.stop_every_launcher();
-        }
-        let late: Vec<ReplicaId> =
-            self.launchers.iter().filter(|(_, l)| l.kill_at.is_some_and(|k| k <= now)).map(|(id, _)| *id).collect();
-        for pod in late {
-            note(&format!("{} did not stop in time: killing it", self.workload.pod_name(pod)));
-            self.kill(pod);
-        }
-    }
-
-    fn on_signal(&mut self, sig: i32) {
-        let name = exit::signal_name(sig);
-        match &self.abort {
-            Some(Abort { by_signal: true, .. }) => {
-                note(&format!("{name} again: killing every launcher and training process"));
+            RunAction::Interrupted { signal } => {
+                let state = self.workload.state().unwrap_or("not created");
+                note(&format!(
+                    "{}: the dry run ends here (job {state}); stopping {} launcher(s) within the {} grace period (send it again to kill them)",
+                    exit::signal_name(signal),
+                    self.launchers.len(),
+                    format_duration(self.opts.grace_period)
+                ));
+                self.stop_every_launcher();
+            }
+            RunAction::KillAll { signal } => {
+                note(&format!("{} again: killing every launcher and training process", exit::signal_name(signal)));
                 let pods: Vec<ReplicaId> = self.launchers.keys().copied().collect();
                 for pod in pods {
                     self.kill(pod);
                 }
             }
-            _ => {
-                let state = self.workload.state().unwrap_or("not created");
-                note(&format!(
-                    "{name}: the dry run ends here (job {state}); stopping {} launcher(s) within the {} grace period (send it again to kill them)",
-                    self.launchers.len(),
-                    format_duration(self.opts.grace_period)
-                ));
-                self.abort = Some(Abort { code: 128 + sig, by_signal: true });
-                self.stop_every_launcher();
+            RunAction::Term(pod) => {
+                if let Some(l) = self.launchers.get(&pod) {
+                    let _ = l.signals.send(libc::SIGTERM);
+                }
+            }
+            RunAction::KillLate(pod) => {
+                if self.launchers.contains_key(&pod) {
+                    note(&format!("{} did not stop in time: killing it", self.workload.pod_name(pod)));
+                    self.kill(pod);
+                }
             }
         }
     }
@@ -329,7 +315,7 @@ impl DryRunLoop {
         let Some(launcher) = self.launchers.get_mut(&pod).filter(|l| l.instance == instance) else {
             return;
         };
-        if self.abort.is_some() {
+        if self.run.aborted() {
             // The run was cut short: what the stops do is not the job's doing, so the emulation
             // (and the watch) ends where it was; only the launchers' exits are awaited.
             if let LauncherNews::Exited(_) = what {
@@ -354,7 +340,9 @@ impl DryRunLoop {
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
                 self.deferred_fails.retain(|p| *p != pod);
-                self.pending_exits.push(PendingExit { pod, status, child, since: Instant::now() });
+                let since = Instant::now();
+                self.pending_exits.push(PendingExit { pod, status, child, since });
+                self.run.tearing_down(self.pending_exits.first().map(|p| p.since));
                 self.tear_down();
             }
         }
@@ -393,8 +381,10 @@ impl DryRunLoop {
 
     /// Report every launcher exit held for its orphans (nothing to report once the run is cut short).
     fn report_exits(&mut self) {
-        for PendingExit { pod, status, .. } in std::mem::take(&mut self.pending_exits) {
-            if self.abort.is_none() {
+        let exits = std::mem::take(&mut self.pending_exits);
+        self.run.tearing_down(None);
+        for PendingExit { pod, status, .. } in exits {
+            if !self.run.aborted() {
                 self.feed(ClusterEvent::LauncherExited { pod, status });
             }
         }
@@ -432,7 +422,7 @@ impl DryRunLoop {
     fn perform(&mut self, action: ClusterAction) {
         match action {
             ClusterAction::StartLauncher { pod } => {
-                if self.abort.is_some() {
+                if self.run.aborted() {
                     return;
                 }
                 self.start_launcher(pod);
@@ -448,7 +438,7 @@ impl DryRunLoop {
             ClusterAction::Unschedulable { message } | ClusterAction::Note { message } => note(&message),
             ClusterAction::Finish { outcome: _, reason } => {
                 note(&reason);
-                self.straggler_note_at = Some(Instant::now() + STRAGGLER_NOTE_AFTER);
+                self.run.job_finished(Instant::now());
             }
         }
     }
@@ -462,12 +452,11 @@ impl DryRunLoop {
 
     /// TERM the launcher: it forwards TERM to its child's group, waits its grace period, kills.
     fn stop(&mut self, pod: ReplicaId) {
-        let deadline = Instant::now() + self.opts.grace_period + STOP_MARGIN;
-        if let Some(l) = self.launchers.get_mut(&pod) {
-            if l.kill_at.is_none() {
-                l.kill_at = Some(deadline);
-                let _ = l.signals.send(libc::SIGTERM);
-            }
+        if !self.launchers.contains_key(&pod) {
+            return;
+        }
+        if let Some(action) = self.run.stop(pod, Instant::now()) {
+            self.act(action);
         }
     }
 
@@ -479,9 +468,9 @@ impl DryRunLoop {
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
             }
             let _ = l.signals.send(libc::SIGKILL);
-            // Nothing ignores SIGKILL: no later deadline is needed.
-            l.kill_at = None;
         }
+        // Nothing ignores SIGKILL: no later deadline is needed.
+        self.run.forget(pod);
     }
 
     fn inject(&mut self, injection: Injection) {
@@ -547,10 +536,7 @@ impl DryRunLoop {
             Ok((child, status_pipe)) => {
                 let (signals, signal_rx) = mpsc::unbounded_channel();
                 let pid = child.id().and_then(|p| i32::try_from(p).ok());
-                self.launchers.insert(
-                    pod,
-                    LiveLauncher { instance, pid, tracker: StatusTracker::default(), signals, kill_at: None },
-                );
+                self.launchers.insert(pod, LiveLauncher { instance, pid, tracker: StatusTracker::default(), signals });
                 let mut child = child;
                 for out in [child.stdout.take().map(boxed), child.stderr.take().map(boxed)].into_iter().flatten() {
                     self.output_tasks.push(tokio::spawn(relay_output(out, name.clone(), self.pod_width)));

@@ -40,6 +40,7 @@ mod pytorchjob;
 mod quantity;
 mod raw;
 mod rows;
+mod run;
 #[cfg(test)]
 mod scenarios;
 mod setup;

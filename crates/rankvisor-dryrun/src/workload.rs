@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::cluster::{ClusterEvent, ControllerConfig, Outcome, Step};
+use super::cluster::{ClusterEvent, ControllerConfig, Step};
 use super::controller::Controller;
 use super::env::{launch_spec, LaunchSpec, DRY_RUN_MASTER_ADDR};
 use super::kubectl::{TextRenderer, WatchKinds};
@@ -132,14 +132,6 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.next_tick(),
             Self::Train(c) => c.next_tick(),
-        }
-    }
-
-    /// The outcome, once decided.
-    pub(crate) fn outcome(&self) -> Option<Outcome> {
-        match self {
-            Self::PyTorch(c) => c.outcome(),
-            Self::Train(c) => c.outcome(),
         }
     }
 

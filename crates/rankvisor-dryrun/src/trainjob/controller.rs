@@ -114,11 +114,6 @@ impl TrainJobController {
         &self.job
     }
 
-    /// The outcome, once decided.
-    pub fn outcome(&self) -> Option<Outcome> {
-        self.outcome
-    }
-
     /// The STATE column (the last condition's type), if any.
     pub fn state(&self) -> Option<&'static str> {
         conditions::state(&self.conditions).map(ConditionType::as_str)
