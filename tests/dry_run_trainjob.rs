@@ -8,7 +8,7 @@ use serde_json::Value;
 
 mod common;
 use common::dry_run::{json_lines, DryRun};
-use common::TestDir;
+use common::{DryRunHttp, TestDir};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
@@ -243,4 +243,32 @@ fn injected_faults_reach_a_trainjobs_nodes_by_index_and_the_timeline_draws_them(
     );
     let drawn = std::fs::read_to_string(&svg).expect("the timeline");
     assert!(drawn.contains("TrainJob pytest") && drawn.contains("JobSet pytest") && drawn.contains(&node1), "{drawn}");
+}
+
+/// The live job view (node 0's `/job`, what the job page draws) and `--path-map` work for a
+/// TrainJob as for a PyTorchJob.
+#[test]
+fn node_0_serves_the_job_view_and_a_path_map_reaches_every_nodes_command() {
+    let dir = TestDir::new("trainjob-http-path-map");
+    std::fs::write(dir.join("train.sh"), "echo \"TRAINED node $PET_NODE_RANK\"; sleep 2\n").unwrap();
+    let text = std::fs::read_to_string(example("trainjob.yaml")).unwrap();
+    let text = text.replace(r#"command: ["sh", "-c", "sleep 3"]"#, r#"command: ["sh", "/workspace/train.sh"]"#);
+    assert!(text.contains("/workspace/train.sh"), "the example's command changed: {text}");
+    let manifest = dir.join("trainjob.yaml");
+    std::fs::write(&manifest, text).unwrap();
+    let map = format!("/workspace={}", dir.path().display());
+    let mut run = DryRunHttp::start(&dir, &manifest, &["--path-map", &map, "--timeout", "60s"]);
+    let port = run.port_where("node 0", |pod| pod.starts_with("pytest-node-0-0-"));
+    let view = common::wait_job(port, "the four nodes in node 0's job view", |v| {
+        v["replicas"].as_object().is_some_and(|r| r.len() == 4)
+    });
+    assert_eq!(view["job"], "pytest", "{view:#}");
+    assert!(run.wait_for(std::time::Duration::from_secs(60)).success(), "the TrainJob succeeds");
+    let mut logs = String::new();
+    for entry in std::fs::read_dir(dir.join("logs")).unwrap() {
+        logs += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    for k in 0..4 {
+        assert!(logs.contains(&format!("TRAINED node {k}")), "node {k} ran the mapped script: {logs}");
+    }
 }

@@ -703,6 +703,14 @@ impl DryRunHttp {
         wait_until(&format!("the dry run to say {pod}'s HTTP port"), || self.ports.lock().unwrap().get(pod).copied())
     }
 
+    /// The HTTP port of the first pod whose name `pick` accepts (a TrainJob's pods end in a
+    /// suffix), once the dry run has said it.
+    pub fn port_where(&self, what: &str, pick: impl Fn(&str) -> bool) -> u16 {
+        wait_until(&format!("the dry run to say {what}'s HTTP port"), || {
+            self.ports.lock().unwrap().iter().find(|(pod, _)| pick(pod)).map(|(_, port)| *port)
+        })
+    }
+
     /// Wait at most `limit` for the dry run to end on its own; its exit status.
     pub fn wait_for(&mut self, limit: Duration) -> std::process::ExitStatus {
         wait_until_for("the dry run to end", limit, || self.child.try_wait().expect("try_wait"))
