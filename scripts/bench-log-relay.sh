@@ -15,20 +15,8 @@ if [ -z "$bin" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat >"$work/rules.json" <<'JSON'
-[
-  {"name": "JobStart", "logPattern": ".*Experiment configuration.*", "expectedStartCutOffInSeconds": 120},
-  {"name": "JobHang", "logPattern": ".*Train Epoch.*", "expectedRecurringFrequencyInSeconds": 300},
-  {"name": "LossSpike", "logPattern": ".*training_loss_step (\\d+(?:\\.\\d+)?).*", "metricThreshold": 2, "operator": "gt", "metricEvaluationDataPoints": 5},
-  {"name": "TFLOPs", "logPattern": ".* (.+)TFLOPs.*", "metricThreshold": 100, "operator": "lt", "metricEvaluationDataPoints": 5},
-  {"name": "GPU Error", "logPattern": ".*RuntimeError.*out of memory.*", "faultOnMatch": true},
-  {"name": "NCCL", "logPattern": ".*NCCL (?:WARN|ERROR) .*timeout", "faultOnMatch": true},
-  {"name": "Checkpoint", "logPattern": ".*The checkpoint is finalized.*", "expectedRecurringFrequencyInSeconds": 1800},
-  {"name": "NaN", "logPattern": "(?i).*loss[=: ]+nan", "faultOnMatch": true},
-  {"name": "Throughput", "logPattern": ".*'samples/sec': (\\d+(\\.\\d+)?).*", "metricThreshold": 80, "operator": "lteq", "metricEvaluationDataPoints": 25},
-  {"name": "Traceback", "logPattern": "Traceback \\(most recent call last\\)", "faultOnMatch": true, "stopPattern": ".*training finished"}
-]
-JSON
+# The benchmarks' 10 rules, in the AWS examples' style (also the evaluation benchmark's).
+rules=scripts/bench/log-rules-10.json
 # A training log line padded to 99 characters (plus the newline: 100 bytes).
 line=$(printf '%-99s' "[default0] Train Epoch: 1 [640/60000 (1%)] training_loss_step 1.9001 'samples/sec': 812.5")
 child=(sh -c "yes '$line' | head -c $size")
@@ -53,7 +41,7 @@ run_rankvisor() {
 }
 t0=$(now); "${child[@]}" | reader >"$work/direct"; t1=$(now)
 direct=$(awk -v b="$(cat "$work/direct")" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.0f", b/(z-a)/1048576}')
-t0=$(now); peak_rules=$(run_rankvisor "$work/rules" --log-rules "$work/rules.json"); t1=$(now)
+t0=$(now); peak_rules=$(run_rankvisor "$work/rules" --log-rules "$rules"); t1=$(now)
 relayed=$(awk -v b="$(cat "$work/rules")" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.0f", b/(z-a)/1048576}')
 peak_plain=$(run_rankvisor "$work/plain")
 [ "$(cat "$work/direct")" = "$size" ] && [ "$(cat "$work/rules")" = "$size" ] || { echo "a reader saw a short stream: direct $(cat "$work/direct"), through rankvisor $(cat "$work/rules")" >&2; exit 1; }

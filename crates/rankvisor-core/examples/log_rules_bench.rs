@@ -8,18 +8,9 @@ use std::time::{Duration, Instant as StdInstant};
 use tokio::time::Instant;
 
 fn main() {
-    let rules = serde_json::json!([
-        {"name": "JobStart", "logPattern": ".*Experiment configuration.*", "expectedStartCutOffInSeconds": 120},
-        {"name": "JobHang", "logPattern": ".*Train Epoch.*", "expectedRecurringFrequencyInSeconds": 300},
-        {"name": "LossSpike", "logPattern": ".*training_loss_step (\\d+(?:\\.\\d+)?).*", "metricThreshold": 2, "operator": "gt", "metricEvaluationDataPoints": 5},
-        {"name": "TFLOPs", "logPattern": ".* (.+)TFLOPs.*", "metricThreshold": 100, "operator": "lt", "metricEvaluationDataPoints": 5},
-        {"name": "GPU Error", "logPattern": ".*RuntimeError.*out of memory.*", "faultOnMatch": true},
-        {"name": "NCCL", "logPattern": ".*NCCL (?:WARN|ERROR) .*timeout", "faultOnMatch": true},
-        {"name": "Checkpoint", "logPattern": ".*The checkpoint is finalized.*", "expectedRecurringFrequencyInSeconds": 1800},
-        {"name": "NaN", "logPattern": "(?i).*loss[=: ]+nan", "faultOnMatch": true},
-        {"name": "Throughput", "logPattern": ".*'samples/sec': (\\d+(\\.\\d+)?).*", "metricThreshold": 80, "operator": "lteq", "metricEvaluationDataPoints": 25},
-        {"name": "Traceback", "logPattern": "Traceback \\(most recent call last\\)", "faultOnMatch": true, "stopPattern": ".*training finished"}
-    ]);
+    // The 10 rules scripts/bench-log-relay.sh uses too.
+    let rules: serde_json::Value =
+        serde_json::from_str(include_str!("../../../scripts/bench/log-rules-10.json")).expect("the rules file is JSON");
     let set = Arc::new(rules_from_value(&rules).expect("valid rules"));
     let pad = |s: String| {
         let mut s = s;
