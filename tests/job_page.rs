@@ -159,7 +159,7 @@ fn replicas_at(k: usize) -> [LocalStatus; 3] {
     let master = LocalStatus {
         state: ReplicaState::Running,
         restart_count: 1,
-        last_exit: Some(ExitHow::Signaled(15)),
+        last_exit: Some(ExitHow::Signaled(rankvisor_core::signo::Signo::TERM)),
         last_exit_reason: Some(ExitReason::Hung),
         hang_detections: 1,
         child_pid: Some(4242),

@@ -255,7 +255,7 @@ fn expected_outcome(manifest: &str, applied: &[Applied]) -> (Outcome, String) {
                 m.queue.push(ClusterEvent::ChildRunning { pod, restart_count: n + 1 });
                 m.queue.push(ClusterEvent::ChildExited {
                     pod,
-                    exit: ExitHow::Signaled(9),
+                    exit: ExitHow::Signaled(rankvisor_core::signo::Signo::KILL),
                     will_restart: true,
                     restart_count: n,
                 });

@@ -7,6 +7,7 @@
 //! | 126 / 127 | the command cannot be executed / was not found |
 //! | 138 | gave up for a reason outside the training program (node unhealthy, rendezvous) |
 
+use crate::signo::Signo;
 use std::fmt;
 
 /// Bad configuration or environment (flags, env, rank contract). Kubeflow's ExitCode policy treats it
@@ -27,7 +28,7 @@ pub enum ExitHow {
     /// It called exit with this code.
     Exited(i32),
     /// A signal killed it.
-    Signaled(i32),
+    Signaled(Signo),
 }
 
 impl ExitHow {
@@ -35,7 +36,7 @@ impl ExitHow {
     pub fn code(self) -> i32 {
         match self {
             Self::Exited(c) => c,
-            Self::Signaled(s) => 128 + s,
+            Self::Signaled(s) => 128 + s.raw(),
         }
     }
 
@@ -49,16 +50,8 @@ impl fmt::Display for ExitHow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::Exited(c) => write!(f, "exited with code {c}"),
-            Self::Signaled(s) => write!(f, "killed by signal {} ({})", s, signal_name(s)),
+            Self::Signaled(s) => write!(f, "killed by signal {} ({})", s, s.name()),
         }
-    }
-}
-
-/// The conventional name of a signal number, for messages.
-pub fn signal_name(sig: i32) -> String {
-    match nix::sys::signal::Signal::try_from(sig) {
-        Ok(s) => s.as_str().to_string(),
-        Err(_) => format!("SIG{sig}"),
     }
 }
 
@@ -70,16 +63,16 @@ mod tests {
     fn codes_follow_the_shell_convention() {
         assert_eq!(ExitHow::Exited(0).code(), 0);
         assert_eq!(ExitHow::Exited(7).code(), 7);
-        assert_eq!(ExitHow::Signaled(9).code(), 137);
-        assert_eq!(ExitHow::Signaled(15).code(), 143);
+        assert_eq!(ExitHow::Signaled(Signo::KILL).code(), 137);
+        assert_eq!(ExitHow::Signaled(Signo::TERM).code(), 143);
         assert!(ExitHow::Exited(0).success());
         assert!(!ExitHow::Exited(1).success());
-        assert!(!ExitHow::Signaled(15).success());
+        assert!(!ExitHow::Signaled(Signo::TERM).success());
     }
 
     #[test]
     fn display_names_the_signal() {
-        assert_eq!(ExitHow::Signaled(15).to_string(), "killed by signal 15 (SIGTERM)");
+        assert_eq!(ExitHow::Signaled(Signo::TERM).to_string(), "killed by signal 15 (SIGTERM)");
         assert_eq!(ExitHow::Exited(3).to_string(), "exited with code 3");
     }
 }

@@ -500,8 +500,11 @@ mod tests {
     fn giving_up_hangs_rendezvous_and_node() {
         use ReplicaState::*;
         let running = rep(Running, 0, None, 0);
-        assert_eq!(reasons(Some(&running), &rep(Failed, 0, Some(ExitHow::Signaled(9)), 0)), ["ChildFailed", "Failed"]);
-        let hung = rep(Restarting, 0, Some(ExitHow::Signaled(15)), 1);
+        assert_eq!(
+            reasons(Some(&running), &rep(Failed, 0, Some(ExitHow::Signaled(crate::signo::Signo::KILL)), 0)),
+            ["ChildFailed", "Failed"]
+        );
+        let hung = rep(Restarting, 0, Some(ExitHow::Signaled(crate::signo::Signo::TERM)), 1);
         assert_eq!(reasons(Some(&running), &hung), ["Hung"], "a hang is not also a child failure");
         assert_eq!(reasons(Some(&rep(Rendezvous, 0, None, 0)), &rep(Failed, 0, None, 0)), ["RendezvousTimeout"]);
         let mut sick = running.clone();
@@ -521,7 +524,7 @@ mod tests {
         let st = LocalStatus {
             state: Restarting,
             restart_count: 1,
-            last_exit: Some(ExitHow::Signaled(15)),
+            last_exit: Some(ExitHow::Signaled(crate::signo::Signo::TERM)),
             last_exit_reason: Some(ExitReason::LogRule),
             log_rule: Some(crate::status::LogRuleReport {
                 reason: "LogHang_Step".into(),

@@ -68,6 +68,7 @@ pub mod rank;
 pub mod rendezvous;
 pub mod replica;
 pub mod reporting;
+pub mod signo;
 pub mod status;
 pub mod termination;
 pub mod untrusted;

@@ -98,7 +98,7 @@ mod tests {
             // IsRetryableExitCode: exitCode >= 128.
             assert_eq!(ExitCode.should_restart(how, false), code >= 128, "ExitCode {code}");
         }
-        for sig in 1..=64 {
+        for sig in (1..=64).filter_map(crate::signo::Signo::new) {
             let how = ExitHow::Signaled(sig);
             assert!(OnFailure.should_restart(how, false));
             // A signal death is 128+N: always retryable.

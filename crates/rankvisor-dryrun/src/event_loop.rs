@@ -35,6 +35,7 @@ use tokio::time::{sleep_until, Instant};
 
 use rankvisor_core::duration::format_duration;
 use rankvisor_core::exit::{self, ExitHow};
+use rankvisor_core::signo::Signo;
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
 use super::injection::{Fault, Injection};
@@ -195,8 +196,8 @@ impl DryRunLoop {
             let wake = self.next_wake();
             tokio::select! {
                 Some(report) = reports.recv() => self.on_report(report),
-                _ = interrupt.recv() => self.on_signal(libc::SIGINT),
-                _ = terminate.recv() => self.on_signal(libc::SIGTERM),
+                _ = interrupt.recv() => self.on_signal(Signo::INT),
+                _ = terminate.recv() => self.on_signal(Signo::TERM),
                 _ = child_ended.recv() => self.tear_down(),
                 () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_wake(),
             }
@@ -240,7 +241,7 @@ impl DryRunLoop {
         }
     }
 
-    fn on_signal(&mut self, sig: i32) {
+    fn on_signal(&mut self, sig: Signo) {
         let action = self.run.on_signal(sig);
         self.act(action);
     }
@@ -283,14 +284,14 @@ impl DryRunLoop {
                 let state = self.workload.state().unwrap_or("not created");
                 note(&format!(
                     "{}: the dry run ends here (job {state}); stopping {} launcher(s) within the {} grace period (send it again to kill them)",
-                    exit::signal_name(signal),
+                    signal.name(),
                     self.launchers.len(),
                     format_duration(self.opts.grace_period)
                 ));
                 self.stop_every_launcher();
             }
             RunAction::KillAll { signal } => {
-                note(&format!("{} again: killing every launcher and training process", exit::signal_name(signal)));
+                note(&format!("{} again: killing every launcher and training process", signal.name()));
                 let pods: Vec<ReplicaId> = self.launchers.keys().copied().collect();
                 for pod in pods {
                     self.kill(pod);
@@ -351,9 +352,11 @@ impl DryRunLoop {
     /// Kill and collect what ended launchers left (any child of the dry run that is not a live
     /// launcher); once nothing is left, report the launchers' exits to the controller.
     fn tear_down(&mut self) {
-        let launchers: BTreeSet<i32> = self.launchers.values().filter_map(|l| l.pid).collect();
+        let launchers: BTreeSet<nix::unistd::Pid> =
+            self.launchers.values().filter_map(|l| l.pid).map(nix::unistd::Pid::from_raw).collect();
         let sweep = orphans::sweep(&launchers);
         for &(pid, group) in &sweep.killed {
+            let (pid, group) = (pid.as_raw(), group.map(nix::unistd::Pid::as_raw));
             if !self.orphans_noted.insert(pid) {
                 continue;
             }
@@ -372,7 +375,7 @@ impl DryRunLoop {
             ));
         }
         for (pid, _) in &sweep.reaped {
-            self.orphans_noted.remove(pid);
+            self.orphans_noted.remove(&pid.as_raw());
         }
         if sweep.clear() {
             self.report_exits();

@@ -359,7 +359,7 @@ mod tests {
         // The line is what the launcher's status publishes, read back as the same type.
         let published = LocalStatus {
             state: ReplicaState::Failed,
-            last_exit: Some(ExitHow::Signaled(9)),
+            last_exit: Some(ExitHow::Signaled(rankvisor_core::signo::Signo::KILL)),
             last_exit_reason: Some(ExitReason::Hung),
             ..LocalStatus::default()
         };
@@ -417,11 +417,14 @@ mod tests {
         let mut t = StatusTracker::default();
         t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10)));
         assert_eq!(
-            t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(9)), Some(11))),
+            t.observe(
+                MASTER,
+                &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(rankvisor_core::signo::Signo::KILL)), Some(11))
+            ),
             vec![
                 ClusterEvent::ChildExited {
                     pod: MASTER,
-                    exit: ExitHow::Signaled(9),
+                    exit: ExitHow::Signaled(rankvisor_core::signo::Signo::KILL),
                     will_restart: true,
                     restart_count: 0
                 },
@@ -437,10 +440,18 @@ mod tests {
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Stopping, 0, None, Some(10))), vec![]);
         assert_eq!(t.child_pid(), Some(10), "a stopping child is still there to kill");
         assert_eq!(
-            t.observe(MASTER, &line(ReplicaState::NodeUnhealthy, 0, Some(ExitHow::Signaled(15)), None)),
+            t.observe(
+                MASTER,
+                &line(
+                    ReplicaState::NodeUnhealthy,
+                    0,
+                    Some(ExitHow::Signaled(rankvisor_core::signo::Signo::TERM)),
+                    None
+                )
+            ),
             vec![ClusterEvent::ChildExited {
                 pod: MASTER,
-                exit: ExitHow::Signaled(15),
+                exit: ExitHow::Signaled(rankvisor_core::signo::Signo::TERM),
                 will_restart: false,
                 restart_count: 0
             }]
@@ -480,10 +491,14 @@ mod tests {
     fn a_generation_stop_is_not_a_failure_the_kubelet_sees() {
         let mut t = StatusTracker::default();
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))).len(), 1);
-        let mut stop = line(ReplicaState::Restarting, 1, Some(ExitHow::Signaled(15)), None);
+        let mut stop =
+            line(ReplicaState::Restarting, 1, Some(ExitHow::Signaled(rankvisor_core::signo::Signo::TERM)), None);
         stop.last_exit_reason = Some(ExitReason::NewGeneration);
         assert!(t.observe(MASTER, &stop).is_empty(), "no ChildExited for a job-scope stop");
-        let events = t.observe(MASTER, &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(15)), Some(11)));
+        let events = t.observe(
+            MASTER,
+            &line(ReplicaState::Running, 1, Some(ExitHow::Signaled(rankvisor_core::signo::Signo::TERM)), Some(11)),
+        );
         assert!(matches!(events.as_slice(), [ClusterEvent::ChildRunning { restart_count: 1, .. }]), "{events:?}");
     }
 }

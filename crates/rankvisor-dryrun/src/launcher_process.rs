@@ -201,7 +201,10 @@ impl LauncherTask {
         let exit = match status {
             Ok(s) => match (s.code(), s.signal()) {
                 (Some(code), _) => ExitHow::Exited(code),
-                (None, Some(sig)) => ExitHow::Signaled(sig),
+                (None, Some(sig)) => match rankvisor_core::signo::Signo::new(sig) {
+                    Some(sig) => ExitHow::Signaled(sig),
+                    None => ExitHow::Exited(exit::EXTERNAL_FAILURE),
+                },
                 (None, None) => ExitHow::Exited(exit::EXTERNAL_FAILURE),
             },
             Err(_) => ExitHow::Exited(exit::EXTERNAL_FAILURE),

@@ -18,26 +18,28 @@
 
 use std::collections::BTreeSet;
 
+use nix::unistd::Pid;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::process::{self, ProcEntry};
+use rankvisor_core::signo::Signo;
 
 /// What to do with one child of the dry run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum OrphanStep {
     /// An orphan that has exited: collect it.
-    Reap(i32),
+    Reap(Pid),
     /// An orphan still alive: SIGKILL it, and its process group when that is safe to name.
     Kill {
         /// The orphan.
-        pid: i32,
+        pid: Pid,
         /// Its process group, unless it is the dry run's own, a live launcher's or not a group.
-        group: Option<i32>,
+        group: Option<Pid>,
     },
 }
 
 /// The steps for the dry run's `children`: every child that is not a live launcher (`launchers`) is
 /// an orphan of a dead one. `own_group` is the dry run's process group (never signalled).
-pub(super) fn plan(children: &[ProcEntry], launchers: &BTreeSet<i32>, own_group: i32) -> Vec<OrphanStep> {
+pub(super) fn plan(children: &[ProcEntry], launchers: &BTreeSet<Pid>, own_group: Pid) -> Vec<OrphanStep> {
     children
         .iter()
         .filter(|c| !launchers.contains(&c.pid))
@@ -45,7 +47,7 @@ pub(super) fn plan(children: &[ProcEntry], launchers: &BTreeSet<i32>, own_group:
             'Z' | 'X' => OrphanStep::Reap(c.pid),
             _ => OrphanStep::Kill {
                 pid: c.pid,
-                group: (c.pgrp > 1 && c.pgrp != own_group && !launchers.contains(&c.pgrp)).then_some(c.pgrp),
+                group: (c.pgrp.as_raw() > 1 && c.pgrp != own_group && !launchers.contains(&c.pgrp)).then_some(c.pgrp),
             },
         })
         .collect()
@@ -55,9 +57,9 @@ pub(super) fn plan(children: &[ProcEntry], launchers: &BTreeSet<i32>, own_group:
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
     /// Orphans SIGKILLed (pid, process group), not yet collected (they are once they are zombies).
-    pub(super) killed: Vec<(i32, Option<i32>)>,
+    pub(super) killed: Vec<(Pid, Option<Pid>)>,
     /// Orphans collected, with how they ended.
-    pub(super) reaped: Vec<(i32, ExitHow)>,
+    pub(super) reaped: Vec<(Pid, ExitHow)>,
 }
 
 impl Sweep {
@@ -78,10 +80,9 @@ pub(super) fn become_subreaper() -> Result<(), String> {
 
 /// Kill and collect the orphans among the dry run's children (`launchers`: the pids of the live
 /// launchers, which only tokio waits for).
-pub(super) fn sweep(launchers: &BTreeSet<i32>) -> Sweep {
-    let me = std::process::id() as i32;
-    // SAFETY: getpgrp has no preconditions.
-    let own_group = unsafe { libc::getpgrp() };
+pub(super) fn sweep(launchers: &BTreeSet<Pid>) -> Sweep {
+    let me = Pid::this();
+    let own_group = nix::unistd::getpgrp();
     let mut out = Sweep::default();
     for step in plan(&process::children_of(me), launchers, own_group) {
         match step {
@@ -94,11 +95,9 @@ pub(super) fn sweep(launchers: &BTreeSet<i32>) -> Sweep {
                 // The orphan is our child and not collected, so neither its pid nor its group's id
                 // can name another process yet.
                 if let Some(g) = group {
-                    // SAFETY: kill(2) has no memory-safety preconditions.
-                    unsafe { libc::kill(-g, libc::SIGKILL) };
+                    let _ = process::signal_group(g, Signo::KILL);
                 }
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
                 out.killed.push((pid, group));
             }
         }
@@ -111,12 +110,20 @@ mod tests {
     use super::*;
 
     fn p(pid: i32, state: char, pgrp: i32) -> ProcEntry {
-        ProcEntry { pid, ppid: 100, state, pgrp }
+        ProcEntry { pid: Pid::from_raw(pid), ppid: Pid::from_raw(100), state, pgrp: Pid::from_raw(pgrp) }
+    }
+
+    fn pids<const N: usize>(ns: [i32; N]) -> BTreeSet<Pid> {
+        ns.into_iter().map(Pid::from_raw).collect()
+    }
+
+    fn kill(pid: i32, group: Option<i32>) -> OrphanStep {
+        OrphanStep::Kill { pid: Pid::from_raw(pid), group: group.map(Pid::from_raw) }
     }
 
     #[test]
     fn launchers_are_left_to_tokio_and_orphans_are_killed_with_their_group() {
-        let launchers = BTreeSet::from([10, 20]);
+        let launchers = pids([10, 20]);
         let children = [
             p(10, 'S', 10),  // a live launcher
             p(20, 'Z', 20),  // a launcher that exited: tokio reaps it
@@ -128,22 +135,22 @@ mod tests {
             p(36, 'D', 1),   // init's group: only itself
         ];
         assert_eq!(
-            plan(&children, &launchers, 100),
+            plan(&children, &launchers, Pid::from_raw(100)),
             vec![
-                OrphanStep::Kill { pid: 31, group: Some(31) },
-                OrphanStep::Kill { pid: 32, group: Some(30) },
-                OrphanStep::Reap(33),
-                OrphanStep::Kill { pid: 34, group: None },
-                OrphanStep::Kill { pid: 35, group: None },
-                OrphanStep::Kill { pid: 36, group: None },
+                kill(31, Some(31)),
+                kill(32, Some(30)),
+                OrphanStep::Reap(Pid::from_raw(33)),
+                kill(34, None),
+                kill(35, None),
+                kill(36, None),
             ]
         );
     }
 
     #[test]
     fn nothing_to_do_without_orphans() {
-        let launchers = BTreeSet::from([10]);
-        assert!(plan(&[p(10, 'S', 10)], &launchers, 100).is_empty());
-        assert!(plan(&[], &launchers, 100).is_empty());
+        let launchers = pids([10]);
+        assert!(plan(&[p(10, 'S', 10)], &launchers, Pid::from_raw(100)).is_empty());
+        assert!(plan(&[], &launchers, Pid::from_raw(100)).is_empty());
     }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::pytorchjob::ReplicaId;
+use rankvisor_core::exit::ExitHow;
+use rankvisor_core::signo::Signo;
 
 /// A launcher asked to stop gets this long beyond its grace period before the dry run kills it.
 pub(crate) const STOP_MARGIN: Duration = Duration::from_secs(2);
@@ -39,12 +41,12 @@ pub(crate) enum RunAction {
     /// A first INT/TERM: say so, then stop every launcher within its grace period.
     Interrupted {
         /// The signal.
-        signal: i32,
+        signal: Signo,
     },
     /// A second signal: kill every launcher and its training process at once.
     KillAll {
         /// The signal.
-        signal: i32,
+        signal: Signo,
     },
     /// SIGTERM this launcher (it forwards TERM to its child's group, waits its grace, kills).
     Term(ReplicaId),
@@ -125,11 +127,11 @@ impl Run {
     }
 
     /// INT or TERM reached the dry run.
-    pub(crate) fn on_signal(&mut self, signal: i32) -> RunAction {
+    pub(crate) fn on_signal(&mut self, signal: Signo) -> RunAction {
         match self.abort {
             Some(Abort { by_signal: true, .. }) => RunAction::KillAll { signal },
             _ => {
-                self.abort = Some(Abort { code: 128 + signal, by_signal: true });
+                self.abort = Some(Abort { code: ExitHow::Signaled(signal).code(), by_signal: true });
                 RunAction::Interrupted { signal }
             }
         }
@@ -200,10 +202,10 @@ mod tests {
     fn a_first_signal_stops_and_a_second_kills() {
         let t0 = Instant::now();
         let mut run = Run::new(t0, Some(10 * S), 5 * S);
-        assert_eq!(run.on_signal(libc::SIGINT), RunAction::Interrupted { signal: libc::SIGINT });
-        assert_eq!(run.exit_code(0), 128 + libc::SIGINT);
-        assert_eq!(run.on_signal(libc::SIGTERM), RunAction::KillAll { signal: libc::SIGTERM });
-        assert_eq!(run.exit_code(0), 128 + libc::SIGINT, "the first signal's status");
+        assert_eq!(run.on_signal(Signo::INT), RunAction::Interrupted { signal: Signo::INT });
+        assert_eq!(run.exit_code(0), 128 + Signo::INT.raw());
+        assert_eq!(run.on_signal(Signo::TERM), RunAction::KillAll { signal: Signo::TERM });
+        assert_eq!(run.exit_code(0), 128 + Signo::INT.raw(), "the first signal's status");
         assert_eq!(run.on_wake(t0 + 20 * S, 1), vec![], "no timeout after an interrupt");
     }
 
@@ -244,7 +246,7 @@ mod tests {
         assert_eq!(run.on_wake(t0 + 2 * STRAGGLER_NOTE_AFTER, 0), vec![], "once");
         let mut cut = Run::new(t0, None, 5 * S);
         cut.job_finished(t0);
-        let _ = cut.on_signal(libc::SIGTERM);
+        let _ = cut.on_signal(Signo::TERM);
         assert_eq!(cut.on_wake(t0 + STRAGGLER_NOTE_AFTER, 0), vec![]);
     }
 }

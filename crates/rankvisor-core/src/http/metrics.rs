@@ -294,7 +294,7 @@ mod tests {
             state: ReplicaState::Running,
             restart_count: 2,
             child_pid: Some(7),
-            last_exit: Some(ExitHow::Signaled(9)),
+            last_exit: Some(ExitHow::Signaled(crate::signo::Signo::KILL)),
             hang_detections: 1,
             progress: crate::heartbeat::parse_progress(r#"{"step": 1200, "loss": 0.3}"#),
             ..LocalStatus::default()
@@ -371,7 +371,7 @@ mod tests {
         let st = LocalStatus {
             state: ReplicaState::Restarting,
             restart_count: 1,
-            last_exit: Some(ExitHow::Signaled(9)),
+            last_exit: Some(ExitHow::Signaled(crate::signo::Signo::KILL)),
             last_exit_reason: Some(ExitReason::Hung),
             progress: crate::heartbeat::parse_progress(r#"{"step": 3, "loss": 0.25}"#),
             ..LocalStatus::default()
@@ -392,7 +392,7 @@ mod tests {
         use crate::status::LogRuleGauge;
         let gauge = |rule: &str, state: &str| LogRuleGauge { rule: rule.into(), state: state.into() };
         let st = LocalStatus {
-            last_exit: Some(ExitHow::Signaled(15)),
+            last_exit: Some(ExitHow::Signaled(crate::signo::Signo::TERM)),
             last_exit_reason: Some(ExitReason::LogRule),
             log_rules: vec![
                 gauge("Start", "HEALTHY"),

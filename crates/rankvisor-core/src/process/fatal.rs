@@ -10,8 +10,8 @@ static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
 static TERMINATION_LOG: OnceLock<Option<PathBuf>> = OnceLock::new();
 
 /// Record the running child's process group (None once it is gone).
-pub fn set_child_group(pid: Option<i32>) {
-    CHILD_GROUP.store(pid.unwrap_or(0), Ordering::SeqCst);
+pub fn set_child_group(pid: Option<nix::unistd::Pid>) {
+    CHILD_GROUP.store(pid.map_or(0, nix::unistd::Pid::as_raw), Ordering::SeqCst);
 }
 
 /// Install the hook: on a panic, kill the child's group, then say so in the termination log.

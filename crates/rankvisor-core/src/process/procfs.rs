@@ -1,29 +1,30 @@
 //! Finding our descendants in /proc, for the final sweep: processes that left the child's process
 //! group (setsid) would otherwise be SIGKILLed by the kernel when PID 1 exits, with no chance to clean up.
 
+use nix::unistd::Pid;
 use std::collections::HashMap;
 
 /// One process as /proc/PID/stat describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcEntry {
     /// Its pid.
-    pub pid: i32,
+    pub pid: Pid,
     /// Its parent.
-    pub ppid: i32,
+    pub ppid: Pid,
     /// Its state letter (R, S, Z, ...).
     pub state: char,
     /// Its process group.
-    pub pgrp: i32,
+    pub pgrp: Pid,
 }
 
 /// Parse the fields we need from a /proc/PID/stat line; `comm` may hold spaces and parentheses.
 pub fn parse_stat(line: &str) -> Option<ProcEntry> {
     let (head, rest) = line.rsplit_once(')')?;
-    let pid = head.split_once(' ')?.0.trim().parse().ok()?;
+    let pid = Pid::from_raw(head.split_once(' ')?.0.trim().parse().ok()?);
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
+    let ppid = Pid::from_raw(fields.next()?.parse().ok()?);
+    let pgrp = Pid::from_raw(fields.next()?.parse().ok()?);
     Some(ProcEntry { pid, ppid, state, pgrp })
 }
 
@@ -44,17 +45,17 @@ fn list() -> Vec<ProcEntry> {
 }
 
 /// The children of `parent`, zombies included (an unreadable /proc gives none).
-pub fn children_of(parent: i32) -> Vec<ProcEntry> {
+pub fn children_of(parent: Pid) -> Vec<ProcEntry> {
     list().into_iter().filter(|p| p.ppid == parent).collect()
 }
 
 /// Every living (non-zombie) descendant of `root`.
-pub fn alive_descendants(root: i32) -> Vec<i32> {
+pub fn alive_descendants(root: Pid) -> Vec<Pid> {
     descendants_of(root, &list())
 }
 
-fn descendants_of(root: i32, procs: &[ProcEntry]) -> Vec<i32> {
-    let mut children: HashMap<i32, Vec<&ProcEntry>> = HashMap::new();
+fn descendants_of(root: Pid, procs: &[ProcEntry]) -> Vec<Pid> {
+    let mut children: HashMap<Pid, Vec<&ProcEntry>> = HashMap::new();
     for p in procs {
         children.entry(p.ppid).or_default().push(p);
     }
@@ -81,7 +82,8 @@ mod tests {
     #[test]
     fn parses_odd_command_names() {
         let e = parse_stat("42 (a b) c)) S 7 42 42 0 -1").unwrap();
-        assert_eq!(e, ProcEntry { pid: 42, ppid: 7, state: 'S', pgrp: 42 });
+        let p = Pid::from_raw;
+        assert_eq!(e, ProcEntry { pid: p(42), ppid: p(7), state: 'S', pgrp: p(42) });
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S notanumber").is_none());
         assert!(parse_stat("1 (x) S 0").is_none(), "no process group");
@@ -89,20 +91,24 @@ mod tests {
 
     #[test]
     fn walks_the_tree_and_skips_zombies() {
-        let p = |pid, ppid, state| ProcEntry { pid, ppid, state, pgrp: pid };
+        let p = |pid, ppid, state| {
+            let (pid, ppid) = (Pid::from_raw(pid), Pid::from_raw(ppid));
+            ProcEntry { pid, ppid, state, pgrp: pid }
+        };
         let procs = [p(1, 0, 'S'), p(2, 1, 'S'), p(3, 2, 'Z'), p(4, 3, 'S'), p(5, 9, 'S'), p(6, 1, 'R')];
-        let mut d = descendants_of(1, &procs);
+        let mut d: Vec<i32> = descendants_of(Pid::from_raw(1), &procs).into_iter().map(Pid::as_raw).collect();
         d.sort();
         assert_eq!(d, [2, 4, 6]);
-        assert!(descendants_of(5, &procs).is_empty());
+        assert!(descendants_of(Pid::from_raw(5), &procs).is_empty());
     }
 
     #[test]
     fn sees_our_own_child() {
         let mut c = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let me = std::process::id() as i32;
-        assert!(alive_descendants(me).contains(&(c.id() as i32)));
-        assert!(children_of(me).iter().any(|p| p.pid == c.id() as i32 && p.ppid == me));
+        let me = Pid::this();
+        let child = Pid::from_raw(c.id() as i32);
+        assert!(alive_descendants(me).contains(&child));
+        assert!(children_of(me).iter().any(|p| p.pid == child && p.ppid == me));
         c.kill().unwrap();
         c.wait().unwrap();
     }

@@ -2,24 +2,33 @@
 //! never awaited, so no exit status is lost to a race between two waiters.
 
 use crate::exit::ExitHow;
+use crate::signo::Signo;
+use nix::unistd::Pid;
+
+/// How a `waitpid` status ended, None for a stop or a continue.
+fn how(status: libc::c_int) -> Option<ExitHow> {
+    if libc::WIFEXITED(status) {
+        Some(ExitHow::Exited(libc::WEXITSTATUS(status)))
+    } else if libc::WIFSIGNALED(status) {
+        // The kernel's termination signals are 1..=64; anything else is no exit.
+        Signo::new(libc::WTERMSIG(status)).map(ExitHow::Signaled)
+    } else {
+        None
+    }
+}
 
 /// Collect every exited child (the training process, orphans, anything reparented to us) without
 /// blocking. Returns (pid, how it ended) in the order the kernel gives them.
-pub fn reap_all() -> Vec<(i32, ExitHow)> {
+pub fn reap_all() -> Vec<(Pid, ExitHow)> {
     let mut out = Vec::new();
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid writes only to `status`.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if pid > 0 {
-            let how = if libc::WIFEXITED(status) {
-                ExitHow::Exited(libc::WEXITSTATUS(status))
-            } else if libc::WIFSIGNALED(status) {
-                ExitHow::Signaled(libc::WTERMSIG(status))
-            } else {
-                continue;
-            };
-            out.push((pid, how));
+            if let Some(how) = how(status) {
+                out.push((Pid::from_raw(pid), how));
+            }
             continue;
         }
         if pid == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
@@ -43,19 +52,17 @@ pub fn has_children() -> bool {
 /// Collect the exit of the one child `pid`, if it has exited (never blocks, never touches another
 /// child: a caller that shares its children with another waiter, as the dry run does with tokio,
 /// reaps only the pids that are its own).
-pub fn reap(pid: i32) -> Option<ExitHow> {
+pub fn reap(pid: Pid) -> Option<ExitHow> {
+    let pid = pid.as_raw();
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid writes only to `status`.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
-            if libc::WIFEXITED(status) {
-                return Some(ExitHow::Exited(libc::WEXITSTATUS(status)));
+            match how(status) {
+                Some(h) => return Some(h),
+                None => continue,
             }
-            if libc::WIFSIGNALED(status) {
-                return Some(ExitHow::Signaled(libc::WTERMSIG(status)));
-            }
-            continue;
         }
         if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;

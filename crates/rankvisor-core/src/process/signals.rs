@@ -4,8 +4,10 @@
 //! sent to init). Blocking everything and reading a signalfd gives one ordered stream of TERM, INT,
 //! CHLD and the rest, with no handler running at an arbitrary point.
 
+use crate::signo::Signo;
 use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
 use std::io;
 use tokio::io::unix::AsyncFd;
 
@@ -140,15 +142,10 @@ pub fn block_signals() -> io::Result<Signals> {
     Ok(Signals { blocked, original, ignored: ignored_now() })
 }
 
-/// TERM and INT stop the child (forward, grace, KILL); the rest are only forwarded.
-pub fn is_shutdown(sig: i32) -> bool {
-    sig == libc::SIGTERM || sig == libc::SIGINT
-}
-
 /// Send `sig` to the process group led by `pid`. A group that is already gone is not an error.
-pub fn signal_group(pid: i32, sig: i32) -> io::Result<()> {
+pub fn signal_group(pid: Pid, sig: Signo) -> io::Result<()> {
     // SAFETY: kill(2) has no memory-safety preconditions.
-    let r = unsafe { libc::kill(-pid, sig) };
+    let r = unsafe { libc::kill(-pid.as_raw(), sig.raw()) };
     if r == 0 {
         return Ok(());
     }
@@ -163,8 +160,8 @@ pub fn signal_group(pid: i32, sig: i32) -> io::Result<()> {
 /// One signal read from the signalfd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignalInfo {
-    /// The signal number.
-    pub signal: i32,
+    /// The signal.
+    pub signal: Signo,
     /// rankvisor raised it itself (its own SIGPIPE on a broken pipe), as opposed to another
     /// process's kill(2) or the kernel on behalf of a child (SIGCHLD).
     pub own: bool,
@@ -195,7 +192,12 @@ impl SignalStream {
             let mut out = Vec::new();
             loop {
                 match guard.get_inner_mut().read_signal() {
-                    Ok(Some(info)) => out.push(SignalInfo { signal: info.ssi_signo as i32, own: info.ssi_pid == me }),
+                    Ok(Some(info)) => {
+                        // The kernel's numbers are 1..=64: anything else is not a signal to act on.
+                        if let Some(signal) = i32::try_from(info.ssi_signo).ok().and_then(Signo::new) {
+                            out.push(SignalInfo { signal, own: info.ssi_pid == me });
+                        }
+                    }
                     Ok(None) => break,
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => return Err(e.into()),

@@ -120,7 +120,7 @@ pub fn start_path(stdin_is_terminal: bool, path_changed: bool, signal_set_comple
 
 /// Start `cmd` and return its pid, which is also its process group id. Nobody waits on the
 /// returned handle: the reaper collects the exit.
-pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnError> {
+pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<nix::unistd::Pid, SpawnError> {
     let defaults = signals_to_default(signals.ignored, LIBC_INTERNAL);
     let sigdefault = sigset_from_mask(defaults);
     // SAFETY: isatty has no memory-safety preconditions.
@@ -136,7 +136,7 @@ pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<i32, SpawnEr
             fork_exec(cmd, signals, signals.ignored, terminal)
         }
     };
-    result.map_err(|e| SpawnError::new(&cmd.program, e))
+    result.map(nix::unistd::Pid::from_raw).map_err(|e| SpawnError::new(&cmd.program, e))
 }
 
 /// A libc `sigset_t` holding exactly `mask`, or None when libc's own `sigismember` does not agree

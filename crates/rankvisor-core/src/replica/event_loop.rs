@@ -13,7 +13,9 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::logrules::RuleSet;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
+use crate::signo::Signo;
 use crate::status::{ExitReason, LocalStatus};
+use nix::unistd::Pid;
 use std::ffi::OsString;
 use std::future::Future;
 use std::os::fd::AsRawFd;
@@ -231,10 +233,10 @@ fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
 
 impl Loop {
     fn on_signal(&mut self, sig: process::SignalInfo) {
-        if sig.signal == libc::SIGCHLD {
+        if sig.signal == Signo::CHLD {
             for (pid, how) in process::reap_all() {
                 if Some(pid) == self.replica.supervisor().child_pid() {
-                    info!(pid, "child {how}");
+                    info!(pid = pid.as_raw(), "child {how}");
                     // What the child wrote before it ended is in the pipe: out and evaluated first.
                     self.on_output(Ok(()));
                 }
@@ -337,13 +339,13 @@ impl Loop {
         match effect {
             Effect::Child(ChildAction::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
             Effect::Child(ChildAction::SignalGroup { pid, signal }) => {
-                info!(pid, signal = %exit::signal_name(signal), "signalling the child's process group");
+                info!(pid = pid.as_raw(), signal = %signal.name(), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
-                    warn!(pid, signal = %exit::signal_name(signal), "cannot signal the child's group: {e}");
+                    warn!(pid = pid.as_raw(), signal = %signal.name(), "cannot signal the child's group: {e}");
                 }
             }
             Effect::Child(ChildAction::KillLeftovers { pid }) => {
-                let _ = process::signal_group(pid, libc::SIGKILL);
+                let _ = process::signal_group(pid, Signo::KILL);
             }
             Effect::Child(ChildAction::TerminationMessage(msg)) => {
                 error!("{msg}");
@@ -362,8 +364,8 @@ impl Loop {
             },
             Effect::Note(Note::Info(line)) => info!("{line}"),
             Effect::Note(Note::Warn(line)) => warn!("{line}"),
-            Effect::SweepTerm => self.sweep_signal(libc::SIGTERM),
-            Effect::SweepKill => self.sweep_signal(libc::SIGKILL),
+            Effect::SweepTerm => self.sweep_signal(Signo::TERM),
+            Effect::SweepKill => self.sweep_signal(Signo::KILL),
             Effect::Exit { code } => self.exit_code = Some(code),
         }
     }
@@ -384,19 +386,19 @@ impl Loop {
     }
 
     /// Signal every process still below us, then tell the machine how many are left.
-    fn sweep_signal(&mut self, sig: i32) {
+    fn sweep_signal(&mut self, sig: Signo) {
         process::reap_all();
         // The common case costs one syscall instead of a scan of /proc.
-        let left = if process::has_children() { process::alive_descendants(std::process::id() as i32) } else { vec![] };
+        let left = if process::has_children() { process::alive_descendants(Pid::this()) } else { vec![] };
         if !left.is_empty() {
-            if sig == libc::SIGTERM {
+            if sig == Signo::TERM {
                 info!(count = left.len(), "sending SIGTERM to leftover processes before exit");
             } else {
                 warn!(count = left.len(), "leftover processes ignored SIGTERM; sending SIGKILL");
             }
             for pid in &left {
                 // SAFETY: kill(2) has no memory-safety preconditions.
-                unsafe { libc::kill(*pid, sig) };
+                unsafe { libc::kill(pid.as_raw(), sig.raw()) };
             }
         }
         self.feed(Input::Descendants { alive: left.len() });
@@ -404,8 +406,7 @@ impl Loop {
 
     fn count_descendants(&mut self) {
         process::reap_all();
-        let alive =
-            if process::has_children() { process::alive_descendants(std::process::id() as i32).len() } else { 0 };
+        let alive = if process::has_children() { process::alive_descendants(Pid::this()).len() } else { 0 };
         self.feed(Input::Descendants { alive });
     }
 
@@ -435,7 +436,7 @@ impl Loop {
         let read = pipe.map(|(r, _w)| r);
         let input = match spawned {
             Ok(pid) => {
-                info!(pid, restart_count, "child started");
+                info!(pid = pid.as_raw(), restart_count, "child started");
                 if let (Some(rules), Some(rx)) = (rules, read) {
                     self.log = Some(LogWatch::new(rules, rx, Instant::now()));
                 }
@@ -493,6 +494,7 @@ impl Loop {
         let (restart_count, generation, last_exit) = (sup.restarts(), sup.generation(), sup.last_exit());
         let (child_pid, hang_detections) = (sup.child_pid(), sup.hang_detections());
         process::set_child_group(child_pid);
+        let child_pid = child_pid.map(Pid::as_raw);
         // Only the supervisor's fields: node health and progress are set where they change, and
         // nothing is cloned on this path (it runs after every signal, exit and tick).
         let mut changed = self.status.send_if_modified(|s| {

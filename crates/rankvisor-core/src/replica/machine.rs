@@ -8,10 +8,10 @@
 use super::child::{ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, Supervisor, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
 use crate::agent::{AgentRecord, Assignment, Order};
-use crate::exit;
 use crate::health::{self, Observation};
 use crate::policy::RestartScope;
 use crate::rank::Role;
+use crate::signo::Signo;
 use crate::status::ReplicaState;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -49,7 +49,7 @@ pub enum Input {
     /// A signal other than SIGCHLD reached rankvisor.
     Signal {
         /// The signal.
-        signal: i32,
+        signal: Signo,
         /// rankvisor raised it itself (its own broken pipe).
         own: bool,
     },
@@ -284,17 +284,14 @@ impl Replica {
         out
     }
 
-    fn on_signal(&mut self, sig: i32, own: bool, now: Instant, out: &mut Vec<Effect>) {
-        if crate::process::is_shutdown(sig) {
+    fn on_signal(&mut self, sig: Signo, own: bool, now: Instant, out: &mut Vec<Effect>) {
+        if sig.is_shutdown() {
             if self.agent_idle_shutdown(sig, now, out) {
                 return;
             }
             match self.end {
                 End::No => {
-                    out.push(Effect::Note(Note::Info(format!(
-                        "{} received; stopping the child",
-                        exit::signal_name(sig)
-                    ))));
+                    out.push(Effect::Note(Note::Info(format!("{} received; stopping the child", sig.name()))));
                     self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
                     self.feed(Event::Shutdown { signal: sig }, now, out);
                 }

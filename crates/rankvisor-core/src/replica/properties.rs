@@ -16,6 +16,8 @@ use crate::health::{verdict, HealthError, Observation};
 use crate::kube::NodeSnapshot;
 use crate::policy::{RestartPolicy, RestartScope};
 use crate::rank::Role;
+use crate::signo::Signo;
+use nix::unistd::Pid;
 use proptest::prelude::*;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -34,7 +36,7 @@ enum Step {
     /// Time passes to the machine's next deadline; then a Tick.
     ToDeadline,
     /// A signal reaches rankvisor.
-    Signal { signal: i32, own: bool },
+    Signal { signal: Signo, own: bool },
     /// The heartbeat file is touched.
     Beat,
     /// A node-health verdict (or a source that cannot be read).
@@ -56,7 +58,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::OrphanReaped),
         3 => (0u64..3_000).prop_map(|ms| Step::Wait { ms }),
         4 => Just(Step::ToDeadline),
-        2 => (prop_oneof![Just(libc::SIGTERM), Just(libc::SIGINT), Just(libc::SIGUSR1), Just(libc::SIGPIPE)], any::<bool>())
+        2 => (prop_oneof![Just(Signo::TERM), Just(Signo::INT), Just(Signo::USR1), Just(Signo::PIPE)], any::<bool>())
             .prop_map(|(signal, own)| Step::Signal { signal, own }),
         2 => Just(Step::Beat),
         2 => prop_oneof![Just(Some(true)), Just(Some(false)), Just(None)].prop_map(|healthy| Step::Health { healthy }),
@@ -115,7 +117,7 @@ struct Harness {
     role: Option<Role>,
     now: Instant,
     next_pid: i32,
-    live: Option<i32>,
+    live: Option<Pid>,
     fail_next_spawn: Option<bool>,
     link_started: bool,
     exits: u32,
@@ -169,8 +171,9 @@ impl Harness {
                         }))?,
                         None => {
                             self.next_pid += 1;
-                            self.live = Some(self.next_pid);
-                            self.send(Input::Child(Event::Spawned { pid: self.next_pid }))?;
+                            let pid = Pid::from_raw(self.next_pid);
+                            self.live = Some(pid);
+                            self.send(Input::Child(Event::Spawned { pid }))?;
                         }
                     }
                 }
@@ -215,7 +218,11 @@ impl Harness {
 
     fn child_exits(&mut self, code: i32, signaled: bool) -> Result<(), TestCaseError> {
         let Some(pid) = self.live.take() else { return Ok(()) };
-        let how = if signaled { ExitHow::Signaled(code.clamp(1, 64)) } else { ExitHow::Exited(code) };
+        let how = if signaled {
+            ExitHow::Signaled(Signo::new(code.clamp(1, 64)).expect("1..=64 is a signal"))
+        } else {
+            ExitHow::Exited(code)
+        };
         self.send(Input::Child(Event::Exited { pid, how }))
     }
 
@@ -225,7 +232,9 @@ impl Harness {
         }
         match s {
             Step::ChildExits { code, signaled } => self.child_exits(code, signaled),
-            Step::OrphanReaped => self.send(Input::Child(Event::Exited { pid: 7, how: ExitHow::Exited(0) })),
+            Step::OrphanReaped => {
+                self.send(Input::Child(Event::Exited { pid: Pid::from_raw(7), how: ExitHow::Exited(0) }))
+            }
             Step::Wait { ms } => {
                 self.now += Duration::from_millis(ms);
                 self.send(Input::Tick)
@@ -275,7 +284,7 @@ impl Harness {
     /// deadline), the leftovers are swept, deadlines pass, until the machine exits.
     fn finish(&mut self) -> Result<(), TestCaseError> {
         if self.exits == 0 {
-            self.send(Input::Signal { signal: libc::SIGTERM, own: false })?;
+            self.send(Input::Signal { signal: Signo::TERM, own: false })?;
         }
         for _ in 0..200 {
             if self.exits > 0 {

@@ -10,8 +10,14 @@ use crate::kube::NodeSnapshot;
 use crate::policy::{RestartPolicy, RestartScope};
 use crate::rank::Role;
 use crate::replica::child::{ChildAction, Event, SupervisorConfig};
+use crate::signo::Signo;
 use crate::status::ReplicaState;
-use libc::{SIGKILL, SIGPIPE, SIGTERM, SIGUSR1};
+use nix::unistd::Pid;
+
+const SIGKILL: Signo = Signo::KILL;
+const SIGPIPE: Signo = Signo::PIPE;
+const SIGTERM: Signo = Signo::TERM;
+const SIGUSR1: Signo = Signo::USR1;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -51,7 +57,7 @@ struct Fake {
     r: Replica,
     next_pid: i32,
     spawns: Vec<(u32, u64)>,
-    signals: Vec<(i32, i32)>,
+    signals: Vec<(Pid, Signo)>,
     messages: Vec<String>,
     links: Vec<LinkCommand>,
     notes: Vec<Note>,
@@ -90,7 +96,7 @@ impl Fake {
                 Effect::Child(ChildAction::Spawn { restart_count, generation }) => {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
-                    let pid = self.next_pid;
+                    let pid = Pid::from_raw(self.next_pid);
                     self.send(Input::Child(Event::Spawned { pid }));
                 }
                 Effect::Child(ChildAction::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
@@ -109,7 +115,7 @@ impl Fake {
         }
     }
 
-    fn pid(&self) -> i32 {
+    fn pid(&self) -> Pid {
         self.r.supervisor().child_pid().expect("a child runs")
     }
 
@@ -330,11 +336,11 @@ async fn signals_forwarded_ignored_or_stopping() {
     let pid = f.pid();
     f.send(Input::Signal { signal: SIGPIPE, own: true });
     f.send(Input::Signal { signal: SIGUSR1, own: false });
-    f.send(Input::Signal { signal: libc::SIGABRT, own: false });
+    f.send(Input::Signal { signal: Signo::from(nix::sys::signal::Signal::SIGABRT), own: false });
     f.send(Input::Signal { signal: SIGPIPE, own: false });
     assert_eq!(
         f.signals,
-        [(pid, SIGUSR1), (pid, libc::SIGABRT), (pid, SIGPIPE)],
+        [(pid, SIGUSR1), (pid, Signo::from(nix::sys::signal::Signal::SIGABRT)), (pid, SIGPIPE)],
         "rankvisor's own SIGPIPE stays its own; what others send (a fatal one too) goes to the child"
     );
     f.send(Input::Signal { signal: SIGTERM, own: false });
@@ -350,7 +356,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
-        Effect::Child(ChildAction::Spawn { .. }) => 42,
+        Effect::Child(ChildAction::Spawn { .. }) => Pid::from_raw(42),
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Child(Event::Spawned { pid }), t0);

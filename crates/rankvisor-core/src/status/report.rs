@@ -3,7 +3,8 @@
 //! [`LocalStatus`], the replica's identity and the clock.
 
 use super::{ExitReason, Identity, LocalStatus, NodeHealthReport, ReplicaState};
-use crate::exit::{signal_name, ExitHow};
+use crate::exit::ExitHow;
+use crate::signo::Signo;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,7 +40,7 @@ pub fn last_exit(how: ExitHow, stopped_for: Option<ExitReason>, state: ReplicaSt
         _ if signal.is_some() => ExitReason::Signaled,
         _ => ExitReason::Exited,
     };
-    LastExit { code, signal, signal_name: signal.map(signal_name), status: how.code(), reason }
+    LastExit { code, signal: signal.map(Signo::raw), signal_name: signal.map(Signo::name), status: how.code(), reason }
 }
 
 /// One replica's report: the JSON of `/status`, of every webhook POST and (later) of `/job`.
@@ -205,13 +206,19 @@ mod tests {
             e,
             LastExit { code: Some(3), signal: None, signal_name: None, status: 3, reason: ExitReason::Exited }
         );
-        let s = last_exit(ExitHow::Signaled(9), None, Failed);
+        let s = last_exit(ExitHow::Signaled(crate::signo::Signo::KILL), None, Failed);
         assert_eq!(
             (s.signal, s.signal_name.as_deref(), s.status, s.reason),
             (Some(9), Some("SIGKILL"), 137, ExitReason::Signaled)
         );
-        assert_eq!(last_exit(ExitHow::Signaled(15), Some(ExitReason::Hung), Restarting).reason, ExitReason::Hung);
-        assert_eq!(last_exit(ExitHow::Signaled(15), None, NodeUnhealthy).reason, ExitReason::NodeUnhealthy);
+        assert_eq!(
+            last_exit(ExitHow::Signaled(crate::signo::Signo::TERM), Some(ExitReason::Hung), Restarting).reason,
+            ExitReason::Hung
+        );
+        assert_eq!(
+            last_exit(ExitHow::Signaled(crate::signo::Signo::TERM), None, NodeUnhealthy).reason,
+            ExitReason::NodeUnhealthy
+        );
         let g = last_exit(ExitHow::Exited(0), Some(ExitReason::NewGeneration), Restarting);
         assert_eq!(g.reason, ExitReason::NewGeneration);
     }

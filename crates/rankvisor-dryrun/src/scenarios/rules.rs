@@ -118,7 +118,7 @@ fn a_deleted_never_pod_counts_as_failed() {
         r.finishes(),
         vec![(Outcome::Failed, "PyTorchJob pytest is failed because 1 Worker replica(s) failed.".into())]
     );
-    r.at(1.6, ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Signaled(9) });
+    r.at(1.6, ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Signaled(rankvisor_core::signo::Signo::KILL) });
     assert!(!r.actions.iter().skip(4).any(|a| matches!(a, ClusterAction::StartLauncher { .. })), "not recreated");
 }
 
@@ -383,7 +383,8 @@ fn a_new_failure_with_backoff_limit_zero_exceeds_it_reconcile_jobs_exceeds_backo
 /// container's PID 1 ended with 137. What becomes of the pod and the job, per policy.
 #[test]
 fn a_launcher_killed_outright_is_a_container_ending_with_137() {
-    let killed = ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Signaled(9) };
+    let killed =
+        ClusterEvent::LauncherExited { pod: W0, status: ExitHow::Signaled(rankvisor_core::signo::Signo::KILL) };
     // OnFailure and Always: the kubelet restarts the container in the same pod (RESTARTS 1).
     for policy in ["OnFailure", "Always"] {
         let mut r = Run::new(&worker_policy(NORMAL, policy));

@@ -168,7 +168,12 @@ fn all_workers_failing_reach_the_backoff_limit_and_stop_the_master() {
     // The event loop stops everything; the stops do not restart anything or decide again.
     r.at(
         2.5,
-        ClusterEvent::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 0 },
+        ClusterEvent::ChildExited {
+            pod: MASTER,
+            exit: ExitHow::Signaled(rankvisor_core::signo::Signo::TERM),
+            will_restart: false,
+            restart_count: 0,
+        },
     );
     for pod in all_pods() {
         r.at(2.6, ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(143) });
@@ -280,7 +285,12 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     assert_eq!(r.pod(MASTER).unwrap().status, PodStatus::Terminating);
     r.at(
         8.2,
-        ClusterEvent::ChildExited { pod: MASTER, exit: ExitHow::Signaled(15), will_restart: false, restart_count: 2 },
+        ClusterEvent::ChildExited {
+            pod: MASTER,
+            exit: ExitHow::Signaled(rankvisor_core::signo::Signo::TERM),
+            will_restart: false,
+            restart_count: 2,
+        },
     );
     assert_eq!(r.c.state(), Some(JobState::Running), "a deletion is not a failure");
     let actions = r.at(8.3, ClusterEvent::LauncherExited { pod: MASTER, status: ExitHow::Exited(143) });

@@ -198,7 +198,10 @@ impl Run {
             .collect();
         self.actions.retain(|a| !matches!(a, ClusterAction::StopPod { .. }));
         for pod in stops {
-            self.at(secs, ClusterEvent::LauncherExited { pod, status: ExitHow::Signaled(15) });
+            self.at(
+                secs,
+                ClusterEvent::LauncherExited { pod, status: ExitHow::Signaled(rankvisor_core::signo::Signo::TERM) },
+            );
         }
     }
 

@@ -3,7 +3,9 @@
 
 use crate::exit::{self, ExitHow};
 use crate::policy::RestartScope;
+use crate::signo::Signo;
 use crate::status::ReplicaState;
+use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use super::types::*;
@@ -98,7 +100,7 @@ impl Supervisor {
     }
 
     /// The child's pid while it runs or is being stopped.
-    pub fn child_pid(&self) -> Option<i32> {
+    pub fn child_pid(&self) -> Option<Pid> {
         match self.phase {
             Phase::Running { pid, .. } | Phase::Stopping { pid, .. } => Some(pid),
             _ => None,
@@ -159,7 +161,7 @@ impl Supervisor {
             Event::LogRule(hit) => match self.phase {
                 // The same stop as a hang: TERM, the grace, KILL, then the restart policy.
                 Phase::Running { pid, started } => {
-                    self.stop(pid, started, StopCause::LogRule(hit), libc::SIGTERM, now + self.cfg.grace)
+                    self.stop(pid, started, StopCause::LogRule(hit), Signo::TERM, now + self.cfg.grace)
                 }
                 _ => ChildSteps::default(),
             },
@@ -196,7 +198,7 @@ impl Supervisor {
         match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::NewGeneration { generation }, libc::SIGTERM, now + self.cfg.grace)
+                self.stop(pid, started, StopCause::NewGeneration { generation }, Signo::TERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung | StopCause::LogRule(_)) => {
                 *cause = StopCause::NewGeneration { generation };
@@ -221,16 +223,16 @@ impl Supervisor {
         ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
     }
 
-    fn stop(&mut self, pid: i32, started: Instant, cause: StopCause, signal: i32, deadline: Instant) -> ChildSteps {
+    fn stop(&mut self, pid: Pid, started: Instant, cause: StopCause, signal: Signo, deadline: Instant) -> ChildSteps {
         self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
         vec![ChildAction::SignalGroup { pid, signal }].into()
     }
 
-    fn on_shutdown(&mut self, signal: i32, now: Instant) -> ChildSteps {
+    fn on_shutdown(&mut self, signal: Signo, now: Instant) -> ChildSteps {
         match &mut self.phase {
             Phase::Pending => self.finish(
-                128 + signal,
-                Some(format!("stopped by {} before the child started", exit::signal_name(signal))),
+                ExitHow::Signaled(signal).code(),
+                Some(format!("stopped by {} before the child started", signal.name())),
             ),
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
@@ -245,10 +247,10 @@ impl Supervisor {
                 vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
             }
             Phase::Backoff { .. } | Phase::AwaitingGeneration => {
-                let code = self.last_exit.map_or(128 + signal, ExitHow::code);
+                let code = self.last_exit.map_or(ExitHow::Signaled(signal).code(), ExitHow::code);
                 let msg = format!(
                     "stopped by {} while waiting to restart; last child {}",
-                    exit::signal_name(signal),
+                    signal.name(),
                     self.last_exit.map_or_else(|| "none".into(), |h| h.to_string())
                 );
                 self.finish(code, Some(msg))
@@ -261,7 +263,7 @@ impl Supervisor {
         match &self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::GiveUp(give_up), libc::SIGTERM, now + self.cfg.grace)
+                self.stop(pid, started, StopCause::GiveUp(give_up), Signo::TERM, now + self.cfg.grace)
             }
             Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
             Phase::Stopping { pid, started, deadline, killed, .. } => {
@@ -288,14 +290,14 @@ impl Supervisor {
             }
             Phase::Stopping { pid, deadline, killed: killed @ false, .. } if now >= *deadline => {
                 *killed = true;
-                vec![ChildAction::SignalGroup { pid: *pid, signal: libc::SIGKILL }].into()
+                vec![ChildAction::SignalGroup { pid: *pid, signal: Signo::KILL }].into()
             }
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
                 match self.hang_deadline(started) {
                     Some(d) if now >= d => {
                         self.hang_detections += 1;
-                        self.stop(pid, started, StopCause::Hung, libc::SIGTERM, now + self.cfg.grace)
+                        self.stop(pid, started, StopCause::Hung, Signo::TERM, now + self.cfg.grace)
                     }
                     _ => ChildSteps::default(),
                 }
@@ -304,7 +306,7 @@ impl Supervisor {
         }
     }
 
-    fn on_exit(&mut self, pid: i32, how: ExitHow, now: Instant) -> ChildSteps {
+    fn on_exit(&mut self, pid: Pid, how: ExitHow, now: Instant) -> ChildSteps {
         let (started, cause) = match &self.phase {
             Phase::Running { pid: p, started } if *p == pid => (*started, None),
             Phase::Stopping { pid: p, started, cause, .. } if *p == pid => (*started, Some(cause.clone())),
@@ -320,7 +322,7 @@ impl Supervisor {
         self.last_exit_generation_stop = matches!(cause, Some(StopCause::NewGeneration { .. }));
         match cause {
             Some(StopCause::Shutdown { signal }) => {
-                let msg = format!("stopped by {}: child {how}", exit::signal_name(signal));
+                let msg = format!("stopped by {}: child {how}", signal.name());
                 let code = how.code();
                 if code == 0 {
                     self.finish(0, None)
@@ -403,7 +405,7 @@ impl Supervisor {
     /// (`stopped`: why, a hang or a log rule; such a child failed whatever its status).
     fn after_run(
         &mut self,
-        pid: i32,
+        pid: Pid,
         how: ExitHow,
         stopped: Option<String>,
         started: Instant,

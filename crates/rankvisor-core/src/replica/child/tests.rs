@@ -6,8 +6,13 @@ use crate::backoff::BackoffConfig;
 use crate::exit::{self, ExitHow};
 use crate::policy::RestartPolicy::*;
 use crate::policy::{RestartPolicy, RestartScope};
+use crate::signo::Signo;
 use crate::status::ReplicaState;
-use libc::{SIGINT, SIGKILL, SIGTERM};
+use nix::unistd::Pid;
+
+const SIGINT: Signo = Signo::INT;
+const SIGKILL: Signo = Signo::KILL;
+const SIGTERM: Signo = Signo::TERM;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -29,7 +34,7 @@ struct Harness {
     sup: Supervisor,
     next_pid: i32,
     spawns: Vec<(Instant, u32)>,
-    signals: Vec<(i32, i32)>,
+    signals: Vec<(Pid, Signo)>,
     messages: Vec<String>,
     exit: Option<i32>,
     generations: Vec<u64>,
@@ -58,7 +63,7 @@ impl Harness {
                     self.spawns.push((Instant::now(), restart_count));
                     self.generations.push(generation);
                     self.next_pid += 1;
-                    let pid = self.next_pid;
+                    let pid = Pid::from_raw(self.next_pid);
                     self.send(Event::Spawned { pid });
                 }
                 ChildAction::SignalGroup { pid, signal } => self.signals.push((pid, signal)),
@@ -73,7 +78,7 @@ impl Harness {
         }
     }
 
-    fn pid(&self) -> i32 {
+    fn pid(&self) -> Pid {
         self.sup.child_pid().expect("a child runs")
     }
 
@@ -304,7 +309,7 @@ async fn transient_spawn_failure_that_is_not_retried_exits_138() {
 async fn orphan_exits_are_ignored() {
     let mut h = Harness::new(cfg(OnFailure, 6));
     h.send(Event::Start);
-    h.send(Event::Exited { pid: 4242, how: ExitHow::Exited(1) });
+    h.send(Event::Exited { pid: Pid::from_raw(4242), how: ExitHow::Exited(1) });
     assert_eq!(h.sup.state(), ReplicaState::Running);
     assert_eq!(h.exit, None);
 }

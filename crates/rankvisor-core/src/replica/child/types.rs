@@ -4,7 +4,9 @@
 use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::policy::{RestartPolicy, RestartScope};
+use crate::signo::Signo;
 use crate::status::ReplicaState;
+use nix::unistd::Pid;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -93,7 +95,7 @@ pub enum StopCause {
     /// TERM/INT reached rankvisor: stop, then exit with the child's status.
     Shutdown {
         /// The signal received.
-        signal: i32,
+        signal: Signo,
     },
     /// No heartbeat: a failure, handed to the restart policy.
     Hung,
@@ -118,14 +120,14 @@ pub enum Phase {
     /// The child runs.
     Running {
         /// Its pid (also its process group).
-        pid: i32,
+        pid: Pid,
         /// When it started.
         started: Instant,
     },
     /// The child was signalled and has until `deadline` before SIGKILL.
     Stopping {
         /// Its pid.
-        pid: i32,
+        pid: Pid,
         /// When it started.
         started: Instant,
         /// When SIGKILL goes out.
@@ -159,7 +161,7 @@ pub enum Event {
     /// The child was started.
     Spawned {
         /// Its pid.
-        pid: i32,
+        pid: Pid,
     },
     /// The child could not be started (126 or 127).
     SpawnFailed {
@@ -175,14 +177,14 @@ pub enum Event {
     /// A reaped process: the child or anyone else.
     Exited {
         /// Its pid.
-        pid: i32,
+        pid: Pid,
         /// How it ended.
         how: ExitHow,
     },
     /// TERM or INT reached rankvisor.
     Shutdown {
         /// Which.
-        signal: i32,
+        signal: Signo,
     },
     /// The heartbeat file was touched.
     Beat,
@@ -199,7 +201,7 @@ pub enum Event {
     },
     /// The HyperPod agent's `/stop`: `signal` (TERM, or USR1 when graceful), SIGKILL after `grace`.
     #[allow(missing_docs)]
-    Stop { signal: i32, grace: Duration },
+    Stop { signal: Signo, grace: Duration },
     /// Job scope: the barrier of `generation` passed; start the child.
     Released {
         /// The released generation.
@@ -220,15 +222,15 @@ pub enum ChildAction {
     /// Send `signal` to the child's process group.
     SignalGroup {
         /// Group leader's pid.
-        pid: i32,
+        pid: Pid,
         /// The signal.
-        signal: i32,
+        signal: Signo,
     },
     /// SIGKILL whatever is left of a finished child's process group before the next start, as a
     /// container runtime does when a container's main process exits.
     KillLeftovers {
         /// Group leader's pid.
-        pid: i32,
+        pid: Pid,
     },
     /// Write this line to the termination log.
     TerminationMessage(String),

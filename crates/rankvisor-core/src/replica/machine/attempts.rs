@@ -5,8 +5,10 @@
 
 use super::{Effect, End, Event, Note, Replica};
 use crate::agent::{AgentState, Assignment, Order, StatusView};
-use crate::exit::{self, ExitHow};
+use crate::exit::ExitHow;
 use crate::replica::child::{ChildAction, LogRuleHit, Supervisor};
+use crate::signo::Signo;
+use nix::unistd::Pid;
 use std::time::SystemTime;
 use tokio::time::Instant;
 
@@ -74,11 +76,11 @@ impl Replica {
                     return;
                 }
                 if self.sup.child_pid().is_some() {
-                    let signal = if stop.graceful { libc::SIGUSR1 } else { libc::SIGTERM };
+                    let signal = if stop.graceful { Signo::USR1 } else { Signo::TERM };
                     let grace = stop.timeout.unwrap_or(self.cfg.supervisor.grace);
                     out.push(Effect::Note(Note::Info(format!(
                         "agent: /stop: stopping the child with {} (SIGKILL after {grace:?})",
-                        exit::signal_name(signal)
+                        signal.name()
                     ))));
                     self.feed(Event::Stop { signal, grace }, now, out);
                 } else {
@@ -92,7 +94,7 @@ impl Replica {
                 out.push(Effect::Note(Note::Info("agent: /shutdown".into())));
                 if self.sup.child_pid().is_some() {
                     self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
-                    self.feed(Event::Shutdown { signal: libc::SIGTERM }, now, out);
+                    self.feed(Event::Shutdown { signal: Signo::TERM }, now, out);
                 } else {
                     self.sweep(self.last_code.unwrap_or(0), now, out);
                 }
@@ -102,19 +104,19 @@ impl Replica {
 
     /// TERM/INT with no attempt running: exit with the last attempt's status. False when the
     /// signal is the ordinary path's (not agent mode, or a child to stop first).
-    pub(super) fn agent_idle_shutdown(&mut self, sig: i32, now: Instant, out: &mut Vec<Effect>) -> bool {
+    pub(super) fn agent_idle_shutdown(&mut self, sig: Signo, now: Instant, out: &mut Vec<Effect>) -> bool {
         let idle = self.agent.is_some() && self.sup.child_pid().is_none() && self.end == End::No;
         if idle {
-            out.push(Effect::Note(Note::Info(format!("{} received; no attempt running", exit::signal_name(sig)))));
+            out.push(Effect::Note(Note::Info(format!("{} received; no attempt running", sig.name()))));
             self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
-            self.sweep(self.last_code.unwrap_or(128 + sig), now, out);
+            self.sweep(self.last_code.unwrap_or(ExitHow::Signaled(sig).code()), now, out);
         }
         idle
     }
 
     /// The attempt's child is gone with `code`: the agent's state follows; rankvisor exits only
     /// when shutting down (or when it never got past INIT: the node-health gate gave up).
-    pub(super) fn attempt_done(&mut self, code: i32, pid: Option<i32>, now: Instant, out: &mut Vec<Effect>) {
+    pub(super) fn attempt_done(&mut self, code: i32, pid: Option<Pid>, now: Instant, out: &mut Vec<Effect>) {
         self.last_code = Some(code);
         if !self.attempt_goes_on() {
             return self.child_done(code, now, out);
@@ -199,12 +201,12 @@ fn py_repr(s: &str) -> String {
 
 /// One line of the FAULTED message, as the agent writes a torch `ProcessFailure` (one child: local
 /// rank 0; a signal is a negative exit code).
-fn failure_line(how: Option<ExitHow>, pid: Option<i32>) -> String {
-    let pid = pid.unwrap_or_default();
+fn failure_line(how: Option<ExitHow>, pid: Option<Pid>) -> String {
+    let pid = pid.map_or(0, Pid::as_raw);
     match how {
         Some(ExitHow::Signaled(sig)) => format!(
             "    Local Rank 0 exited with code -{sig} due to: Signal {sig} ({}) received by PID {pid}\n",
-            exit::signal_name(sig)
+            sig.name()
         ),
         Some(ExitHow::Exited(c)) => format!(
             "    Local Rank 0 exited with code {c} due to: To enable traceback see: \

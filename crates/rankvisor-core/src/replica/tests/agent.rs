@@ -102,7 +102,7 @@ async fn shutdown_while_running_stops_the_child_and_exits_with_its_status() {
     f.order(Order::Shutdown);
     assert_eq!((f.agent(), f.signals.as_slice()), (AgentState::Shutdown, [(pid, SIGTERM)].as_slice()));
     f.exit_child(ExitHow::Signaled(SIGTERM));
-    assert_eq!(f.exit, Some(128 + SIGTERM));
+    assert_eq!(f.exit, Some(128 + SIGTERM.raw()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -114,7 +114,7 @@ async fn sigterm_without_an_attempt_exits_with_the_last_status() {
     assert_eq!(f.exit, Some(2));
     let mut idle = Fake::new(agent_cfg());
     idle.send(Input::Signal { signal: SIGTERM, own: false });
-    assert_eq!(idle.exit, Some(128 + SIGTERM), "no attempt ever ran: 128+TERM, as before any start");
+    assert_eq!(idle.exit, Some(128 + SIGTERM.raw()), "no attempt ever ran: 128+TERM, as before any start");
 }
 
 #[tokio::test(start_paused = true)]
