@@ -8,9 +8,8 @@ use crate::kube::{KubeClient, KubeError};
 use crate::status::{rfc3339, ExitReason, ReplicaState, Report};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 /// The Pod condition's type (a custom condition, as readiness gates use).
@@ -277,27 +276,10 @@ pub struct KubeEventsConfig {
     pub node: Option<String>,
 }
 
-/// The running reporter; [`KubeEvents::finish`] lets it send the final report.
-#[derive(Debug)]
-pub struct KubeEvents {
-    task: JoinHandle<()>,
-}
-
-/// Start following `reports` (on the current runtime).
-pub fn spawn(cfg: KubeEventsConfig, reports: watch::Receiver<Report>) -> KubeEvents {
-    KubeEvents { task: tokio::spawn(run(cfg, reports)) }
-}
-
-impl KubeEvents {
-    /// Wait (at most `limit`) until the final report is sent; the reporter's channel must be
-    /// closed first (`Reporting::finish`).
-    pub async fn finish(self, limit: Duration) {
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(limit, self.task).await.is_err() {
-            abort.abort();
-            debug!("gave up waiting for the Kubernetes API after {limit:?}");
-        }
-    }
+/// Start following `reports` in `tasks`: the task ends once the reports channel has closed and
+/// the final report is sent (or the API refuses both Events and the Pod's status).
+pub fn spawn(cfg: KubeEventsConfig, reports: watch::Receiver<Report>, tasks: &mut tokio::task::JoinSet<()>) {
+    tasks.spawn(run(cfg, reports));
 }
 
 /// One Event object per reason: its name and how many times it was seen.
@@ -559,7 +541,7 @@ mod tests {
 
     #[test]
     fn event_objects() {
-        let at = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        let at = UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5);
         assert_eq!(kube_time(at), "2023-11-14T22:13:20Z");
         let name = event_name("job-worker-1", at);
         assert_eq!(name, format!("job-worker-1.{:x}", 1_700_000_000_000_000_005u128));

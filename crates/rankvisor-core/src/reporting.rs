@@ -7,9 +7,10 @@ use crate::http::{serve, HttpAddr, HttpState};
 use crate::status::{is_state_change, Identity, LocalStatus, Report, Timeline};
 use crate::webhook::{Webhook, WebhookConfig, WebhookStats};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 /// What to report to, from the command line.
@@ -45,13 +46,12 @@ impl Builder {
     }
 }
 
-/// The running reporters; [`Reporting::finish`] flushes them when rankvisor exits.
+/// The running reporters. They end on their own once the replica's status channel closes (the
+/// event loop is over): the reporter publishes and pushes the final report, the webhook delivers
+/// it, and the closing of the reports channel then ends the HTTP server and every follower of
+/// [`Reporting::subscribe`]. Their tasks are in the caller's task set.
 pub struct Reporting {
-    builder: Arc<Mutex<Builder>>,
-    reports: watch::Sender<Report>,
-    webhook: Option<Webhook>,
-    stop_server: Option<oneshot::Sender<()>>,
-    stop_reporter: Option<oneshot::Sender<()>>,
+    reports: watch::Receiver<Report>,
     http_addr: Option<SocketAddr>,
     job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>>,
 }
@@ -62,45 +62,47 @@ impl std::fmt::Debug for Reporting {
     }
 }
 
-/// Start the HTTP server and the webhook on the current runtime, fed by the replica's `status`.
+/// Start the HTTP server and the webhook in `tasks`, fed by the replica's `status`.
 ///
 /// An address that cannot be bound is logged and the endpoint is skipped: reporting is never a
 /// reason to stop (or not start) training.
-pub async fn start(cfg: ReportingConfig, identity: Identity, status: watch::Receiver<LocalStatus>) -> Reporting {
+pub async fn start(
+    cfg: ReportingConfig,
+    identity: Identity,
+    status: watch::Receiver<LocalStatus>,
+    tasks: &mut JoinSet<()>,
+) -> Reporting {
     let mut builder = Builder { identity, timeline: Timeline::new(SystemTime::now()), status, last_pushed: None };
     let first = builder.build();
     let (reports, reports_rx) = watch::channel(first.clone());
     let stats = Arc::new(WebhookStats::default());
-    let webhook = cfg.webhook.clone().map(|w| Webhook::spawn(w, stats.clone()));
+    let webhook = cfg.webhook.clone().map(|w| Webhook::spawn(w, stats.clone(), tasks));
     if let Some(hook) = &webhook {
         builder.take_change(&first);
         hook.push(first);
     }
     let job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> = Arc::default();
-    let (stop_server, http_addr) = match cfg.http {
-        HttpAddr::Off => (None, None),
+    let http_addr = match cfg.http {
+        HttpAddr::Off => None,
         HttpAddr::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().ok();
                 info!(addr = ?bound.unwrap_or(addr), "serving /healthz, /readyz, /metrics, /status (and /job on the master)");
-                let (stop, stopped) = oneshot::channel::<()>();
-                let state = HttpState { reports: reports_rx, webhook: stats.clone(), job: job.clone() };
-                tokio::spawn(serve(listener, state, async {
-                    let _ = stopped.await;
-                }));
-                (Some(stop), bound)
+                let state = HttpState { reports: reports_rx.clone(), webhook: stats.clone(), job: job.clone() };
+                // Served until the reporter has published the final report and ended.
+                let mut closing = reports_rx.clone();
+                tasks.spawn(serve(listener, state, async move { while closing.changed().await.is_ok() {} }));
+                bound
             }
             Err(e) => {
                 warn!(%addr, "cannot listen for HTTP (probes, /metrics, /status are off): {e}");
-                (None, None)
+                None
             }
         },
     };
-    let builder = Arc::new(Mutex::new(builder));
-    let (stop_reporter, stopped) = oneshot::channel();
     let interval = cfg.webhook.as_ref().map(|w| w.interval);
-    tokio::spawn(follow(builder.clone(), reports.clone(), webhook.clone(), interval, stopped));
-    Reporting { builder, reports, webhook, stop_server, stop_reporter: Some(stop_reporter), http_addr, job }
+    tasks.spawn(follow(builder, reports, webhook, interval));
+    Reporting { reports: reports_rx, http_addr, job }
 }
 
 impl Reporting {
@@ -109,9 +111,10 @@ impl Reporting {
         self.http_addr
     }
 
-    /// A receiver of every new report: for later reporters (Kubernetes Events, the Pod condition).
+    /// A receiver of every new report (for later reporters: Kubernetes Events, the Pod
+    /// condition); its channel closes after the final report.
     pub fn subscribe(&self) -> watch::Receiver<Report> {
-        self.reports.subscribe()
+        self.reports.clone()
     }
 
     /// Where the master's job view goes once the rendezvous link has one (set at most once).
@@ -124,67 +127,37 @@ impl Reporting {
     pub fn attach_job_view(&self, view: watch::Receiver<Option<crate::rendezvous::JobView>>) {
         let _ = self.job.set(view);
     }
-
-    /// Report the final state and wait (at most `limit`) for the webhook to deliver it.
-    pub async fn finish(mut self, limit: Duration) {
-        if let Some(stop) = self.stop_reporter.take() {
-            let _ = stop.send(());
-        }
-        let (report, changed) = match self.builder.lock() {
-            Ok(mut b) => {
-                let r = b.build();
-                let changed = b.take_change(&r);
-                (r, changed)
-            }
-            Err(_) => return,
-        };
-        self.reports.send_replace(report.clone());
-        if let Some(hook) = &self.webhook {
-            if changed {
-                hook.push(report);
-            }
-            hook.flush(limit).await;
-        }
-        if let Some(stop) = self.stop_server.take() {
-            let _ = stop.send(());
-        }
-    }
 }
 
-/// Rebuild the report on every status change; push state changes and, every
-/// `interval`, the current report to the webhook.
+/// Rebuild the report on every status change; push state changes and, every `interval`, the
+/// current report to the webhook. When the status channel closes: the final report, published
+/// and pushed, and the webhook told to deliver what it holds; returning drops `reports`.
 async fn follow(
-    builder: Arc<Mutex<Builder>>,
+    mut builder: Builder,
     reports: watch::Sender<Report>,
     webhook: Option<Webhook>,
     interval: Option<Duration>,
-    mut stopped: oneshot::Receiver<()>,
 ) {
-    let mut status = match builder.lock() {
-        Ok(b) => b.status.clone(),
-        Err(_) => return,
-    };
+    let mut status = builder.status.clone();
     let period = interval.unwrap_or(Duration::from_secs(3600));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let periodic = tokio::select! {
-            _ = &mut stopped => return,
-            changed = status.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                false
-            }
-            _ = tick.tick(), if interval.is_some() => true,
+        let (periodic, last) = tokio::select! {
+            changed = status.changed() => (false, changed.is_err()),
+            _ = tick.tick(), if interval.is_some() => (true, false),
         };
-        let Ok(mut b) = builder.lock() else { return };
-        let report = b.build();
-        let push = b.take_change(&report) || periodic;
-        drop(b);
+        let report = builder.build();
+        let push = builder.take_change(&report) || periodic;
         reports.send_replace(report.clone());
         if let (true, Some(hook)) = (push, &webhook) {
             hook.push(report);
+        }
+        if last {
+            if let Some(hook) = webhook {
+                hook.finish();
+            }
+            return;
         }
     }
 }

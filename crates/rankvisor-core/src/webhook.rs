@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::task::JoinSet;
+use tokio::time::{sleep, timeout};
 use tracing::{info, warn};
 
 /// Most of a receiver's answer read: what it says does not matter beyond its status.
@@ -214,8 +215,8 @@ impl std::fmt::Debug for Webhook {
 }
 
 impl Webhook {
-    /// Start the sender task on the current runtime; its counters go to `stats`.
-    pub fn spawn(cfg: WebhookConfig, stats: Arc<WebhookStats>) -> Self {
+    /// Start the sender task in `tasks`; its counters go to `stats`.
+    pub fn spawn(cfg: WebhookConfig, stats: Arc<WebhookStats>, tasks: &mut JoinSet<()>) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(ReportQueue::new(cfg.queue_capacity)),
             stats,
@@ -223,7 +224,7 @@ impl Webhook {
             flushing: AtomicBool::new(false),
             flush_started: Notify::new(),
         });
-        tokio::spawn(send_loop(cfg, shared.clone()));
+        tasks.spawn(send_loop(cfg, shared.clone()));
         Self { shared }
     }
 
@@ -239,22 +240,13 @@ impl Webhook {
         self.shared.pushed.notify_one();
     }
 
-    /// Wait until every queued report is sent, a request fails, or `limit` passes: rankvisor is
-    /// exiting, and a dead upstream must not hold the pod.
-    pub async fn flush(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        let failed_before = self.shared.stats.failed.load(Ordering::Relaxed);
+    /// No more reports: the sender delivers what is queued, at once (a backoff is cut short), and
+    /// ends when the queue is empty or at the first failure: rankvisor is exiting, and a dead
+    /// upstream must not hold the pod. Its task set waits for it, within the one deadline.
+    pub fn finish(self) {
         self.shared.flushing.store(true, Ordering::Relaxed);
         self.shared.flush_started.notify_one();
-        while Instant::now() < deadline {
-            let empty = self.shared.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
-            if empty || self.shared.stats.failed.load(Ordering::Relaxed) > failed_before {
-                return;
-            }
-            sleep(Duration::from_millis(5)).await;
-        }
-        let left = self.shared.queue.lock().map(|q| q.len()).unwrap_or(0);
-        warn!(left, "webhook: final reports not sent within {limit:?}");
+        self.shared.pushed.notify_one();
     }
 }
 
@@ -286,6 +278,10 @@ async fn send_loop(cfg: WebhookConfig, shared: Arc<Shared>) {
     loop {
         let head = shared.queue.lock().ok().and_then(|q| q.front().cloned());
         let Some(report) = head else {
+            if shared.flushing.load(Ordering::Relaxed) {
+                return;
+            }
+            // Notify keeps a permit: a push or a finish between the look and the wait is not lost.
             shared.pushed.notified().await;
             continue;
         };
@@ -307,17 +303,19 @@ async fn send_loop(cfg: WebhookConfig, shared: Arc<Shared>) {
             }
             Err(problem) => {
                 failures = failures.saturating_add(1);
-                // One warning per outage, not one per retry; before the count, which a final
-                // flush waits on, so that the warning is out before rankvisor exits.
+                // One warning per outage, not one per retry.
                 if failures == 1 {
                     warn!(url = %url, "webhook: {problem}; retrying with backoff");
                 }
                 shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                if !shared.flushing.load(Ordering::Relaxed) {
-                    tokio::select! {
-                        () = sleep(backoff.next_delay()) => {}
-                        () = shared.flush_started.notified() => {}
-                    }
+                if shared.flushing.load(Ordering::Relaxed) {
+                    let left = shared.queue.lock().map(|q| q.len()).unwrap_or(0);
+                    warn!(left, "webhook: final reports not sent: the upstream failed during the final flush");
+                    return;
+                }
+                tokio::select! {
+                    () = sleep(backoff.next_delay()) => {}
+                    () = shared.flush_started.notified() => {}
                 }
             }
         }
@@ -356,6 +354,13 @@ mod tests {
     use std::time::UNIX_EPOCH;
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
+
+    /// Finish `hook` and wait (at most `limit`) for its sender to end.
+    async fn finish(hook: Webhook, mut tasks: JoinSet<()>, limit: Duration) {
+        hook.finish();
+        let ended = timeout(limit, tasks.join_next()).await.expect("the sender ends once finished");
+        ended.expect("a sender task").expect("the sender does not panic");
+    }
 
     fn reports(n: usize) -> Vec<Report> {
         let mut tl = Timeline::new(UNIX_EPOCH);
@@ -449,9 +454,10 @@ mod tests {
             ..WebhookConfig::new(url)
         };
         let stats = Arc::new(WebhookStats::default());
-        let hook = Webhook::spawn(cfg, stats.clone());
+        let mut tasks = JoinSet::new();
+        let hook = Webhook::spawn(cfg, stats.clone(), &mut tasks);
         hook.push(reports(1).remove(0));
-        hook.flush(Duration::from_secs(10)).await;
+        finish(hook, tasks, Duration::from_secs(10)).await;
         assert_eq!(stats.counts(), WebhookCounts { sent: 1, failed: 0, dropped: 0 });
         let request = rx.recv().await.unwrap();
         assert!(request.starts_with("POST /hook HTTP/1.1\r\n") && request.contains("\"schema_version\""), "{request}");
@@ -517,23 +523,20 @@ mod tests {
         let url = receiver(2, tx).await;
         let cfg = WebhookConfig { backoff_initial: Duration::from_millis(5), ..WebhookConfig::new(url) };
         let stats = Arc::new(WebhookStats::default());
-        let hook = Webhook::spawn(cfg, stats.clone());
+        let mut tasks = JoinSet::new();
+        let hook = Webhook::spawn(cfg, stats.clone(), &mut tasks);
         let mut tl = Timeline::new(UNIX_EPOCH);
         for state in [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded] {
             let st = LocalStatus { state, ..LocalStatus::default() };
             hook.push(tl.report(&Identity::default(), &st, UNIX_EPOCH));
         }
-        hook.flush(Duration::from_secs(5)).await;
+        // The sender ends once the queue is empty: every answer is in, and counted.
+        finish(hook, tasks, Duration::from_secs(5)).await;
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(rx.recv().await.unwrap().state);
         }
         assert_eq!(got, [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded]);
-        // The receiver hands a report over before it answers: the count follows the answer.
-        let guard = Instant::now() + Duration::from_secs(10);
-        while stats.counts().sent < 3 && Instant::now() < guard {
-            sleep(Duration::from_millis(5)).await;
-        }
         assert_eq!(stats.counts(), WebhookCounts { sent: 3, failed: 2, dropped: 0 });
     }
 
@@ -547,7 +550,8 @@ mod tests {
         let cfg =
             WebhookConfig { queue_capacity: 2, backoff_initial: Duration::from_secs(60), ..WebhookConfig::new(url) };
         let stats = Arc::new(WebhookStats::default());
-        let hook = Webhook::spawn(cfg, stats.clone());
+        let mut tasks = JoinSet::new();
+        let hook = Webhook::spawn(cfg, stats.clone(), &mut tasks);
         for r in reports(3) {
             hook.push(r);
         }
@@ -555,8 +559,8 @@ mod tests {
         while stats.counts().failed == 0 {
             sleep(Duration::from_millis(5)).await;
         }
-        let t = Instant::now();
-        hook.flush(Duration::from_secs(2)).await;
+        let t = tokio::time::Instant::now();
+        finish(hook, tasks, Duration::from_secs(2)).await;
         assert!(t.elapsed() < Duration::from_secs(1), "flush took {:?}", t.elapsed());
         let c = stats.counts();
         assert_eq!((c.sent, c.dropped), (0, 1));

@@ -1,6 +1,14 @@
 //! `rankvisor [OPTIONS] -- COMMAND`: the composition root of supervision. It builds the runtime,
 //! the sources (node health, the rendezvous link) and the sinks (HTTP, webhook, Kubernetes Events,
-//! `--status-fd`), runs the one event loop, and flushes the sinks before rankvisor exits.
+//! `--status-fd`), runs the one event loop, and lets the sinks finish before rankvisor exits.
+//!
+//! Shutdown is one event: the loop returns and drops the replica's status sender (and the agent's
+//! status sender). Every background task follows a channel that closes because of it: the
+//! reporter publishes and pushes the final report and tells the webhook to deliver it, then drops
+//! the reports channel, which ends the HTTP server and the Kubernetes Events reporter after they
+//! have served or sent the final report; the link sends the final state to the master; the
+//! agent's server replies to what it has already accepted (`/shutdown`). Every such task is in one
+//! `JoinSet`, drained with one deadline ([`FINISH`]) and aborted past it.
 
 use crate::agent;
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
@@ -15,6 +23,7 @@ use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
 use crate::{exit, kube_events};
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
 /// How long the sinks may take to deliver the final state once supervision is over.
@@ -73,9 +82,9 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     if let Some(sink) = &status_sink {
         sink.flush(FINISH);
     }
-    // The process exits next: no runtime teardown on the exit path (nor a wait for a blocked DNS
-    // lookup of the webhook's host); exit(2) ends every thread.
-    std::mem::forget(runtime);
+    // The process exits next: no wait for a blocked DNS lookup of the webhook's host (a blocking
+    // thread); exit(2) ends every thread.
+    runtime.shutdown_background();
     code
 }
 
@@ -87,6 +96,7 @@ async fn supervise(
     signals: Signals,
     panic_after_spawn: bool,
 ) -> i32 {
+    let mut tasks = JoinSet::new();
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
     let health: Option<HealthSource> = match (&cfg.health.source, kube_health) {
         (NodeHealthSource::File(path), _) => {
@@ -104,15 +114,18 @@ async fn supervise(
         ReportingConfig { http: cfg.http, webhook: cfg.webhook.clone() },
         cfg.identity.clone(),
         status.subscribe(),
+        &mut tasks,
     )
     .await;
-    let kube_events = kube_events_cfg.map(|kc| kube_events::spawn(kc, reporting.subscribe()));
-    let (agent, agent_server) = match cfg.agent {
-        Some(addr) => match start_agent(addr).await {
-            Ok((channels, stop)) => (Some(channels), Some(stop)),
+    if let Some(kc) = kube_events_cfg {
+        kube_events::spawn(kc, reporting.subscribe(), &mut tasks);
+    }
+    let agent = match cfg.agent {
+        Some(addr) => match start_agent(addr, &mut tasks).await {
+            Ok(channels) => Some(channels),
             Err(e) => return super::config_error(&e, cfg.termination_log.clone()),
         },
-        None => (None, None),
+        None => None,
     };
     let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
     let loop_cfg = LoopConfig {
@@ -138,34 +151,46 @@ async fn supervise(
         panic_after_spawn,
         log_rules: cfg.log_rules.clone(),
     };
-    let (code, link_task) = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
-        Ok(replica::Finished { code, link }) => (code, link),
+    let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
+        Ok(replica::Finished { code, link }) => {
+            if let Some(link) = link {
+                tasks.spawn(async move {
+                    let _ = link.await;
+                });
+            }
+            code
+        }
         Err(e) => {
             error!("supervision failed: {e}");
-            (exit::EXTERNAL_FAILURE, None)
+            exit::EXTERNAL_FAILURE
         }
     };
-    // The operator's last request (`/shutdown`) gets its reply before rankvisor exits.
-    if let Some((stop, task)) = agent_server {
-        let _ = stop.send(());
-        let _ = tokio::time::timeout(FINISH, task).await;
-    }
-    // The status channel is closed: the link sends this replica's final state, then closes.
-    if let Some(task) = link_task {
-        let _ = tokio::time::timeout(FINISH, task).await;
-    }
-    reporting.finish(FINISH).await;
-    if let Some(k) = kube_events {
-        k.finish(FINISH).await;
-    }
+    drop(reporting);
+    finish(tasks).await;
     code
 }
 
-/// The agent's HTTP server: its stop, and its task (which ends once the last replies are out).
-type AgentServer = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+/// Wait for every task to end (each follows a channel the loop's end closed), at most [`FINISH`];
+/// abort the rest.
+async fn finish(mut tasks: JoinSet<()>) {
+    let drained = tokio::time::timeout(FINISH, async {
+        while let Some(ended) = tasks.join_next().await {
+            // The child's status is decided: a sink's panic is logged, not rankvisor's exit.
+            if let Err(e) = ended {
+                error!("a reporting task failed: {e}");
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        warn!(left = tasks.len(), "reporting did not finish within {FINISH:?}: giving up on it");
+        tasks.abort_all();
+    }
+}
 
-/// Serve the HyperPod agent's API on `addr`: the loop's channels, and the server.
-async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, AgentServer), String> {
+/// Serve the HyperPod agent's API on `addr` in `tasks`; the server ends once the loop has dropped
+/// the agent's status (its replies already accepted still go out).
+async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Result<AgentChannels, String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("--agent-addr (RANKVISOR_AGENT_ADDR) {addr}: cannot listen: {e}"))?;
@@ -182,12 +207,10 @@ async fn start_agent(addr: std::net::SocketAddr) -> Result<(AgentChannels, Agent
         ip_version: None,
     };
     let (status, status_rx) = tokio::sync::watch::channel(init);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut closing = status_rx.clone();
     let http = agent::server::AgentHttp { orders: orders_tx, status: status_rx };
-    let task = tokio::spawn(agent::server::serve(listener, http, async {
-        let _ = stopped.await;
-    }));
-    Ok((AgentChannels { orders, status }, (stop, task)))
+    tasks.spawn(agent::server::serve(listener, http, async move { while closing.changed().await.is_ok() {} }));
+    Ok(AgentChannels { orders, status })
 }
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
