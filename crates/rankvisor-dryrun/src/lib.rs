@@ -6,8 +6,9 @@
 //! validating webhook, then the defaulting) -> `manifest` (load and admit; `not_emulated` names
 //! the fields the dry run leaves out) -> `pytorchjob` (the admitted job) -> `local` (`--command`,
 //! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
-//! command line and status lines); `cluster` (events in, actions out) and `controller` (the
-//! cluster: `pod` is the kubelet's view, `operator` the training operator's rules); `rows` and
+//! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
+//! the event dispatch every job kind shares; `pod` is one pod as the kubelet runs it) and
+//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `rows` and
 //! `kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
 //! `launcher_process`, `orphans` (what a killed launcher leaves), `output`, `event_loop`.
 //!
@@ -25,6 +26,7 @@ mod env;
 mod event_loop;
 mod injection;
 mod kubectl;
+mod kubelet;
 mod launcher;
 mod launcher_process;
 mod local;

@@ -6,7 +6,7 @@
 //! [`TrainJob`] (what runs); `env` (the Torch plugin's env of node k); the pure rules of each
 //! controller, each function named after the Go one it mirrors: `job` (Kubernetes' Job
 //! controller), `jobset` (the JobSet controller), `conditions` (the TrainJob controller); and
-//! `controller`, which applies them to the pods the shared kubelet ([`crate::pod`]) runs.
+//! `controller`, which applies them to the pods the shared kubelet ([`crate::kubelet`]) runs.
 
 pub(crate) mod admission;
 pub(crate) mod conditions;
