@@ -83,7 +83,7 @@ impl Controller {
     }
 
     /// The job being run.
-    pub fn job(&self) -> &PyTorchJob {
+    pub(crate) fn job(&self) -> &PyTorchJob {
         &self.job
     }
 
@@ -92,14 +92,9 @@ impl Controller {
         self.state
     }
 
-    /// The outcome, once decided.
-    pub fn outcome(&self) -> Option<Outcome> {
-        self.outcome
-    }
-
     /// The dry run's exit status: the outcome's, 1 while undecided (a job another controller
     /// manages never gets one here: the dry run refuses it with 64 before it starts).
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         self.outcome.map_or(1, Outcome::exit_code)
     }
 
@@ -110,7 +105,7 @@ impl Controller {
 
     /// Nothing more will happen: the outcome is decided (and the TTL, if any, has deleted the
     /// job) or the job is another controller's, and no launcher is left.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         let over = match (self.outcome, self.job.run_policy.ttl_seconds_after_finished) {
             (Some(_), Some(_)) => self.job_deleted,
             (Some(_), None) => true,
@@ -137,7 +132,8 @@ impl Controller {
     }
 
     /// Every existing object's row at `now` (job, PodGroup unless deleted, pods not deleted).
-    pub fn rows(&self, now: Duration) -> Vec<Row> {
+    #[cfg(test)]
+    pub(crate) fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
         if self.submitted_at.is_some() && !self.job_deleted {
             rows.push(self.job_row(now));

@@ -36,6 +36,7 @@ impl Kubelet {
     }
 
     /// The rows of the pods not gone, at `now`.
+    #[cfg(test)]
     pub(crate) fn rows(&self, now: Duration) -> impl Iterator<Item = Row> + '_ {
         self.pods.iter().filter(|p| !p.gone).map(move |p| Row::Pod(p.row(now, &self.config.node)))
     }

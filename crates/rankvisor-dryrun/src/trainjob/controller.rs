@@ -49,7 +49,7 @@ struct BatchJob {
 
 /// The emulated controllers of one TrainJob.
 #[derive(Debug, Clone)]
-pub struct TrainJobController {
+pub(crate) struct TrainJobController {
     job: TrainJob,
     kubelet: Kubelet,
     submitted_at: Option<Duration>,
@@ -86,7 +86,7 @@ fn suffix(name: &str, serial: u32) -> String {
 
 impl TrainJobController {
     /// A controller for an admitted TrainJob; nothing happens until `ClusterEvent::Submitted`.
-    pub fn new(job: TrainJob, config: ControllerConfig) -> Self {
+    pub(crate) fn new(job: TrainJob, config: ControllerConfig) -> Self {
         Self {
             job,
             kubelet: Kubelet::new(config),
@@ -109,18 +109,18 @@ impl TrainJobController {
     }
 
     /// The TrainJob being run.
-    pub fn job(&self) -> &TrainJob {
+    pub(crate) fn job(&self) -> &TrainJob {
         &self.job
     }
 
     /// The STATE column (the last condition's type), if any.
-    pub fn state(&self) -> Option<&'static str> {
+    pub(crate) fn state(&self) -> Option<&'static str> {
         conditions::state(&self.conditions).map(ConditionType::as_str)
     }
 
     /// The dry run's exit status: the outcome's, 0 for a TrainJob another controller manages, 1
     /// while undecided.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match (self.outcome, &self.job.managed_by) {
             (Some(o), _) => o.exit_code(),
             (None, Some(_)) => 0,
@@ -129,7 +129,7 @@ impl TrainJobController {
     }
 
     /// Node k's pod now, for its launch.
-    pub fn node_pod(&self, id: ReplicaId) -> Option<NodePod> {
+    pub(crate) fn node_pod(&self, id: ReplicaId) -> Option<NodePod> {
         let pods = &self.kubelet.pods;
         self.kubelet.live(id).map(|i| NodePod {
             index: id.index,
@@ -139,7 +139,7 @@ impl TrainJobController {
     }
 
     /// Node k's pod's current name (the last one it had, once gone).
-    pub fn pod_name(&self, id: ReplicaId) -> String {
+    pub(crate) fn pod_name(&self, id: ReplicaId) -> String {
         self.kubelet
             .pods
             .iter()
@@ -149,19 +149,19 @@ impl TrainJobController {
     }
 
     /// Pods whose launcher was asked to start and has not been reported exited.
-    pub fn live_launchers(&self) -> Vec<ReplicaId> {
+    pub(crate) fn live_launchers(&self) -> Vec<ReplicaId> {
         self.kubelet.live_launchers()
     }
 
     /// Nothing more will happen: the outcome is decided (or another controller manages the
     /// TrainJob) and no launcher is left.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         let over = self.outcome.is_some() || (self.submitted_at.is_some() && self.job.managed_by.is_some());
         over && self.live_launchers().is_empty()
     }
 
     /// When the next `ClusterEvent::Tick` is due: a kubelet timer, the deadline.
-    pub fn next_tick(&self) -> Option<Duration> {
+    pub(crate) fn next_tick(&self) -> Option<Duration> {
         let kubelet = self.kubelet.next_tick();
         let deadline = match (self.outcome, self.job.active_deadline_seconds, self.deadline_from, self.suspended) {
             (None, Some(secs), Some(from), false) => Some(from.saturating_add(Duration::from_secs(secs))),
@@ -171,7 +171,7 @@ impl TrainJobController {
     }
 
     /// Apply one observation made at `now`.
-    pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
+    pub(crate) fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
         kubelet::handle(self, now, event)
     }
 

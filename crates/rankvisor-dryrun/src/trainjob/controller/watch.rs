@@ -9,7 +9,7 @@ use super::TrainJobController;
 impl TrainJobController {
     /// Every existing object's row at `now`.
     #[cfg(test)]
-    pub fn rows(&self, now: Duration) -> Vec<Row> {
+    pub(crate) fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
         if self.submitted_at.is_some() {
             rows.push(self.trainjob_row(now));
