@@ -119,8 +119,9 @@ fn resolve(job: &PyTorchJob, replica: ReplicaId, source: &EnvSource) -> String {
     }
 }
 
-/// Set `key` in `env`, replacing an earlier value where it stands.
-fn set(env: &mut Vec<(String, String)>, key: String, value: String) {
+/// Set `key` in `env`, replacing an earlier value where it stands (as the kubelet resolves a
+/// duplicate name, and as the Trainer's plugins upsert theirs).
+pub(crate) fn set<V>(env: &mut Vec<(String, V)>, key: String, value: V) {
     match env.iter_mut().find(|(k, _)| *k == key) {
         Some(slot) => slot.1 = value,
         None => env.push((key, value)),

@@ -2,7 +2,7 @@
 //! completion index), with every cluster address pointed at this machine for the dry run.
 
 use super::{TrainJob, NODE};
-use crate::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::env::{set, LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use crate::pytorchjob::{EnvSource, ReplicaId};
 
 /// The annotation (and label) the Job controller puts on each pod of an Indexed Job.
@@ -39,10 +39,7 @@ pub(crate) fn enforce_ml_policy(job: &TrainJob) -> Vec<(String, EnvSource)> {
 pub(crate) fn container_env(job: &TrainJob) -> Vec<(String, EnvSource)> {
     let mut env = job.container.env.clone();
     for (k, v) in enforce_ml_policy(job) {
-        match env.iter_mut().find(|(n, _)| *n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
+        set(&mut env, k, v);
     }
     env
 }
@@ -81,10 +78,7 @@ pub(crate) fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> La
         ("JOB_COMPLETION_INDEX", pod.index.to_string()),
         ("HOSTNAME", job.hostname(pod.index)),
     ] {
-        match env.iter_mut().find(|(n, _)| n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k.to_string(), v)),
-        }
+        set(&mut env, k.to_string(), v);
     }
     LaunchSpec {
         replica: ReplicaId::worker(pod.index),
