@@ -106,7 +106,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The dry run's exit status: 0 Succeeded, 1 Failed.
-    pub(crate) fn exit_code(self) -> i32 {
+    pub fn exit_code(self) -> i32 {
         match self {
             Self::Succeeded => 0,
             Self::Failed => 1,
