@@ -13,16 +13,16 @@ use rankvisor_core::exit::ExitHow;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
     /// The node every pod is placed on (NODE column).
-    pub node: String,
+    pub(crate) node: String,
     /// `--queue-capability`; None admits any job.
-    pub capability: Option<QueueCapability>,
+    pub(crate) capability: Option<QueueCapability>,
     /// How long a failed pod waiting for its restart shows `Error` before `CrashLoopBackOff`.
-    pub crash_loop_after: Duration,
+    pub(crate) crash_loop_after: Duration,
     /// The kubelet's first delay before restarting a crashed container (the first restart is
     /// immediate), doubling up to `backoff_max`: the dry run's `--backoff-initial`.
-    pub backoff_initial: Duration,
+    pub(crate) backoff_initial: Duration,
     /// The kubelet's longest restart delay: the dry run's `--backoff-max`.
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
 }
 
 impl ControllerConfig {
@@ -154,7 +154,7 @@ pub enum ClusterAction {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Step {
     /// Watch lines, in order.
-    pub changes: Vec<Change>,
+    pub(crate) changes: Vec<Change>,
     /// What the event loop must do, in order.
     pub actions: Vec<ClusterAction>,
 }

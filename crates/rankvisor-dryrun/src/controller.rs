@@ -3,7 +3,8 @@
 //! The event loop starts real launchers and feeds what it observes as [`ClusterEvent`]s, with
 //! the time since its start; each call returns the rows that changed (for the watch output) and
 //! the [`ClusterAction`]s the event loop must carry out. Nothing here reads a clock or touches a
-//! process. The operator's rules are in [`super::operator`], each named after its Go function.
+//! process. The operator's rules are in [`super::operator`], each named after its Go function;
+//! the pods and the events' dispatch are shared with the TrainJob's ([`super::kubelet`]).
 //!
 //! - The kubelet: a replica's launcher is its container's PID 1. A launcher that exits under
 //!   OnFailure (non-zero) or Always is a container crash: the kubelet restarts it in place (the
@@ -24,8 +25,9 @@
 use std::time::Duration;
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use super::kubelet::{self, JobRules, Kubelet};
 use super::operator::{self, Condition};
-use super::pod::{KubeletTick, LauncherEnd, LauncherProcess, Pod, PodPhase};
+use super::pod::{LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
 use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
@@ -38,7 +40,7 @@ mod watch;
 #[derive(Debug, Clone)]
 pub struct Controller {
     job: PyTorchJob,
-    config: ControllerConfig,
+    kubelet: Kubelet,
     submitted_at: Option<Duration>,
     /// The job's `status.startTime` (reset on resume), from which the active deadline runs.
     started_at: Option<Duration>,
@@ -53,7 +55,6 @@ pub struct Controller {
     podgroup_status: Option<PodGroupPhase>,
     podgroup_created: bool,
     podgroup_deleted: bool,
-    pods: Vec<Pod>,
     shown_job: Option<Row>,
     shown_podgroup: Option<Row>,
 }
@@ -63,7 +64,7 @@ impl Controller {
     pub fn new(job: PyTorchJob, config: ControllerConfig) -> Self {
         Self {
             job,
-            config,
+            kubelet: Kubelet::new(config),
             submitted_at: None,
             started_at: None,
             admitted: false,
@@ -76,14 +77,13 @@ impl Controller {
             podgroup_status: None,
             podgroup_created: false,
             podgroup_deleted: false,
-            pods: Vec::new(),
             shown_job: None,
             shown_podgroup: None,
         }
     }
 
     /// The job being run.
-    pub fn job(&self) -> &PyTorchJob {
+    pub(crate) fn job(&self) -> &PyTorchJob {
         &self.job
     }
 
@@ -92,25 +92,20 @@ impl Controller {
         self.state
     }
 
-    /// The outcome, once decided.
-    pub fn outcome(&self) -> Option<Outcome> {
-        self.outcome
-    }
-
     /// The dry run's exit status: the outcome's, 1 while undecided (a job another controller
     /// manages never gets one here: the dry run refuses it with 64 before it starts).
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         self.outcome.map_or(1, Outcome::exit_code)
     }
 
     /// Pods whose launcher was asked to start and has not been reported exited.
     pub fn live_launchers(&self) -> Vec<ReplicaId> {
-        self.pods.iter().filter(|p| p.launcher_live()).map(|p| p.id).collect()
+        self.kubelet.live_launchers()
     }
 
     /// Nothing more will happen: the outcome is decided (and the TTL, if any, has deleted the
     /// job) or the job is another controller's, and no launcher is left.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         let over = match (self.outcome, self.job.run_policy.ttl_seconds_after_finished) {
             (Some(_), Some(_)) => self.job_deleted,
             (Some(_), None) => true,
@@ -122,7 +117,7 @@ impl Controller {
     /// When the next `ClusterEvent::Tick` is due: a pod to show CrashLoopBackOff, a container
     /// to restart, the active deadline, the TTL after finishing.
     pub fn next_tick(&self) -> Option<Duration> {
-        let kubelet = self.pods.iter().filter_map(|p| p.next_kubelet_tick(self.config.crash_loop_after));
+        let kubelet = self.kubelet.next_tick();
         let deadline = match (self.outcome, self.job.run_policy.active_deadline_seconds, self.started_at) {
             (None, Some(secs), Some(start)) => Some(start.saturating_add(operator::deadline(secs))),
             _ => None,
@@ -133,11 +128,12 @@ impl Controller {
             }
             _ => None,
         };
-        kubelet.chain(deadline).chain(ttl).min()
+        [kubelet, deadline, ttl].into_iter().flatten().min()
     }
 
     /// Every existing object's row at `now` (job, PodGroup unless deleted, pods not deleted).
-    pub fn rows(&self, now: Duration) -> Vec<Row> {
+    #[cfg(test)]
+    pub(crate) fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
         if self.submitted_at.is_some() && !self.job_deleted {
             rows.push(self.job_row(now));
@@ -145,49 +141,13 @@ impl Controller {
         if self.podgroup_created && !self.podgroup_deleted {
             rows.push(self.podgroup_row(now));
         }
-        rows.extend(self.pods.iter().filter(|p| !p.gone).map(|p| Row::Pod(p.row(now, &self.config.node))));
+        rows.extend(self.kubelet.rows(now));
         rows
     }
 
     /// Apply one observation made at `now` (time since the event loop started).
     pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
-        let mut step = Step::default();
-        if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
-            return step;
-        }
-        match event {
-            ClusterEvent::Submitted => self.submit(now, &mut step),
-            ClusterEvent::Resumed => self.resume(now, &mut step),
-            ClusterEvent::LauncherStarted { pod } => {
-                if let Some(i) = self.live_pod(pod) {
-                    self.pods[i].launcher_started();
-                    self.sync_pod(i, now, &mut step);
-                }
-            }
-            ClusterEvent::ChildRunning { pod, restart_count } => self.child_running(pod, restart_count, now, &mut step),
-            ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
-                if let Some(i) = self.live_pod(pod) {
-                    self.pods[i].child_exited(exit, will_restart, restart_count, now);
-                    self.sync_pod(i, now, &mut step);
-                }
-            }
-            ClusterEvent::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
-            ClusterEvent::PodDeleted { pod } => self.delete_pod(pod, now, &mut step),
-            ClusterEvent::Tick => self.tick(now, &mut step),
-        }
-        self.reconcile(now, &mut step);
-        self.sync_podgroup(now, &mut step);
-        step
-    }
-
-    fn live_pod(&self, id: ReplicaId) -> Option<usize> {
-        self.pods.iter().position(|p| p.id == id && !p.gone)
-    }
-
-    fn child_running(&mut self, pod: ReplicaId, restart_count: u32, now: Duration, step: &mut Step) {
-        let Some(i) = self.live_pod(pod) else { return };
-        self.pods[i].child_running(restart_count);
-        self.sync_pod(i, now, step);
+        kubelet::handle(self, now, event)
     }
 
     fn set_state(&mut self, state: JobState, now: Duration, step: &mut Step) {
@@ -195,6 +155,186 @@ impl Controller {
             self.state = Some(state);
             self.sync_job(now, WatchEventType::Modified, step);
         }
+    }
+
+    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission, once `ReconcileJobs`
+    /// has checked the backoff limit (a negative one is past with no restart: no PodGroup, no pod).
+    fn create_pods(&mut self, now: Duration, step: &mut Step) {
+        if operator::past_backoff_limit(&self.job, &self.kubelet.pods) {
+            let limit = self.job.run_policy.backoff_limit.unwrap_or_default();
+            let message = format!("spec.runPolicy.backoffLimit is {limit}: the CRD's schema sets no minimum, so the apiserver accepts it, and the operator's first reconcile finds 0 restarts >= {limit} (PastBackoffLimit): the job fails before any PodGroup or pod is created");
+            step.actions.push(ClusterAction::Note { message });
+            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
+        }
+        self.podgroup_created = true;
+        self.sync_podgroup_as(now, WatchEventType::Added, step);
+        for id in self.job.replicas() {
+            let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
+            self.kubelet.add(Pod::new(id, self.job.pod_name(id), policy, now), now, step);
+        }
+        self.podgroup_status = Some(PodGroupPhase::Inqueue);
+        self.sync_podgroup(now, step);
+        if let Some(message) = operator::gang_never_forms(&self.job) {
+            step.actions.push(ClusterAction::Unschedulable { message });
+            return;
+        }
+        let demand = self.job.min_resources();
+        if let Some((resource, cap, need)) = self.kubelet.config.capability.as_ref().and_then(|c| c.shortfall(&demand))
+        {
+            step.actions.push(ClusterAction::Unschedulable {
+                message: format!(
+                    "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
+                    self.job.queue(),
+                    format_quantity(&resource, cap),
+                    self.job.min_member(),
+                    format_quantity(&resource, need),
+                ),
+            });
+            return;
+        }
+        self.admitted = true;
+        for i in 0..self.kubelet.pods.len() {
+            self.schedule(i, now, step);
+        }
+        self.podgroup_status = Some(PodGroupPhase::Running);
+        self.sync_podgroup(now, step);
+    }
+
+    /// Bind the pod to the node and ask for its launcher.
+    fn schedule(&mut self, i: usize, now: Duration, step: &mut Step) {
+        let Some(p) = self.kubelet.pods.get_mut(i) else {
+            return;
+        };
+        p.bind();
+        let id = p.id;
+        self.kubelet.sync(i, now, WatchEventType::Modified, step);
+        step.actions.push(ClusterAction::StartLauncher { pod: id });
+    }
+
+    /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
+    fn recreate_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
+        let Some(old) = self.kubelet.pods.get(i) else { return };
+        self.kubelet.pods[i] = Pod::new(old.id, old.name.clone(), old.restart_policy, now);
+        self.kubelet.sync(i, now, WatchEventType::Added, step);
+        if self.admitted {
+            self.schedule(i, now, step);
+        }
+    }
+
+    /// `CleanupJob`: `ttlSecondsAfterFinished` after the finish the job is deleted, and with it
+    /// (by their owner references) every pod left.
+    fn expire_ttl(&mut self, now: Duration, step: &mut Step) {
+        let (Some(at), Some(ttl)) = (self.finished_at, self.job.run_policy.ttl_seconds_after_finished) else {
+            return;
+        };
+        if self.job_deleted || now < at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))) {
+            return;
+        }
+        self.job_deleted = true;
+        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.job_row(now) });
+        step.actions.push(ClusterAction::Note {
+            message: format!("PyTorchJob {} is deleted: ttlSecondsAfterFinished ({ttl}s) has passed", self.job.name),
+        });
+        self.delete_pods(now, step, |_| true);
+    }
+
+    /// `ReconcileJobs` (after the pods' and the job's own changes), unless the job is finished,
+    /// suspended or someone else's.
+    fn reconcile_jobs(&mut self, now: Duration, step: &mut Step) {
+        if self.outcome.is_some() || self.suspended || self.submitted_at.is_none() || !self.podgroup_created {
+            return;
+        }
+        let failed_now = operator::failed_pods(&self.kubelet.pods);
+        let exceeds = operator::exceeds_backoff_limit(&self.job, &self.kubelet.pods, self.failed_before);
+        self.failed_before = failed_now;
+        if exceeds || operator::past_backoff_limit(&self.job, &self.kubelet.pods) {
+            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
+        }
+        if operator::past_active_deadline(&self.job, self.started_at, now) {
+            return self.finish(Outcome::Failed, operator::deadline_message(&self.job), true, now, step);
+        }
+        if !self.admitted {
+            return;
+        }
+        // ReconcilePods: a Failed pod is recreated, or fails the job (ExitCode, permanent code).
+        // UpdateJobStatus then counts the replica statuses as listed, the failed pod included.
+        let mut conditions = Vec::new();
+        let mut recreate = Vec::new();
+        for (i, p) in self.kubelet.pods.iter().enumerate() {
+            if p.gone || p.phase != PodPhase::Failed {
+                continue;
+            }
+            let code = match p.launcher {
+                LauncherProcess::Exited(how) => how.code(),
+                _ => 0xbeef,
+            };
+            let Some(restart) = operator::restart_failed_pod(p.restart_policy, code) else { continue };
+            conditions.push(operator::failed_pod_condition(&self.job, p.id.rtype, restart));
+            if restart && !p.deleting {
+                recreate.push(i);
+            }
+        }
+        conditions.extend(operator::update_job_status(&self.job, &self.kubelet.pods));
+        for i in recreate {
+            self.kubelet.remove(i, now, step);
+            self.recreate_pod(i, now, step);
+        }
+        // `setCondition` ignores everything once Failed is set.
+        for condition in conditions {
+            match condition {
+                Condition::Running => self.set_state(JobState::Running, now, step),
+                Condition::Restarting(_) => self.set_state(JobState::Restarting, now, step),
+                Condition::Succeeded(reason) => return self.finish(Outcome::Succeeded, reason, false, now, step),
+                Condition::Failed(reason) => return self.finish(Outcome::Failed, reason, false, now, step),
+            }
+        }
+    }
+
+    /// The job is Succeeded or Failed: the PodGroup is deleted, and the pods: every one after
+    /// the backoff limit or the deadline (`DeletePodsAndServices` before the condition is set),
+    /// else those `cleanPodPolicy` names.
+    fn finish(&mut self, outcome: Outcome, reason: String, delete_all: bool, now: Duration, step: &mut Step) {
+        self.outcome = Some(outcome);
+        self.finished_at = Some(now);
+        let state = match outcome {
+            Outcome::Succeeded => JobState::Succeeded,
+            Outcome::Failed => JobState::Failed,
+        };
+        self.set_state(state, now, step);
+        self.sync_podgroup(now, step);
+        if self.podgroup_created && !self.podgroup_deleted {
+            self.podgroup_deleted = true;
+            step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
+        }
+        let policy = self.job.run_policy.clean_pod_policy.clone();
+        let deletes_all = delete_all || self.kubelet.pods.iter().all(|p| p.gone || policy.deletes(p.is_active()));
+        self.delete_pods(now, step, |p| delete_all || policy.deletes(p.is_active()));
+        if deletes_all {
+            step.actions.push(ClusterAction::StopAll);
+        }
+        step.actions.push(ClusterAction::Finish { outcome, reason });
+    }
+
+    /// Delete the pods `which` picks, for good: stop their launchers, or remove them at once.
+    fn delete_pods(&mut self, now: Duration, step: &mut Step, which: impl Fn(&Pod) -> bool) {
+        for i in 0..self.kubelet.pods.len() {
+            let p = &mut self.kubelet.pods[i];
+            if p.gone || p.deleting || !which(p) {
+                continue;
+            }
+            p.recreate = false;
+            self.kubelet.delete(i, now, step);
+        }
+    }
+}
+
+impl JobRules for Controller {
+    fn kubelet(&mut self) -> &mut Kubelet {
+        &mut self.kubelet
+    }
+
+    fn submitted(&self) -> bool {
+        self.submitted_at.is_some()
     }
 
     fn submit(&mut self, now: Duration, step: &mut Step) {
@@ -240,82 +380,19 @@ impl Controller {
         self.create_pods(now, step);
     }
 
-    /// The PodGroup (`SyncPodGroup`), every pod, and Volcano's gang admission, once `ReconcileJobs`
-    /// has checked the backoff limit (a negative one is past with no restart: no PodGroup, no pod).
-    fn create_pods(&mut self, now: Duration, step: &mut Step) {
-        if operator::past_backoff_limit(&self.job, &self.pods) {
-            let limit = self.job.run_policy.backoff_limit.unwrap_or_default();
-            let message = format!("spec.runPolicy.backoffLimit is {limit}: the CRD's schema sets no minimum, so the apiserver accepts it, and the operator's first reconcile finds 0 restarts >= {limit} (PastBackoffLimit): the job fails before any PodGroup or pod is created");
-            step.actions.push(ClusterAction::Note { message });
-            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
-        }
-        self.podgroup_created = true;
-        self.sync_podgroup_as(now, WatchEventType::Added, step);
-        for id in self.job.replicas() {
-            let policy = self.job.spec(id.rtype).map_or(RestartPolicy::OnFailure, |s| s.restart_policy);
-            self.pods.push(Pod::new(id, self.job.pod_name(id), policy, now));
-            let i = self.pods.len() - 1;
-            self.sync_pod_as(i, now, WatchEventType::Added, step);
-        }
-        self.podgroup_status = Some(PodGroupPhase::Inqueue);
-        self.sync_podgroup(now, step);
-        if let Some(message) = operator::gang_never_forms(&self.job) {
-            step.actions.push(ClusterAction::Unschedulable { message });
-            return;
-        }
-        let demand = self.job.min_resources();
-        if let Some((resource, cap, need)) = self.config.capability.as_ref().and_then(|c| c.shortfall(&demand)) {
-            step.actions.push(ClusterAction::Unschedulable {
-                message: format!(
-                    "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
-                    self.job.queue(),
-                    format_quantity(&resource, cap),
-                    self.job.min_member(),
-                    format_quantity(&resource, need),
-                ),
-            });
-            return;
-        }
-        self.admitted = true;
-        for i in 0..self.pods.len() {
-            self.schedule(i, now, step);
-        }
-        self.podgroup_status = Some(PodGroupPhase::Running);
-        self.sync_podgroup(now, step);
-    }
-
-    /// Bind the pod to the node and ask for its launcher.
-    fn schedule(&mut self, i: usize, now: Duration, step: &mut Step) {
-        let Some(p) = self.pods.get_mut(i) else {
-            return;
-        };
-        p.scheduled = true;
-        p.launcher = LauncherProcess::Requested;
-        let id = p.id;
-        self.sync_pod(i, now, step);
-        step.actions.push(ClusterAction::StartLauncher { pod: id });
-    }
-
+    // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
+    // after the outcome the dry run restarts nothing, so it ends there too.
     fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
-        let Some(i) = self.live_pod(pod) else { return };
         let finished = self.outcome.is_some();
-        let backoff = self.config.kubelet_backoff();
-        // Under Never (the pod's policy for Never and ExitCode) the pod ends with its container;
-        // after the outcome the dry run restarts nothing, so it ends there too.
-        if let LauncherEnd::Deleted { recreate } = self.pods[i].launcher_exited(status, now, finished, &backoff) {
-            self.remove_pod(i, now, step);
-            if recreate {
-                self.recreate_pod(i, now, step);
-            }
-            return;
+        if let Some(i) = self.kubelet.launcher_exited(pod, status, now, finished, step) {
+            self.recreate_pod(i, now, step);
         }
-        self.sync_pod(i, now, step);
     }
 
-    fn delete_pod(&mut self, pod: ReplicaId, now: Duration, step: &mut Step) {
-        let Some(i) = self.live_pod(pod) else { return };
+    fn pod_deleted(&mut self, pod: ReplicaId, now: Duration, step: &mut Step) {
+        let Some(i) = self.kubelet.live(pod) else { return };
         let finished = self.outcome.is_some();
-        let p = &mut self.pods[i];
+        let p = &mut self.kubelet.pods[i];
         if p.deleting {
             return;
         }
@@ -325,168 +402,19 @@ impl Controller {
             p.phase = PodPhase::Failed;
         }
         p.recreate = !finished && !never;
-        p.relaunch_at = None;
-        if p.launcher_live() {
-            p.deleting = true;
-            self.sync_pod(i, now, step);
-            step.actions.push(ClusterAction::StopPod { pod });
-        } else {
-            let recreate = p.recreate;
-            self.remove_pod(i, now, step);
-            if recreate {
-                self.recreate_pod(i, now, step);
-            }
-        }
-    }
-
-    /// Emit the pod's last row as deleted.
-    fn remove_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        let Some(p) = self.pods.get_mut(i) else {
-            return;
-        };
-        p.gone = true;
-        let row = Row::Pod(p.row(now, &self.config.node));
-        p.shown = Some(row.clone());
-        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row });
-    }
-
-    /// Replace a deleted pod by a fresh one (RESTARTS 0, AGE 0s) and schedule it if the gang runs.
-    fn recreate_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        let Some(old) = self.pods.get(i) else { return };
-        self.pods[i] = Pod::new(old.id, old.name.clone(), old.restart_policy, now);
-        self.sync_pod_as(i, now, WatchEventType::Added, step);
-        if self.admitted {
-            self.schedule(i, now, step);
+        let recreate = p.recreate;
+        if self.kubelet.delete(i, now, step) && recreate {
+            self.recreate_pod(i, now, step);
         }
     }
 
     fn tick(&mut self, now: Duration, step: &mut Step) {
-        let finished = self.outcome.is_some();
-        for i in 0..self.pods.len() {
-            match self.pods[i].kubelet_tick(now, finished, self.config.crash_loop_after) {
-                KubeletTick::Nothing => {}
-                KubeletTick::Changed => self.sync_pod(i, now, step),
-                KubeletTick::Relaunch => {
-                    let pod = self.pods[i].id;
-                    self.sync_pod(i, now, step);
-                    step.actions.push(ClusterAction::StartLauncher { pod });
-                }
-            }
-        }
+        self.kubelet.tick(now, self.outcome.is_some(), step);
         self.expire_ttl(now, step);
     }
 
-    /// `CleanupJob`: `ttlSecondsAfterFinished` after the finish the job is deleted, and with it
-    /// (by their owner references) every pod left.
-    fn expire_ttl(&mut self, now: Duration, step: &mut Step) {
-        let (Some(at), Some(ttl)) = (self.finished_at, self.job.run_policy.ttl_seconds_after_finished) else {
-            return;
-        };
-        if self.job_deleted || now < at.saturating_add(Duration::from_secs(u64::try_from(ttl).unwrap_or(0))) {
-            return;
-        }
-        self.job_deleted = true;
-        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.job_row(now) });
-        step.actions.push(ClusterAction::Note {
-            message: format!("PyTorchJob {} is deleted: ttlSecondsAfterFinished ({ttl}s) has passed", self.job.name),
-        });
-        self.delete_pods(now, step, |_| true);
-    }
-
-    /// `ReconcileJobs` (after the pods' and the job's own changes), unless the job is finished,
-    /// suspended or someone else's.
     fn reconcile(&mut self, now: Duration, step: &mut Step) {
-        if self.outcome.is_some() || self.suspended || self.submitted_at.is_none() || !self.podgroup_created {
-            return;
-        }
-        let failed_now = operator::failed_pods(&self.pods);
-        let exceeds = operator::exceeds_backoff_limit(&self.job, &self.pods, self.failed_before);
-        self.failed_before = failed_now;
-        if exceeds || operator::past_backoff_limit(&self.job, &self.pods) {
-            return self.finish(Outcome::Failed, operator::backoff_limit_message(&self.job), true, now, step);
-        }
-        if operator::past_active_deadline(&self.job, self.started_at, now) {
-            return self.finish(Outcome::Failed, operator::deadline_message(&self.job), true, now, step);
-        }
-        if !self.admitted {
-            return;
-        }
-        // ReconcilePods: a Failed pod is recreated, or fails the job (ExitCode, permanent code).
-        // UpdateJobStatus then counts the replica statuses as listed, the failed pod included.
-        let mut conditions = Vec::new();
-        let mut recreate = Vec::new();
-        for (i, p) in self.pods.iter().enumerate() {
-            if p.gone || p.phase != PodPhase::Failed {
-                continue;
-            }
-            let code = match p.launcher {
-                LauncherProcess::Exited(how) => how.code(),
-                _ => 0xbeef,
-            };
-            let Some(restart) = operator::restart_failed_pod(p.restart_policy, code) else { continue };
-            conditions.push(operator::failed_pod_condition(&self.job, p.id.rtype, restart));
-            if restart && !p.deleting {
-                recreate.push(i);
-            }
-        }
-        conditions.extend(operator::update_job_status(&self.job, &self.pods));
-        for i in recreate {
-            self.remove_pod(i, now, step);
-            self.recreate_pod(i, now, step);
-        }
-        // `setCondition` ignores everything once Failed is set.
-        for condition in conditions {
-            match condition {
-                Condition::Running => self.set_state(JobState::Running, now, step),
-                Condition::Restarting(_) => self.set_state(JobState::Restarting, now, step),
-                Condition::Succeeded(reason) => return self.finish(Outcome::Succeeded, reason, false, now, step),
-                Condition::Failed(reason) => return self.finish(Outcome::Failed, reason, false, now, step),
-            }
-        }
-    }
-
-    /// The job is Succeeded or Failed: the PodGroup is deleted, and the pods: every one after
-    /// the backoff limit or the deadline (`DeletePodsAndServices` before the condition is set),
-    /// else those `cleanPodPolicy` names.
-    fn finish(&mut self, outcome: Outcome, reason: String, delete_all: bool, now: Duration, step: &mut Step) {
-        self.outcome = Some(outcome);
-        self.finished_at = Some(now);
-        let state = match outcome {
-            Outcome::Succeeded => JobState::Succeeded,
-            Outcome::Failed => JobState::Failed,
-        };
-        self.set_state(state, now, step);
+        self.reconcile_jobs(now, step);
         self.sync_podgroup(now, step);
-        if self.podgroup_created && !self.podgroup_deleted {
-            self.podgroup_deleted = true;
-            step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.podgroup_row(now) });
-        }
-        let policy = self.job.run_policy.clean_pod_policy.clone();
-        let deletes_all = delete_all || self.pods.iter().all(|p| p.gone || policy.deletes(p.is_active()));
-        self.delete_pods(now, step, |p| delete_all || policy.deletes(p.is_active()));
-        if deletes_all {
-            step.actions.push(ClusterAction::StopAll);
-        }
-        step.actions.push(ClusterAction::Finish { outcome, reason });
-    }
-
-    /// Delete the pods `which` picks, for good: stop their launchers, or remove them at once.
-    fn delete_pods(&mut self, now: Duration, step: &mut Step, which: impl Fn(&Pod) -> bool) {
-        for i in 0..self.pods.len() {
-            let p = &mut self.pods[i];
-            if p.gone || p.deleting || !which(p) {
-                continue;
-            }
-            p.recreate = false;
-            p.relaunch_at = None;
-            if p.launcher_live() {
-                p.deleting = true;
-                let pod = p.id;
-                self.sync_pod(i, now, step);
-                step.actions.push(ClusterAction::StopPod { pod });
-            } else {
-                self.remove_pod(i, now, step);
-            }
-        }
     }
 }

@@ -6,14 +6,14 @@ use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
 use rankvisor_core::policy::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.
-pub const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
+pub(crate) const DRY_RUN_MASTER_ADDR: &str = "127.0.0.1";
 
 /// The node every pod of the dry run is placed on (`spec.nodeName`, the NODE column).
-pub const DRY_RUN_NODE: &str = "localhost";
+pub(crate) const DRY_RUN_NODE: &str = "localhost";
 
 /// Everything the event loop needs to start one replica's launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchSpec {
+pub(crate) struct LaunchSpec {
     /// The replica.
     pub replica: ReplicaId,
     /// The pod's name, `<job>-worker-1`.
@@ -42,7 +42,7 @@ pub struct LaunchSpec {
 /// The launch of `replica`, with MASTER_PORT (and the rendezvous port unless the manifest sets
 /// one) set to `master_port` (the manifest's `job.master_port()`, or a free port the event loop chose).
 /// Returns `None` for a replica the job does not have.
-pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Option<LaunchSpec> {
+pub(crate) fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Option<LaunchSpec> {
     if !job.contains(replica) {
         return None;
     }
@@ -69,7 +69,7 @@ pub fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> Op
 
 /// The labels the operator puts on a replica's pod (`GenLabels`, `SetReplicaType`,
 /// `SetReplicaIndex`, `SetJobRole`), after the template's own.
-pub fn pod_labels(job: &PyTorchJob, replica: ReplicaId) -> Vec<(String, String)> {
+pub(crate) fn pod_labels(job: &PyTorchJob, replica: ReplicaId) -> Vec<(String, String)> {
     let mut labels = job.spec(replica.rtype).map(|s| s.labels.clone()).unwrap_or_default();
     let mut put = |k: &str, v: String| set(&mut labels, k.to_string(), v);
     put("training.kubeflow.org/job-name", job.name.clone());
@@ -119,8 +119,9 @@ fn resolve(job: &PyTorchJob, replica: ReplicaId, source: &EnvSource) -> String {
     }
 }
 
-/// Set `key` in `env`, replacing an earlier value where it stands.
-fn set(env: &mut Vec<(String, String)>, key: String, value: String) {
+/// Set `key` in `env`, replacing an earlier value where it stands (as the kubelet resolves a
+/// duplicate name, and as the Trainer's plugins upsert theirs).
+pub(crate) fn set<V>(env: &mut Vec<(String, V)>, key: String, value: V) {
     match env.iter_mut().find(|(k, _)| *k == key) {
         Some(slot) => slot.1 = value,
         None => env.push((key, value)),

@@ -8,14 +8,14 @@ use rankvisor_core::duration::parse_duration;
 use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
 
 /// The HyperPod label a `label:` injection sets when it names no key.
-pub const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
+pub(crate) const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
 
 /// The forms an injection may take, for error messages.
 const EXPECTED: &str = "expected fail:REPLICA@TIME, delete:REPLICA@TIME, label:REPLICA@TIME=VALUE (or =KEY=VALUE) or resume:job@TIME, with REPLICA like master-0 or worker-1 and TIME like 5s";
 
 /// What to do to the replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Make the replica's training process fail (it ends as a crash would).
     Fail,
     /// Delete the pod: kill its launcher; the operator recreates it with restart count 0.
@@ -34,7 +34,7 @@ pub enum Fault {
 
 /// One scheduled fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Injection {
+pub(crate) struct Injection {
     /// When, from the submit.
     pub at: Duration,
     /// Which replica.
@@ -46,7 +46,7 @@ pub struct Injection {
 /// An injection spec that could not be read or names a replica the job does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid fault injection {spec:?}: {reason}")]
-pub struct InjectionError {
+pub(crate) struct InjectionError {
     /// The spec as given.
     pub spec: String,
     /// What is wrong, and what was expected.
@@ -54,7 +54,7 @@ pub struct InjectionError {
 }
 
 /// Parse a spec and check its replica exists in `job`.
-pub fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, InjectionError> {
+pub(crate) fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection, InjectionError> {
     let err = |reason: String| InjectionError { spec: spec.to_string(), reason };
     let (verb, rest) = spec.split_once(':').ok_or_else(|| err(format!("no ':' after the fault kind: {EXPECTED}")))?;
     let (target, when) = rest.split_once('@').ok_or_else(|| err(format!("no '@TIME': {EXPECTED}")))?;

@@ -16,7 +16,7 @@ const PADDING: usize = 3;
 #[error(
     "invalid --watch value {value:?}: expected job, podgroup or pods (or all); for a TrainJob also jobset or batchjobs"
 )]
-pub struct WatchKindsError {
+pub(crate) struct WatchKindsError {
     /// The value seen.
     pub value: String,
 }
@@ -41,7 +41,7 @@ pub enum WatchKinds {
 
 impl WatchKinds {
     /// Read `job`, `podgroup`, `pods` or `all` (with kubectl's usual aliases).
-    pub fn parse(value: &str) -> Result<Self, WatchKindsError> {
+    pub(crate) fn parse(value: &str) -> Result<Self, WatchKindsError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "all" => Ok(Self::All),
             "pytorchjob" | "pytorchjobs" | "trainjob" | "trainjobs" => Ok(Self::Job),
@@ -56,7 +56,7 @@ impl WatchKinds {
     }
 
     /// Whether a row of this kind is shown.
-    pub fn includes(self, row: &Row) -> bool {
+    pub(crate) fn includes(self, row: &Row) -> bool {
         matches!(
             (self, row),
             (Self::All, _)
@@ -70,7 +70,7 @@ impl WatchKinds {
 }
 
 /// kubectl's AGE (`duration.HumanDuration`): `0s`, `35s`, `119s`, `2m15s`, `12m`, `1h2m`, `9h`, `3d4h`.
-pub fn kube_age(d: Duration) -> String {
+pub(crate) fn kube_age(d: Duration) -> String {
     let secs = d.as_secs();
     let minutes = secs / 60;
     let hours = secs / 3600;
@@ -109,7 +109,7 @@ pub fn kube_age(d: Duration) -> String {
 }
 
 /// The row's name as kubectl writes it when several kinds are listed.
-pub fn qualified_name(row: &Row) -> String {
+pub(crate) fn qualified_name(row: &Row) -> String {
     match row {
         Row::Job(j) => format!("pytorchjob.kubeflow.org/{}", j.name),
         Row::PodGroup(g) => format!("podgroup.scheduling.volcano.sh/{}", g.name),
@@ -201,7 +201,7 @@ fn widths(longest: &[usize]) -> Vec<usize> {
 
 /// Turns changes into watch lines; stateful only to print each kind's header once.
 #[derive(Debug, Clone)]
-pub struct TextRenderer {
+pub(crate) struct TextRenderer {
     kinds: WatchKinds,
     job_widths: Vec<usize>,
     podgroup_widths: Vec<usize>,
@@ -221,13 +221,13 @@ const BATCHJOB_HEADER: [&str; 5] = ["NAME", "STATUS", "COMPLETIONS", "DURATION",
 
 impl TextRenderer {
     /// A renderer for `job`'s objects, showing `kinds`.
-    pub fn new(job: &PyTorchJob, kinds: WatchKinds) -> Self {
+    pub(crate) fn new(job: &PyTorchJob, kinds: WatchKinds) -> Self {
         let pod_name = job.replicas().iter().map(|id| job.pod_name(*id).len()).max().unwrap_or(0);
         Self::sized(&job.name, pod_name, kinds)
     }
 
     /// A renderer for a job named `name` whose longest pod name is `pod_name` long.
-    pub fn sized(name: &str, pod_name: usize, kinds: WatchKinds) -> Self {
+    pub(crate) fn sized(name: &str, pod_name: usize, kinds: WatchKinds) -> Self {
         let qualified = kinds == WatchKinds::All;
         let prefix = |p: &str| if qualified { p.len() } else { 0 };
         let job_name = name.len() + prefix("pytorchjob.kubeflow.org/");
@@ -258,7 +258,7 @@ impl TextRenderer {
     }
 
     /// The lines for one change: none if its kind is not watched; a header before a kind's first row.
-    pub fn render(&mut self, change: &Change) -> Vec<String> {
+    pub(crate) fn render(&mut self, change: &Change) -> Vec<String> {
         if !self.kinds.includes(&change.row) {
             return Vec::new();
         }
@@ -283,7 +283,7 @@ impl TextRenderer {
 }
 
 /// One change as one JSON object (one line): time offset, event, kind, name and typed fields.
-pub fn render_json(change: &Change) -> String {
+pub(crate) fn render_json(change: &Change) -> String {
     use serde_json::json;
     let (kind, name, fields) = match &change.row {
         Row::Job(j) => (

@@ -18,18 +18,18 @@ use super::pytorchjob::ReplicaId;
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
 /// the operator never gives up on restarts, so no per-pod limit is right.
-pub const UNLIMITED_RESTARTS: u32 = u32::MAX;
+pub(crate) const UNLIMITED_RESTARTS: u32 = u32::MAX;
 
 /// The label value every replica's node starts with: healthy.
-pub const HEALTHY_NODE: &str = "Schedulable";
+pub(crate) const HEALTHY_NODE: &str = "Schedulable";
 
 /// A line of replica output longer than this is cut, so a progress bar without newlines cannot
 /// grow a buffer without bound.
-pub const MAX_OUTPUT_LINE: usize = 16 * 1024;
+pub(crate) const MAX_OUTPUT_LINE: usize = 16 * 1024;
 
 /// What every launcher of the dry run gets, from the dry run's own command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LauncherSettings {
+pub(crate) struct LauncherSettings {
     /// `--backoff-initial`.
     pub backoff_initial: Duration,
     /// `--backoff-max`.
@@ -46,7 +46,7 @@ pub struct LauncherSettings {
 
 /// What one launcher instance gets of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LauncherFiles<'a> {
+pub(crate) struct LauncherFiles<'a> {
     /// The descriptor number of the status pipe's write end, as the launcher inherits it.
     pub status_fd: i32,
     /// The replica's node labels file.
@@ -65,7 +65,7 @@ pub struct LauncherFiles<'a> {
 /// when a pod starts its run number limit+1, before that pod's launcher would give up; after the
 /// outcome (the seed's worker-0, still crash-looping after the job Succeeded) the launcher's own
 /// limit ends the replica, so the dry run ends too. Without a backoffLimit: [`UNLIMITED_RESTARTS`].
-pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: LauncherFiles<'_>) -> Vec<OsString> {
+pub(crate) fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: LauncherFiles<'_>) -> Vec<OsString> {
     let backoff_limit = spec.backoff_limit.unwrap_or(UNLIMITED_RESTARTS);
     let mut args: Vec<OsString> = [
         "--restart-policy",
@@ -114,7 +114,7 @@ pub fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, files: Laun
 
 /// Whether the dry-run process's own environment variable `name` is one the operator sets, and
 /// so must not leak into a replica: as in a pod, the rank contract comes only from the manifest.
-pub fn is_operator_managed_var(name: &str) -> bool {
+pub(crate) fn is_operator_managed_var(name: &str) -> bool {
     const EXACT: [&str; 9] = [
         "MASTER_ADDR",
         "MASTER_PORT",
@@ -132,7 +132,7 @@ pub fn is_operator_managed_var(name: &str) -> bool {
 /// A status line that is not the launcher's JSON.
 #[derive(Debug, thiserror::Error)]
 #[error("unreadable status line {line:?} from the launcher: {source}")]
-pub struct StatusLineError {
+pub(crate) struct StatusLineError {
     /// The line (cut short if long).
     pub line: String,
     /// The JSON error.
@@ -140,7 +140,7 @@ pub struct StatusLineError {
 }
 
 /// Read one `--status-fd` line: the launcher's [`LocalStatus`], the same type it published.
-pub fn parse_status_line(line: &str) -> Result<LocalStatus, StatusLineError> {
+pub(crate) fn parse_status_line(line: &str) -> Result<LocalStatus, StatusLineError> {
     serde_json::from_str(line).map_err(|source| StatusLineError { line: line.chars().take(200).collect(), source })
 }
 
@@ -149,7 +149,7 @@ pub fn parse_status_line(line: &str) -> Result<LocalStatus, StatusLineError> {
 /// A launcher restarting with no backoff goes from one `Running` to the next without a
 /// `Restarting` line, so a new restart count on a `Running` line also means the previous run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StatusTracker {
+pub(crate) struct StatusTracker {
     /// The restart count of the run in progress, if a child runs.
     run: Option<u32>,
     /// The running child's pid, from the latest line.
@@ -160,7 +160,7 @@ pub struct StatusTracker {
 
 impl StatusTracker {
     /// The events one status line of `pod`'s launcher means, in order.
-    pub fn observe(&mut self, pod: ReplicaId, line: &LocalStatus) -> Vec<ClusterEvent> {
+    pub(crate) fn observe(&mut self, pod: ReplicaId, line: &LocalStatus) -> Vec<ClusterEvent> {
         self.child_pid = line.child_pid;
         let exit = line.last_exit;
         let ended = |will_restart: bool, restart_count: u32| {
@@ -200,29 +200,24 @@ impl StatusTracker {
     }
 
     /// The running child's pid (its process group), if one runs.
-    pub fn child_pid(&self) -> Option<i32> {
+    pub(crate) fn child_pid(&self) -> Option<i32> {
         self.child_pid.filter(|_| self.run.is_some())
     }
 
-    /// The restart count of the run in progress, if a child runs.
-    pub fn running(&self) -> Option<u32> {
-        self.run
-    }
-
     /// Whether the launcher reported a final state (it will not start its child again).
-    pub fn ended(&self) -> bool {
+    pub(crate) fn ended(&self) -> bool {
         self.ended
     }
 }
 
 /// A node's labels as new: healthy.
-pub fn healthy_labels() -> BTreeMap<String, String> {
+pub(crate) fn healthy_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(DEFAULT_LABEL_KEY.to_string(), HEALTHY_NODE.to_string())])
 }
 
 /// The downward-API labels file for `labels`: `key="value"` lines, sorted, values quoted as Go's
 /// `%q` quotes them (what the kubelet writes and `health::parse_labels_file` reads).
-pub fn labels_file_text(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn labels_file_text(labels: &BTreeMap<String, String>) -> String {
     labels.iter().map(|(k, v)| format!("{k}={}\n", go_quote(v))).collect()
 }
 
@@ -246,7 +241,7 @@ fn go_quote(value: &str) -> String {
 }
 
 /// `pod | line`, the pod name padded to `width` so the output lines up as `docker compose`'s does.
-pub fn prefixed(pod: &str, width: usize, line: &str) -> String {
+pub(crate) fn prefixed(pod: &str, width: usize, line: &str) -> String {
     format!("{pod:<width$} | {line}")
 }
 
@@ -397,7 +392,7 @@ mod tests {
             t.observe(MASTER, &line(ReplicaState::Running, 1, e1, Some(11))),
             vec![ClusterEvent::ChildRunning { pod: MASTER, restart_count: 1 }]
         );
-        assert_eq!(t.running(), Some(1));
+        assert_eq!(t.child_pid(), Some(11));
         assert!(!t.ended());
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Failed, 1, e1, None)),
@@ -408,7 +403,7 @@ mod tests {
                 restart_count: 1
             }]
         );
-        assert_eq!(t.running(), None);
+        assert_eq!(t.child_pid(), None);
         assert!(t.ended());
     }
 

@@ -12,7 +12,7 @@ use rankvisor_core::untrusted::escape::escape;
 /// What this machine offers that a manifest written for a cluster may count on: read once at the
 /// edge ([`Machine::this`]), so [`localize`] stays a function of its inputs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// `PATH`, where a program named without a `/` is looked up (a container's own `PATH` env
     /// value wins).
     pub path: String,
@@ -22,7 +22,7 @@ pub struct Machine {
 
 impl Machine {
     /// This machine.
-    pub fn this() -> Self {
+    pub(crate) fn this() -> Self {
         Self { path: std::env::var("PATH").unwrap_or_default(), nvidia_gpu: Path::new("/dev/nvidiactl").exists() }
     }
 }
@@ -34,7 +34,7 @@ fn is_gpu_resource(name: &str) -> bool {
 
 /// `--command TYPE=CMD`: the shell command a replica type runs instead of its image's entrypoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandOverride {
+pub(crate) struct CommandOverride {
     /// Master or Worker.
     pub rtype: ReplicaType,
     /// A `sh -c` command line; the container's `args` follow as `"$@"`.
@@ -43,7 +43,7 @@ pub struct CommandOverride {
 
 /// `--path-map IMAGE_PATH=LOCAL_PATH`: a path prefix inside the image and where it is here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathMap {
+pub(crate) struct PathMap {
     /// The prefix as the manifest writes it, e.g. `/workspace`.
     pub image_path: String,
     /// The local directory it stands for (absolute).
@@ -51,7 +51,7 @@ pub struct PathMap {
 }
 
 /// Read `--command TYPE=CMD` (TYPE: Master or Worker, any case).
-pub fn parse_command_override(spec: &str) -> Result<CommandOverride, String> {
+pub(crate) fn parse_command_override(spec: &str) -> Result<CommandOverride, String> {
     let bad =
         |why: &str| format!("invalid --command {spec:?}: {why}: expected TYPE=COMMAND, e.g. Worker='python train.py'");
     let (kind, command) = spec.split_once('=').ok_or_else(|| bad("no '='"))?;
@@ -66,7 +66,7 @@ pub fn parse_command_override(spec: &str) -> Result<CommandOverride, String> {
 }
 
 /// Read `--path-map IMAGE_PATH=LOCAL_PATH`; a relative local path is taken from `cwd`.
-pub fn parse_path_map(spec: &str, cwd: &Path) -> Result<PathMap, String> {
+pub(crate) fn parse_path_map(spec: &str, cwd: &Path) -> Result<PathMap, String> {
     let bad = |why: &str| {
         format!("invalid --path-map {spec:?}: {why}: expected IMAGE_PATH=LOCAL_PATH, e.g. /workspace=./examples")
     };
@@ -107,7 +107,7 @@ fn runs_rankvisor(argv: &[String]) -> bool {
 
 /// Apply the overrides to every replica type; returns the notes to print, or why a replica type
 /// cannot run here (one line, naming what a local run cannot do and the flag that helps).
-pub fn localize(
+pub(crate) fn localize(
     job: &mut PyTorchJob,
     commands: &[CommandOverride],
     maps: &[PathMap],

@@ -8,10 +8,10 @@ use super::raw::RawJob;
 use super::webhook_admission::{admit, FieldErrors, Refusal};
 
 /// The `apiVersion` the dry run accepts.
-pub const API_VERSION: &str = "kubeflow.org/v1";
+pub(crate) const API_VERSION: &str = "kubeflow.org/v1";
 
 /// The `kind` the dry run accepts.
-pub const KIND: &str = "PyTorchJob";
+pub(crate) const KIND: &str = "PyTorchJob";
 
 /// Why a manifest cannot be run. Every variant means exit status 64.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ pub enum ManifestError {
 
 /// A job that passed admission, with the webhook's warnings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedJob {
+pub(crate) struct LoadedJob {
     /// The admitted, defaulted job.
     pub job: PyTorchJob,
     /// What the webhook warned about (kubectl prints each as `Warning: ...`).
@@ -102,18 +102,11 @@ pub struct LoadedJob {
 }
 
 /// The largest manifest read (a PyTorchJob is a few KiB; `/dev/zero` must not fill memory).
-pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 /// The most YAML aliases a manifest may use (each may repeat a large node: no amplification).
-pub const MAX_ALIASES: usize = 64;
+pub(crate) const MAX_ALIASES: usize = 64;
 /// The deepest nesting of flow collections (`[` and `{`) accepted (deeper is quadratic to parse).
-pub const MAX_FLOW_DEPTH: usize = 64;
-
-/// Read, parse and admit the manifest at `path` (the only I/O of the dry run's pure part). Only a
-/// regular file is read (a FIFO or device never blocks or streams forever), at most
-/// [`MAX_MANIFEST_BYTES`].
-pub fn load_job(path: &Path) -> Result<LoadedJob, ManifestError> {
-    admit_text(&read_manifest(path)?, &path.display().to_string())
-}
+pub(crate) const MAX_FLOW_DEPTH: usize = 64;
 
 /// A manifest's text: a regular file, at most [`MAX_MANIFEST_BYTES`], UTF-8, within the shape bounds.
 fn read_manifest(path: &Path) -> Result<String, ManifestError> {
@@ -207,7 +200,7 @@ pub fn parse_job(text: &str, source_name: &str) -> Result<PyTorchJob, ManifestEr
 }
 
 /// Parse and admit a manifest's text, keeping the webhook's warnings.
-pub fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestError> {
+pub(crate) fn admit_text(text: &str, source_name: &str) -> Result<LoadedJob, ManifestError> {
     let raw = parse_raw(text, source_name)?;
     let api_version = raw.api_version.clone().unwrap_or_default();
     let kind = raw.kind.clone().unwrap_or_default();
@@ -316,7 +309,7 @@ spec:
         assert_eq!(master.resources.get("cpu"), 1000);
         assert_eq!(master.resources.get("memory"), 100 * 1024 * 1024 * 1000);
         assert_eq!(job.worker.as_ref().unwrap().replicas, 3);
-        assert_eq!(job.total_resources().get("cpu"), 4000);
+        assert_eq!(job.min_resources().get("cpu"), 4000);
         assert_eq!(job.rank(ReplicaId::worker(2)), 3);
         assert_eq!(job.master_port(), 23456);
     }
@@ -387,8 +380,8 @@ spec:
             .replace("cpu: \"1\"", "cpu: 1")
             .replace("memory: \"100Mi\"", "memory: 104857600");
         let job = parse_job(&text, "j.yaml").unwrap();
-        assert_eq!(job.total_resources().get("cpu"), 4000);
-        assert_eq!(job.total_resources().get("memory"), 4 * 104_857_600_000);
+        assert_eq!(job.min_resources().get("cpu"), 4000);
+        assert_eq!(job.min_resources().get("memory"), 4 * 104_857_600_000);
     }
 
     #[test]
@@ -413,7 +406,7 @@ spec:
 
     #[test]
     fn missing_file_names_the_path() {
-        let e = load_job(Path::new("/nonexistent/job.yaml")).unwrap_err();
+        let e = load_manifest(Path::new("/nonexistent/job.yaml"), &[]).unwrap_err();
         assert!(e.to_string().starts_with("cannot read manifest /nonexistent/job.yaml: "), "{e}");
     }
 }

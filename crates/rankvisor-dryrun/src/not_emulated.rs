@@ -25,7 +25,7 @@ pub(crate) const CONTAINER_EMULATED: [&str; 9] =
 
 /// Every field of `doc` (a PyTorchJob as written) the dry run does not emulate, each with why
 /// where that is not plain, in document order.
-pub fn not_emulated(doc: &Value) -> Vec<String> {
+pub(crate) fn not_emulated(doc: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for kind in ["labels", "annotations"] {
         if let Some(fields) = doc["metadata"][kind].as_object() {

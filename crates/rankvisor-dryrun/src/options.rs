@@ -8,18 +8,18 @@ use super::kubectl::WatchKinds;
 use super::quantity::QueueCapability;
 
 /// The dry run's first restart delay: a laptop's, not the kubelet's 10s.
-pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// The dry run's longest restart delay: a laptop's, not the kubelet's 300s.
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// The dry run's TERM -> KILL delay: a laptop's, not Kubernetes' 30s.
-pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
 /// The launchers' log level unless told otherwise: their warnings and errors only, since the
 /// watch output already shows every state change.
-pub const DEFAULT_LAUNCHER_LOG_LEVEL: &str = "warn";
+pub(crate) const DEFAULT_LAUNCHER_LOG_LEVEL: &str = "warn";
 
 /// Every launcher reads its replica's labels file (`--node-health file:`), so a `label:`
 /// injection reaches that replica's node-health gate.
-pub const LAUNCHERS_READ_NODE_LABELS: bool = true;
+pub(crate) const LAUNCHERS_READ_NODE_LABELS: bool = true;
 
 /// `--output`: how each change is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

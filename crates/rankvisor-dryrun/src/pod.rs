@@ -130,6 +130,12 @@ impl Pod {
         }
     }
 
+    /// Placed on the node, its launcher asked for.
+    pub(super) fn bind(&mut self) {
+        self.scheduled = true;
+        self.launcher = LauncherProcess::Requested;
+    }
+
     /// `FilterActivePods`: neither Succeeded nor Failed, and not being deleted.
     pub(super) fn is_active(&self) -> bool {
         !self.deleting && matches!(self.phase, PodPhase::Pending | PodPhase::Running)

@@ -8,13 +8,13 @@ use super::quantity::Resources;
 use rankvisor_core::policy::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
-pub const DEFAULT_MASTER_PORT: u16 = 23456;
+pub(crate) const DEFAULT_MASTER_PORT: u16 = 23456;
 
 /// The name the operator requires for the training container.
-pub const DEFAULT_CONTAINER_NAME: &str = "pytorch";
+pub(crate) const DEFAULT_CONTAINER_NAME: &str = "pytorch";
 
 /// The name of the container port the operator reads MASTER_PORT from.
-pub const DEFAULT_PORT_NAME: &str = "pytorchjob-port";
+pub(crate) const DEFAULT_PORT_NAME: &str = "pytorchjob-port";
 
 /// The two replica types a PyTorchJob has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -76,7 +76,7 @@ impl fmt::Display for ReplicaId {
 
 /// Where an env variable of the container gets its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnvSource {
+pub(crate) enum EnvSource {
     /// `value`.
     Value(String),
     /// `valueFrom.fieldRef.fieldPath`: the downward API, resolved per pod.
@@ -85,7 +85,7 @@ pub enum EnvSource {
 
 /// The training container of one replica type, as the dry run runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
+pub(crate) struct Container {
     /// The image (not pulled: named in messages).
     pub image: String,
     /// The container's `command` (empty: the image's entrypoint).
@@ -102,7 +102,7 @@ pub struct Container {
 
 impl Container {
     /// `command` followed by `args`, what the container runs.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         self.command.iter().chain(self.args.iter()).cloned().collect()
     }
 }
@@ -111,26 +111,26 @@ impl Container {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaSpec {
     /// Master or Worker.
-    pub rtype: ReplicaType,
+    pub(crate) rtype: ReplicaType,
     /// How many pods of this type.
-    pub replicas: u32,
+    pub(crate) replicas: u32,
     /// The pods' restart policy (default OnFailure).
     pub restart_policy: RestartPolicy,
     /// The `pytorch` container.
-    pub container: Container,
+    pub(crate) container: Container,
     /// What one pod asks of the queue: every container's requests (limits where no request).
-    pub resources: Resources,
+    pub(crate) resources: Resources,
     /// The pod template's labels (the operator adds its own).
-    pub labels: Vec<(String, String)>,
+    pub(crate) labels: Vec<(String, String)>,
     /// The pod template's annotations.
-    pub annotations: Vec<(String, String)>,
+    pub(crate) annotations: Vec<(String, String)>,
     /// `serviceAccountName` (default `default`).
-    pub service_account: Option<String>,
+    pub(crate) service_account: Option<String>,
 }
 
 /// `spec.elasticPolicy`, after the operator's defaulting (min and max are always set).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElasticPolicy {
+pub(crate) struct ElasticPolicy {
     /// Fewest replicas torchrun accepts.
     pub min_replicas: i64,
     /// Most replicas torchrun accepts.
@@ -155,7 +155,7 @@ pub struct ElasticPolicy {
 
 /// `spec.runPolicy.cleanPodPolicy`: which pods the operator deletes once the job has finished.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum CleanPodPolicy {
+pub(crate) enum CleanPodPolicy {
     /// Keep every pod (the operator's default): pods still running go on running.
     #[default]
     None,
@@ -169,7 +169,7 @@ pub enum CleanPodPolicy {
 
 impl CleanPodPolicy {
     /// Whether a finished job's pod in this state is deleted (`DeletePodsAndServices`).
-    pub fn deletes(&self, running_or_pending: bool) -> bool {
+    pub(crate) fn deletes(&self, running_or_pending: bool) -> bool {
         match self {
             Self::None => false,
             Self::Running => running_or_pending,
@@ -180,7 +180,7 @@ impl CleanPodPolicy {
 
 /// `spec.runPolicy.schedulingPolicy`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SchedulingPolicy {
+pub(crate) struct SchedulingPolicy {
     /// `minAvailable`: the PodGroup's minMember (default: every replica).
     pub min_available: Option<i32>,
     /// `queue` (default `default`).
@@ -195,7 +195,7 @@ pub struct SchedulingPolicy {
 
 /// `spec.runPolicy`, as written (the operator defaults only cleanPodPolicy).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RunPolicy {
+pub(crate) struct RunPolicy {
     /// `backoffLimit`; absent: no job-wide limit. The webhook admits a negative one, which fails
     /// the job at its first reconcile (`PastBackoffLimit`: 0 restarts >= the limit).
     pub backoff_limit: Option<i32>,
@@ -214,15 +214,15 @@ pub struct RunPolicy {
 }
 
 /// The `managedBy` value under which the training operator runs the job itself.
-pub const KUBEFLOW_JOBS_CONTROLLER: &str = "kubeflow.org/training-operator";
+pub(crate) const KUBEFLOW_JOBS_CONTROLLER: &str = "kubeflow.org/training-operator";
 
 /// The other `managedBy` value the webhook admits: the job is left to Kueue's MultiKueue.
-pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+pub(crate) const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
 
 impl RunPolicy {
     /// The controller that manages the job instead of the training operator
     /// (`ManagedByExternalController`), if any.
-    pub fn external_manager(&self) -> Option<&str> {
+    pub(crate) fn external_manager(&self) -> Option<&str> {
         self.managed_by.as_deref().filter(|m| *m != KUBEFLOW_JOBS_CONTROLLER)
     }
 }
@@ -235,15 +235,15 @@ pub struct PyTorchJob {
     /// `metadata.namespace` (default `default`).
     pub namespace: String,
     /// `spec.runPolicy`.
-    pub run_policy: RunPolicy,
+    pub(crate) run_policy: RunPolicy,
     /// `spec.nprocPerNode` (default `auto`), absent when the deprecated elastic field is used.
-    pub nproc_per_node: Option<String>,
+    pub(crate) nproc_per_node: Option<String>,
     /// `spec.elasticPolicy`.
-    pub elastic: Option<ElasticPolicy>,
+    pub(crate) elastic: Option<ElasticPolicy>,
     /// The Master spec, if the job has one.
-    pub master: Option<ReplicaSpec>,
+    pub(crate) master: Option<ReplicaSpec>,
     /// The Worker spec, if the job has one.
-    pub worker: Option<ReplicaSpec>,
+    pub(crate) worker: Option<ReplicaSpec>,
 }
 
 impl PyTorchJob {
@@ -265,12 +265,12 @@ impl PyTorchJob {
     }
 
     /// Whether the manifest has this replica.
-    pub fn contains(&self, id: ReplicaId) -> bool {
+    pub(crate) fn contains(&self, id: ReplicaId) -> bool {
         self.spec(id.rtype).is_some_and(|s| id.index < s.replicas)
     }
 
     /// The PodGroup's minMember: `schedulingPolicy.minAvailable`, else every replica.
-    pub fn min_member(&self) -> u32 {
+    pub(crate) fn min_member(&self) -> u32 {
         match self.run_policy.scheduling.min_available {
             Some(n) => u32::try_from(n).unwrap_or(0),
             None => self.total_replicas(),
@@ -278,12 +278,12 @@ impl PyTorchJob {
     }
 
     /// The Volcano queue: `schedulingPolicy.queue`, else `default`.
-    pub fn queue(&self) -> &str {
+    pub(crate) fn queue(&self) -> &str {
         self.run_policy.scheduling.queue.as_deref().filter(|q| !q.is_empty()).unwrap_or("default")
     }
 
     /// The sum of all replicas: the PodGroup's minMember and the default PET_NNODES.
-    pub fn total_replicas(&self) -> u32 {
+    pub(crate) fn total_replicas(&self) -> u32 {
         self.master.iter().chain(self.worker.iter()).map(|s| s.replicas).sum()
     }
 
@@ -293,7 +293,7 @@ impl PyTorchJob {
     }
 
     /// The replica's node rank: master 0, worker i -> i+1 (i in a job without a master).
-    pub fn rank(&self, id: ReplicaId) -> u32 {
+    pub(crate) fn rank(&self, id: ReplicaId) -> u32 {
         match id.rtype {
             ReplicaType::Master => 0,
             ReplicaType::Worker if self.master.is_some() => id.index.saturating_add(1),
@@ -307,20 +307,9 @@ impl PyTorchJob {
         self.master.as_ref().or(self.worker.as_ref()).and_then(|s| s.container.port).unwrap_or(DEFAULT_MASTER_PORT)
     }
 
-    /// What the whole job asks of the queue: the sum over every pod.
-    pub fn total_resources(&self) -> Resources {
-        let mut total = Resources::default();
-        for spec in self.master.iter().chain(self.worker.iter()) {
-            for _ in 0..spec.replicas {
-                total.add(&spec.resources);
-            }
-        }
-        total
-    }
-
     /// The PodGroup's minResources: `schedulingPolicy.minResources`, else what the first
     /// minMember pods ask, Master first (`CalcPGMinResources`).
-    pub fn min_resources(&self) -> Resources {
+    pub(crate) fn min_resources(&self) -> Resources {
         if let Some(r) = &self.run_policy.scheduling.min_resources {
             return r.clone();
         }

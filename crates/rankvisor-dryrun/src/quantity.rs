@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The pattern the apiserver quotes when it refuses a quantity.
-pub const QUANTITY_PATTERN: &str = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
+pub(crate) const QUANTITY_PATTERN: &str = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
 
 /// The pattern the PyTorchJob CRD's schema gives every `resources` quantity.
-pub const QUANTITY_SCHEMA_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+pub(crate) const QUANTITY_SCHEMA_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
 /// A quantity that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid quantity {value:?}: {reason}")]
-pub struct QuantityError {
+pub(crate) struct QuantityError {
     /// The text that was seen.
     pub value: String,
     /// What was wrong with it.
@@ -22,7 +22,7 @@ pub struct QuantityError {
 
 /// Parse a quantity into thousandths of its unit (millicores for cpu, millibytes for memory),
 /// rounding up as Kubernetes does for values finer than a milli-unit.
-pub fn parse_quantity(text: &str) -> Result<u128, QuantityError> {
+pub(crate) fn parse_quantity(text: &str) -> Result<u128, QuantityError> {
     let err = |reason: &str| QuantityError { value: text.to_string(), reason: reason.to_string() };
     let t = text.trim();
     let number_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(t.len());
@@ -92,7 +92,7 @@ fn suffix_scale(suffix: &str) -> Option<(u128, u128)> {
 
 /// Render thousandths of a unit the way a user writes the resource: cpu `2`/`500m`, memory
 /// `100Mi`/`1Gi`/bytes.
-pub fn format_quantity(resource: &str, milli: u128) -> String {
+pub(crate) fn format_quantity(resource: &str, milli: u128) -> String {
     if resource == "cpu" || !milli.is_multiple_of(1000) {
         return if milli.is_multiple_of(1000) { format!("{}", milli / 1000) } else { format!("{milli}m") };
     }
@@ -109,11 +109,11 @@ pub fn format_quantity(resource: &str, milli: u128) -> String {
 
 /// Amounts of named resources (`cpu`, `memory`, `nvidia.com/gpu`, ...) in thousandths of a unit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resources(pub BTreeMap<String, u128>);
+pub(crate) struct Resources(pub BTreeMap<String, u128>);
 
 impl Resources {
     /// Add every amount of `other` to this one.
-    pub fn add(&mut self, other: &Resources) {
+    pub(crate) fn add(&mut self, other: &Resources) {
         for (name, amount) in &other.0 {
             let slot = self.0.entry(name.clone()).or_insert(0);
             *slot = slot.saturating_add(*amount);
@@ -121,7 +121,7 @@ impl Resources {
     }
 
     /// The amount of one resource (0 when absent).
-    pub fn get(&self, name: &str) -> u128 {
+    pub(crate) fn get(&self, name: &str) -> u128 {
         self.0.get(name).copied().unwrap_or(0)
     }
 }
@@ -137,7 +137,7 @@ impl fmt::Display for Resources {
 /// A `--queue-capability` that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid queue capability {spec:?}: part {part:?}: {reason} (expected cpu=N,memory=M, e.g. cpu=2,memory=4Gi)")]
-pub struct CapabilityError {
+pub(crate) struct CapabilityError {
     /// The whole option value.
     pub spec: String,
     /// The comma-separated part at fault.
@@ -148,11 +148,11 @@ pub struct CapabilityError {
 
 /// A Volcano queue's `spec.capability`: the most the queue's running jobs may hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueCapability(pub Resources);
+pub struct QueueCapability(pub(crate) Resources);
 
 impl QueueCapability {
     /// Parse `cpu=2,memory=1Gi` (any resource name; each at most once).
-    pub fn parse(spec: &str) -> Result<Self, CapabilityError> {
+    pub(crate) fn parse(spec: &str) -> Result<Self, CapabilityError> {
         let mut out = Resources::default();
         for part in spec.split(',') {
             let err = |reason: String| CapabilityError { spec: spec.to_string(), part: part.to_string(), reason };
@@ -174,7 +174,7 @@ impl QueueCapability {
 
     /// Volcano's gang admission: `None` if the whole job fits, else the first resource that
     /// does not fit as (name, capability, demand).
-    pub fn shortfall(&self, demand: &Resources) -> Option<(String, u128, u128)> {
+    pub(crate) fn shortfall(&self, demand: &Resources) -> Option<(String, u128, u128)> {
         self.0
              .0
             .iter()

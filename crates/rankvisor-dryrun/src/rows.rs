@@ -46,7 +46,7 @@ impl fmt::Display for JobState {
 
 /// The Volcano PodGroup's STATUS column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum PodGroupPhase {
+pub(crate) enum PodGroupPhase {
     /// Admitted to the queue; waiting until the whole gang can be placed.
     Inqueue,
     /// The whole gang (minMember pods) is placed.
@@ -55,7 +55,7 @@ pub enum PodGroupPhase {
 
 impl PodGroupPhase {
     /// The column's text.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Inqueue => "Inqueue",
             Self::Running => "Running",
@@ -105,7 +105,7 @@ impl fmt::Display for PodStatus {
 
 /// `kubectl get pytorchjob`: NAME STATE AGE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct JobRow {
+pub(crate) struct JobRow {
     /// The job's name.
     pub name: String,
     /// Blank until the operator has seen the job.
@@ -116,7 +116,7 @@ pub struct JobRow {
 
 /// `kubectl get podgroup`: NAME STATUS MINMEMBER RUNNINGS AGE QUEUE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PodGroupRow {
+pub(crate) struct PodGroupRow {
     /// Named like the job.
     pub name: String,
     /// Blank until Volcano has seen the PodGroup.
@@ -133,7 +133,7 @@ pub struct PodGroupRow {
 
 /// `kubectl get pod`: NAME READY STATUS RESTARTS AGE NODE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PodRow {
+pub(crate) struct PodRow {
     /// `<job>-master-0`, `<job>-worker-<i>`.
     pub name: String,
     /// Which replica the pod is.
@@ -156,7 +156,7 @@ pub struct PodRow {
 
 /// `kubectl get trainjob`: NAME STATE AGE (STATE: the last condition's type).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TrainJobRow {
+pub(crate) struct TrainJobRow {
     /// The TrainJob's name.
     pub name: String,
     /// `Suspended`, `Complete`, `Failed`, or blank (no condition yet).
@@ -169,7 +169,7 @@ pub struct TrainJobRow {
 
 /// `kubectl get jobset`: NAME TERMINALSTATE RESTARTS COMPLETED SUSPENDED AGE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct JobSetRow {
+pub(crate) struct JobSetRow {
     /// Named like the TrainJob.
     pub name: String,
     /// `Completed` or `Failed` once finished.
@@ -186,7 +186,7 @@ pub struct JobSetRow {
 
 /// `kubectl get job`: NAME STATUS COMPLETIONS DURATION AGE.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BatchJobRow {
+pub(crate) struct BatchJobRow {
     /// `<trainjob>-node-0`.
     pub name: String,
     /// `Running`, `Complete`, `Failed` or `Suspended`.
@@ -203,7 +203,7 @@ pub struct BatchJobRow {
 
 /// One object's row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum Row {
+pub(crate) enum Row {
     /// The PyTorchJob.
     Job(JobRow),
     /// The Volcano PodGroup.
@@ -261,7 +261,7 @@ impl Row {
 
 /// What happened to the object, as `kubectl get -w --output-watch-events` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum WatchEventType {
+pub(crate) enum WatchEventType {
     /// Created.
     Added,
     /// Changed.
@@ -272,7 +272,7 @@ pub enum WatchEventType {
 
 impl WatchEventType {
     /// kubectl's spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Added => "ADDED",
             Self::Modified => "MODIFIED",
@@ -283,7 +283,7 @@ impl WatchEventType {
 
 /// One line of the watch: an object's row at the time of a change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Change {
+pub(crate) struct Change {
     /// When, on the event loop's clock.
     pub at: Duration,
     /// Added, Modified or Deleted.

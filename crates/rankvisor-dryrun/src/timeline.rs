@@ -15,7 +15,7 @@ use super::rows::{Change, WatchEventType};
 
 /// The file kinds `--timeline` writes, from the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimelineFormat {
+pub(crate) enum TimelineFormat {
     /// A standalone SVG image.
     Svg,
     /// An HTML page holding the SVG (opens in any browser; hover a bar for its times).
@@ -25,14 +25,14 @@ pub enum TimelineFormat {
 /// A `--timeline` path whose extension is neither `.svg` nor `.html`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid --timeline file {path:?}: expected a name ending in .svg or .html")]
-pub struct TimelineFormatError {
+pub(crate) struct TimelineFormatError {
     /// The path as given.
     pub path: String,
 }
 
 impl TimelineFormat {
     /// The format a path asks for by its extension (`.svg`, `.html`, `.htm`, any case).
-    pub fn from_path(path: &Path) -> Result<Self, TimelineFormatError> {
+    pub(crate) fn from_path(path: &Path) -> Result<Self, TimelineFormatError> {
         let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
         match ext.as_deref() {
             Some("svg") => Ok(Self::Svg),
@@ -44,7 +44,7 @@ impl TimelineFormat {
 
 /// A fault as it was injected: when, into which pod, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FaultMark {
+pub(crate) struct FaultMark {
     /// When, on the dry run's clock.
     pub at: Duration,
     /// The pod it was injected into.
@@ -55,7 +55,7 @@ pub struct FaultMark {
 
 impl FaultMark {
     /// The mark for `injection` into `pod`, injected at `at`.
-    pub fn new(at: Duration, pod: String, injection: &Injection) -> Self {
+    pub(crate) fn new(at: Duration, pod: String, injection: &Injection) -> Self {
         let what = match &injection.fault {
             Fault::Fail => "fail".to_string(),
             Fault::Delete => "delete".to_string(),
@@ -70,7 +70,7 @@ impl FaultMark {
 
 /// What a dry run recorded for its timeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Recording {
+pub(crate) struct Recording {
     /// The job's name, for the title.
     pub job: String,
     /// Every change, in order, whatever `--watch` shows.
@@ -192,7 +192,7 @@ fn tick_step(end: Duration) -> Duration {
 }
 
 /// The recording as a standalone SVG document.
-pub fn render_svg(rec: &Recording) -> String {
+pub(crate) fn render_svg(rec: &Recording) -> String {
     let lanes = lanes(rec);
     let last_change = rec.changes.iter().map(|c| c.at).max().unwrap_or_default();
     let last_fault = rec.faults.iter().map(|f| f.at).max().unwrap_or_default();
@@ -332,7 +332,7 @@ pub fn render_svg(rec: &Recording) -> String {
 }
 
 /// The recording as an HTML page holding the SVG.
-pub fn render_html(rec: &Recording) -> String {
+pub(crate) fn render_html(rec: &Recording) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>rankvisor dry-run: {}</title></head>\n<body style=\"margin:1rem\">\n{}</body>\n</html>\n",
         xml(&rec.job),
@@ -341,7 +341,7 @@ pub fn render_html(rec: &Recording) -> String {
 }
 
 /// The recording in `format`.
-pub fn render(rec: &Recording, format: TimelineFormat) -> String {
+pub(crate) fn render(rec: &Recording, format: TimelineFormat) -> String {
     match format {
         TimelineFormat::Svg => render_svg(rec),
         TimelineFormat::Html => render_html(rec),

@@ -17,7 +17,7 @@ use rankvisor_core::policy::RestartPolicy;
 use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy, Scalar};
 
 /// A local dry run starts one process per replica; more than this is refused.
-pub const MAX_DRY_RUN_REPLICAS: u32 = 256;
+pub(crate) const MAX_DRY_RUN_REPLICAS: u32 = 256;
 
 /// The kind of a field error, as `k8s.io/apimachinery/pkg/util/validation/field` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ const REPLICA_TYPES: [ReplicaType; 2] = [ReplicaType::Master, ReplicaType::Worke
 
 /// The downward API's `fieldRef` paths a pod's env may use (the apiserver's list), and so the
 /// dry run resolves.
-pub const FIELD_REF_PATHS: [&str; 11] = [
+pub(crate) const FIELD_REF_PATHS: [&str; 11] = [
     "metadata.name",
     "metadata.namespace",
     "metadata.uid",

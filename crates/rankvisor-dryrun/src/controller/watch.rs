@@ -21,7 +21,7 @@ impl Controller {
             name: self.job.name.clone(),
             status: self.podgroup_status,
             min_member: self.job.min_member(),
-            runnings: self.pods.iter().filter(|p| !p.gone && p.phase == PodPhase::Running).count() as u32,
+            runnings: self.kubelet.pods.iter().filter(|p| !p.gone && p.phase == PodPhase::Running).count() as u32,
             age: now.saturating_sub(self.submitted_at.unwrap_or(now)),
             queue: self.job.queue().to_string(),
         })
@@ -42,25 +42,6 @@ impl Controller {
         }
         let row = self.podgroup_row(now);
         push_if_changed(&mut self.shown_podgroup, row, now, event, step);
-    }
-
-    pub(super) fn sync_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        self.sync_pod_as(i, now, WatchEventType::Modified, step);
-    }
-
-    pub(super) fn sync_pod_as(&mut self, i: usize, now: Duration, event: WatchEventType, step: &mut Step) {
-        let node = self.config.node.clone();
-        let Some(p) = self.pods.get_mut(i) else {
-            return;
-        };
-        if p.gone {
-            return;
-        }
-        let row = Row::Pod(p.row(now, &node));
-        if event == WatchEventType::Added {
-            p.shown = None;
-        }
-        push_if_changed(&mut p.shown, row, now, event, step);
     }
 }
 

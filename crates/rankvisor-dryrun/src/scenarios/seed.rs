@@ -256,7 +256,7 @@ fn gang_that_does_not_fit_stays_inqueue_and_pending_forever() {
         assert_eq!(row.age, Duration::from_secs(3600));
     }
     assert!(!r.actions.iter().any(|a| matches!(a, ClusterAction::StartLauncher { .. })));
-    assert_eq!(r.c.outcome(), None);
+    assert_eq!(r.finishes(), []);
 
     let mut roomy = Run::with(
         GANG,

@@ -20,16 +20,16 @@ use crate::raw::RawResources;
 use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
 
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
-pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
+pub(crate) const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 /// The variables torchrun reads that the Torch plugin owns (`TorchRunReservedEnvNames`).
-pub const RESERVED_ENV: [&str; 5] =
+pub(crate) const RESERVED_ENV: [&str; 5] =
     ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"];
 /// The controllers `spec.managedBy` may name.
 const MANAGERS: [&str; 2] = ["trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue"];
 
 /// A TrainJob that passed admission.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedTrainJob {
+pub(crate) struct LoadedTrainJob {
     /// The admitted TrainJob, merged with its runtime.
     pub job: TrainJob,
     /// What the dry run does not emulate, each named (one warning line).
@@ -37,12 +37,12 @@ pub struct LoadedTrainJob {
 }
 
 /// Whether the file's documents hold a TrainJob (so the file is a Trainer v2 one).
-pub fn holds_train_job(docs: &[Value]) -> bool {
+pub(crate) fn holds_train_job(docs: &[Value]) -> bool {
     docs.iter().any(|d| d["kind"] == TRAINJOB_KIND)
 }
 
 /// Every document of a YAML stream (or one JSON document), as values.
-pub fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
+pub(crate) fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
     if text.trim_start().starts_with('{') {
         return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| json_syntax(&e, source_name));
     }
@@ -76,7 +76,7 @@ fn field(path: &str, kind: FieldErrorType, value: Option<BadValue>, detail: impl
 }
 
 /// Admit the TrainJob in `docs` (the file's documents, then `--runtime` files' documents).
-pub fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJob, ManifestError> {
+pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJob, ManifestError> {
     let mut train_jobs = Vec::new();
     let mut runtimes: Vec<(String, RawRuntime, &Value)> = Vec::new();
     for doc in docs {
@@ -424,7 +424,7 @@ fn resources_of(raw: &RawResources) -> Resources {
 /// `EnforceMLPolicy`'s default `PET_NPROC_PER_NODE`: `auto` when a node asks for a GPU
 /// (`GetNumGPUPerNode`: any resource whose name holds "gpu", requests before limits), else
 /// `getNumCPUPerNode` (the CPU request, else the limit, rounded up; at least 1).
-pub fn nproc_from_resources(raw: &RawResources) -> String {
+pub(crate) fn nproc_from_resources(raw: &RawResources) -> String {
     let units = |m: &std::collections::BTreeMap<String, crate::raw::Scalar>, pred: &dyn Fn(&str) -> bool| {
         m.iter()
             .find(|(k, _)| pred(k))

@@ -5,15 +5,15 @@
 use serde::Serialize;
 
 /// `TrainJobSuspended`'s reasons and messages.
-pub const SUSPENDED: (&str, &str) = ("Suspended", "TrainJob is suspended");
+pub(crate) const SUSPENDED: (&str, &str) = ("Suspended", "TrainJob is suspended");
 /// The Suspended condition turned False on resume.
-pub const RESUMED: (&str, &str) = ("Resumed", "TrainJob is resumed");
+pub(crate) const RESUMED: (&str, &str) = ("Resumed", "TrainJob is resumed");
 /// `TrainJobDeadlineExceededReason` and its message.
-pub const DEADLINE_EXCEEDED: (&str, &str) = ("DeadlineExceeded", "TrainJob exceeded its active deadline");
+pub(crate) const DEADLINE_EXCEEDED: (&str, &str) = ("DeadlineExceeded", "TrainJob exceeded its active deadline");
 
 /// A TrainJob condition's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ConditionType {
+pub(crate) enum ConditionType {
     /// `Suspended`.
     Suspended,
     /// `Complete`: the JobSet's `Completed`, copied.
@@ -24,7 +24,7 @@ pub enum ConditionType {
 
 impl ConditionType {
     /// The type as the API spells it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Suspended => "Suspended",
             Self::Complete => "Complete",
@@ -35,7 +35,7 @@ impl ConditionType {
 
 /// One `metav1.Condition`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Condition {
+pub(crate) struct Condition {
     /// `type`.
     pub kind: ConditionType,
     /// `status`: True or False.
@@ -48,7 +48,7 @@ pub struct Condition {
 
 /// `meta.SetStatusCondition`: a condition of a type already there is updated in place (keeping
 /// its position), a new one is appended. Returns whether anything changed.
-pub fn set_status_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+pub(crate) fn set_status_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
     match conditions.iter_mut().find(|c| c.kind == new.kind) {
         Some(c) if *c == new => false,
         Some(c) => {
@@ -64,7 +64,7 @@ pub fn set_status_condition(conditions: &mut Vec<Condition>, new: Condition) -> 
 
 /// `setSuspendedCondition`: True while `spec.suspend`; False (`Resumed`) once resumed after being
 /// True; otherwise nothing.
-pub fn set_suspended_condition(conditions: &mut Vec<Condition>, suspend: bool) -> bool {
+pub(crate) fn set_suspended_condition(conditions: &mut Vec<Condition>, suspend: bool) -> bool {
     let was_true = conditions.iter().any(|c| c.kind == ConditionType::Suspended && c.status);
     let ((reason, message), status) = match (suspend, was_true) {
         (true, _) => (SUSPENDED, true),
@@ -76,13 +76,13 @@ pub fn set_suspended_condition(conditions: &mut Vec<Condition>, suspend: bool) -
 }
 
 /// `IsTrainJobFinished`: Complete or Failed is True.
-pub fn is_train_job_finished(conditions: &[Condition]) -> bool {
+pub(crate) fn is_train_job_finished(conditions: &[Condition]) -> bool {
     conditions.iter().any(|c| c.status && matches!(c.kind, ConditionType::Complete | ConditionType::Failed))
 }
 
 /// The STATE column and `fields.state`: the type of the last condition in the list
 /// (`.status.conditions[-1:].type`); blank with none.
-pub fn state(conditions: &[Condition]) -> Option<ConditionType> {
+pub(crate) fn state(conditions: &[Condition]) -> Option<ConditionType> {
     conditions.last().map(|c| c.kind)
 }
 

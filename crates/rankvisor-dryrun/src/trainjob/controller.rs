@@ -1,5 +1,5 @@
 //! The TrainJob, JobSet and Job controllers of one TrainJob, emulated as one synchronous state
-//! machine over the pods the shared kubelet ([`crate::pod`]) runs: the same [`ClusterEvent`]s
+//! machine over the pods the shared kubelet ([`crate::kubelet`]) runs: the same [`ClusterEvent`]s
 //! in, [`ClusterAction`]s and row changes out, as the PyTorchJob's controller.
 //!
 //! - TrainJob (`trainjob_controller.go`): creates the JobSet (suspended with the TrainJob);
@@ -24,7 +24,8 @@ use super::job::{self, CountedPod};
 use super::jobset::{self, FailedJob, FailureVerdict};
 use super::{PodFailureAction, TrainJob};
 use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
-use crate::pod::{LauncherEnd, LauncherProcess, Pod, PodPhase};
+use crate::kubelet::{self, JobRules, Kubelet};
+use crate::pod::{LauncherProcess, Pod, PodPhase};
 use crate::pytorchjob::ReplicaId;
 use crate::rows::{Change, Row, WatchEventType};
 
@@ -48,9 +49,9 @@ struct BatchJob {
 
 /// The emulated controllers of one TrainJob.
 #[derive(Debug, Clone)]
-pub struct TrainJobController {
+pub(crate) struct TrainJobController {
     job: TrainJob,
-    config: ControllerConfig,
+    kubelet: Kubelet,
     submitted_at: Option<Duration>,
     /// Creation, or the last resume: where `activeDeadlineSeconds` counts from.
     deadline_from: Option<Duration>,
@@ -67,7 +68,6 @@ pub struct TrainJobController {
     /// A restart waits for every pod of the previous attempt to be gone.
     restarting: bool,
     batch: Option<BatchJob>,
-    pods: Vec<Pod>,
     /// Pods created so far, for their names' suffixes.
     serial: u32,
     shown: [Option<Row>; 3],
@@ -86,10 +86,10 @@ fn suffix(name: &str, serial: u32) -> String {
 
 impl TrainJobController {
     /// A controller for an admitted TrainJob; nothing happens until `ClusterEvent::Submitted`.
-    pub fn new(job: TrainJob, config: ControllerConfig) -> Self {
+    pub(crate) fn new(job: TrainJob, config: ControllerConfig) -> Self {
         Self {
             job,
-            config,
+            kubelet: Kubelet::new(config),
             submitted_at: None,
             deadline_from: None,
             suspended: false,
@@ -103,25 +103,24 @@ impl TrainJobController {
             terminal: None,
             restarting: false,
             batch: None,
-            pods: Vec::new(),
             serial: 0,
             shown: [None, None, None],
         }
     }
 
     /// The TrainJob being run.
-    pub fn job(&self) -> &TrainJob {
+    pub(crate) fn job(&self) -> &TrainJob {
         &self.job
     }
 
     /// The STATE column (the last condition's type), if any.
-    pub fn state(&self) -> Option<&'static str> {
+    pub(crate) fn state(&self) -> Option<&'static str> {
         conditions::state(&self.conditions).map(ConditionType::as_str)
     }
 
     /// The dry run's exit status: the outcome's, 0 for a TrainJob another controller manages, 1
     /// while undecided.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match (self.outcome, &self.job.managed_by) {
             (Some(o), _) => o.exit_code(),
             (None, Some(_)) => 0,
@@ -130,81 +129,302 @@ impl TrainJobController {
     }
 
     /// Node k's pod now, for its launch.
-    pub fn node_pod(&self, id: ReplicaId) -> Option<NodePod> {
-        self.live_pod(id).map(|i| NodePod {
+    pub(crate) fn node_pod(&self, id: ReplicaId) -> Option<NodePod> {
+        let pods = &self.kubelet.pods;
+        self.kubelet.live(id).map(|i| NodePod {
             index: id.index,
-            name: self.pods[i].name.clone(),
-            restart_attempt: self.pods[i].restart_attempt.unwrap_or(0),
+            name: pods[i].name.clone(),
+            restart_attempt: pods[i].restart_attempt.unwrap_or(0),
         })
     }
 
     /// Node k's pod's current name (the last one it had, once gone).
-    pub fn pod_name(&self, id: ReplicaId) -> String {
-        self.pods.iter().rev().find(|p| p.id == id).map_or_else(|| self.job.hostname(id.index), |p| p.name.clone())
+    pub(crate) fn pod_name(&self, id: ReplicaId) -> String {
+        self.kubelet
+            .pods
+            .iter()
+            .rev()
+            .find(|p| p.id == id)
+            .map_or_else(|| self.job.hostname(id.index), |p| p.name.clone())
     }
 
     /// Pods whose launcher was asked to start and has not been reported exited.
-    pub fn live_launchers(&self) -> Vec<ReplicaId> {
-        self.pods.iter().filter(|p| !p.gone && p.launcher_live()).map(|p| p.id).collect()
+    pub(crate) fn live_launchers(&self) -> Vec<ReplicaId> {
+        self.kubelet.live_launchers()
     }
 
     /// Nothing more will happen: the outcome is decided (or another controller manages the
     /// TrainJob) and no launcher is left.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         let over = self.outcome.is_some() || (self.submitted_at.is_some() && self.job.managed_by.is_some());
         over && self.live_launchers().is_empty()
     }
 
     /// When the next `ClusterEvent::Tick` is due: a kubelet timer, the deadline.
-    pub fn next_tick(&self) -> Option<Duration> {
-        let kubelet = self.pods.iter().filter_map(|p| p.next_kubelet_tick(self.config.crash_loop_after));
+    pub(crate) fn next_tick(&self) -> Option<Duration> {
+        let kubelet = self.kubelet.next_tick();
         let deadline = match (self.outcome, self.job.active_deadline_seconds, self.deadline_from, self.suspended) {
             (None, Some(secs), Some(from), false) => Some(from.saturating_add(Duration::from_secs(secs))),
             _ => None,
         };
-        kubelet.chain(deadline).min()
+        [kubelet, deadline].into_iter().flatten().min()
     }
 
     /// Apply one observation made at `now`.
-    pub fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
-        let mut step = Step::default();
-        if self.submitted_at.is_none() && event != ClusterEvent::Submitted {
-            return step;
-        }
-        match event {
-            ClusterEvent::Submitted => self.submit(now, &mut step),
-            ClusterEvent::Resumed => self.resume(now, &mut step),
-            ClusterEvent::LauncherStarted { pod } => self.on_pod(pod, now, &mut step, Pod::launcher_started),
-            ClusterEvent::ChildRunning { pod, restart_count } => {
-                self.on_pod(pod, now, &mut step, |p| p.child_running(restart_count));
-            }
-            ClusterEvent::ChildExited { pod, exit, will_restart, restart_count } => {
-                self.on_pod(pod, now, &mut step, |p| p.child_exited(exit, will_restart, restart_count, now));
-            }
-            ClusterEvent::LauncherExited { pod, status } => self.launcher_exited(pod, status, now, &mut step),
-            ClusterEvent::PodDeleted { pod } => self.delete_pod(pod, true, now, &mut step),
-            ClusterEvent::Tick => self.tick(now, &mut step),
-        }
-        self.reconcile(now, &mut step);
-        self.sync(now, &mut step);
-        step
-    }
-
-    fn live_pod(&self, id: ReplicaId) -> Option<usize> {
-        self.pods.iter().position(|p| p.id == id && !p.gone)
-    }
-
-    fn on_pod(&mut self, id: ReplicaId, now: Duration, step: &mut Step, f: impl FnOnce(&mut Pod)) {
-        if let Some(i) = self.live_pod(id) {
-            f(&mut self.pods[i]);
-            self.sync_pod(i, now, WatchEventType::Modified, step);
-        }
+    pub(crate) fn handle(&mut self, now: Duration, event: ClusterEvent) -> Step {
+        kubelet::handle(self, now, event)
     }
 
     /// A line for the user; rule names and the namespace come from the manifest, so escaped.
     fn note(step: &mut Step, message: String) {
         let message = rankvisor_core::untrusted::escape(&message).into_owned();
         step.actions.push(ClusterAction::Note { message });
+    }
+
+    /// The JobSet's Job for the current restart attempt, with a pod per index.
+    fn create_job(&mut self, now: Duration, step: &mut Step) {
+        self.batch = Some(BatchJob {
+            created_at: now,
+            failed: 0,
+            succeeded: BTreeSet::new(),
+            failure: None,
+            complete_at: None,
+            seen_failed: BTreeSet::new(),
+            to_replace: BTreeSet::new(),
+        });
+        self.sync(now, step);
+        for k in 0..self.job.num_nodes {
+            self.create_pod(k, now, step);
+        }
+    }
+
+    /// A new pod for index `k`, scheduled at once (no gang: the JobSet starts every node).
+    fn create_pod(&mut self, k: u32, now: Duration, step: &mut Step) {
+        self.serial += 1;
+        let name = format!("{}-{}", self.job.hostname(k), suffix(&self.job.name, self.serial));
+        let mut pod = Pod::new(ReplicaId::worker(k), name, self.job.restart_policy, now);
+        pod.restart_attempt = Some(self.restarts);
+        pod.bind();
+        self.kubelet.add(pod, now, step);
+        step.actions.push(ClusterAction::StartLauncher { pod: ReplicaId::worker(k) });
+    }
+
+    /// Delete a pod: its launcher is stopped; `counted`: as the Job controller counts a deleted
+    /// pod that had not succeeded, as failed (and replaces it).
+    fn delete_pod(&mut self, id: ReplicaId, counted: bool, now: Duration, step: &mut Step) {
+        let Some(i) = self.kubelet.live(id) else { return };
+        let p = &mut self.kubelet.pods[i];
+        if p.deleting {
+            return;
+        }
+        if counted && p.phase != PodPhase::Succeeded {
+            p.phase = PodPhase::Failed;
+        }
+        self.kubelet.delete(i, now, step);
+    }
+
+    /// The three controllers, in the order their watches would wake them.
+    fn reconcile_controllers(&mut self, now: Duration, step: &mut Step) {
+        let finished = conditions::is_train_job_finished(&self.conditions);
+        if finished || self.submitted_at.is_none() || self.job.managed_by.is_some() {
+            return;
+        }
+        if let (Some(secs), Some(from), false) = (self.job.active_deadline_seconds, self.deadline_from, self.suspended)
+        {
+            if now >= from.saturating_add(Duration::from_secs(secs)) {
+                let (reason, message) = conditions::DEADLINE_EXCEEDED;
+                self.jobset_deleted = true;
+                return self.finish(Outcome::Failed, ConditionType::Failed, reason, message.to_string(), now, step);
+            }
+        }
+        if self.restarting {
+            if self.kubelet.pods.iter().all(|p| p.gone) {
+                self.restarting = false;
+                self.create_job(now, step);
+            }
+            return;
+        }
+        if self.batch.is_some() {
+            self.sync_job(now, step);
+        }
+        let Some(batch) = &self.batch else { return };
+        if let Some((reason, _, at)) = batch.failure.clone() {
+            let failed = [FailedJob {
+                name: self.job.job_name(),
+                replicated_job: self.job.replicated_job.clone(),
+                reason,
+                failed_at: at,
+            }];
+            match jobset::execute_failure_policy(self.job.failure_policy.as_ref(), &failed, self.restarts_towards_max) {
+                Some(FailureVerdict::Fail { reason, message }) => {
+                    self.terminal = Some("Failed");
+                    self.finish(Outcome::Failed, ConditionType::Failed, reason, message, now, step);
+                }
+                Some(FailureVerdict::Restart { counts_towards_max, reason }) => {
+                    self.restarts += 1;
+                    self.restarts_towards_max += i32::from(counts_towards_max);
+                    Self::note(step, format!(
+                        "JobSet {} restarts ({reason}): every pod is deleted and created again with jobset.sigs.k8s.io/restart-attempt={}",
+                        self.job.name, self.restarts
+                    ));
+                    self.restarting = true;
+                    self.batch = None;
+                    for id in self.kubelet.pods.iter().filter(|p| !p.gone).map(|p| p.id).collect::<Vec<_>>() {
+                        self.delete_pod(id, false, now, step);
+                    }
+                    self.sync(now, step);
+                    self.reconcile_controllers(now, step);
+                }
+                None => {}
+            }
+            return;
+        }
+        if batch.complete_at.is_some() {
+            let replicated = [(self.job.replicated_job.clone(), 1)];
+            if jobset::execute_success_policy(
+                &self.job.success_policy,
+                &replicated,
+                std::slice::from_ref(&self.job.replicated_job),
+            ) {
+                self.terminal = Some("Completed");
+                let message = jobset::ALL_JOBS_COMPLETED_MESSAGE.to_string();
+                self.finish(
+                    Outcome::Succeeded,
+                    ConditionType::Complete,
+                    jobset::ALL_JOBS_COMPLETED,
+                    message,
+                    now,
+                    step,
+                );
+            }
+        }
+    }
+
+    /// The Job controller's `syncJob` for the current Job: count new failed pods (through the
+    /// `podFailurePolicy`), replace them, and decide Failed or Complete.
+    fn sync_job(&mut self, now: Duration, step: &mut Step) {
+        let Some(batch) = self.batch.as_mut() else { return };
+        if batch.failure.is_some() || batch.complete_at.is_some() {
+            return;
+        }
+        for p in self.kubelet.pods.iter().filter(|p| !p.gone && p.restart_attempt == Some(self.restarts)) {
+            match p.phase {
+                PodPhase::Succeeded => {
+                    batch.succeeded.insert(p.id.index);
+                }
+                PodPhase::Failed if batch.seen_failed.insert(p.name.clone()) => {
+                    let code = match p.launcher {
+                        LauncherProcess::Exited(how) => how.code(),
+                        _ => 137,
+                    };
+                    let (action, message) =
+                        job::match_pod_failure_policy(&self.job.pod_failure_policy, &self.job.namespace, &p.name, code);
+                    match action {
+                        PodFailureAction::FailJob => {
+                            let message = message.unwrap_or_default();
+                            batch.failure = Some((job::POD_FAILURE_POLICY.to_string(), message, now));
+                        }
+                        PodFailureAction::Ignore => {
+                            batch.to_replace.insert(p.id.index);
+                        }
+                        PodFailureAction::Count => {
+                            batch.failed += 1;
+                            batch.to_replace.insert(p.id.index);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let counted: Vec<CountedPod> = self
+            .kubelet
+            .pods
+            .iter()
+            .filter(|p| !p.gone && p.restart_attempt == Some(self.restarts))
+            .map(|p| CountedPod { active: p.is_active(), restart_count: p.restarts })
+            .collect();
+        if batch.failure.is_none()
+            && (job::exceeds_backoff_limit(batch.failed, self.job.backoff_limit)
+                || job::past_backoff_limit_on_failure(self.job.restart_policy, self.job.backoff_limit, &counted))
+        {
+            batch.failure =
+                Some((job::BACKOFF_LIMIT_EXCEEDED.to_string(), job::BACKOFF_LIMIT_MESSAGE.to_string(), now));
+        }
+        if batch.failure.is_none() && batch.succeeded.len() as u32 >= self.job.num_nodes {
+            batch.complete_at = Some(now);
+        }
+        if let Some((reason, message, _)) = batch.failure.clone() {
+            Self::note(step, format!("Job {} failed ({reason}): {message}", self.job.job_name()));
+            // A failed Job's active pods are deleted.
+            for id in self.kubelet.pods.iter().filter(|p| !p.gone && p.is_active()).map(|p| p.id).collect::<Vec<_>>() {
+                self.delete_pod(id, false, now, step);
+            }
+        } else {
+            // A failed pod is replaced once its container is gone (same index, a new name).
+            for k in batch.to_replace.clone() {
+                let id = ReplicaId::worker(k);
+                match self.kubelet.live(id) {
+                    Some(i) if self.kubelet.pods[i].launcher_live() => continue,
+                    Some(i) => self.kubelet.remove(i, now, step),
+                    None => {}
+                }
+                if let Some(b) = self.batch.as_mut() {
+                    b.to_replace.remove(&k);
+                }
+                self.create_pod(k, now, step);
+            }
+        }
+        self.sync(now, step);
+    }
+
+    /// The JobSet is finished (or deleted by the deadline): the TrainJob copies its condition.
+    fn finish(
+        &mut self,
+        outcome: Outcome,
+        kind: ConditionType,
+        reason: &str,
+        message: String,
+        now: Duration,
+        step: &mut Step,
+    ) {
+        self.outcome = Some(outcome);
+        let condition = Condition { kind, status: true, reason: reason.to_string(), message: message.clone() };
+        conditions::set_status_condition(&mut self.conditions, condition);
+        let mut live = false;
+        for id in self
+            .kubelet
+            .pods
+            .iter()
+            .filter(|p| !p.gone && (p.is_active() || self.jobset_deleted))
+            .map(|p| p.id)
+            .collect::<Vec<_>>()
+        {
+            self.delete_pod(id, false, now, step);
+            live = true;
+        }
+        if self.jobset_deleted {
+            step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.jobset_row(now) });
+            if self.batch.is_some() {
+                step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.batch_row(now) });
+            }
+        }
+        if live {
+            step.actions.push(ClusterAction::StopAll);
+        }
+        self.sync(now, step);
+        let reason = format!("TrainJob {} {}: {reason}: {message}", self.job.name, kind.as_str());
+        let reason = rankvisor_core::untrusted::escape(&reason).into_owned();
+        step.actions.push(ClusterAction::Finish { outcome, reason });
+    }
+}
+
+impl JobRules for TrainJobController {
+    fn kubelet(&mut self) -> &mut Kubelet {
+        &mut self.kubelet
+    }
+
+    fn submitted(&self) -> bool {
+        self.submitted_at.is_some()
     }
 
     fn submit(&mut self, now: Duration, step: &mut Step) {
@@ -242,279 +462,23 @@ impl TrainJobController {
         self.create_job(now, step);
     }
 
-    /// The JobSet's Job for the current restart attempt, with a pod per index.
-    fn create_job(&mut self, now: Duration, step: &mut Step) {
-        self.batch = Some(BatchJob {
-            created_at: now,
-            failed: 0,
-            succeeded: BTreeSet::new(),
-            failure: None,
-            complete_at: None,
-            seen_failed: BTreeSet::new(),
-            to_replace: BTreeSet::new(),
-        });
-        self.sync(now, step);
-        for k in 0..self.job.num_nodes {
-            self.create_pod(k, now, step);
-        }
-    }
-
-    /// A new pod for index `k`, scheduled at once (no gang: the JobSet starts every node).
-    fn create_pod(&mut self, k: u32, now: Duration, step: &mut Step) {
-        self.serial += 1;
-        let name = format!("{}-{}", self.job.hostname(k), suffix(&self.job.name, self.serial));
-        let mut pod = Pod::new(ReplicaId::worker(k), name, self.job.restart_policy, now);
-        pod.restart_attempt = Some(self.restarts);
-        pod.scheduled = true;
-        pod.launcher = LauncherProcess::Requested;
-        self.pods.push(pod);
-        let i = self.pods.len() - 1;
-        self.sync_pod(i, now, WatchEventType::Added, step);
-        step.actions.push(ClusterAction::StartLauncher { pod: ReplicaId::worker(k) });
-    }
-
-    fn launcher_exited(&mut self, id: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
-        let Some(i) = self.live_pod(id) else { return };
+    /// A failed Job restarts no container either; a deleted pod is replaced by `sync_job`, not
+    /// recreated.
+    fn launcher_exited(&mut self, pod: ReplicaId, status: ExitHow, now: Duration, step: &mut Step) {
         let finished = self.outcome.is_some() || self.batch.as_ref().is_some_and(|b| b.failure.is_some());
-        let backoff = self.config.kubelet_backoff();
-        if let LauncherEnd::Deleted { .. } = self.pods[i].launcher_exited(status, now, finished, &backoff) {
-            return self.remove_pod(i, now, step);
-        }
-        self.sync_pod(i, now, WatchEventType::Modified, step);
+        self.kubelet.launcher_exited(pod, status, now, finished, step);
     }
 
-    /// Delete a pod: its launcher is stopped; `counted`: as the Job controller counts a deleted
-    /// pod that had not succeeded, as failed (and replaces it).
-    fn delete_pod(&mut self, id: ReplicaId, counted: bool, now: Duration, step: &mut Step) {
-        let Some(i) = self.live_pod(id) else { return };
-        let p = &mut self.pods[i];
-        if p.deleting {
-            return;
-        }
-        if counted && p.phase != PodPhase::Succeeded {
-            p.phase = PodPhase::Failed;
-        }
-        p.relaunch_at = None;
-        if p.launcher_live() {
-            p.deleting = true;
-            self.sync_pod(i, now, WatchEventType::Modified, step);
-            step.actions.push(ClusterAction::StopPod { pod: id });
-        } else {
-            self.remove_pod(i, now, step);
-        }
-    }
-
-    fn remove_pod(&mut self, i: usize, now: Duration, step: &mut Step) {
-        let p = &mut self.pods[i];
-        p.gone = true;
-        let row = Row::Pod(p.row(now, &self.config.node));
-        step.changes.push(Change { at: now, event: WatchEventType::Deleted, row });
+    fn pod_deleted(&mut self, pod: ReplicaId, now: Duration, step: &mut Step) {
+        self.delete_pod(pod, true, now, step);
     }
 
     fn tick(&mut self, now: Duration, step: &mut Step) {
-        let finished = self.outcome.is_some();
-        for i in 0..self.pods.len() {
-            match self.pods[i].kubelet_tick(now, finished, self.config.crash_loop_after) {
-                crate::pod::KubeletTick::Nothing => {}
-                crate::pod::KubeletTick::Changed => self.sync_pod(i, now, WatchEventType::Modified, step),
-                crate::pod::KubeletTick::Relaunch => {
-                    let pod = self.pods[i].id;
-                    self.sync_pod(i, now, WatchEventType::Modified, step);
-                    step.actions.push(ClusterAction::StartLauncher { pod });
-                }
-            }
-        }
+        self.kubelet.tick(now, self.outcome.is_some(), step);
     }
 
-    /// The three controllers, in the order their watches would wake them.
     fn reconcile(&mut self, now: Duration, step: &mut Step) {
-        let finished = conditions::is_train_job_finished(&self.conditions);
-        if finished || self.submitted_at.is_none() || self.job.managed_by.is_some() {
-            return;
-        }
-        if let (Some(secs), Some(from), false) = (self.job.active_deadline_seconds, self.deadline_from, self.suspended)
-        {
-            if now >= from.saturating_add(Duration::from_secs(secs)) {
-                let (reason, message) = conditions::DEADLINE_EXCEEDED;
-                self.jobset_deleted = true;
-                return self.finish(Outcome::Failed, ConditionType::Failed, reason, message.to_string(), now, step);
-            }
-        }
-        if self.restarting {
-            if self.pods.iter().all(|p| p.gone) {
-                self.restarting = false;
-                self.create_job(now, step);
-            }
-            return;
-        }
-        if self.batch.is_some() {
-            self.sync_job(now, step);
-        }
-        let Some(batch) = &self.batch else { return };
-        if let Some((reason, _, at)) = batch.failure.clone() {
-            let failed = [FailedJob {
-                name: self.job.job_name(),
-                replicated_job: self.job.replicated_job.clone(),
-                reason,
-                failed_at: at,
-            }];
-            match jobset::execute_failure_policy(self.job.failure_policy.as_ref(), &failed, self.restarts_towards_max) {
-                Some(FailureVerdict::Fail { reason, message }) => {
-                    self.terminal = Some("Failed");
-                    self.finish(Outcome::Failed, ConditionType::Failed, reason, message, now, step);
-                }
-                Some(FailureVerdict::Restart { counts_towards_max, reason }) => {
-                    self.restarts += 1;
-                    self.restarts_towards_max += i32::from(counts_towards_max);
-                    Self::note(step, format!(
-                        "JobSet {} restarts ({reason}): every pod is deleted and created again with jobset.sigs.k8s.io/restart-attempt={}",
-                        self.job.name, self.restarts
-                    ));
-                    self.restarting = true;
-                    self.batch = None;
-                    for id in self.pods.iter().filter(|p| !p.gone).map(|p| p.id).collect::<Vec<_>>() {
-                        self.delete_pod(id, false, now, step);
-                    }
-                    self.sync(now, step);
-                    self.reconcile(now, step);
-                }
-                None => {}
-            }
-            return;
-        }
-        if batch.complete_at.is_some() {
-            let replicated = [(self.job.replicated_job.clone(), 1)];
-            if jobset::execute_success_policy(
-                &self.job.success_policy,
-                &replicated,
-                std::slice::from_ref(&self.job.replicated_job),
-            ) {
-                self.terminal = Some("Completed");
-                let message = jobset::ALL_JOBS_COMPLETED_MESSAGE.to_string();
-                self.finish(
-                    Outcome::Succeeded,
-                    ConditionType::Complete,
-                    jobset::ALL_JOBS_COMPLETED,
-                    message,
-                    now,
-                    step,
-                );
-            }
-        }
-    }
-
-    /// The Job controller's `syncJob` for the current Job: count new failed pods (through the
-    /// `podFailurePolicy`), replace them, and decide Failed or Complete.
-    fn sync_job(&mut self, now: Duration, step: &mut Step) {
-        let Some(batch) = self.batch.as_mut() else { return };
-        if batch.failure.is_some() || batch.complete_at.is_some() {
-            return;
-        }
-        for p in self.pods.iter().filter(|p| !p.gone && p.restart_attempt == Some(self.restarts)) {
-            match p.phase {
-                PodPhase::Succeeded => {
-                    batch.succeeded.insert(p.id.index);
-                }
-                PodPhase::Failed if batch.seen_failed.insert(p.name.clone()) => {
-                    let code = match p.launcher {
-                        LauncherProcess::Exited(how) => how.code(),
-                        _ => 137,
-                    };
-                    let (action, message) =
-                        job::match_pod_failure_policy(&self.job.pod_failure_policy, &self.job.namespace, &p.name, code);
-                    match action {
-                        PodFailureAction::FailJob => {
-                            let message = message.unwrap_or_default();
-                            batch.failure = Some((job::POD_FAILURE_POLICY.to_string(), message, now));
-                        }
-                        PodFailureAction::Ignore => {
-                            batch.to_replace.insert(p.id.index);
-                        }
-                        PodFailureAction::Count => {
-                            batch.failed += 1;
-                            batch.to_replace.insert(p.id.index);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        let counted: Vec<CountedPod> = self
-            .pods
-            .iter()
-            .filter(|p| !p.gone && p.restart_attempt == Some(self.restarts))
-            .map(|p| CountedPod { active: p.is_active(), restart_count: p.restarts })
-            .collect();
-        if batch.failure.is_none()
-            && (job::exceeds_backoff_limit(batch.failed, self.job.backoff_limit)
-                || job::past_backoff_limit_on_failure(self.job.restart_policy, self.job.backoff_limit, &counted))
-        {
-            batch.failure =
-                Some((job::BACKOFF_LIMIT_EXCEEDED.to_string(), job::BACKOFF_LIMIT_MESSAGE.to_string(), now));
-        }
-        if batch.failure.is_none() && batch.succeeded.len() as u32 >= self.job.num_nodes {
-            batch.complete_at = Some(now);
-        }
-        if let Some((reason, message, _)) = batch.failure.clone() {
-            Self::note(step, format!("Job {} failed ({reason}): {message}", self.job.job_name()));
-            // A failed Job's active pods are deleted.
-            for id in self.pods.iter().filter(|p| !p.gone && p.is_active()).map(|p| p.id).collect::<Vec<_>>() {
-                self.delete_pod(id, false, now, step);
-            }
-        } else {
-            // A failed pod is replaced once its container is gone (same index, a new name).
-            for k in batch.to_replace.clone() {
-                let id = ReplicaId::worker(k);
-                match self.live_pod(id) {
-                    Some(i) if self.pods[i].launcher_live() => continue,
-                    Some(i) => self.remove_pod(i, now, step),
-                    None => {}
-                }
-                if let Some(b) = self.batch.as_mut() {
-                    b.to_replace.remove(&k);
-                }
-                self.create_pod(k, now, step);
-            }
-        }
+        self.reconcile_controllers(now, step);
         self.sync(now, step);
-    }
-
-    /// The JobSet is finished (or deleted by the deadline): the TrainJob copies its condition.
-    fn finish(
-        &mut self,
-        outcome: Outcome,
-        kind: ConditionType,
-        reason: &str,
-        message: String,
-        now: Duration,
-        step: &mut Step,
-    ) {
-        self.outcome = Some(outcome);
-        let condition = Condition { kind, status: true, reason: reason.to_string(), message: message.clone() };
-        conditions::set_status_condition(&mut self.conditions, condition);
-        let mut live = false;
-        for id in self
-            .pods
-            .iter()
-            .filter(|p| !p.gone && (p.is_active() || self.jobset_deleted))
-            .map(|p| p.id)
-            .collect::<Vec<_>>()
-        {
-            self.delete_pod(id, false, now, step);
-            live = true;
-        }
-        if self.jobset_deleted {
-            step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.jobset_row(now) });
-            if self.batch.is_some() {
-                step.changes.push(Change { at: now, event: WatchEventType::Deleted, row: self.batch_row(now) });
-            }
-        }
-        if live {
-            step.actions.push(ClusterAction::StopAll);
-        }
-        self.sync(now, step);
-        let reason = format!("TrainJob {} {}: {reason}: {message}", self.job.name, kind.as_str());
-        let reason = rankvisor_core::untrusted::escape(&reason).into_owned();
-        step.actions.push(ClusterAction::Finish { outcome, reason });
     }
 }

@@ -2,17 +2,17 @@
 //! completion index), with every cluster address pointed at this machine for the dry run.
 
 use super::{TrainJob, NODE};
-use crate::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::env::{set, LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use crate::pytorchjob::{EnvSource, ReplicaId};
 
 /// The annotation (and label) the Job controller puts on each pod of an Indexed Job.
-pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
+pub(crate) const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 /// `PET_NODE_RANK`'s `fieldRef` (`constants.JobCompletionIndexFieldPath`).
-pub const NODE_RANK_FIELD_PATH: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
+pub(crate) const NODE_RANK_FIELD_PATH: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
 
 /// Where node k's pod stands: its index, name and the JobSet's restart attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodePod {
+pub(crate) struct NodePod {
     /// The completion index k.
     pub index: u32,
     /// The pod's name, `<trainjob>-node-0-<k>-<suffix>`.
@@ -23,7 +23,7 @@ pub struct NodePod {
 
 /// The five variables the Torch plugin upserts last, as a cluster pod gets them (`PET_NODE_RANK`
 /// is a `fieldRef`; `PET_MASTER_ADDR` is `<trainjob>-node-0-0.<trainjob>`).
-pub fn enforce_ml_policy(job: &TrainJob) -> Vec<(String, EnvSource)> {
+pub(crate) fn enforce_ml_policy(job: &TrainJob) -> Vec<(String, EnvSource)> {
     let v = |s: String| EnvSource::Value(s);
     vec![
         ("PET_NNODES".into(), v(job.num_nodes.to_string())),
@@ -36,13 +36,10 @@ pub fn enforce_ml_policy(job: &TrainJob) -> Vec<(String, EnvSource)> {
 
 /// The container's env in the cluster: the runtime's, the TrainJob's upserted by name, then the
 /// Torch plugin's five.
-pub fn container_env(job: &TrainJob) -> Vec<(String, EnvSource)> {
+pub(crate) fn container_env(job: &TrainJob) -> Vec<(String, EnvSource)> {
     let mut env = job.container.env.clone();
     for (k, v) in enforce_ml_policy(job) {
-        match env.iter_mut().find(|(n, _)| *n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
+        set(&mut env, k, v);
     }
     env
 }
@@ -72,7 +69,7 @@ fn resolve(job: &TrainJob, pod: &NodePod, source: &EnvSource) -> String {
 /// Node `pod`'s launch: its container's env resolved, `PET_MASTER_ADDR` this machine and
 /// `PET_MASTER_PORT` `master_port`, the Indexed Job's `JOB_COMPLETION_INDEX`, and `HOSTNAME`
 /// `<trainjob>-node-0-<k>` (the pod's hostname, from which the launcher names the TrainJob).
-pub fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> LaunchSpec {
+pub(crate) fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> LaunchSpec {
     let mut env: Vec<(String, String)> =
         container_env(job).iter().map(|(k, s)| (k.clone(), resolve(job, pod, s))).collect();
     for (k, v) in [
@@ -81,10 +78,7 @@ pub fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> LaunchSpe
         ("JOB_COMPLETION_INDEX", pod.index.to_string()),
         ("HOSTNAME", job.hostname(pod.index)),
     ] {
-        match env.iter_mut().find(|(n, _)| n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k.to_string(), v)),
-        }
+        set(&mut env, k.to_string(), v);
     }
     LaunchSpec {
         replica: ReplicaId::worker(pod.index),

@@ -5,15 +5,15 @@ use super::{PodFailureAction, PodFailurePolicyRule, NODE};
 use rankvisor_core::policy::RestartPolicy;
 
 /// The Job's `Failed` reason when failed pods or container restarts reach `backoffLimit`.
-pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
+pub(crate) const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
 /// Its message.
-pub const BACKOFF_LIMIT_MESSAGE: &str = "Job has reached the specified backoff limit";
+pub(crate) const BACKOFF_LIMIT_MESSAGE: &str = "Job has reached the specified backoff limit";
 /// The Job's `Failed` reason when a `podFailurePolicy` FailJob rule matched.
-pub const POD_FAILURE_POLICY: &str = "PodFailurePolicy";
+pub(crate) const POD_FAILURE_POLICY: &str = "PodFailurePolicy";
 
 /// A pod of the Job as the controller counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CountedPod {
+pub(crate) struct CountedPod {
     /// Phase Pending or Running (not Succeeded, Failed, or being deleted).
     pub active: bool,
     /// The container's `restartCount` (the kubelet's restarts in this pod).
@@ -23,7 +23,7 @@ pub struct CountedPod {
 /// `matchPodFailurePolicy` for a failed pod whose `node` container ended with `exit_code`: the
 /// first rule whose `onExitCodes` match decides (FailJob with its message, Ignore, Count); no
 /// match counts. A zero exit code never matches (`isOnExitCodesOperatorMatching` skips it).
-pub fn match_pod_failure_policy(
+pub(crate) fn match_pod_failure_policy(
     rules: &[PodFailurePolicyRule],
     namespace: &str,
     pod: &str,
@@ -51,7 +51,7 @@ pub fn match_pod_failure_policy(
 
 /// `pastBackoffLimitOnFailure`: under `restartPolicy: OnFailure`, the restart counts of the
 /// containers of the active pods, summed, reach `backoffLimit` (`> 0` when it is 0).
-pub fn past_backoff_limit_on_failure(policy: RestartPolicy, backoff_limit: i32, pods: &[CountedPod]) -> bool {
+pub(crate) fn past_backoff_limit_on_failure(policy: RestartPolicy, backoff_limit: i32, pods: &[CountedPod]) -> bool {
     if policy != RestartPolicy::OnFailure {
         return false;
     }
@@ -65,7 +65,7 @@ pub fn past_backoff_limit_on_failure(policy: RestartPolicy, backoff_limit: i32, 
 
 /// `syncJob`'s `exceedsBackoffLimit`: the failed pods (those a podFailurePolicy Ignore rule left
 /// out are not counted) are more than `backoffLimit`.
-pub fn exceeds_backoff_limit(failed: u32, backoff_limit: i32) -> bool {
+pub(crate) fn exceeds_backoff_limit(failed: u32, backoff_limit: i32) -> bool {
     i64::from(failed) > i64::from(backoff_limit)
 }
 

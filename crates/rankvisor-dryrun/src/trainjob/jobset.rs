@@ -4,25 +4,25 @@
 use super::{FailurePolicy, FailurePolicyAction, FailurePolicyRule, SuccessPolicy};
 
 /// `FailedJobsReason`: no failurePolicy, a Job failed.
-pub const FAILED_JOBS: &str = "FailedJobs";
+pub(crate) const FAILED_JOBS: &str = "FailedJobs";
 /// `FailedJobsMessage`.
-pub const FAILED_JOBS_MESSAGE: &str = "jobset failed due to one or more job failures";
+pub(crate) const FAILED_JOBS_MESSAGE: &str = "jobset failed due to one or more job failures";
 /// `ReachedMaxRestartsReason`.
-pub const REACHED_MAX_RESTARTS: &str = "ReachedMaxRestarts";
+pub(crate) const REACHED_MAX_RESTARTS: &str = "ReachedMaxRestarts";
 /// `ReachedMaxRestartsMessage`.
-pub const REACHED_MAX_RESTARTS_MESSAGE: &str = "jobset failed due to reaching max number of restarts";
+pub(crate) const REACHED_MAX_RESTARTS_MESSAGE: &str = "jobset failed due to reaching max number of restarts";
 /// `FailJobSetActionReason`.
-pub const FAIL_JOBSET_ACTION: &str = "FailJobSetFailurePolicyAction";
+pub(crate) const FAIL_JOBSET_ACTION: &str = "FailJobSetFailurePolicyAction";
 /// `FailJobSetActionMessage`.
-pub const FAIL_JOBSET_ACTION_MESSAGE: &str = "applying FailJobSet failure policy action";
+pub(crate) const FAIL_JOBSET_ACTION_MESSAGE: &str = "applying FailJobSet failure policy action";
 /// `AllJobsCompletedReason`.
-pub const ALL_JOBS_COMPLETED: &str = "AllJobsCompleted";
+pub(crate) const ALL_JOBS_COMPLETED: &str = "AllJobsCompleted";
 /// `AllJobsCompletedMessage`.
-pub const ALL_JOBS_COMPLETED_MESSAGE: &str = "jobset completed successfully";
+pub(crate) const ALL_JOBS_COMPLETED_MESSAGE: &str = "jobset completed successfully";
 
 /// A failed child Job, as the failure policy reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailedJob {
+pub(crate) struct FailedJob {
     /// The Job's name.
     pub name: String,
     /// Its `jobset.sigs.k8s.io/replicatedjob-name` label.
@@ -35,7 +35,7 @@ pub struct FailedJob {
 
 /// What the failure policy does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FailureVerdict {
+pub(crate) enum FailureVerdict {
     /// The JobSet fails with this reason and message.
     Fail {
         /// `FailedJobs`, `ReachedMaxRestarts`, `FailJobSetFailurePolicyAction`.
@@ -53,25 +53,25 @@ pub enum FailureVerdict {
 }
 
 /// `messageWithFirstFailedJob`.
-pub fn message_with_first_failed_job(message: &str, job: &str) -> String {
+pub(crate) fn message_with_first_failed_job(message: &str, job: &str) -> String {
     format!("{message} (first failed job: {job})")
 }
 
 /// `findFirstFailedJob`: the one that failed earliest.
-pub fn find_first_failed_job(failed: &[FailedJob]) -> Option<&FailedJob> {
+pub(crate) fn find_first_failed_job(failed: &[FailedJob]) -> Option<&FailedJob> {
     failed.iter().min_by_key(|j| j.failed_at)
 }
 
 /// `ruleIsApplicable`: the Job's failure reason and its ReplicatedJob match the rule (an empty
 /// list matches any).
-pub fn rule_is_applicable(rule: &FailurePolicyRule, job: &FailedJob) -> bool {
+pub(crate) fn rule_is_applicable(rule: &FailurePolicyRule, job: &FailedJob) -> bool {
     (rule.on_job_failure_reasons.is_empty() || rule.on_job_failure_reasons.contains(&job.reason))
         && (rule.target_replicated_jobs.is_empty() || rule.target_replicated_jobs.contains(&job.replicated_job))
 }
 
 /// `findFirstFailedPolicyRuleAndJob`: rules in order; for the first rule any failed Job matches,
 /// the earliest such Job.
-pub fn find_first_failed_policy_rule_and_job<'a>(
+pub(crate) fn find_first_failed_policy_rule_and_job<'a>(
     rules: &'a [FailurePolicyRule],
     failed: &'a [FailedJob],
 ) -> Option<(&'a FailurePolicyRule, &'a FailedJob)> {
@@ -84,7 +84,7 @@ pub fn find_first_failed_policy_rule_and_job<'a>(
 /// first matching rule's action, an unmatched failure `RestartJobSet`; `RestartJobSet` past
 /// `maxRestarts` (`restartsCountTowardsMax >= maxRestarts`) fails it (`ReachedMaxRestarts`).
 /// None when no Job failed.
-pub fn execute_failure_policy(
+pub(crate) fn execute_failure_policy(
     policy: Option<&FailurePolicy>,
     failed: &[FailedJob],
     restarts_count_towards_max: i32,
@@ -121,7 +121,7 @@ pub fn execute_failure_policy(
 
 /// `numJobsExpectedToSucceed`: `Any` needs one Job; `All` every replica of every targeted
 /// ReplicatedJob (`replicated`: (name, replicas)).
-pub fn num_jobs_expected_to_succeed(policy: &SuccessPolicy, replicated: &[(String, u32)]) -> u32 {
+pub(crate) fn num_jobs_expected_to_succeed(policy: &SuccessPolicy, replicated: &[(String, u32)]) -> u32 {
     if policy.any {
         return 1;
     }
@@ -134,7 +134,11 @@ pub fn num_jobs_expected_to_succeed(policy: &SuccessPolicy, replicated: &[(Strin
 
 /// `executeSuccessPolicy`: the succeeded Jobs the policy targets (their ReplicatedJobs' names)
 /// reach the number it expects.
-pub fn execute_success_policy(policy: &SuccessPolicy, replicated: &[(String, u32)], succeeded: &[String]) -> bool {
+pub(crate) fn execute_success_policy(
+    policy: &SuccessPolicy,
+    replicated: &[(String, u32)],
+    succeeded: &[String],
+) -> bool {
     let matching = succeeded
         .iter()
         .filter(|rj| policy.target_replicated_jobs.is_empty() || policy.target_replicated_jobs.contains(rj))

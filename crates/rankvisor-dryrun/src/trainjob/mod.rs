@@ -6,7 +6,7 @@
 //! [`TrainJob`] (what runs); `env` (the Torch plugin's env of node k); the pure rules of each
 //! controller, each function named after the Go one it mirrors: `job` (Kubernetes' Job
 //! controller), `jobset` (the JobSet controller), `conditions` (the TrainJob controller); and
-//! `controller`, which applies them to the pods the shared kubelet ([`crate::pod`]) runs.
+//! `controller`, which applies them to the pods the shared kubelet ([`crate::kubelet`]) runs.
 
 pub(crate) mod admission;
 pub(crate) mod conditions;
@@ -25,20 +25,20 @@ use crate::pytorchjob::Container;
 use crate::quantity::Resources;
 
 /// `trainer.kubeflow.org/v1alpha1`.
-pub const TRAINER_API_VERSION: &str = "trainer.kubeflow.org/v1alpha1";
+pub(crate) const TRAINER_API_VERSION: &str = "trainer.kubeflow.org/v1alpha1";
 /// The TrainJob's kind.
-pub const TRAINJOB_KIND: &str = "TrainJob";
+pub(crate) const TRAINJOB_KIND: &str = "TrainJob";
 /// The trainer ReplicatedJob's name and its container's (`constants.Node`).
-pub const NODE: &str = "node";
+pub(crate) const NODE: &str = "node";
 /// The port every trainer node's torchrun meets on (`constants.ContainerTrainerPort`).
-pub const TRAINER_PORT: u16 = 29500;
+pub(crate) const TRAINER_PORT: u16 = 29500;
 /// Kubernetes' default `backoffLimit` of a Job.
-pub const DEFAULT_BACKOFF_LIMIT: i32 = 6;
+pub(crate) const DEFAULT_BACKOFF_LIMIT: i32 = 6;
 
 /// One `podFailurePolicy` rule on exit codes (`onPodConditions` rules never match here: no pod
 /// gets a DisruptionTarget condition on this machine).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodFailurePolicyRule {
+pub(crate) struct PodFailurePolicyRule {
     /// FailJob, Ignore or Count.
     pub action: PodFailureAction,
     /// `onExitCodes.containerName`, if given.
@@ -51,7 +51,7 @@ pub struct PodFailurePolicyRule {
 
 /// `podFailurePolicy` rule actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodFailureAction {
+pub(crate) enum PodFailureAction {
     /// The Job fails at once with reason `PodFailurePolicy`.
     FailJob,
     /// The failure does not count towards `backoffLimit`.
@@ -62,7 +62,7 @@ pub enum PodFailureAction {
 
 /// `failurePolicy.rules[].action` (the per-Job actions need a feature gate that is off by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicyAction {
+pub(crate) enum FailurePolicyAction {
     /// Fail the JobSet: `FailJobSetFailurePolicyAction`.
     FailJobSet,
     /// Recreate every Job, counting towards `maxRestarts`.
@@ -73,7 +73,7 @@ pub enum FailurePolicyAction {
 
 /// One `failurePolicy` rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailurePolicyRule {
+pub(crate) struct FailurePolicyRule {
     /// `name` (defaulted `failurePolicyRule<i>` by the JobSet webhook).
     pub name: String,
     /// `action`.
@@ -86,7 +86,7 @@ pub struct FailurePolicyRule {
 
 /// The JobSet's `failurePolicy`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FailurePolicy {
+pub(crate) struct FailurePolicy {
     /// `maxRestarts` (default 0).
     pub max_restarts: i32,
     /// `rules`, tried in order.
@@ -95,7 +95,7 @@ pub struct FailurePolicy {
 
 /// The JobSet's `successPolicy` (defaulted `All` over every ReplicatedJob).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SuccessPolicy {
+pub(crate) struct SuccessPolicy {
     /// `Any` (else `All`).
     pub any: bool,
     /// `targetReplicatedJobs` (empty: every one).
@@ -104,7 +104,7 @@ pub struct SuccessPolicy {
 
 /// A TrainJob that passed admission, merged with its runtime: what the dry run runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrainJob {
+pub(crate) struct TrainJob {
     /// `metadata.name`.
     pub name: String,
     /// `metadata.namespace` (default `default`).
@@ -141,12 +141,12 @@ pub struct TrainJob {
 
 impl TrainJob {
     /// The trainer Job: `<trainjob>-<replicatedJob>-0`.
-    pub fn job_name(&self) -> String {
+    pub(crate) fn job_name(&self) -> String {
         format!("{}-{}-0", self.name, self.replicated_job)
     }
 
     /// Node `k`'s hostname (the Indexed Job's `<job>-<k>`), which its pod keeps across recreations.
-    pub fn hostname(&self, k: u32) -> String {
+    pub(crate) fn hostname(&self, k: u32) -> String {
         format!("{}-{k}", self.job_name())
     }
 }

@@ -265,5 +265,5 @@ fn requests_win_over_limits_and_pods_are_summed() {
     let w = admitted.worker.as_ref().unwrap();
     assert_eq!(w.resources.get("cpu"), 250, "a request is what the scheduler counts");
     assert_eq!(w.resources.get("memory"), 1024 * 1024 * 1024 * 1000, "a limit stands for a missing request");
-    assert_eq!(admitted.total_resources().get("cpu"), 750, "the master asks nothing");
+    assert_eq!(admitted.min_resources().get("cpu"), 750, "the master asks nothing");
 }

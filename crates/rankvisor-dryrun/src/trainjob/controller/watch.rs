@@ -9,7 +9,7 @@ use super::TrainJobController;
 impl TrainJobController {
     /// Every existing object's row at `now`.
     #[cfg(test)]
-    pub fn rows(&self, now: Duration) -> Vec<Row> {
+    pub(crate) fn rows(&self, now: Duration) -> Vec<Row> {
         let mut rows = Vec::new();
         if self.submitted_at.is_some() {
             rows.push(self.trainjob_row(now));
@@ -20,7 +20,7 @@ impl TrainJobController {
                 rows.push(self.batch_row(now));
             }
         }
-        rows.extend(self.pods.iter().filter(|p| !p.gone).map(|p| Row::Pod(p.row(now, &self.config.node))));
+        rows.extend(self.kubelet.rows(now));
         rows
     }
 
@@ -87,19 +87,5 @@ impl TrainJobController {
             let event = if added { WatchEventType::Added } else { WatchEventType::Modified };
             step.changes.push(Change { at: now, event, row });
         }
-    }
-
-    pub(super) fn sync_pod(&mut self, i: usize, now: Duration, event: WatchEventType, step: &mut Step) {
-        let node = self.config.node.clone();
-        let p = &mut self.pods[i];
-        if p.gone {
-            return;
-        }
-        let row = Row::Pod(p.row(now, &node));
-        if p.shown.as_ref().is_some_and(|s| s.same_content(&row)) && event != WatchEventType::Added {
-            return;
-        }
-        p.shown = Some(row.clone());
-        step.changes.push(Change { at: now, event, row });
     }
 }
