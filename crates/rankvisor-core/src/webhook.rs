@@ -530,13 +530,13 @@ mod tests {
             let st = LocalStatus { state, ..LocalStatus::default() };
             hook.push(tl.report(&Identity::default(), &st, UNIX_EPOCH));
         }
-        // The sender ends once the queue is empty: every answer is in, and counted.
-        finish(hook, tasks, Duration::from_secs(5)).await;
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(rx.recv().await.unwrap().state);
         }
         assert_eq!(got, [ReplicaState::Running, ReplicaState::Restarting, ReplicaState::Succeeded]);
+        // The sender ends once the queue is empty: every answer is in, and counted.
+        finish(hook, tasks, Duration::from_secs(5)).await;
         assert_eq!(stats.counts(), WebhookCounts { sent: 3, failed: 2, dropped: 0 });
     }
 
