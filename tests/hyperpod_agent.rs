@@ -285,6 +285,54 @@ fn a_hang_rule_on_start_makes_the_agent_faulted_with_its_reason_and_stops_the_ch
     out.assert_code(128 + libc::SIGTERM);
 }
 
+/// A firing log verdict's `/status` reason and message against the agent's own
+/// `set_agent_state_fault` (tests/hyperpod/agent_api.py `fault`), for each of HANGING, SLOW and
+/// FAULTED: the message quotes the rules and their last lines as a Python dict, so quotes,
+/// backslashes, tabs and characters Python's `repr` escapes (a no-break space, a zero-width joiner,
+/// a line separator) must come out as Python writes them.
+#[test]
+fn log_verdicts_carry_the_agents_own_reason_and_message() {
+    let odd = "RuntimeError: CUDA out of memory: 'it' said \"no\" \\ tab\there\u{a0}nbsp\u{200d}zwj\u{2028}é";
+    let cases: [(&str, &str, &str, Vec<(&str, Option<String>)>); 3] = [
+        (
+            "HANGING",
+            "echo 'Epoch 1 step 1'",
+            r#"[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":1}]"#,
+            vec![("Step", Some("Epoch 1 step 1\n".into()))],
+        ),
+        (
+            "SLOW",
+            "echo 'loss 5'; echo 'loss 7'",
+            r#"[{"name":"Loss spike","logPattern":".*loss (\\d+)","metricThreshold":2,"operator":"gt","metricEvaluationDataPoints":2}]"#,
+            vec![("Loss spike", Some("loss 7\n".into()))],
+        ),
+        (
+            "FAULTED",
+            "cat odd",
+            r#"[{"name":"OOM","logPattern":".*out of memory","faultOnMatch":true},{"name":"Any 'Error'","logPattern":".*Error","faultOnMatch":true}]"#,
+            vec![("OOM", Some(format!("{odd}\n"))), ("Any 'Error'", Some(format!("{odd}\n")))],
+        ),
+    ];
+    for (state, script, rules, named) in cases {
+        let dir = TestDir::new(&format!("hyperpod-verdict-{}", state.to_lowercase()));
+        std::fs::write(dir.join("odd"), format!("{odd}\n")).unwrap();
+        let port = free_port();
+        let rv = agent_rv(&dir, port, &[], &format!("{script}; touch started; exec sleep 30"));
+        wait_state(port, "ready");
+        let body = format!(
+            r#"{{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,"log_monitoring_configuration":{rules}}}"#
+        );
+        assert_eq!(request(port, "POST", "/start", &body).0, 200, "{state}");
+        let ours = wait_state(port, "faulted");
+        let case = serde_json::json!({ "state": state, "rules": named });
+        let theirs: Value = serde_json::from_str(&agent("fault", &case.to_string())).unwrap();
+        assert_eq!(ours["reason"], theirs["reason"], "{state}: ours {ours}");
+        assert_eq!(ours["message"], theirs["message"], "{state}: ours {ours}");
+        assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+        rv.wait().assert_code(128 + libc::SIGTERM);
+    }
+}
+
 #[test]
 fn an_unhealthy_node_keeps_the_agent_in_init_and_status_says_why() {
     let dir = TestDir::new("hyperpod-unhealthy");

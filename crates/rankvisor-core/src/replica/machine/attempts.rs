@@ -191,12 +191,27 @@ fn py_repr(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if !py_printable(c) => match u32::from(c) {
+                n @ 0..=0xff => out.push_str(&format!("\\x{n:02x}")),
+                n @ 0x100..=0xffff => out.push_str(&format!("\\u{n:04x}")),
+                n => out.push_str(&format!("\\U{n:08x}")),
+            },
             c => out.push(c),
         }
     }
     out.push(quote);
     out
+}
+
+/// Python's `str.isprintable` for one character: not a control, format, private-use, unassigned,
+/// line or paragraph separator, nor a space other than ' ' (what `repr` escapes).
+fn py_printable(c: char) -> bool {
+    static NOT_PRINTABLE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    if c.is_ascii() {
+        return !c.is_ascii_control();
+    }
+    let re = NOT_PRINTABLE.get_or_init(|| regex::Regex::new(r"[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]").ok());
+    re.as_ref().is_none_or(|re| !re.is_match(c.encode_utf8(&mut [0; 4])))
 }
 
 /// One line of the FAULTED message, as the agent writes a torch `ProcessFailure` (one child: local
@@ -224,5 +239,10 @@ mod tests {
         assert_eq!(super::py_repr("it's\n"), r#""it's\n""#);
         assert_eq!(super::py_repr("a\"b'c\u{1b}\u{85}é"), r#"'a"b\'c\x1b\x85é'"#);
         assert_eq!(super::py_repr("back\\slash\t"), r"'back\\slash\t'");
+        // Not printable for Python: a no-break space, a line separator, a zero-width joiner, private
+        // use, a tag, an unassigned code point; an emoji is printable.
+        let odd = "\u{a0}\u{2028}\u{200d}\u{e000}\u{1f600}\u{e0001}\u{378}";
+        let python = concat!(r"'\xa0\u2028\u200d\ue000", "\u{1f600}", r"\U000e0001\u0378'");
+        assert_eq!(super::py_repr(odd), python);
     }
 }
