@@ -3,6 +3,7 @@
 mod common;
 
 use common::{free_port_pair, read, wait_until, Rv, TestDir};
+use rankvisor_core::rendezvous::PROTOCOL_VERSION;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -24,7 +25,7 @@ fn connect(port: u16) -> TcpStream {
 
 fn hello(job: &str, index: u32, node: &str) -> String {
     let frame = serde_json::json!({
-        "v": 1, "type": "hello", "job": job, "replica_index": index, "replica_count": 2,
+        "v": PROTOCOL_VERSION, "type": "hello", "job": job, "replica_index": index, "replica_count": 2,
         "node": node, "healthy": true, "health": null, "nonce": ""
     });
     format!("{frame}\n")

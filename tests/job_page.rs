@@ -12,7 +12,7 @@ mod common;
 use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, DryRunHttp, Rv, TestDir};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::http::route;
-use rankvisor_core::rendezvous::{Health, JobView, StateUpdate};
+use rankvisor_core::rendezvous::{Health, JobView};
 use rankvisor_core::status::{ExitReason, Identity, LocalStatus, ReplicaState, Report, Timeline};
 use rankvisor_core::webhook::WebhookCounts;
 use std::io::{BufRead, BufReader, Write};
@@ -194,14 +194,7 @@ fn master_fixture() -> Fixture {
     for k in 1..=STEPS {
         for (index, status) in (0u32..).zip(replicas_at(k)) {
             let r = report(index, &status, Duration::from_secs(30));
-            let update = StateUpdate {
-                state: r.state,
-                restart_count: r.restart_count,
-                generation: r.generation,
-                last_exit: r.last_exit.as_ref().map(|e| e.status),
-                report: serde_json::to_value(&r).unwrap(),
-            };
-            view.state(index, &update, now_ms());
+            view.state(index, Box::new(r.clone()), now_ms());
             if index == 0 {
                 last = Some(r);
             }

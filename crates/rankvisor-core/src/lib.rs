@@ -23,9 +23,10 @@
 //! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
 //! it owns every decision and is unit-tested with paused time and no processes. It delegates the
 //! child's own lifecycle to `replica::child::Supervisor`. The loop performs the effects and publishes
-//! one `status::LocalStatus` on a watch channel; every sink follows it: `--status-fd`, the
-//! reporter (whose `Report` feeds HTTP, the webhook and Kubernetes Events) and the link (which
-//! streams it to the master, whose typed `JobView` is served on `/job`).
+//! one `status::LocalStatus` on a watch channel; every sink follows it: `--status-fd` and the
+//! reporter, whose `Report` feeds HTTP, the webhook, Kubernetes Events and the link (which
+//! streams it to the master as its `state` frames; the master's typed `JobView` keeps each
+//! replica's latest `Report` and is served on `/job`).
 //!
 //! ```text
 //!  signalfd, timers, heartbeat, node health, link events
@@ -33,7 +34,7 @@
 //!          ▼
 //!   replica::event_loop ──Input──> replica::machine ──Effect──> process / termination / link
 //!          │
-//!   watch<LocalStatus> ──> status-fd (read back by the dry run as LocalStatus), reporting (Report ─> HTTP, webhook, Kubernetes Events), link
+//!   watch<LocalStatus> ──> status-fd (read back by the dry run as LocalStatus), reporting (Report ─> HTTP, webhook, Kubernetes Events, link)
 //! ```
 //!
 //! # Modules

@@ -127,7 +127,7 @@ async fn supervise(
         },
         None => None,
     };
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting, status.subscribe()));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -215,15 +215,11 @@ async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Res
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-fn link_starter(
-    lc: link::JobLinkConfig,
-    reporting: &Reporting,
-    status: tokio::sync::watch::Receiver<crate::status::LocalStatus>,
-) -> LinkStarter {
+fn link_starter(lc: link::JobLinkConfig, reporting: &Reporting) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
     Box::new(move |health| {
-        let upstream = link::Upstream::new(status, Some(reports));
+        let upstream = link::Upstream::new(reports);
         let l = link::start(lc, link::rendezvous_health(health), upstream)
             .map_err(|e| format!("rendezvous failed: {e}"))?;
         if let Some(view) = l.job_view {

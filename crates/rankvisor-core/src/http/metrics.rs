@@ -162,7 +162,7 @@ pub fn render_job_metrics(job: &crate::rendezvous::JobView) -> String {
     for p in JOB_PHASES {
         sample(&mut out, "rankvisor_job_phase", &[("phase", p)], f64::from(u8::from(p == phase)));
     }
-    let count = |state: ReplicaState| job.replicas().values().filter(|r| r.state == state).count();
+    let count = |state: ReplicaState| job.replicas().values().filter(|r| r.state() == state).count();
     family(&mut out, "rankvisor_job_replicas", "gauge", "Replicas of the job in each state, as the master last heard.");
     for s in ReplicaState::ALL {
         let name = format!("{s:?}");
@@ -437,21 +437,18 @@ mod tests {
 
     #[test]
     fn job_metrics_from_the_masters_view() {
-        use crate::rendezvous::{Health, JobView, StateUpdate};
+        use crate::rendezvous::{Health, JobView};
         let health = Health { healthy: true, verdict: serde_json::Value::Null };
         let mut view = JobView::new("pytest", 3, "n0", &health, 0);
-        let update = |state| StateUpdate {
-            state,
-            restart_count: 0,
-            generation: 0,
-            last_exit: None,
-            report: serde_json::Value::Null,
+        let update = |state| {
+            let status = LocalStatus { state, ..LocalStatus::default() };
+            Box::new(Timeline::new(UNIX_EPOCH).report(&Identity::default(), &status, UNIX_EPOCH))
         };
         for (i, state) in [(0, ReplicaState::Running), (1, ReplicaState::Restarting), (2, ReplicaState::Running)] {
             if i > 0 {
                 view.joined(i, "n", &health, 0);
             }
-            view.state(i, &update(state), 0);
+            view.state(i, update(state), 0);
         }
         let text = render_job_metrics(&view);
         assert_eq!(value(&text, "rankvisor_job_phase{phase=\"Running\"}"), Some(1.0));

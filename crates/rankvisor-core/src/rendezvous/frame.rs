@@ -7,10 +7,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::status::ReplicaState;
+use crate::status::Report;
 
-/// The protocol version this rankvisor speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version this rankvisor speaks. Version 2: a `state` frame is the replica's
+/// [`Report`] itself (version 1 sent `state`, `restart_count`, `generation`, `last_exit` beside
+/// the report as an opaque `report`).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The default bound on one frame, in bytes, newline excluded.
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024;
@@ -43,22 +45,6 @@ pub struct Hello {
     pub health: Value,
     /// The worker's nonce for the token challenge, hex.
     pub nonce: String,
-}
-
-/// A replica's state as streamed over the control channel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StateUpdate {
-    /// Where the replica is in its life.
-    pub state: ReplicaState,
-    /// How many times the training process was restarted.
-    pub restart_count: u32,
-    /// The rendezvous generation the replica runs in.
-    pub generation: u64,
-    /// The last exit status of the training process, if it ended at least once.
-    pub last_exit: Option<i32>,
-    /// The replica's full report, opaque to the rendezvous.
-    #[serde(default)]
-    pub report: Value,
 }
 
 /// An order the master sends to every worker.
@@ -120,8 +106,8 @@ pub enum Frame {
     Heartbeat,
     /// Worker -> master: the node's health changed.
     Health(Health),
-    /// Worker -> master: the replica's state changed.
-    State(StateUpdate),
+    /// Worker -> master: the replica's state changed; its report's fields are the frame's.
+    State(Box<Report>),
     /// Worker -> master: ready for the barrier of `generation`.
     Rejoin {
         /// The generation the worker waits for.
@@ -324,7 +310,15 @@ fn json_kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::ExitHow;
+    use crate::status::{Identity, LocalStatus, ReplicaState, Timeline};
     use serde_json::json;
+    use std::time::UNIX_EPOCH;
+
+    fn report(status: LocalStatus) -> Report {
+        let id = Identity { job: Some("pytest".into()), rank: Some(2), ..Identity::default() };
+        Timeline::new(UNIX_EPOCH).report(&id, &status, UNIX_EPOCH)
+    }
 
     fn every_frame() -> Vec<Frame> {
         vec![
@@ -345,20 +339,15 @@ mod tests {
             Frame::Error { message: "replica_index 9 is out of range".into() },
             Frame::Heartbeat,
             Frame::Health(Health { healthy: true, verdict: json!({"status": "Schedulable"}) }),
-            Frame::State(StateUpdate {
+            Frame::State(Box::new(report(LocalStatus {
                 state: ReplicaState::Restarting,
                 restart_count: 2,
                 generation: 1,
-                last_exit: Some(137),
-                report: json!({"progress": {"step": 10}}),
-            }),
-            Frame::State(StateUpdate {
-                state: ReplicaState::Running,
-                restart_count: 0,
-                generation: 0,
-                last_exit: None,
-                report: Value::Null,
-            }),
+                last_exit: Some(ExitHow::Signaled(crate::signo::Signo::KILL)),
+                progress: crate::heartbeat::parse_progress(r#"{"step": 10}"#),
+                ..LocalStatus::default()
+            }))),
+            Frame::State(Box::new(report(LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }))),
             Frame::Rejoin { generation: 2 },
             Frame::Stop { reason: "job failed".into() },
             Frame::Restart { generation: 2 },
@@ -377,7 +366,7 @@ mod tests {
             assert_eq!(line.last(), Some(&b'\n'));
             assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1, "one line");
             let text = std::str::from_utf8(&line).unwrap();
-            assert!(text.starts_with("{\"v\":1,"), "{text}");
+            assert!(text.starts_with("{\"v\":2,"), "{text}");
             assert!(text.contains(&format!("\"type\":\"{}\"", frame.kind())), "{text}");
             assert_eq!(decode(&line, DEFAULT_MAX_FRAME).unwrap(), frame);
         }
@@ -386,13 +375,13 @@ mod tests {
     #[test]
     fn decodes_without_newline_and_with_crlf() {
         let frame = Frame::Release { generation: 1 };
-        assert_eq!(decode(br#"{"v":1,"type":"release","generation":1}"#, 100), Ok(frame.clone()));
-        assert_eq!(decode(b"{\"v\":1,\"type\":\"release\",\"generation\":1}\r\n", 100), Ok(frame));
+        assert_eq!(decode(br#"{"v":2,"type":"release","generation":1}"#, 100), Ok(frame.clone()));
+        assert_eq!(decode(b"{\"v\":2,\"type\":\"release\",\"generation\":1}\r\n", 100), Ok(frame));
     }
 
     #[test]
     fn ignores_unknown_fields_for_forward_compatibility() {
-        let line = br#"{"v":1,"type":"heartbeat","sent_at":12}"#;
+        let line = br#"{"v":2,"type":"heartbeat","sent_at":12}"#;
         assert_eq!(decode(line, 100), Ok(Frame::Heartbeat));
     }
 
@@ -411,22 +400,27 @@ mod tests {
 
     #[test]
     fn malformed_input_names_what_was_wrong() {
-        let cases: [(&[u8], &str); 12] = [
+        let cases: [(&[u8], &str); 14] = [
             (b"", "not json"),
             (b"\x00\xff garbage", "not json"),
-            (b"{\"v\":1,", "not json"),
+            (b"{\"v\":2,", "not json"),
             (b"[1,2]", "json array, expected an object"),
             (b"\"hello\"", "json string, expected an object"),
             (br#"{"type":"heartbeat"}"#, "unsupported protocol version none"),
-            (br#"{"v":2,"type":"heartbeat"}"#, "unsupported protocol version 2: this rankvisor speaks version 1"),
+            (br#"{"v":1,"type":"heartbeat"}"#, "unsupported protocol version 1: this rankvisor speaks version 2"),
             (br#"{"v":"1","type":"heartbeat"}"#, "unsupported protocol version \"1\""),
-            (br#"{"v":1}"#, "unknown frame type none"),
-            (br#"{"v":1,"type":"launch"}"#, "unknown frame type \"launch\": expected one of hello,"),
-            (br#"{"v":1,"type":"release"}"#, "malformed release frame: missing field `generation`"),
+            (br#"{"v":2}"#, "unknown frame type none"),
+            (br#"{"v":2,"type":"launch"}"#, "unknown frame type \"launch\": expected one of hello,"),
+            (br#"{"v":2,"type":"release"}"#, "malformed release frame: missing field `generation`"),
             (
-                br#"{"v":1,"type":"state","state":"Dancing","restart_count":0,"generation":0,"last_exit":null}"#,
+                br#"{"v":2,"type":"state","state":"Dancing","restart_count":0,"generation":0,"last_exit":null}"#,
                 "malformed state frame: unknown variant `Dancing`",
             ),
+            (
+                br#"{"v":2,"type":"state","state":"Running","restart_count":0,"generation":0,"last_exit":137}"#,
+                "malformed state frame: invalid type: integer `137`, expected struct LastExit",
+            ),
+            (br#"{"v":2,"type":"state","state":"Running"}"#, "malformed state frame: missing field"),
         ];
         for (line, want) in cases {
             let e = decode(line, DEFAULT_MAX_FRAME).unwrap_err().to_string();
@@ -436,26 +430,26 @@ mod tests {
 
     #[test]
     fn a_duplicated_header_field_is_malformed() {
-        let e = decode(br#"{"v":1,"v":1,"type":"heartbeat"}"#, 100).unwrap_err();
+        let e = decode(br#"{"v":2,"v":2,"type":"heartbeat"}"#, 100).unwrap_err();
         assert!(e.to_string().starts_with("malformed unidentified frame: duplicate field `v`"), "{e}");
     }
 
     #[test]
     fn hello_fields_are_checked() {
         let e = decode(
-            br#"{"v":1,"type":"hello","job":"j","replica_index":-1,"replica_count":4,"node":"n","healthy":true,"nonce":""}"#,
+            br#"{"v":2,"type":"hello","job":"j","replica_index":-1,"replica_count":4,"node":"n","healthy":true,"nonce":""}"#,
             DEFAULT_MAX_FRAME,
         )
         .unwrap_err()
         .to_string();
         assert!(e.starts_with("malformed hello frame: invalid value: integer `-1`"), "{e}");
-        let e = decode(br#"{"v":1,"type":"hello","job":"j"}"#, DEFAULT_MAX_FRAME).unwrap_err().to_string();
+        let e = decode(br#"{"v":2,"type":"hello","job":"j"}"#, DEFAULT_MAX_FRAME).unwrap_err().to_string();
         assert!(e.contains("missing field `replica_index`"), "{e}");
     }
 
     #[test]
     fn deep_nesting_is_an_error_not_a_crash() {
-        let mut line = br#"{"v":1,"type":"state","report":"#.to_vec();
+        let mut line = br#"{"v":2,"type":"state","progress":"#.to_vec();
         line.extend(vec![b'['; 10_000]);
         assert!(matches!(decode(&line, DEFAULT_MAX_FRAME), Err(FrameError::NotJson { .. })));
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc;
 
-use super::frame::{decode, encode, Frame, FrameError};
+use super::frame::{decode, encode, Frame, FrameError, PROTOCOL_VERSION};
 
 /// One encoded frame, newline included, shared between every connection it is sent to.
 pub(crate) type Line = Arc<[u8]>;
@@ -25,7 +25,11 @@ pub(crate) const OUTBOX: usize = 32;
 /// One read from the socket, into a buffer on the stack of the poll.
 const READ_CHUNK: usize = 2048;
 
-static HEARTBEAT: LazyLock<Line> = LazyLock::new(|| Arc::from(&b"{\"v\":1,\"type\":\"heartbeat\"}\n"[..]));
+/// The heartbeat line, encoded once (it is the same on every connection, at every beat).
+static HEARTBEAT: LazyLock<Line> = LazyLock::new(|| {
+    let line = format!("{{\"v\":{PROTOCOL_VERSION},\"type\":\"heartbeat\"}}\n");
+    Arc::from(line.as_bytes())
+});
 
 /// Encode a frame for the outbox.
 pub(crate) fn line(frame: &Frame, max: usize) -> Result<Line, FrameError> {
@@ -379,7 +383,7 @@ mod tests {
     async fn bad_lines_and_cut_lines_are_errors() {
         let (mut tx, rx) = tokio::io::duplex(4096);
         let mut reader = FrameReader::new(rx, 1024);
-        tx.write_all(b"\x00\x01garbage\n{\"v\":1,\"type\":\"heart").await.unwrap();
+        tx.write_all(b"\x00\x01garbage\n{\"v\":2,\"type\":\"heart").await.unwrap();
         drop(tx);
         assert!(matches!(reader.next().await, Err(ReadError::Frame(FrameError::NotJson { .. }))));
         assert!(matches!(reader.next().await, Err(ReadError::Truncated(20))));

@@ -21,12 +21,13 @@ use super::admission::Expected;
 use super::config::{Member, Released, RendezvousConfig};
 use super::conn::{accept_loop, ConnContext, Gauge, REFUSAL_WARN_WINDOW};
 use super::error::RendezvousError;
-use super::frame::{Health, Order, StateUpdate};
+use super::frame::{Health, Order};
 use super::job::JobView;
 use super::roster::{Roster, Shortfall};
 use crate::duration::format_duration;
 use crate::logging::Throttle;
 use crate::policy::RestartScope;
+use crate::status::Report;
 use actor::{Departures, Master};
 
 /// Pending connections the kernel queues for `listen`: thousands of workers may dial at once.
@@ -61,8 +62,8 @@ pub enum ControlEvent {
     State {
         /// Its replica index.
         index: u32,
-        /// The update.
-        update: StateUpdate,
+        /// Its report.
+        report: Box<Report>,
     },
     /// A worker asks for a new generation (a job-scope restart): call `barrier(generation)`.
     Rejoin {
@@ -251,8 +252,8 @@ impl MasterHandle {
     }
 
     /// Record the master's own state in the job view (the job's phase follows it).
-    pub fn publish_own_state(&self, update: StateUpdate) {
-        lock(&self.view).state(0, &update, now_ms());
+    pub fn publish_own_state(&self, report: Report) {
+        lock(&self.view).state(0, Box::new(report), now_ms());
     }
 
     async fn command(&self, command: Command) -> Result<(), RendezvousError> {

@@ -15,8 +15,9 @@ use super::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
 use super::io::FrameReader;
 use super::worker::join_observed;
 use super::*;
+use crate::exit::ExitHow;
 use crate::policy::RestartScope;
-use crate::status::ReplicaState;
+use crate::status::{Identity, LocalStatus, ReplicaState, Report, Timeline};
 
 const GUARD: Duration = Duration::from_secs(10);
 
@@ -168,14 +169,18 @@ fn raw_hello(index: u32, count: u32) -> Frame {
     })
 }
 
-fn state(state: ReplicaState) -> StateUpdate {
-    StateUpdate {
+fn report(status: &LocalStatus) -> Report {
+    Timeline::new(std::time::UNIX_EPOCH).report(&Identity::default(), status, std::time::UNIX_EPOCH)
+}
+
+fn state(state: ReplicaState) -> Report {
+    report(&LocalStatus {
         state,
         restart_count: 1,
-        generation: 0,
-        last_exit: Some(137),
-        report: json!({"progress": {"step": 42}}),
-    }
+        last_exit: Some(ExitHow::Exited(137)),
+        progress: crate::heartbeat::parse_progress(r#"{"step": 42}"#),
+        ..LocalStatus::default()
+    })
 }
 
 // 1. Four replicas; the workers dial before the master listens and retry until it does.
@@ -206,7 +211,7 @@ async fn four_replicas_meet_even_when_workers_dial_first() {
     }
     let view = m.job_view();
     assert_eq!(view.replicas().len(), 4);
-    assert!(view.replicas().values().all(|r| r.connected && r.state != ReplicaState::Failed));
+    assert!(view.replicas().values().all(|r| r.connected && r.state() != ReplicaState::Failed));
     assert_eq!(view.replicas()[&2].node, "node-2");
 }
 
@@ -324,7 +329,7 @@ async fn the_barrier_releases_once_every_node_is_healthy_again() {
     master_health.send(healthy()).unwrap();
     assert_eq!(guard("the barrier", m.barrier(0)).await.unwrap().generation, 0);
     assert_eq!(joined(w1).await.unwrap().generation(), 0);
-    assert!(m.job_view().replicas()[&1].healthy);
+    assert!(m.job_view().replicas()[&1].health.healthy);
 }
 
 // 3. Refusals name their cause, and the legitimate job still completes.
@@ -360,14 +365,15 @@ async fn bad_peers_are_refused_by_name_and_the_job_completes() {
     let none = refused(guard("no token", join(to.clone(), identity(2, 4), healthy().fixed(), cfg())).await);
     assert!(none.contains("the master requires a job token, but RANKVISOR_JOB_TOKEN is not set"), "{none}");
 
-    let mut v2 = Raw::connect(&to).await;
-    v2.write.write_all(b"{\"v\":2,\"type\":\"hello\",\"job\":\"pytest\",\"replica_index\":2}\n").await.unwrap();
-    let version = v2.error().await;
-    assert_eq!(version, "unsupported protocol version 2: this rankvisor speaks version 1");
-    assert_eq!(v2.recv().await, None, "closed after the refusal");
+    // A rankvisor of protocol version 1 (state frames without the typed report) is refused by name.
+    let mut v1 = Raw::connect(&to).await;
+    v1.write.write_all(b"{\"v\":1,\"type\":\"hello\",\"job\":\"pytest\",\"replica_index\":2}\n").await.unwrap();
+    let version = v1.error().await;
+    assert_eq!(version, "unsupported protocol version 1: this rankvisor speaks version 2");
+    assert_eq!(v1.recv().await, None, "closed after the refusal");
 
     let mut out_of_turn = Raw::connect(&to).await;
-    out_of_turn.send(&Frame::State(state(ReplicaState::Running))).await;
+    out_of_turn.send(&Frame::State(Box::new(state(ReplicaState::Running)))).await;
     assert_eq!(out_of_turn.error().await, "expected a frame of type hello, got state");
 
     let w2 = spawn_join(to.clone(), identity(2, 4), token.clone());
@@ -468,19 +474,14 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
 
     w1.send_state(state(ReplicaState::Restarting)).unwrap();
     let e = event(&mut m, "a state event", |e| matches!(e, ControlEvent::State { .. })).await;
-    assert_eq!(e, ControlEvent::State { index: 1, update: state(ReplicaState::Restarting) });
-    m.publish_own_state(StateUpdate {
-        state: ReplicaState::Running,
-        restart_count: 0,
-        generation: 0,
-        last_exit: None,
-        report: json!({}),
-    });
+    assert_eq!(e, ControlEvent::State { index: 1, report: Box::new(state(ReplicaState::Restarting)) });
+    m.publish_own_state(report(&LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }));
     let view = m.job_view();
     assert_eq!(view.phase(), JobPhase::Running);
     let r1 = &view.replicas()[&1];
-    assert_eq!((r1.state, r1.restart_count, r1.last_exit), (ReplicaState::Restarting, 1, Some(137)));
-    assert_eq!(r1.report["progress"]["step"], 42);
+    assert_eq!((r1.state(), r1.restart_count()), (ReplicaState::Restarting, 1));
+    assert_eq!(r1.last_exit().map(|e| e.status), Some(137));
+    assert_eq!(r1.report().and_then(Report::training_step), Some(42));
     assert!(r1.last_seen_unix_ms > 0);
 
     drop(w2);
@@ -496,7 +497,11 @@ async fn states_stream_to_the_master_and_losses_are_detected() {
     let e = event(&mut m, "the loss of the silent worker", |e| matches!(e, ControlEvent::Lost { .. })).await;
     assert_eq!(e, ControlEvent::Lost { index: 2, reason: "silent for 900ms".into() });
 
-    let too_big = StateUpdate { report: json!("x".repeat(DEFAULT_MAX_FRAME)), ..state(ReplicaState::Running) };
+    let too_big = Report {
+        progress: crate::heartbeat::parse_progress(&format!(r#"{{"note": "{}"}}"#, "x".repeat(DEFAULT_MAX_FRAME))),
+        ..state(ReplicaState::Running)
+    };
+    assert!(too_big.progress.is_some());
     assert!(matches!(w1.send_state(too_big), Err(RendezvousError::TooLarge { .. })));
 
     drop(m);

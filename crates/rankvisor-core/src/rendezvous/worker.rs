@@ -13,12 +13,13 @@ use tracing::{debug, info, warn};
 use super::auth;
 use super::config::{Member, Released, RendezvousConfig};
 use super::error::RendezvousError;
-use super::frame::{Frame, FrameError, Health, Hello, Order, StateUpdate};
+use super::frame::{Frame, FrameError, Health, Hello, Order};
 use super::io::{line, write_loop, FrameReader, Line, ReadError, OUTBOX};
 use super::roster::MAX_GENERATION;
 use crate::backoff::Backoff;
 use crate::duration::format_duration;
 use crate::rank::Role;
+use crate::status::Report;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -342,9 +343,9 @@ impl WorkerSession {
         }
     }
 
-    /// Stream a state change to the master; never waits (the update is queued).
-    pub fn send_state(&self, update: StateUpdate) -> Result<(), RendezvousError> {
-        let l = line(&Frame::State(update), self.max_frame).map_err(|e| match e {
+    /// Stream this replica's report to the master; never waits (the frame is queued).
+    pub fn send_state(&self, report: Report) -> Result<(), RendezvousError> {
+        let l = line(&Frame::State(Box::new(report)), self.max_frame).map_err(|e| match e {
             FrameError::TooLarge { len, max } => RendezvousError::TooLarge { len, max },
             other => RendezvousError::Protocol { master: self.master.clone(), detail: other.to_string() },
         })?;

@@ -1,17 +1,16 @@
 //! The rendezvous link: this replica's side of the barrier and the control channel, as an actor.
 //! It performs the machine's `LinkCommand`s (a barrier, a rejoin, a reconnect, an order to the
 //! workers) and turns what happens on the wire into `LinkEvent`s; it decides nothing. It also
-//! streams this replica's status to the master, and on the master publishes the job view.
+//! streams this replica's reports to the master, and on the master publishes the job view.
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::{
-    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, StateUpdate,
-    WorkerSession,
+    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, WorkerSession,
 };
-use crate::status::{LocalStatus, Report};
+use crate::status::Report;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -161,57 +160,28 @@ pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch:
     rx
 }
 
-/// The update sent upstream: the state fields from the status (always the newest), the payload
-/// the whole report (the status itself before the reporter has built one).
-fn update_of(s: &LocalStatus, report: Option<&Report>) -> StateUpdate {
-    let payload = match report {
-        Some(r) => serde_json::to_value(r),
-        None => serde_json::to_value(s),
-    };
-    StateUpdate {
-        state: s.state,
-        restart_count: s.restart_count,
-        generation: s.generation,
-        last_exit: s.last_exit.map(|h| h.code()),
-        report: payload.unwrap_or_default(),
-    }
-}
-
-/// This replica's status and its reports, merged into one stream of updates for the master.
+/// This replica's reports, as they go to the master (each `state` frame is one). The reporter
+/// rebuilds the report on every status change, and publishes the final one before its channel
+/// closes: the newest report is the replica's newest state, and the channel's end is its last.
 pub struct Upstream {
-    status: watch::Receiver<LocalStatus>,
-    reports: Option<watch::Receiver<Report>>,
+    reports: watch::Receiver<Report>,
 }
 
 impl Upstream {
-    /// Follow `status`, and `reports` for the payload when there is a reporter.
-    pub fn new(status: watch::Receiver<LocalStatus>, reports: Option<watch::Receiver<Report>>) -> Self {
-        Self { status, reports }
+    /// Follow the reporter's `reports`.
+    pub fn new(reports: watch::Receiver<Report>) -> Self {
+        Self { reports }
     }
 
-    /// The next update, when either source changed; None once the status channel is closed.
-    async fn next(&mut self) -> Option<StateUpdate> {
-        tokio::select! {
-            changed = self.status.changed() => changed.ok()?,
-            changed = async {
-                match self.reports.as_mut() {
-                    Some(r) => r.changed().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if changed.is_err() {
-                    // The reporter is gone (finishing): keep following the status alone.
-                    self.reports = None;
-                }
-            }
-        }
+    /// The next report; None once the reporter has published its final one and ended.
+    async fn next(&mut self) -> Option<Report> {
+        self.reports.changed().await.ok()?;
         Some(self.current())
     }
 
-    /// The update for the latest status and report.
-    fn current(&mut self) -> StateUpdate {
-        let report = self.reports.as_mut().map(|r| r.borrow_and_update().clone());
-        update_of(&self.status.borrow_and_update(), report.as_ref())
+    /// The latest report.
+    fn current(&mut self) -> Report {
+        self.reports.borrow_and_update().clone()
     }
 }
 
@@ -298,9 +268,9 @@ async fn run_master(
                 let _ = events.send(event);
                 publish_view(&mut workers_done, released_once);
             }
-            update = upstream.next(), if upstream_open => match update {
-                Some(update) => {
-                    master.publish_own_state(update);
+            report = upstream.next(), if upstream_open => match report {
+                Some(report) => {
+                    master.publish_own_state(report);
                     dirty = true;
                 }
                 None => upstream_open = false,
@@ -393,9 +363,9 @@ async fn run_worker(
                 first = false;
                 let _ = events.send(event);
             }
-            update = upstream.next() => {
+            report = upstream.next() => {
                 // While a rejoin runs the latest status waits in the watch; it goes out after.
-                let Some(update) = update else {
+                let Some(report) = report else {
                     // The replica is done: its final state goes out before the channel closes.
                     if let Some(s) = session.take() {
                         s.close(CLOSE_LIMIT).await;
@@ -403,7 +373,7 @@ async fn run_worker(
                     return;
                 };
                 if let Some(s) = &session {
-                    let _ = s.send_state(update);
+                    let _ = s.send_state(report);
                 }
             }
             order = async {
@@ -441,10 +411,16 @@ async fn run_worker(
                     pending = join();
                 }
                 Some(other) => warn!("rendezvous: a worker ignores {other:?}"),
-                // The replica is done: its final state goes out before the channel closes.
+                // The replica is done: its reports up to the final one go out before the channel
+                // closes (the reporter publishes it once the loop's status channel has closed).
                 None => {
                     if let Some(s) = session.take() {
-                        let _ = s.send_state(upstream.current());
+                        let _ = tokio::time::timeout(CLOSE_LIMIT, async {
+                            while let Some(report) = upstream.next().await {
+                                let _ = s.send_state(report);
+                            }
+                        })
+                        .await;
                         s.close(CLOSE_LIMIT).await;
                     }
                     return;

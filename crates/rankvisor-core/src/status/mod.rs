@@ -3,7 +3,8 @@
 //! sink subscribes to it and none keeps a copy of its own: the HTTP `/status` and `/metrics`, the
 //! webhook and the Kubernetes Events (through [`report::Report`], built from it), `--status-fd`
 //! ([`fd_sink`], one JSON line of [`LocalStatus`] that the dry run reads back as the same type),
-//! and the rendezvous stream (the [`report::Report`] inside every `state` frame).
+//! and the rendezvous stream (every `state` frame is a [`report::Report`], which the master's job
+//! view keeps typed).
 
 pub mod fd_sink;
 pub mod report;

@@ -172,7 +172,7 @@ impl Master {
         self.roster.leave(c.index, conn);
         let mut view = self.view();
         // A replica that reported a final state and then closes has finished: no warning.
-        let finished = view.replicas().get(&c.index).is_some_and(|r| r.state.is_final());
+        let finished = view.replicas().get(&c.index).is_some_and(|r| r.state().is_final());
         view.lost(c.index, &reason);
         drop(view);
         // Thousands of replicas may finish or go at once (a job's end, a network partition): one
@@ -366,9 +366,9 @@ impl Master {
         }
         match frame {
             Frame::Heartbeat => self.view().seen(index, now_ms()),
-            Frame::State(update) => {
-                self.view().state(index, &update, now_ms());
-                self.emit(ControlEvent::State { index, update });
+            Frame::State(report) => {
+                self.view().state(index, report.clone(), now_ms());
+                self.emit(ControlEvent::State { index, report });
             }
             Frame::Health(health) => {
                 if !health.healthy {
