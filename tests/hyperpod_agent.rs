@@ -293,7 +293,9 @@ fn a_hang_rule_on_start_makes_the_agent_faulted_with_its_reason_and_stops_the_ch
 #[test]
 fn log_verdicts_carry_the_agents_own_reason_and_message() {
     let odd = "RuntimeError: CUDA out of memory: 'it' said \"no\" \\ tab\there\u{a0}nbsp\u{200d}zwj\u{2028}é";
-    let cases: [(&str, &str, &str, Vec<(&str, Option<String>)>); 3] = [
+    // (the verdict, the child's output, the rules, the rules the verdict names with their last lines)
+    type Case<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, Option<String>)>);
+    let cases: [Case; 3] = [
         (
             "HANGING",
             "echo 'Epoch 1 step 1'",
