@@ -25,6 +25,8 @@ pub struct PyRegex {
     /// Text every match contains (case-sensitive): a line without it cannot match, which a
     /// substring search tells faster than the automaton.
     required: Option<memchr::memmem::Finder<'static>>,
+    /// The fast path of a `.*Q` pattern (`fast`), when it has that shape.
+    fast: Option<fast::Fast>,
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -46,7 +48,8 @@ impl PyRegex {
                 PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") }
             })?;
         let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
-        Ok(Self { source: source.to_string(), regex, groups, required })
+        let fast = fast::Fast::new(&translated);
+        Ok(Self { source: source.to_string(), regex, groups, required, fast })
     }
 
     /// The pattern as the user wrote it.
@@ -66,7 +69,11 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text) && self.regex.is_match(text)
+        self.may_match(text)
+            && match &self.fast {
+                Some(f) => f.is_match(text),
+                None => self.regex.is_match(text),
+            }
     }
 
     /// False when `text` lacks what every match contains (a substring search, much faster than
@@ -89,11 +96,15 @@ impl PyRegex {
         if !self.may_match(text) {
             return None;
         }
+        if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text)) {
+            return found;
+        }
         let caps = self.regex.captures(text)?;
         Some(caps.get(1).map(|m| m.as_str()))
     }
 }
 
+mod fast;
 mod translate;
 
 pub use translate::{translate, Translation};

@@ -1,3 +1,4 @@
+use super::fast;
 use super::*;
 
 fn m(p: &str, text: &str) -> bool {
@@ -131,4 +132,103 @@ fn the_required_text_is_what_every_match_contains() {
     assert_eq!(re.match_group1("x Train Epoch: 7\n"), Some(Some("7")));
     assert_eq!(re.match_group1("x Train Epoch: x\n"), None);
     assert_eq!(re.match_group1("x Train\n"), None);
+}
+
+/// The general path's answer (the whole pattern's automaton), for comparing the fast path with.
+fn general<'t>(re: &PyRegex, text: &'t str) -> Option<Option<&'t str>> {
+    let caps = re.regex.captures(text)?;
+    Some(caps.get(1).map(|m| m.as_str()))
+}
+
+/// The fast path exists for `p` and agrees with the general path on every line.
+fn agrees(p: &str, lines: &[&str]) {
+    let re = PyRegex::new(p).unwrap();
+    assert!(re.fast.is_some(), "{p:?} has a fast path");
+    for l in lines {
+        assert_eq!(re.is_match(l), re.regex.is_match(l), "{p:?} on {l:?}: is_match");
+        assert_eq!(re.match_group1(l), general(&re, l), "{p:?} on {l:?}: group 1");
+    }
+}
+
+const LINES: &[&str] = &[
+    "a: 1 b: 2 c: 3\n",
+    "a: 1 b: 2 c: x\n",
+    "a: x b: 2 c: x\n",
+    "no colon here\n",
+    "ERROR: Loss: 3\n",
+    "error: loss: nan\n",
+    "a: 1\nb: 2\n",
+    "a: 1 b: 2",
+    ": \n",
+    ":",
+    "\n",
+    "",
+    "x: é² y: ٣\n",
+    "step 12 step 34 step x\n",
+    "loss: 1 TFLOPs 2 TFLOPs\n",
+    "speed: 123 TFLOPs, mem 61.2 GiB                 \n",
+    "a: 1 a: 2 a: 3 a: 4 a: 5 a: 6 a: 7 a: x\n",
+];
+
+#[test]
+fn a_leading_dot_star_takes_the_fast_path_with_pythons_answers() {
+    // Greedy: group 1 from the last occurrence where the rest matches; lazy: the first.
+    let greedy = PyRegex::new(r".*: (\d+)").unwrap();
+    assert_eq!(greedy.match_group1("a: 1 b: 2 c: x\n"), Some(Some("2")));
+    let lazy = PyRegex::new(r".*?: (\d+)").unwrap();
+    assert_eq!(lazy.match_group1("a: x b: 2 c: 3\n"), Some(Some("2")));
+    assert_eq!(
+        PyRegex::new(r".* (.+)TFLOPs.*").unwrap().match_group1("speed: 123 TFLOPs, mem  \n"),
+        Some(Some("123 "))
+    );
+    // The rest must start before the first newline (without DOTALL), anywhere with it.
+    assert!(!m(".*b: 2", "a: 1\nb: 2\n") && m("(?s).*b: 2", "a: 1\nb: 2\n"));
+    assert!(m(".*\n", "abc\n") && !m(".*x$", "xy\n"));
+    for p in [
+        r".*: (\d+)",
+        r".*: (\d+).*",
+        r".*?: (\d+)",
+        r".*?: (\d+).*?",
+        r".*: (\S+)",
+        r".*(\d+)",
+        r".* (.+)TFLOPs.*",
+        r"(?i).*loss: (\S+)",
+        r"(?s).*: (\d+)",
+        r"(?s).*?: (\d+)",
+        r".*a: (\d)\b",
+        r".*: ((\d)+)?",
+        r".*: (x)?\d",
+        ".*b: 2",
+        ".*: 2.*",
+        "(?i).*LOSS",
+        ".*$",
+        r".*\n",
+        ".*x$",
+        ".*step",
+        ".*é²",
+    ] {
+        agrees(p, LINES);
+    }
+    // A line with more failing candidates than the fast path tries goes to the general path.
+    let re = PyRegex::new(r".*a: (\d)").unwrap();
+    assert_eq!(re.fast.as_ref().unwrap().match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Err(fast::Undecided));
+    assert_eq!(re.match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Some(Some("1")));
+    // Candidates after the last occurrence of the rest's longest literal are not tried.
+    let tflops = PyRegex::new(r".* (.+)TFLOPs.*").unwrap();
+    let padded = "speed: 123 TFLOPs, mem 61.2 GiB                 \n";
+    assert_eq!(tflops.fast.as_ref().unwrap().match_group1(padded), Ok(Some(Some("123 "))));
+}
+
+#[test]
+fn other_shapes_keep_the_general_path() {
+    for p in
+        ["step", "(.*)x", ".*a|b", "[^x]*y", ".+x", r"\s*x", "(?:.*)*x", ".{0,5}x", "a.*b", ".*", ".*.*", "(?i)x.*"]
+    {
+        let re = PyRegex::new(p).unwrap();
+        assert!(re.fast.is_none(), "{p:?} has no fast path");
+    }
+    // A trailing repetition that captures is kept in the rest: group 1 is its.
+    let re = PyRegex::new(r".*a(b*)").unwrap();
+    assert_eq!(re.match_group1("ab abb\n"), Some(Some("bb")));
+    agrees(r".*a(b*)", &["ab abb\n", "a\n", "xb\n"]);
 }

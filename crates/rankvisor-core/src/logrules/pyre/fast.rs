@@ -1,0 +1,189 @@
+//! The fast path for the patterns log rules mostly are: `.*Q` (a leading `.*` under `re.match`),
+//! decided exactly from the translated pattern's syntax tree, or not at all.
+//!
+//! Why it is exact (`.` without DOTALL takes anything but `\n`; with it, anything):
+//! - `.*Q` matches at the start of the text iff Q matches at some position `p` no later than the
+//!   first `\n` (or anywhere, DOTALL): an unanchored search for Q, whose leftmost match has the
+//!   smallest start there is;
+//! - a trailing repetition that may match nothing and captures nothing (`.*` at the end) never
+//!   changes whether Q matches at `p` nor what Q's groups capture there (Python's backtracker
+//!   takes Q's first success, and the repetition always succeeds after it): it is dropped;
+//! - Python's greedy `.*` tries the largest `p` first (the lazy `.*?` the smallest), so group 1 is
+//!   what Q captures, anchored, at the largest (smallest) `p` where it matches; when Q starts with a
+//!   literal, only the literal's occurrences are candidates (a reverse, or forward, substring
+//!   search) no later than the last occurrence of Q's longest literal, and Q anchored there sees
+//!   the same text around it as in the whole line: no assertion can sit before Q's first character.
+//!
+//! A pattern of another shape (an alternative at the top, the `.*` inside a group, a class other
+//! than `.`) keeps the general path; so does a line where more than [`MAX_TRIES`] candidates fail.
+
+use memchr::memmem::{Finder, FinderRev};
+use regex::Regex;
+use regex_syntax::hir::{Class, Hir, HirKind, Look};
+
+/// Candidates tried before handing the line to the general path (bounds the work on a line full
+/// of the literal's occurrences).
+const MAX_TRIES: usize = 4;
+
+/// A `.*Q` pattern's fast path.
+#[derive(Debug, Clone)]
+pub(super) struct Fast {
+    /// The leading repetition is `.` without DOTALL: Q must start at or before the first `\n`.
+    stops_at_newline: bool,
+    /// `.*` (largest start first) rather than `.*?`.
+    greedy: bool,
+    /// Q's smallest match length.
+    min_len: usize,
+    /// Q, unanchored (`None` when Q is only its literal).
+    search: Option<Regex>,
+    /// Q's leading literal, when Q starts with one.
+    literal: Option<Literal>,
+    /// `\A(?:Q)`, run from a candidate start for the groups (when Q starts with a literal).
+    anchored: Option<Regex>,
+    /// Q's longest literal at its top level: every match of Q contains it, so Q starts no later
+    /// than its last occurrence.
+    last: Option<FinderRev<'static>>,
+}
+
+#[derive(Debug, Clone)]
+struct Literal {
+    len: usize,
+    fwd: Finder<'static>,
+    rev: FinderRev<'static>,
+}
+
+/// The fast path cannot decide this line: take the general one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Undecided;
+
+impl Fast {
+    /// The fast path for `translated` (the crate's syntax, anchored with `\A`), if it has the shape.
+    pub(super) fn new(translated: &str) -> Option<Self> {
+        let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
+        let HirKind::Concat(items) = hir.kind() else { return None };
+        let [start, lead, rest @ ..] = items.as_slice() else { return None };
+        if !matches!(start.kind(), HirKind::Look(Look::Start)) {
+            return None;
+        }
+        let HirKind::Repetition(rep) = lead.kind() else { return None };
+        if rep.min != 0 || rep.max.is_some() {
+            return None;
+        }
+        let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return None };
+        let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
+        let stops_at_newline = match ranges.as_slice() {
+            [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => true,
+            [('\0', '\u{10FFFF}')] => false,
+            _ => return None,
+        };
+        let mut q: Vec<Hir> = rest.to_vec();
+        while q.last().is_some_and(|h| {
+            matches!(h.kind(), HirKind::Repetition(r) if r.min == 0) && h.properties().explicit_captures_len() == 0
+        }) {
+            q.pop();
+        }
+        if q.is_empty() {
+            return None;
+        }
+        let literal = match q[0].kind() {
+            HirKind::Literal(lit) if std::str::from_utf8(&lit.0).is_ok() => Some(Literal {
+                len: lit.0.len(),
+                fwd: Finder::new(&lit.0).into_owned(),
+                rev: FinderRev::new(&lit.0).into_owned(),
+            }),
+            _ => None,
+        };
+        let only_literal = q.len() == 1 && literal.is_some();
+        let last = q
+            .iter()
+            .filter_map(|h| match h.kind() {
+                HirKind::Literal(lit) => Some(&lit.0),
+                _ => None,
+            })
+            .max_by_key(|lit| lit.len())
+            .map(|lit| FinderRev::new(lit).into_owned());
+        let q = Hir::concat(q);
+        let min_len = q.properties().minimum_len()?;
+        let build = |p: String| regex::RegexBuilder::new(&p).size_limit(4 << 20).dfa_size_limit(4 << 20).build().ok();
+        let search = if only_literal { None } else { Some(build(q.to_string())?) };
+        let anchored = match literal {
+            Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
+            _ => None,
+        };
+        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, last })
+    }
+
+    /// The last position Q may start at.
+    fn limit(&self, text: &str) -> usize {
+        if self.stops_at_newline {
+            memchr::memchr(b'\n', text.as_bytes()).unwrap_or(text.len())
+        } else {
+            text.len()
+        }
+    }
+
+    /// `re.match(pattern, text) is not None`.
+    pub(super) fn is_match(&self, text: &str) -> bool {
+        let limit = self.limit(text);
+        let Some(search) = &self.search else {
+            // Q is its literal: its first occurrence is the smallest start.
+            return self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())).is_some_and(|p| p <= limit);
+        };
+        if limit + 1 >= text.len() && self.min_len >= 1 {
+            // Every start but the very end is allowed, and no match of Q starts there.
+            return search.is_match(text);
+        }
+        search.find(text).is_some_and(|m| m.start() <= limit)
+    }
+
+    /// `re.match(pattern, text)` and its group 1, as `PyRegex::match_group1`; `Undecided` when
+    /// the general path must decide.
+    pub(super) fn match_group1<'t>(&self, text: &'t str) -> Result<Option<Option<&'t str>>, Undecided> {
+        let (Some(lit), Some(anchored)) = (&self.literal, &self.anchored) else {
+            // No literal to find the candidates by: the search still rules a non-matching line out.
+            return if self.is_match(text) { Err(Undecided) } else { Ok(None) };
+        };
+        let bytes = text.as_bytes();
+        let Some(limit) =
+            self.last.as_ref().map_or(Some(self.limit(text)), |l| l.rfind(bytes).map(|p| p.min(self.limit(text))))
+        else {
+            return Ok(None);
+        };
+        let mut locs = anchored.capture_locations();
+        let mut try_at = |p: usize| -> Option<Option<&'t str>> {
+            // The literal is UTF-8, so it starts on a character; checked all the same.
+            if !text.is_char_boundary(p) {
+                return None;
+            }
+            anchored.captures_read(&mut locs, &text[p..])?;
+            Some(locs.get(1).map(|(s, e)| &text[p + s..p + e]))
+        };
+        let mut tries = 0;
+        if self.greedy {
+            let mut end = text.len().min(limit.saturating_add(lit.len));
+            while let Some(p) = lit.rev.rfind(&bytes[..end]) {
+                if let Some(g) = try_at(p) {
+                    return Ok(Some(g));
+                }
+                tries += 1;
+                if tries == MAX_TRIES {
+                    return Err(Undecided);
+                }
+                end = p + lit.len - 1;
+            }
+        } else {
+            let mut from = 0;
+            while let Some(p) = lit.fwd.find(&bytes[from..]).map(|i| from + i).filter(|&p| p <= limit) {
+                if let Some(g) = try_at(p) {
+                    return Ok(Some(g));
+                }
+                tries += 1;
+                if tries == MAX_TRIES {
+                    return Err(Undecided);
+                }
+                from = p + 1;
+            }
+        }
+        Ok(None)
+    }
+}
