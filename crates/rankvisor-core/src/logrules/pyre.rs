@@ -27,6 +27,9 @@ pub struct PyRegex {
     required: Option<memchr::memmem::Finder<'static>>,
     /// The fast path of a `.*Q` pattern (`fast`), when it has that shape.
     fast: Option<fast::Fast>,
+    /// Without `required`: text every match on an ASCII line contains up to ASCII case
+    /// (`fast::folded_required`), lowercase.
+    folded: Option<Box<[u8]>>,
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -49,7 +52,8 @@ impl PyRegex {
             })?;
         let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
         let fast = fast::Fast::new(&translated);
-        Ok(Self { source: source.to_string(), regex, groups, required, fast })
+        let folded = if required.is_none() { fast::folded_required(&translated) } else { None };
+        Ok(Self { source: source.to_string(), regex, groups, required, fast, folded })
     }
 
     /// The pattern as the user wrote it.
@@ -79,7 +83,9 @@ impl PyRegex {
     /// False when `text` lacks what every match contains (a substring search, much faster than
     /// the automaton).
     fn may_match(&self, text: &str) -> bool {
-        self.required.as_ref().is_none_or(|f| f.find(text.as_bytes()).is_some())
+        let bytes = text.as_bytes();
+        self.required.as_ref().is_none_or(|f| f.find(bytes).is_some())
+            && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
     }
 
     /// The text every match contains, if the pattern has one (at least two characters).

@@ -49,7 +49,11 @@ pub struct Relay<W: Write> {
 
 /// A line's bytes as text for the patterns.
 fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(bytes)
+    // The common case first: `from_utf8` is much faster than the lossy decoder on valid text.
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 impl<W: Write> Relay<W> {

@@ -12,7 +12,9 @@
 //!   what Q captures, anchored, at the largest (smallest) `p` where it matches; when Q starts with a
 //!   literal, only the literal's occurrences are candidates (a reverse, or forward, substring
 //!   search) no later than the last occurrence of Q's longest literal, and Q anchored there sees
-//!   the same text around it as in the whole line: no assertion can sit before Q's first character.
+//!   the same text around it as in the whole line: no assertion can sit before Q's first character
+//!   (nor after its last, when Q ends with a literal: the search then stops at the literal's last
+//!   occurrence, where every match of Q ends).
 //!
 //! A pattern of another shape (an alternative at the top, the `.*` inside a group, a class other
 //! than `.`) keeps the general path; so does a line where more than [`MAX_TRIES`] candidates fail.
@@ -43,6 +45,9 @@ pub(super) struct Fast {
     /// Q's longest literal at its top level: every match of Q contains it, so Q starts no later
     /// than its last occurrence.
     last: Option<FinderRev<'static>>,
+    /// Q's final literal, when Q ends with one: every match of Q ends with it, so no later than
+    /// its last occurrence, and nothing in Q looks past it (the anchored search stops there).
+    tail: Option<(usize, FinderRev<'static>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +107,10 @@ impl Fast {
             })
             .max_by_key(|lit| lit.len())
             .map(|lit| FinderRev::new(lit).into_owned());
+        let tail = match q.last().map(Hir::kind) {
+            Some(HirKind::Literal(lit)) => Some((lit.0.len(), FinderRev::new(&lit.0).into_owned())),
+            _ => None,
+        };
         let q = Hir::concat(q);
         let min_len = q.properties().minimum_len()?;
         let build = |p: String| regex::RegexBuilder::new(&p).size_limit(4 << 20).dfa_size_limit(4 << 20).build().ok();
@@ -110,7 +119,7 @@ impl Fast {
             Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
             _ => None,
         };
-        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, last })
+        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, last, tail })
     }
 
     /// The last position Q may start at.
@@ -144,6 +153,16 @@ impl Fast {
             return if self.is_match(text) { Err(Undecided) } else { Ok(None) };
         };
         let bytes = text.as_bytes();
+        // Q's matches end no later than this.
+        let end = match &self.tail {
+            Some((len, f)) => match f.rfind(bytes) {
+                // A UTF-8 literal ends on a character; checked all the same.
+                Some(p) if text.is_char_boundary(p + len) => p + len,
+                Some(_) => text.len(),
+                None => return Ok(None),
+            },
+            None => text.len(),
+        };
         let Some(limit) =
             self.last.as_ref().map_or(Some(self.limit(text)), |l| l.rfind(bytes).map(|p| p.min(self.limit(text))))
         else {
@@ -152,10 +171,10 @@ impl Fast {
         let mut locs = anchored.capture_locations();
         let mut try_at = |p: usize| -> Option<Option<&'t str>> {
             // The literal is UTF-8, so it starts on a character; checked all the same.
-            if !text.is_char_boundary(p) {
+            if p > end || !text.is_char_boundary(p) {
                 return None;
             }
-            anchored.captures_read(&mut locs, &text[p..])?;
+            anchored.captures_read(&mut locs, &text[p..end])?;
             Some(locs.get(1).map(|(s, e)| &text[p + s..p + e]))
         };
         let mut tries = 0;
@@ -186,4 +205,60 @@ impl Fast {
         }
         Ok(None)
     }
+}
+
+/// Text every match contains, up to ASCII case, on a line that is all ASCII: the longest run of
+/// top-level items that are ASCII literals or classes whose ASCII members are one character or a
+/// letter's two cases (`(?i)loss` is `[Ll][Oo][Ssſ][Ssſ]`: on an ASCII line, `loss` in any case).
+/// Lowercase; at least three characters.
+pub(super) fn folded_required(translated: &str) -> Option<Box<[u8]>> {
+    let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
+    let HirKind::Concat(items) = hir.kind() else { return None };
+    let (mut best, mut run) = (Vec::new(), Vec::new());
+    for item in items {
+        let piece: Option<Vec<u8>> = match item.kind() {
+            HirKind::Literal(lit) if lit.0.is_ascii() => Some(lit.0.to_ascii_lowercase()),
+            HirKind::Class(Class::Unicode(c)) => {
+                let ascii: Vec<u8> = c
+                    .ranges()
+                    .iter()
+                    .flat_map(|r| (r.start() as u32)..=(r.end() as u32).min(0x7F))
+                    .map(|b| b as u8)
+                    .collect();
+                match ascii.as_slice() {
+                    [b] => Some(vec![b.to_ascii_lowercase()]),
+                    [up, low] if up.is_ascii_uppercase() && *low == up.to_ascii_lowercase() => Some(vec![*low]),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match piece {
+            Some(p) => run.extend(p),
+            None => {
+                if run.len() > best.len() {
+                    best = std::mem::take(&mut run);
+                }
+                run.clear();
+            }
+        }
+    }
+    if run.len() > best.len() {
+        best = run;
+    }
+    (best.len() >= 3).then(|| best.into_boxed_slice())
+}
+
+/// `needle` (lowercase ASCII) occurs in `hay` up to ASCII case.
+pub(super) fn contains_folded(hay: &[u8], needle: &[u8]) -> bool {
+    let Some((&first, rest)) = needle.split_first() else { return true };
+    let mut from = 0;
+    while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), &hay[from..]) {
+        let at = from + i + 1;
+        if hay.get(at..at + rest.len()).is_some_and(|h| h.eq_ignore_ascii_case(rest)) {
+            return true;
+        }
+        from = at;
+    }
+    false
 }

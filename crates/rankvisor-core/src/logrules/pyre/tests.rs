@@ -232,3 +232,33 @@ fn other_shapes_keep_the_general_path() {
     assert_eq!(re.match_group1("ab abb\n"), Some(Some("bb")));
     agrees(r".*a(b*)", &["ab abb\n", "a\n", "xb\n"]);
 }
+
+#[test]
+fn case_insensitive_text_rules_out_ascii_lines_only() {
+    let folded = |p: &str| PyRegex::new(p).unwrap().folded.map(|b| String::from_utf8(b.into_vec()).unwrap());
+    assert_eq!(folded("(?i).*loss[=: ]+nan").as_deref(), Some("loss"));
+    assert_eq!(folded("(?i)x.*error: code").as_deref(), Some("error: code"));
+    assert_eq!(folded("(?i).*ab"), None, "two characters are not worth it");
+    assert_eq!(folded(".*Train Epoch"), None, "the case-sensitive required text does it");
+    assert_eq!(folded("(?i)(loss)na"), None, "inside a group: not looked at");
+    assert_eq!(folded("(?i)lo[sx]s"), None, "a class of two letters is no character");
+    let nan = "(?i).*loss[=: ]+nan";
+    assert!(m(nan, "step 3 LoSs: NaN\n") && m(nan, "step 3 loss=nan\n"));
+    assert!(!m(nan, "step 3 loss 1.5\n") && !m(nan, "step 3 los: nan\n"));
+    // Not ASCII: the automaton decides (Unicode case folding: ſ is an s).
+    assert!(m(nan, "é loſs: nan\n") && m("(?i).*kelvin", "\u{212A}elvin\n"));
+    assert!(!m(nan, "é loss: 1\n"));
+    agrees(nan, &["LOSS: NAN\n", "loss = nan\n", "x\n", "é loſs: nan\n", "é\n", "lossnan\n"]);
+}
+
+#[test]
+fn a_rest_ending_in_a_literal_is_searched_up_to_its_last_occurrence() {
+    // The anchored search from a candidate stops after the last "TFLOPs": the same groups.
+    for l in ["a 1 TFLOPs b 2 TFLOPs c\n", "a 1 TFLOPs\n", "a TFLOPs 1\n", "x 5 TFLOPsTFLOPs\n", " éTFLOPs\n"] {
+        let re = PyRegex::new(r".* (.+)TFLOPs").unwrap();
+        assert_eq!(re.match_group1(l), general(&re, l), "{l:?}");
+    }
+    assert_eq!(PyRegex::new(r".* (.+)TFLOPs").unwrap().match_group1("a 1 TFLOPs b 2 TFLOPs c\n"), Some(Some("2 ")));
+    assert_eq!(PyRegex::new(r".*?: (.+)!").unwrap().match_group1("a: x! b: y!\n"), Some(Some("x! b: y")));
+    agrees(r".*?: (.+)!", &["a: x! b: y!\n", "a: !\n", "a: x\n"]);
+}
