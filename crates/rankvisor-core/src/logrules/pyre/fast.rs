@@ -40,8 +40,13 @@ pub(super) struct Fast {
     search: Option<Regex>,
     /// Q's leading literal, when Q starts with one.
     literal: Option<Literal>,
-    /// `\A(?:Q)`, run from a candidate start for the groups (when Q starts with a literal).
+    /// `\A(?:Q)`, run from a candidate start: for the groups when Q starts with a literal, for
+    /// whether it matches when Q starts with `folded`.
     anchored: Option<Regex>,
+    /// Q's leading run of case-insensitive ASCII (lowercase, three characters or more), when Q
+    /// starts with one and has no leading literal: on an ASCII line Q can start only where it
+    /// occurs.
+    folded: Option<Box<[u8]>>,
     /// Q's longest literal at its top level: every match of Q contains it, so Q starts no later
     /// than its last occurrence.
     last: Option<FinderRev<'static>>,
@@ -115,11 +120,16 @@ impl Fast {
         let min_len = q.properties().minimum_len()?;
         let build = |p: String| regex::RegexBuilder::new(&p).size_limit(4 << 20).dfa_size_limit(4 << 20).build().ok();
         let search = if only_literal { None } else { Some(build(q.to_string())?) };
-        let anchored = match literal {
-            Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
+        let folded = match (&literal, folded_runs(&items_of(&q)).first()) {
+            (None, Some((0, run))) if run.len() >= 3 && search.is_some() => Some(run.clone().into_boxed_slice()),
             _ => None,
         };
-        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, last, tail })
+        let anchored = match literal {
+            Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
+            None if folded.is_some() => Some(build(format!(r"\A(?:{q})"))?),
+            _ => None,
+        };
+        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, folded, last, tail })
     }
 
     /// The last position Q may start at.
@@ -138,11 +148,33 @@ impl Fast {
             // Q is its literal: its first occurrence is the smallest start.
             return self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())).is_some_and(|p| p <= limit);
         };
+        if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
+            if text.is_ascii() {
+                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit) {
+                    return found;
+                }
+            }
+        }
         if limit + 1 >= text.len() && self.min_len >= 1 {
             // Every start but the very end is allowed, and no match of Q starts there.
             return search.is_match(text);
         }
         search.find(text).is_some_and(|m| m.start() <= limit)
+    }
+
+    /// Whether Q matches, anchored, at an occurrence of its folded prefix no later than `limit`
+    /// (`text` is ASCII, so Q can start nowhere else); `Undecided` after [`MAX_TRIES`] failures.
+    fn folded_candidates(&self, text: &str, needle: &[u8], anchored: &Regex, limit: usize) -> Result<bool, Undecided> {
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        for _ in 0..MAX_TRIES {
+            let Some(p) = find_folded(bytes, needle, from).filter(|&p| p <= limit) else { return Ok(false) };
+            if anchored.is_match(&text[p..]) {
+                return Ok(true);
+            }
+            from = p + 1;
+        }
+        Err(Undecided)
     }
 
     /// `re.match(pattern, text)` and its group 1, as `PyRegex::match_group1`; `Undecided` when
@@ -207,6 +239,14 @@ impl Fast {
     }
 }
 
+/// The items of a concatenation (one item otherwise).
+fn items_of(hir: &Hir) -> Vec<Hir> {
+    match hir.kind() {
+        HirKind::Concat(items) => items.clone(),
+        _ => vec![hir.clone()],
+    }
+}
+
 /// Text every match contains, up to ASCII case, on a line that is all ASCII: the longest run of
 /// top-level items that are ASCII literals or classes whose ASCII members are one character or a
 /// letter's two cases (`(?i)loss` is `[Ll][Oo][Ssſ][Ssſ]`: on an ASCII line, `loss` in any case).
@@ -214,8 +254,16 @@ impl Fast {
 pub(super) fn folded_required(translated: &str) -> Option<Box<[u8]>> {
     let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
     let HirKind::Concat(items) = hir.kind() else { return None };
-    let (mut best, mut run) = (Vec::new(), Vec::new());
-    for item in items {
+    let best = folded_runs(items).into_iter().max_by_key(|(_, run)| run.len())?.1;
+    (best.len() >= 3).then(|| best.into_boxed_slice())
+}
+
+/// The runs of `items` that are ASCII literals or classes of one ASCII character or a letter's two
+/// cases (on ASCII), each with the index of its first item, lowercase.
+fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
+    let mut runs: Vec<(usize, Vec<u8>)> = Vec::new();
+    let mut open = false;
+    for (i, item) in items.iter().enumerate() {
         let piece: Option<Vec<u8>> = match item.kind() {
             HirKind::Literal(lit) if lit.0.is_ascii() => Some(lit.0.to_ascii_lowercase()),
             HirKind::Class(Class::Unicode(c)) => {
@@ -233,32 +281,47 @@ pub(super) fn folded_required(translated: &str) -> Option<Box<[u8]>> {
             }
             _ => None,
         };
-        match piece {
-            Some(p) => run.extend(p),
-            None => {
-                if run.len() > best.len() {
-                    best = std::mem::take(&mut run);
-                }
-                run.clear();
+        match (piece, open, runs.last_mut()) {
+            (Some(p), true, Some((_, run))) => run.extend(p),
+            (Some(p), _, _) => {
+                runs.push((i, p));
+                open = true;
             }
+            (None, _, _) => open = false,
         }
     }
-    if run.len() > best.len() {
-        best = run;
+    runs
+}
+
+/// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to
+/// ASCII case.
+fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else { return Some(from) };
+    while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), hay.get(from..)?) {
+        let at = from + i;
+        if hay.get(at + 1..at + 1 + rest.len()).is_some_and(|h| h.eq_ignore_ascii_case(rest)) {
+            return Some(at);
+        }
+        from = at + 1;
     }
-    (best.len() >= 3).then(|| best.into_boxed_slice())
+    None
 }
 
 /// `needle` (lowercase ASCII) occurs in `hay` up to ASCII case.
 pub(super) fn contains_folded(hay: &[u8], needle: &[u8]) -> bool {
-    let Some((&first, rest)) = needle.split_first() else { return true };
-    let mut from = 0;
-    while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), &hay[from..]) {
-        let at = from + i + 1;
-        if hay.get(at..at + rest.len()).is_some_and(|h| h.eq_ignore_ascii_case(rest)) {
-            return true;
-        }
-        from = at;
+    find_folded(hay, needle, 0).is_some()
+}
+
+#[cfg(test)]
+impl Fast {
+    /// The folded prefix, for the tests.
+    pub(super) fn folded_prefix(&self) -> Option<&[u8]> {
+        self.folded.as_deref()
     }
-    false
+
+    /// The candidate search on an ASCII line, for the tests.
+    pub(super) fn folded_candidates_of(&self, text: &str) -> Result<bool, Undecided> {
+        let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) else { return Err(Undecided) };
+        self.folded_candidates(text, needle, anchored, self.limit(text))
+    }
 }

@@ -249,6 +249,14 @@ fn case_insensitive_text_rules_out_ascii_lines_only() {
     assert!(m(nan, "é loſs: nan\n") && m("(?i).*kelvin", "\u{212A}elvin\n"));
     assert!(!m(nan, "é loss: 1\n"));
     agrees(nan, &["LOSS: NAN\n", "loss = nan\n", "x\n", "é loſs: nan\n", "é\n", "lossnan\n"]);
+    // The rest starts with case-insensitive text: on an ASCII line it is tried only where that
+    // text occurs; more failing occurrences than the fast path tries go to the search.
+    let re = PyRegex::new(nan).unwrap();
+    assert_eq!(re.fast.as_ref().and_then(|f| f.folded_prefix()), Some(&b"loss"[..]));
+    let many = "loss_1 LOSS_2 loss_3 loss_4 loss_5 Loss: NaN\n";
+    assert!(re.fast.as_ref().unwrap().folded_candidates_of(many).is_err());
+    agrees(nan, &[many, "loss_1 loss: nan\n", "loss_1 loss: 1\n", "a\nloss: nan\n"]);
+    assert!(PyRegex::new("(?i).*lo[sx]s: nan").unwrap().fast.unwrap().folded_prefix().is_none());
 }
 
 #[test]
