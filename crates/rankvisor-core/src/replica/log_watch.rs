@@ -24,6 +24,8 @@ const DRAIN_BUDGET: usize = 1024 * 1024;
 /// How long the loop waits, at the child's exit, for the relay thread to have evaluated what the
 /// child wrote (longer only when rankvisor's stdout is not being read).
 const SYNC_WAIT: Duration = Duration::from_secs(1);
+/// How long rankvisor's exit waits for the relay thread to write the last attempt's last output.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// One attempt's watch over the child's stdout.
 pub struct LogWatch {
@@ -129,10 +131,20 @@ impl LogWatch {
         !timeout.timed_out()
     }
 
-    /// The attempt is over and rankvisor exits: relay what the pipe holds and wait for that.
+    /// The attempt is over and rankvisor exits: relay what the pipe holds and wait for that, at
+    /// most [`FINISH_WAIT`] (a stdout nobody reads does not hold the exit up).
     pub fn finish(self) {
-        if let Some(t) = self.retire() {
-            let _ = t.join();
+        let watched = self.watched.clone();
+        if self.retire().is_none() {
+            return;
+        }
+        let (lock, answered) = &*watched;
+        let w = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let (_w, timeout) = answered
+            .wait_timeout_while(w, FINISH_WAIT, |w| w.answered != u64::MAX)
+            .unwrap_or_else(PoisonError::into_inner);
+        if timeout.timed_out() {
+            tracing::warn!("log rules: the child's last output was not all written: stdout is not being read");
         }
     }
 
