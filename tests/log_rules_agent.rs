@@ -72,6 +72,14 @@ const PATTERNS: &[&str] = &[
     "[^ ]+ step",
     r"(?P<v>\d+) items",
     r".*é²",
+    // Fast-path shapes (src/logrules/pyre/fast.rs): several occurrences of the literal (greedy and
+    // lazy pick different ones), a trailing `.*`, DOTALL, case-insensitive, a rest without a literal.
+    r".*: (\S+).*",
+    r".*?: (\S+)",
+    r".*step.*",
+    "(?s).*step (\\d+)",
+    r"(?i).*LOSS: (\S+)",
+    r".*(\d+) items",
 ];
 const METRIC_PATTERNS: &[&str] = &[
     r"step (\d+)",
@@ -80,6 +88,10 @@ const METRIC_PATTERNS: &[&str] = &[
     r".*loss: (\d+(?:\.\d+)?)",
     r".* (.+)TFLOPs.*",
     r"(?P<v>\d+) items",
+    r".*: (\S+).*",
+    r".*?: (\S+)",
+    r"(?i).*LOSS: (\S+)",
+    r".* (\d+).*",
 ];
 const STOP_PATTERNS: &[&str] = &["training done", r".*saved", r"step 5\b", "(?i).*ERROR"];
 const VALUES: &[&str] =

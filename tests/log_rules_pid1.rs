@@ -1,9 +1,11 @@
 //! Issue 26 item 1 at PID 1: `--log-rules` on the real binary. A hang rule stops a silent child
 //! and says why everywhere; the child's stdout still reaches rankvisor's byte for byte and at once;
-//! without rules the child's stdout is rankvisor's own descriptor; a bad rule is refused with 64.
+//! a stdout nobody reads holds up neither signals nor the exit; without rules the child's stdout
+//! is rankvisor's own descriptor; a bad rule is refused with 64.
 
 mod common;
 use common::*;
+use std::os::fd::AsRawFd;
 
 const HANG: &str = r#"[{"name": "Step", "logPattern": ".*step.*", "expectedRecurringFrequencyInSeconds": 1}]"#;
 
@@ -105,4 +107,38 @@ fn a_bad_rule_file_exits_64_naming_the_rule_and_field() {
     let missing = base(&dir).args(["--log-rules", &dir.file("nope.json")]).sh("true").run();
     missing.assert_code(64);
     assert!(missing.stderr.contains("nope.json: cannot read it"), "{}", missing.stderr);
+}
+
+#[test]
+fn a_stdout_nobody_reads_holds_up_neither_signals_nor_the_exit() {
+    let dir = TestDir::new("lr-blocked");
+    // A rule that never fires: only the TERM below stops the child.
+    let rules = dir.write("rules.json", r#"[{"name": "Err", "logPattern": ".*ERROR.*", "faultOnMatch": true}]"#);
+    let termed = dir.file("termed");
+    // rankvisor's stdout: a pipe that is never read, soon full.
+    let (keep_open, stdout) = nix::unistd::pipe().unwrap();
+    let mut rv = rankvisor()
+        .args(["--node-health", "off", "--http-addr", "off", "--restart-policy", "Never", "--log-rules"])
+        .arg(&rules)
+        .args(["--", "sh", "-c"])
+        .arg(format!("yes step & trap 'echo > {}; exit 7' TERM; while :; do sleep 0.01; done", q(&termed)))
+        .stdout(std::process::Stdio::from(stdout))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The relay thread is blocked on the full stdout pipe (64 KiB, less what a last line of `yes`
+    // would not fit), the child (yes) on its own.
+    wait_until("rankvisor's stdout pipe to fill", || {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int to the pointer given.
+        let ok = unsafe { libc::ioctl(keep_open.as_raw_fd(), libc::FIONREAD, &mut queued) } == 0;
+        (ok && queued >= 65536 - 16).then_some(())
+    });
+    let started = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(rv.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_until("the child's TERM handler", || dir.join("termed").exists().then_some(()));
+    let status = wait_until("rankvisor's exit", || rv.try_wait().unwrap());
+    assert_eq!(status.code(), Some(7), "the child's own exit code");
+    // The child's exit waits at most 1 s for the blocked relay, rankvisor's exit at most 5 s more.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "exit held up: {:?}", started.elapsed());
 }

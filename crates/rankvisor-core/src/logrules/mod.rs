@@ -18,7 +18,7 @@ mod yaml;
 
 pub use eval::{Evaluator, LogState, Verdict};
 pub use pyre::{PatternError, PyRegex};
-pub use relay::{Pumped, Relay};
+pub use relay::{Relay, Step};
 pub use replay::{replay, ReplayError, ReplayOptions};
 pub use rule::{parse_rules, rules_from_value, Operator, Rule, RulesError};
 pub use ruleset::RuleSet;

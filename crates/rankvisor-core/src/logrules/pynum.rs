@@ -56,6 +56,11 @@ fn normalize(text: &str) -> Option<String> {
 
 /// Python's `float(text)`, or `None` where it raises.
 pub fn py_float(text: &str) -> Option<f64> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        // The common capture (`1.9001`): `normalize` would return it as it is and the checks
+        // below pass it to the same parse; no allocation.
+        return text.parse().ok();
+    }
     let t = normalize(text)?;
     let body = t.strip_prefix(['+', '-']).unwrap_or(&t);
     let lower = body.to_ascii_lowercase();
@@ -113,6 +118,10 @@ mod tests {
             ("0x10", None),
             ("1.5j", None),
             ("1,5", None),
+            ("1.2.3", None),
+            ("5.", Some(5.0)),
+            (".5", Some(0.5)),
+            ("007.50", Some(7.5)),
             ("abc", None),
         ] {
             assert_eq!(py_float(text), want, "{text:?}");

@@ -25,6 +25,11 @@ pub struct PyRegex {
     /// Text every match contains (case-sensitive): a line without it cannot match, which a
     /// substring search tells faster than the automaton.
     required: Option<memchr::memmem::Finder<'static>>,
+    /// The fast path of a `.*Q` pattern (`fast`), when it has that shape.
+    fast: Option<fast::Fast>,
+    /// Without `required`: text every match on an ASCII line contains up to ASCII case
+    /// (`fast::folded_required`), lowercase.
+    folded: Option<Box<[u8]>>,
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -46,7 +51,9 @@ impl PyRegex {
                 PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") }
             })?;
         let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
-        Ok(Self { source: source.to_string(), regex, groups, required })
+        let fast = fast::Fast::new(&translated);
+        let folded = if required.is_none() { fast::folded_required(&translated) } else { None };
+        Ok(Self { source: source.to_string(), regex, groups, required, fast, folded })
     }
 
     /// The pattern as the user wrote it.
@@ -66,13 +73,19 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text) && self.regex.is_match(text)
+        self.may_match(text)
+            && match &self.fast {
+                Some(f) => f.is_match(text),
+                None => self.regex.is_match(text),
+            }
     }
 
     /// False when `text` lacks what every match contains (a substring search, much faster than
     /// the automaton).
     fn may_match(&self, text: &str) -> bool {
-        self.required.as_ref().is_none_or(|f| f.find(text.as_bytes()).is_some())
+        let bytes = text.as_bytes();
+        self.required.as_ref().is_none_or(|f| f.find(bytes).is_some())
+            && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
     }
 
     /// The text every match contains, if the pattern has one (at least two characters).
@@ -89,11 +102,15 @@ impl PyRegex {
         if !self.may_match(text) {
             return None;
         }
+        if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text)) {
+            return found;
+        }
         let caps = self.regex.captures(text)?;
         Some(caps.get(1).map(|m| m.as_str()))
     }
 }
 
+mod fast;
 mod translate;
 
 pub use translate::{translate, Translation};

@@ -1,28 +1,35 @@
-//! The stdout relay: when log rules are on, the child's stdout is a pipe to rankvisor, which
-//! copies every byte to its own stdout as soon as it is read (partial lines, binary, no buffer of
-//! its own) and hands each complete line to the rules. Without rules the caller creates no relay
-//! and the child keeps rankvisor's stdout itself.
+//! The stdout relay: when log rules are on, the child's stdout is a pipe to rankvisor, whose relay
+//! thread copies every byte to its own stdout as soon as it is read (partial lines, binary, no
+//! buffer of its own) and hands each complete line to the rules. It blocks on its reads and
+//! writes (a stdout nobody drains stops it, not the event loop). Without rules the caller creates
+//! no relay and the child keeps rankvisor's stdout itself.
 //!
 //! Memory is bounded: one read buffer ([`READ_BYTES`]) and the splitter's pending line
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
 //! (the agent's reader stops on it): with U+FFFD in place of each bad sequence.
 
 use super::lines::Lines;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io::{self, Write};
-use tokio::net::unix::pipe::Receiver;
+use std::os::fd::BorrowedFd;
 
 /// The size of the read buffer (one `read` at most this much).
 pub const READ_BYTES: usize = 64 * 1024;
-/// At most this much is read per [`Relay::pump`] call, so other inputs get their turn.
-pub const PUMP_BUDGET: usize = 1024 * 1024;
-
-/// What [`Relay::pump`] found.
+/// What [`Relay::step`] and [`Relay::read_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pumped {
-    /// The pipe is empty for now (or the budget was used): wait for readability again.
-    Again,
-    /// The child's end is closed: the last unfinished line has been handed on.
+pub enum Step {
+    /// One read was copied to the output; its lines are for [`Relay::lines`].
+    Read,
+    /// The child's end is closed: nothing more will come ([`Relay::finish`] hands on the last line).
     Eof,
+    /// The pipe is empty for now ([`Relay::read_now`] only).
+    Empty,
+    /// The wake descriptor was written to (its bytes are consumed), or closed (`closed`).
+    Woken {
+        /// The wake descriptor's writer is gone.
+        closed: bool,
+    },
 }
 
 /// Copies the child's stdout to `out` and splits it into lines for the rules.
@@ -31,6 +38,8 @@ pub struct Relay<W: Write> {
     out: W,
     lines: Lines,
     buf: Box<[u8]>,
+    /// The bytes of the last read, at the start of `buf`.
+    filled: usize,
     /// Writing to `out` failed: the child's output is still read and evaluated (so the child
     /// never blocks on a full pipe) but no longer written.
     out_failed: bool,
@@ -40,7 +49,11 @@ pub struct Relay<W: Write> {
 
 /// A line's bytes as text for the patterns.
 fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(bytes)
+    // The common case first: `from_utf8` is much faster than the lossy decoder on valid text.
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 impl<W: Write> Relay<W> {
@@ -50,19 +63,62 @@ impl<W: Write> Relay<W> {
             out,
             lines: Lines::default(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
+            filled: 0,
             out_failed: false,
             write_error: None,
         }
     }
 
-    /// Copy one chunk the child wrote: to `out` at once, then its complete lines to `on_line`.
-    pub fn copy(&mut self, chunk: &[u8], on_line: &mut impl FnMut(&str)) {
+    /// Wait until `input` (the pipe's read end, nonblocking) has something or `wake` is readable
+    /// (or closed); read once and copy what was read to `out` before returning (partial lines
+    /// and binary included, unchanged). Blocks: for a thread of its own. An error is a read error.
+    pub fn step(&mut self, input: BorrowedFd<'_>, wake: BorrowedFd<'_>) -> io::Result<Step> {
+        loop {
+            let mut fds = [PollFd::new(input, PollFlags::POLLIN), PollFd::new(wake, PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                let mut bytes = [0u8; 64];
+                let closed = !matches!(nix::unistd::read(wake, &mut bytes), Ok(n) if n > 0);
+                return Ok(Step::Woken { closed });
+            }
+            if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                match self.read_now(input)? {
+                    Step::Empty => {}
+                    step => return Ok(step),
+                }
+            }
+        }
+    }
+
+    /// Read once from `input` without waiting (`Empty`: nothing there now) and copy it to `out`.
+    pub fn read_now(&mut self, input: BorrowedFd<'_>) -> io::Result<Step> {
+        self.filled = 0;
+        let n = loop {
+            match nix::unistd::read(input, &mut self.buf) {
+                Ok(0) => return Ok(Step::Eof),
+                Ok(n) => break n,
+                Err(Errno::EAGAIN) => return Ok(Step::Empty),
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.filled = n;
         if !self.out_failed {
-            if let Err(e) = self.out.write_all(chunk).and_then(|()| self.out.flush()) {
+            if let Err(e) = self.out.write_all(&self.buf[..n]).and_then(|()| self.out.flush()) {
                 self.out_failed = true;
                 self.write_error = Some(e);
             }
         }
+        Ok(Step::Read)
+    }
+
+    /// The complete lines of the last read, to `on_line` (at most once per read).
+    pub fn lines(&mut self, on_line: &mut impl FnMut(&str)) {
+        let chunk = &self.buf[..std::mem::take(&mut self.filled)];
         self.lines.push(chunk, &mut |l: &[u8]| on_line(&text(l)));
     }
 
@@ -76,39 +132,22 @@ impl<W: Write> Relay<W> {
         self.lines.finish(&mut |l: &[u8]| on_line(&text(l)));
     }
 
-    /// Read what `rx` holds now, without waiting (call it when the pipe is readable), copying
-    /// each read as [`Relay::copy`] does; an error is a read error.
-    pub fn pump(&mut self, rx: &Receiver, on_line: &mut impl FnMut(&str)) -> io::Result<Pumped> {
-        let mut read = 0;
-        let mut buf = std::mem::take(&mut self.buf);
-        let outcome = loop {
-            if read >= PUMP_BUDGET {
-                break Ok(Pumped::Again);
-            }
-            match rx.try_read(&mut buf) {
-                Ok(0) => {
-                    self.finish(on_line);
-                    break Ok(Pumped::Eof);
-                }
-                Ok(n) => {
-                    read += n;
-                    self.copy(&buf[..n], on_line);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(Pumped::Again),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
-        self.buf = buf;
-        outcome
-    }
-
-    /// Relay until the child's end is closed (for a task that does only this).
-    pub async fn run(&mut self, rx: &Receiver, on_line: &mut impl FnMut(&str)) -> io::Result<()> {
+    /// Relay until the child's end is closed, every line to `on_line` (tests; `wake` is never
+    /// written to).
+    pub fn run(
+        &mut self,
+        input: BorrowedFd<'_>,
+        wake: BorrowedFd<'_>,
+        on_line: &mut impl FnMut(&str),
+    ) -> io::Result<()> {
         loop {
-            rx.readable().await?;
-            if self.pump(rx, on_line)? == Pumped::Eof {
-                return Ok(());
+            match self.step(input, wake)? {
+                Step::Read => self.lines(on_line),
+                Step::Eof => {
+                    self.finish(on_line);
+                    return Ok(());
+                }
+                Step::Empty | Step::Woken { .. } => {}
             }
         }
     }

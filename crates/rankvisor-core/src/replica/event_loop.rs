@@ -160,7 +160,7 @@ pub async fn run(
                 l.log_idle();
                 l.feed(Input::Tick);
             }
-            r = LogWatch::readable(&l.log), if l.log.as_ref().is_some_and(LogWatch::open) => l.on_output(r),
+            () = LogWatch::news(&l.log), if l.log.is_some() => l.on_output(),
             rx = poll_health_source(&mut health_source), if health_source.is_some() => {
                 health_source = None;
                 let first = rx.borrow().clone();
@@ -187,8 +187,8 @@ pub async fn run(
         }
     }
     // The last child's last output (it may have ended just before the exit was decided).
-    if let Some(w) = l.log.as_mut() {
-        w.pump();
+    if let Some(w) = l.log.take() {
+        w.finish();
     }
     Ok(Finished { code: l.exit_code.unwrap_or(exit::EXTERNAL_FAILURE), link: l.link_task })
 }
@@ -238,7 +238,10 @@ impl Loop {
                 if Some(pid) == self.replica.supervisor().child_pid() {
                     info!(pid = pid.as_raw(), "child {how}");
                     // What the child wrote before it ended is in the pipe: out and evaluated first.
-                    self.on_output(Ok(()));
+                    if self.log.as_mut().is_some_and(|w| !w.sync()) {
+                        warn!("log rules: the child's last output is not evaluated yet (stdout is not being read); its verdict may come after the exit");
+                    }
+                    self.on_output();
                 }
                 self.feed(Input::Child(Event::Exited { pid, how }));
             }
@@ -292,13 +295,10 @@ impl Loop {
         self.after_log(hit);
     }
 
-    /// The child wrote (or closed its stdout): relay it and evaluate its lines.
-    fn on_output(&mut self, readable: std::io::Result<()>) {
+    /// The relay thread evaluated the child's lines to something new (a hit, rule states).
+    fn on_output(&mut self) {
         let Some(w) = self.log.as_mut() else { return };
-        if let Err(e) = readable {
-            warn!("log rules: cannot wait on the child's stdout: {e}");
-        }
-        let hit = w.pump();
+        let hit = w.take_hit();
         self.after_log(hit);
     }
 
@@ -415,11 +415,9 @@ impl Loop {
             hb.arm();
         }
         let mut cmd = self.child_command(restart_count, generation);
-        if let Some(mut old) = self.log.take() {
-            // The previous attempt's output still in its pipe (a dead writer leaves at most the
-            // pipe's capacity, less than one pump's budget).
-            old.pump();
-        }
+        // The previous attempt's relay thread relays what is left in its pipe and stops (the
+        // next attempt's waits for it).
+        let previous = self.log.take();
         let rules = self.attempt_rules();
         let pipe = match rules.as_ref().map(|_| log_watch::pipe()).transpose() {
             Ok(p) => p,
@@ -438,7 +436,12 @@ impl Loop {
             Ok(pid) => {
                 info!(pid = pid.as_raw(), restart_count, "child started");
                 if let (Some(rules), Some(rx)) = (rules, read) {
-                    self.log = Some(LogWatch::new(rules, rx, Instant::now()));
+                    match LogWatch::start(rules, rx, Instant::now(), previous) {
+                        Ok(w) => self.log = Some(w),
+                        Err(e) => {
+                            warn!("log rules: cannot start the relay thread: {e}; the child's output is not read")
+                        }
+                    }
                 }
                 if self.cfg.panic_after_spawn {
                     process::set_child_group(Some(pid));

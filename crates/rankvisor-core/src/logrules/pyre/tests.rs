@@ -1,3 +1,4 @@
+use super::fast;
 use super::*;
 
 fn m(p: &str, text: &str) -> bool {
@@ -131,4 +132,141 @@ fn the_required_text_is_what_every_match_contains() {
     assert_eq!(re.match_group1("x Train Epoch: 7\n"), Some(Some("7")));
     assert_eq!(re.match_group1("x Train Epoch: x\n"), None);
     assert_eq!(re.match_group1("x Train\n"), None);
+}
+
+/// The general path's answer (the whole pattern's automaton), for comparing the fast path with.
+fn general<'t>(re: &PyRegex, text: &'t str) -> Option<Option<&'t str>> {
+    let caps = re.regex.captures(text)?;
+    Some(caps.get(1).map(|m| m.as_str()))
+}
+
+/// The fast path exists for `p` and agrees with the general path on every line.
+fn agrees(p: &str, lines: &[&str]) {
+    let re = PyRegex::new(p).unwrap();
+    assert!(re.fast.is_some(), "{p:?} has a fast path");
+    for l in lines {
+        assert_eq!(re.is_match(l), re.regex.is_match(l), "{p:?} on {l:?}: is_match");
+        assert_eq!(re.match_group1(l), general(&re, l), "{p:?} on {l:?}: group 1");
+    }
+}
+
+const LINES: &[&str] = &[
+    "a: 1 b: 2 c: 3\n",
+    "a: 1 b: 2 c: x\n",
+    "a: x b: 2 c: x\n",
+    "no colon here\n",
+    "ERROR: Loss: 3\n",
+    "error: loss: nan\n",
+    "a: 1\nb: 2\n",
+    "a: 1 b: 2",
+    ": \n",
+    ":",
+    "\n",
+    "",
+    "x: é² y: ٣\n",
+    "step 12 step 34 step x\n",
+    "loss: 1 TFLOPs 2 TFLOPs\n",
+    "speed: 123 TFLOPs, mem 61.2 GiB                 \n",
+    "a: 1 a: 2 a: 3 a: 4 a: 5 a: 6 a: 7 a: x\n",
+];
+
+#[test]
+fn a_leading_dot_star_takes_the_fast_path_with_pythons_answers() {
+    // Greedy: group 1 from the last occurrence where the rest matches; lazy: the first.
+    let greedy = PyRegex::new(r".*: (\d+)").unwrap();
+    assert_eq!(greedy.match_group1("a: 1 b: 2 c: x\n"), Some(Some("2")));
+    let lazy = PyRegex::new(r".*?: (\d+)").unwrap();
+    assert_eq!(lazy.match_group1("a: x b: 2 c: 3\n"), Some(Some("2")));
+    assert_eq!(
+        PyRegex::new(r".* (.+)TFLOPs.*").unwrap().match_group1("speed: 123 TFLOPs, mem  \n"),
+        Some(Some("123 "))
+    );
+    // The rest must start before the first newline (without DOTALL), anywhere with it.
+    assert!(!m(".*b: 2", "a: 1\nb: 2\n") && m("(?s).*b: 2", "a: 1\nb: 2\n"));
+    assert!(m(".*\n", "abc\n") && !m(".*x$", "xy\n"));
+    for p in [
+        r".*: (\d+)",
+        r".*: (\d+).*",
+        r".*?: (\d+)",
+        r".*?: (\d+).*?",
+        r".*: (\S+)",
+        r".*(\d+)",
+        r".* (.+)TFLOPs.*",
+        r"(?i).*loss: (\S+)",
+        r"(?s).*: (\d+)",
+        r"(?s).*?: (\d+)",
+        r".*a: (\d)\b",
+        r".*: ((\d)+)?",
+        r".*: (x)?\d",
+        ".*b: 2",
+        ".*: 2.*",
+        "(?i).*LOSS",
+        ".*$",
+        r".*\n",
+        ".*x$",
+        ".*step",
+        ".*é²",
+    ] {
+        agrees(p, LINES);
+    }
+    // A line with more failing candidates than the fast path tries goes to the general path.
+    let re = PyRegex::new(r".*a: (\d)").unwrap();
+    assert_eq!(re.fast.as_ref().unwrap().match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Err(fast::Undecided));
+    assert_eq!(re.match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Some(Some("1")));
+    // Candidates after the last occurrence of the rest's longest literal are not tried.
+    let tflops = PyRegex::new(r".* (.+)TFLOPs.*").unwrap();
+    let padded = "speed: 123 TFLOPs, mem 61.2 GiB                 \n";
+    assert_eq!(tflops.fast.as_ref().unwrap().match_group1(padded), Ok(Some(Some("123 "))));
+}
+
+#[test]
+fn other_shapes_keep_the_general_path() {
+    for p in
+        ["step", "(.*)x", ".*a|b", "[^x]*y", ".+x", r"\s*x", "(?:.*)*x", ".{0,5}x", "a.*b", ".*", ".*.*", "(?i)x.*"]
+    {
+        let re = PyRegex::new(p).unwrap();
+        assert!(re.fast.is_none(), "{p:?} has no fast path");
+    }
+    // A trailing repetition that captures is kept in the rest: group 1 is its.
+    let re = PyRegex::new(r".*a(b*)").unwrap();
+    assert_eq!(re.match_group1("ab abb\n"), Some(Some("bb")));
+    agrees(r".*a(b*)", &["ab abb\n", "a\n", "xb\n"]);
+}
+
+#[test]
+fn case_insensitive_text_rules_out_ascii_lines_only() {
+    let folded = |p: &str| PyRegex::new(p).unwrap().folded.map(|b| String::from_utf8(b.into_vec()).unwrap());
+    assert_eq!(folded("(?i).*loss[=: ]+nan").as_deref(), Some("loss"));
+    assert_eq!(folded("(?i)x.*error: code").as_deref(), Some("error: code"));
+    assert_eq!(folded("(?i).*ab"), None, "two characters are not worth it");
+    assert_eq!(folded(".*Train Epoch"), None, "the case-sensitive required text does it");
+    assert_eq!(folded("(?i)(loss)na"), None, "inside a group: not looked at");
+    assert_eq!(folded("(?i)lo[sx]s"), None, "a class of two letters is no character");
+    let nan = "(?i).*loss[=: ]+nan";
+    assert!(m(nan, "step 3 LoSs: NaN\n") && m(nan, "step 3 loss=nan\n"));
+    assert!(!m(nan, "step 3 loss 1.5\n") && !m(nan, "step 3 los: nan\n"));
+    // Not ASCII: the automaton decides (Unicode case folding: ſ is an s).
+    assert!(m(nan, "é loſs: nan\n") && m("(?i).*kelvin", "\u{212A}elvin\n"));
+    assert!(!m(nan, "é loss: 1\n"));
+    agrees(nan, &["LOSS: NAN\n", "loss = nan\n", "x\n", "é loſs: nan\n", "é\n", "lossnan\n"]);
+    // The rest starts with case-insensitive text: on an ASCII line it is tried only where that
+    // text occurs; more failing occurrences than the fast path tries go to the search.
+    let re = PyRegex::new(nan).unwrap();
+    assert_eq!(re.fast.as_ref().and_then(|f| f.folded_prefix()), Some(&b"loss"[..]));
+    let many = "loss_1 LOSS_2 loss_3 loss_4 loss_5 Loss: NaN\n";
+    assert!(re.fast.as_ref().unwrap().folded_candidates_of(many).is_err());
+    agrees(nan, &[many, "loss_1 loss: nan\n", "loss_1 loss: 1\n", "a\nloss: nan\n"]);
+    assert!(PyRegex::new("(?i).*lo[sx]s: nan").unwrap().fast.unwrap().folded_prefix().is_none());
+}
+
+#[test]
+fn a_rest_ending_in_a_literal_is_searched_up_to_its_last_occurrence() {
+    // The anchored search from a candidate stops after the last "TFLOPs": the same groups.
+    for l in ["a 1 TFLOPs b 2 TFLOPs c\n", "a 1 TFLOPs\n", "a TFLOPs 1\n", "x 5 TFLOPsTFLOPs\n", " éTFLOPs\n"] {
+        let re = PyRegex::new(r".* (.+)TFLOPs").unwrap();
+        assert_eq!(re.match_group1(l), general(&re, l), "{l:?}");
+    }
+    assert_eq!(PyRegex::new(r".* (.+)TFLOPs").unwrap().match_group1("a 1 TFLOPs b 2 TFLOPs c\n"), Some(Some("2 ")));
+    assert_eq!(PyRegex::new(r".*?: (.+)!").unwrap().match_group1("a: x! b: y!\n"), Some(Some("x! b: y")));
+    agrees(r".*?: (.+)!", &["a: x! b: y!\n", "a: !\n", "a: x\n"]);
 }

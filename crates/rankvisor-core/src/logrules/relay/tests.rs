@@ -3,19 +3,27 @@
 
 use super::*;
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc;
 
 fn pipe() -> (OwnedFd, OwnedFd) {
     nix::unistd::pipe().expect("pipe")
 }
 
-fn receiver(fd: OwnedFd) -> Receiver {
-    Receiver::from_owned_fd(fd).expect("a nonblocking pipe receiver")
+/// The pipe's read end, nonblocking as the relay wants it.
+fn nonblocking(fd: OwnedFd) -> OwnedFd {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    fd
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap()
+/// Relay `r` to `out` until its end, the lines collected (nothing wakes the relay).
+fn relay_all<W: Write>(out: W, r: OwnedFd, on_line: &mut impl FnMut(&str)) -> Relay<W> {
+    let (wake_r, _wake_w) = pipe();
+    let r = nonblocking(r);
+    let mut relay = Relay::new(out);
+    relay.run(r.as_fd(), wake_r.as_fd(), on_line).unwrap();
+    relay
 }
 
 #[test]
@@ -31,13 +39,9 @@ fn bytes_pass_unchanged_and_complete_lines_reach_the_rules() {
         }
     });
     let mut lines = Vec::new();
-    let out = rt().block_on(async {
-        let rx = receiver(r);
-        let mut relay = Relay::new(Vec::new());
-        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
-        assert!(relay.take_write_error().is_none());
-        relay.into_output()
-    });
+    let mut relay = relay_all(Vec::new(), r, &mut |l: &str| lines.push(l.to_string()));
+    assert!(relay.take_write_error().is_none());
+    let out = relay.into_output();
     writer.join().unwrap();
     assert_eq!(out, expected, "every byte, in order, unchanged");
     assert_eq!(lines.len(), 5);
@@ -60,23 +64,23 @@ fn a_partial_line_is_written_through_before_the_rest_comes() {
     });
     let mut seen = std::fs::File::from(out_r);
     let mut lines = Vec::new();
-    rt().block_on(async {
-        let rx = receiver(r);
-        let mut relay = Relay::new(std::fs::File::from(out_w));
-        let mut got = Vec::new();
-        while got.len() < 14 {
-            rx.readable().await.unwrap();
-            relay.pump(&rx, &mut |l: &str| lines.push(l.to_string())).unwrap();
-            let mut b = [0u8; 64];
-            // The relay wrote what it read before returning: it is in the output pipe now.
-            let n = seen.read(&mut b).unwrap();
-            got.extend_from_slice(&b[..n]);
-        }
-        assert_eq!(got, b"epoch 1: loss=");
-        assert!(lines.is_empty(), "no complete line yet");
-        go.send(()).unwrap();
-        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
-    });
+    let (wake_r, _wake_w) = pipe();
+    let r = nonblocking(r);
+    let mut relay = Relay::new(std::fs::File::from(out_w));
+    let mut got = Vec::new();
+    while got.len() < 14 {
+        assert_eq!(relay.step(r.as_fd(), wake_r.as_fd()).unwrap(), Step::Read);
+        relay.lines(&mut |l: &str| lines.push(l.to_string()));
+        let mut b = [0u8; 64];
+        // The relay wrote what it read before returning: it is in the output pipe now.
+        let n = seen.read(&mut b).unwrap();
+        got.extend_from_slice(&b[..n]);
+    }
+    assert_eq!(got, b"epoch 1: loss=");
+    assert!(lines.is_empty(), "no complete line yet");
+    go.send(()).unwrap();
+    relay.run(r.as_fd(), wake_r.as_fd(), &mut |l: &str| lines.push(l.to_string())).unwrap();
+    drop(relay);
     writer.join().unwrap();
     let mut rest = Vec::new();
     seen.read_to_end(&mut rest).unwrap();
@@ -96,11 +100,7 @@ fn a_10_mb_line_is_relayed_whole_and_matched_on_its_first_64_kib() {
     });
     let mut lines = Vec::new();
     let mut count = CountingSink(0);
-    rt().block_on(async {
-        let rx = receiver(r);
-        let mut relay = Relay::new(&mut count);
-        relay.run(&rx, &mut |l: &str| lines.push(l.to_string())).await.unwrap();
-    });
+    relay_all(&mut count, r, &mut |l: &str| lines.push(l.to_string()));
     writer.join().unwrap();
     assert_eq!(count.0, 5 + (10 << 20) + 6 + 5, "every byte was written");
     assert_eq!(lines.len(), 2);
@@ -121,14 +121,10 @@ fn a_closed_output_is_reported_once_and_the_child_is_still_drained() {
         }
     });
     let mut n = 0;
-    rt().block_on(async {
-        let rx = receiver(r);
-        let mut relay = Relay::new(std::fs::File::from(out_w));
-        relay.run(&rx, &mut |_: &str| n += 1).await.unwrap();
-        let e = relay.take_write_error().expect("EPIPE");
-        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
-        assert!(relay.take_write_error().is_none(), "once");
-    });
+    let mut relay = relay_all(std::fs::File::from(out_w), r, &mut |_: &str| n += 1);
+    let e = relay.take_write_error().expect("EPIPE");
+    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+    assert!(relay.take_write_error().is_none(), "once");
     writer.join().unwrap();
     assert_eq!(n, 2000, "every line still evaluated");
 }
@@ -144,4 +140,27 @@ impl Write for CountingSink {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+#[test]
+fn a_wake_byte_or_a_closed_wake_end_is_told_apart_from_output() {
+    let (r, w) = pipe();
+    let (wake_r, wake_w) = pipe();
+    let r = nonblocking(r);
+    let mut relay = Relay::new(Vec::new());
+    nix::unistd::write(&wake_w, &[1]).unwrap();
+    assert_eq!(relay.step(r.as_fd(), wake_r.as_fd()).unwrap(), Step::Woken { closed: false });
+    assert_eq!(relay.read_now(r.as_fd()).unwrap(), Step::Empty, "nothing written yet");
+    nix::unistd::write(&w, b"a\nb").unwrap();
+    assert_eq!(relay.read_now(r.as_fd()).unwrap(), Step::Read);
+    let mut lines = Vec::new();
+    relay.lines(&mut |l: &str| lines.push(l.to_string()));
+    assert_eq!(lines, ["a\n"]);
+    drop(wake_w);
+    assert_eq!(relay.step(r.as_fd(), wake_r.as_fd()).unwrap(), Step::Woken { closed: true });
+    drop(w);
+    assert_eq!(relay.read_now(r.as_fd()).unwrap(), Step::Eof);
+    relay.finish(&mut |l: &str| lines.push(l.to_string()));
+    assert_eq!(lines, ["a\n", "b"]);
+    assert_eq!(relay.into_output(), b"a\nb");
 }

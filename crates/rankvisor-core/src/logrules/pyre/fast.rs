@@ -1,0 +1,327 @@
+//! The fast path for the patterns log rules mostly are: `.*Q` (a leading `.*` under `re.match`),
+//! decided exactly from the translated pattern's syntax tree, or not at all.
+//!
+//! Why it is exact (`.` without DOTALL takes anything but `\n`; with it, anything):
+//! - `.*Q` matches at the start of the text iff Q matches at some position `p` no later than the
+//!   first `\n` (or anywhere, DOTALL): an unanchored search for Q, whose leftmost match has the
+//!   smallest start there is;
+//! - a trailing repetition that may match nothing and captures nothing (`.*` at the end) never
+//!   changes whether Q matches at `p` nor what Q's groups capture there (Python's backtracker
+//!   takes Q's first success, and the repetition always succeeds after it): it is dropped;
+//! - Python's greedy `.*` tries the largest `p` first (the lazy `.*?` the smallest), so group 1 is
+//!   what Q captures, anchored, at the largest (smallest) `p` where it matches; when Q starts with a
+//!   literal, only the literal's occurrences are candidates (a reverse, or forward, substring
+//!   search) no later than the last occurrence of Q's longest literal, and Q anchored there sees
+//!   the same text around it as in the whole line: no assertion can sit before Q's first character
+//!   (nor after its last, when Q ends with a literal: the search then stops at the literal's last
+//!   occurrence, where every match of Q ends).
+//!
+//! A pattern of another shape (an alternative at the top, the `.*` inside a group, a class other
+//! than `.`) keeps the general path; so does a line where more than [`MAX_TRIES`] candidates fail.
+
+use memchr::memmem::{Finder, FinderRev};
+use regex::Regex;
+use regex_syntax::hir::{Class, Hir, HirKind, Look};
+
+/// Candidates tried before handing the line to the general path (bounds the work on a line full
+/// of the literal's occurrences).
+const MAX_TRIES: usize = 4;
+
+/// A `.*Q` pattern's fast path.
+#[derive(Debug, Clone)]
+pub(super) struct Fast {
+    /// The leading repetition is `.` without DOTALL: Q must start at or before the first `\n`.
+    stops_at_newline: bool,
+    /// `.*` (largest start first) rather than `.*?`.
+    greedy: bool,
+    /// Q's smallest match length.
+    min_len: usize,
+    /// Q, unanchored (`None` when Q is only its literal).
+    search: Option<Regex>,
+    /// Q's leading literal, when Q starts with one.
+    literal: Option<Literal>,
+    /// `\A(?:Q)`, run from a candidate start: for the groups when Q starts with a literal, for
+    /// whether it matches when Q starts with `folded`.
+    anchored: Option<Regex>,
+    /// Q's leading run of case-insensitive ASCII (lowercase, three characters or more), when Q
+    /// starts with one and has no leading literal: on an ASCII line Q can start only where it
+    /// occurs.
+    folded: Option<Box<[u8]>>,
+    /// Q's longest literal at its top level: every match of Q contains it, so Q starts no later
+    /// than its last occurrence.
+    last: Option<FinderRev<'static>>,
+    /// Q's final literal, when Q ends with one: every match of Q ends with it, so no later than
+    /// its last occurrence, and nothing in Q looks past it (the anchored search stops there).
+    tail: Option<(usize, FinderRev<'static>)>,
+}
+
+#[derive(Debug, Clone)]
+struct Literal {
+    len: usize,
+    fwd: Finder<'static>,
+    rev: FinderRev<'static>,
+}
+
+/// The fast path cannot decide this line: take the general one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Undecided;
+
+impl Fast {
+    /// The fast path for `translated` (the crate's syntax, anchored with `\A`), if it has the shape.
+    pub(super) fn new(translated: &str) -> Option<Self> {
+        let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
+        let HirKind::Concat(items) = hir.kind() else { return None };
+        let [start, lead, rest @ ..] = items.as_slice() else { return None };
+        if !matches!(start.kind(), HirKind::Look(Look::Start)) {
+            return None;
+        }
+        let HirKind::Repetition(rep) = lead.kind() else { return None };
+        if rep.min != 0 || rep.max.is_some() {
+            return None;
+        }
+        let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return None };
+        let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
+        let stops_at_newline = match ranges.as_slice() {
+            [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => true,
+            [('\0', '\u{10FFFF}')] => false,
+            _ => return None,
+        };
+        let mut q: Vec<Hir> = rest.to_vec();
+        while q.last().is_some_and(|h| {
+            matches!(h.kind(), HirKind::Repetition(r) if r.min == 0) && h.properties().explicit_captures_len() == 0
+        }) {
+            q.pop();
+        }
+        if q.is_empty() {
+            return None;
+        }
+        let literal = match q[0].kind() {
+            HirKind::Literal(lit) if std::str::from_utf8(&lit.0).is_ok() => Some(Literal {
+                len: lit.0.len(),
+                fwd: Finder::new(&lit.0).into_owned(),
+                rev: FinderRev::new(&lit.0).into_owned(),
+            }),
+            _ => None,
+        };
+        let only_literal = q.len() == 1 && literal.is_some();
+        let last = q
+            .iter()
+            .filter_map(|h| match h.kind() {
+                HirKind::Literal(lit) => Some(&lit.0),
+                _ => None,
+            })
+            .max_by_key(|lit| lit.len())
+            .map(|lit| FinderRev::new(lit).into_owned());
+        let tail = match q.last().map(Hir::kind) {
+            Some(HirKind::Literal(lit)) => Some((lit.0.len(), FinderRev::new(&lit.0).into_owned())),
+            _ => None,
+        };
+        let q = Hir::concat(q);
+        let min_len = q.properties().minimum_len()?;
+        let build = |p: String| regex::RegexBuilder::new(&p).size_limit(4 << 20).dfa_size_limit(4 << 20).build().ok();
+        let search = if only_literal { None } else { Some(build(q.to_string())?) };
+        let folded = match (&literal, folded_runs(&items_of(&q)).first()) {
+            (None, Some((0, run))) if run.len() >= 3 && search.is_some() => Some(run.clone().into_boxed_slice()),
+            _ => None,
+        };
+        let anchored = match literal {
+            Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
+            None if folded.is_some() => Some(build(format!(r"\A(?:{q})"))?),
+            _ => None,
+        };
+        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, folded, last, tail })
+    }
+
+    /// The last position Q may start at.
+    fn limit(&self, text: &str) -> usize {
+        if self.stops_at_newline {
+            memchr::memchr(b'\n', text.as_bytes()).unwrap_or(text.len())
+        } else {
+            text.len()
+        }
+    }
+
+    /// `re.match(pattern, text) is not None`.
+    pub(super) fn is_match(&self, text: &str) -> bool {
+        let limit = self.limit(text);
+        let Some(search) = &self.search else {
+            // Q is its literal: its first occurrence is the smallest start.
+            return self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())).is_some_and(|p| p <= limit);
+        };
+        if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
+            if text.is_ascii() {
+                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit) {
+                    return found;
+                }
+            }
+        }
+        if limit + 1 >= text.len() && self.min_len >= 1 {
+            // Every start but the very end is allowed, and no match of Q starts there.
+            return search.is_match(text);
+        }
+        search.find(text).is_some_and(|m| m.start() <= limit)
+    }
+
+    /// Whether Q matches, anchored, at an occurrence of its folded prefix no later than `limit`
+    /// (`text` is ASCII, so Q can start nowhere else); `Undecided` after [`MAX_TRIES`] failures.
+    fn folded_candidates(&self, text: &str, needle: &[u8], anchored: &Regex, limit: usize) -> Result<bool, Undecided> {
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        for _ in 0..MAX_TRIES {
+            let Some(p) = find_folded(bytes, needle, from).filter(|&p| p <= limit) else { return Ok(false) };
+            if anchored.is_match(&text[p..]) {
+                return Ok(true);
+            }
+            from = p + 1;
+        }
+        Err(Undecided)
+    }
+
+    /// `re.match(pattern, text)` and its group 1, as `PyRegex::match_group1`; `Undecided` when
+    /// the general path must decide.
+    pub(super) fn match_group1<'t>(&self, text: &'t str) -> Result<Option<Option<&'t str>>, Undecided> {
+        let (Some(lit), Some(anchored)) = (&self.literal, &self.anchored) else {
+            // No literal to find the candidates by: the search still rules a non-matching line out.
+            return if self.is_match(text) { Err(Undecided) } else { Ok(None) };
+        };
+        let bytes = text.as_bytes();
+        // Q's matches end no later than this.
+        let end = match &self.tail {
+            Some((len, f)) => match f.rfind(bytes) {
+                // A UTF-8 literal ends on a character; checked all the same.
+                Some(p) if text.is_char_boundary(p + len) => p + len,
+                Some(_) => text.len(),
+                None => return Ok(None),
+            },
+            None => text.len(),
+        };
+        let Some(limit) =
+            self.last.as_ref().map_or(Some(self.limit(text)), |l| l.rfind(bytes).map(|p| p.min(self.limit(text))))
+        else {
+            return Ok(None);
+        };
+        let mut locs = anchored.capture_locations();
+        let mut try_at = |p: usize| -> Option<Option<&'t str>> {
+            // The literal is UTF-8, so it starts on a character; checked all the same.
+            if p > end || !text.is_char_boundary(p) {
+                return None;
+            }
+            anchored.captures_read(&mut locs, &text[p..end])?;
+            Some(locs.get(1).map(|(s, e)| &text[p + s..p + e]))
+        };
+        let mut tries = 0;
+        if self.greedy {
+            let mut end = text.len().min(limit.saturating_add(lit.len));
+            while let Some(p) = lit.rev.rfind(&bytes[..end]) {
+                if let Some(g) = try_at(p) {
+                    return Ok(Some(g));
+                }
+                tries += 1;
+                if tries == MAX_TRIES {
+                    return Err(Undecided);
+                }
+                end = p + lit.len - 1;
+            }
+        } else {
+            let mut from = 0;
+            while let Some(p) = lit.fwd.find(&bytes[from..]).map(|i| from + i).filter(|&p| p <= limit) {
+                if let Some(g) = try_at(p) {
+                    return Ok(Some(g));
+                }
+                tries += 1;
+                if tries == MAX_TRIES {
+                    return Err(Undecided);
+                }
+                from = p + 1;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The items of a concatenation (one item otherwise).
+fn items_of(hir: &Hir) -> Vec<Hir> {
+    match hir.kind() {
+        HirKind::Concat(items) => items.clone(),
+        _ => vec![hir.clone()],
+    }
+}
+
+/// Text every match contains, up to ASCII case, on a line that is all ASCII: the longest run of
+/// top-level items that are ASCII literals or classes whose ASCII members are one character or a
+/// letter's two cases (`(?i)loss` is `[Ll][Oo][Ssſ][Ssſ]`: on an ASCII line, `loss` in any case).
+/// Lowercase; at least three characters.
+pub(super) fn folded_required(translated: &str) -> Option<Box<[u8]>> {
+    let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
+    let HirKind::Concat(items) = hir.kind() else { return None };
+    let best = folded_runs(items).into_iter().max_by_key(|(_, run)| run.len())?.1;
+    (best.len() >= 3).then(|| best.into_boxed_slice())
+}
+
+/// The runs of `items` that are ASCII literals or classes of one ASCII character or a letter's two
+/// cases (on ASCII), each with the index of its first item, lowercase.
+fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
+    let mut runs: Vec<(usize, Vec<u8>)> = Vec::new();
+    let mut open = false;
+    for (i, item) in items.iter().enumerate() {
+        let piece: Option<Vec<u8>> = match item.kind() {
+            HirKind::Literal(lit) if lit.0.is_ascii() => Some(lit.0.to_ascii_lowercase()),
+            HirKind::Class(Class::Unicode(c)) => {
+                let ascii: Vec<u8> = c
+                    .ranges()
+                    .iter()
+                    .flat_map(|r| (r.start() as u32)..=(r.end() as u32).min(0x7F))
+                    .map(|b| b as u8)
+                    .collect();
+                match ascii.as_slice() {
+                    [b] => Some(vec![b.to_ascii_lowercase()]),
+                    [up, low] if up.is_ascii_uppercase() && *low == up.to_ascii_lowercase() => Some(vec![*low]),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match (piece, open, runs.last_mut()) {
+            (Some(p), true, Some((_, run))) => run.extend(p),
+            (Some(p), _, _) => {
+                runs.push((i, p));
+                open = true;
+            }
+            (None, _, _) => open = false,
+        }
+    }
+    runs
+}
+
+/// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to
+/// ASCII case.
+fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
+    let Some((&first, rest)) = needle.split_first() else { return Some(from) };
+    while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), hay.get(from..)?) {
+        let at = from + i;
+        if hay.get(at + 1..at + 1 + rest.len()).is_some_and(|h| h.eq_ignore_ascii_case(rest)) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// `needle` (lowercase ASCII) occurs in `hay` up to ASCII case.
+pub(super) fn contains_folded(hay: &[u8], needle: &[u8]) -> bool {
+    find_folded(hay, needle, 0).is_some()
+}
+
+#[cfg(test)]
+impl Fast {
+    /// The folded prefix, for the tests.
+    pub(super) fn folded_prefix(&self) -> Option<&[u8]> {
+        self.folded.as_deref()
+    }
+
+    /// The candidate search on an ASCII line, for the tests.
+    pub(super) fn folded_candidates_of(&self, text: &str) -> Result<bool, Undecided> {
+        let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) else { return Err(Undecided) };
+        self.folded_candidates(text, needle, anchored, self.limit(text))
+    }
+}
