@@ -65,11 +65,11 @@ else
   echo "scripts/soak-tests.sh: no extra load (SOAK_STRESS_CPU=0)"
 fi
 
-# "N passed", "N failed", ... from nextest's summary line (0 when absent).
+# "N passed", "N failed", ... summed over nextest's summary lines (scripts/test.sh runs nextest
+# twice: the workspace's suite, then the trainer crate's tests); 0 when absent.
 count() {
-  local what=$1 line=$2 n
-  n=$(grep -oE "[0-9]+ $what" <<<"$line" | head -n 1 | cut -d' ' -f1 || true)
-  echo "${n:-0}"
+  local what=$1 lines=$2
+  grep -oE "[0-9]+ $what" <<<"$lines" | awk '{ n += $1 } END { print n + 0 }'
 }
 
 summary=()
@@ -83,7 +83,7 @@ for i in $(seq 1 "$runs"); do
   rc=$?
   set -e
   took=$((SECONDS - t0))
-  line=$(grep -E '^ *Summary \[' "$log" | tail -n 1 || true)
+  line=$(grep -E '^ *Summary \[' "$log" || true)
   if [ -z "$line" ]; then
     result="run $i: rc=$rc in ${took}s: no nextest summary (build or set-up failed?): see $log"
     failed_runs=$((failed_runs + 1))
