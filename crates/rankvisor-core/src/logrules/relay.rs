@@ -8,7 +8,8 @@
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
 //! (the agent's reader stops on it): with U+FFFD in place of each bad sequence.
 
-use super::lines::Lines;
+use super::lines::python_lines;
+use crate::lines::LineSplitter;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io::{self, Write};
@@ -36,7 +37,7 @@ pub enum Step {
 #[derive(Debug)]
 pub struct Relay<W: Write> {
     out: W,
-    lines: Lines,
+    lines: LineSplitter,
     buf: Box<[u8]>,
     /// The bytes of the last read, at the start of `buf`.
     filled: usize,
@@ -61,7 +62,7 @@ impl<W: Write> Relay<W> {
     pub fn new(out: W) -> Self {
         Self {
             out,
-            lines: Lines::default(),
+            lines: python_lines(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
             filled: 0,
             out_failed: false,
@@ -119,7 +120,8 @@ impl<W: Write> Relay<W> {
     /// The complete lines of the last read, to `on_line` (at most once per read).
     pub fn lines(&mut self, on_line: &mut impl FnMut(&str)) {
         let chunk = &self.buf[..std::mem::take(&mut self.filled)];
-        self.lines.push(chunk, &mut |l: &[u8]| on_line(&text(l)));
+        // Truncating, the splitter never refuses a line.
+        let _ = self.lines.feed(chunk, &mut |l: &[u8]| on_line(&text(l)));
     }
 
     /// The first error writing to `out`, once (to be logged); writing stopped there.
@@ -129,7 +131,7 @@ impl<W: Write> Relay<W> {
 
     /// The child's stdout ended: hand on its unfinished last line, if any.
     pub fn finish(&mut self, on_line: &mut impl FnMut(&str)) {
-        self.lines.finish(&mut |l: &[u8]| on_line(&text(l)));
+        self.lines.finish_into(&mut |l: &[u8]| on_line(&text(l)));
     }
 
     /// Relay until the child's end is closed, every line to `on_line` (tests; `wake` is never

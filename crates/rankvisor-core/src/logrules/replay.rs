@@ -11,7 +11,7 @@
 //! `--timestamps` every line comes at the attempt's start, so no timeout fires.
 
 use super::eval::{Evaluator, LogState};
-use super::lines::Lines;
+use super::lines::python_lines;
 use super::ruleset::RuleSet;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -180,7 +180,7 @@ pub fn replay(
     let mut printer = Printer { out, json: opts.json, timestamps: opts.timestamps, names, shown: None };
     printer.header()?;
     let mut state = State { first_ns: None, prev: Duration::ZERO, last_line_at: None, number: 0, error: None };
-    let mut lines = Lines::default();
+    let mut lines = python_lines();
     let mut buf = vec![0u8; 64 * 1024];
     let mut io_error: Option<io::Error> = None;
     let mut handle = |bytes: &[u8], ev: &mut Evaluator, state: &mut State, printer: &mut Printer<'_, _>| {
@@ -202,9 +202,10 @@ pub fn replay(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         };
-        lines.push(&buf[..n], &mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
+        // Truncating, the splitter never refuses a line.
+        let _ = lines.feed(&buf[..n], &mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
     }
-    lines.finish(&mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
+    lines.finish_into(&mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
     if let Some(e) = io_error {
         return Err(e.into());
     }
