@@ -10,8 +10,10 @@ fn how(status: libc::c_int) -> Option<ExitHow> {
     if libc::WIFEXITED(status) {
         Some(ExitHow::Exited(libc::WEXITSTATUS(status)))
     } else if libc::WIFSIGNALED(status) {
-        // The kernel's termination signals are 1..=64; anything else is no exit.
-        Signo::new(libc::WTERMSIG(status)).map(ExitHow::Signaled)
+        // The kernel's termination signals are 1..=64. The process was reaped whatever the
+        // number: its end is never dropped, at worst reported as the shell's 128+N status.
+        let n = libc::WTERMSIG(status);
+        Some(Signo::new(n).map_or(ExitHow::Exited(128 + n), ExitHow::Signaled))
     } else {
         None
     }
@@ -68,5 +70,20 @@ pub fn reap(pid: Pid) -> Option<ExitHow> {
             continue;
         }
         return None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reaped_status_is_never_dropped() {
+        // waitpid's encoding: exit code in bits 8..16; a terminating signal in bits 0..7.
+        assert_eq!(how(3 << 8), Some(ExitHow::Exited(3)));
+        assert_eq!(how(libc::SIGKILL), Some(ExitHow::Signaled(Signo::KILL)));
+        assert_eq!(how(65), Some(ExitHow::Exited(128 + 65)), "a number outside 1..=64 keeps its status");
+        // Stopped (0x7f in the low byte): not an end.
+        assert_eq!(how((libc::SIGSTOP << 8) | 0x7f), None);
     }
 }
