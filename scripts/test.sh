@@ -2,8 +2,8 @@
 # Runs every test on a fresh machine: installs what the tests need, then the whole suite.
 # Usage: bash scripts/test.sh [--quick] [extra nextest arguments]
 #   --quick  the quick tier (.config/nextest.toml, profile `quick`): no torch, libtorch, kube-apiserver,
-#            kubelet, Docker image, chromium, promtool, maturin or release build; the tests that need
-#            them are not run.
+#            kubelet, Docker image, chromium, promtool, maturin, release or explicit-target build;
+#            the tests that need them are not run.
 # Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
 # member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
@@ -24,16 +24,27 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # The PID 1 binary under test, built on its own so that the dry run's and the tests' features
-# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it. The
-# explicit --target (the host's) puts them in <target dir>/<host>/debug, apart from
-# <target dir>/debug, where the test build's own rankvisor (features unified) is the control of
-# tests/lean_build.rs; tests/install.rs `cargo install`s these same builds from there.
+# (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it, both
+# copied to <target dir>/pid1 (RANKVISOR_TEST_BIN); tests/lean_build.rs checks that it is lean.
 t0=$SECONDS
-host=$(rustc -vV | sed -n 's/^host: //p')
-cargo build -p rankvisor --bin rankvisor --target "$host"
-cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
 mkdir -p "$target_dir/pid1"
-cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
+if [ "$quick" = 1 ]; then
+  # The quick tier builds them in <target dir>/debug, where the test build that follows finds
+  # every dependency built with the same features already compiled (the test build then relinks
+  # <target dir>/debug/rankvisor with features unified: the copy is the lean one).
+  cargo build -p rankvisor --bin rankvisor
+  cp "$target_dir/debug/rankvisor" "$target_dir/pid1/"
+  cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+  cp "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+else
+  # The full tier builds them with the host as an explicit --target, in <target dir>/<host>/debug,
+  # apart from <target dir>/debug, where the test build's own rankvisor (features unified) is the
+  # control of tests/lean_build.rs: tests/install.rs `cargo install`s these same builds from there.
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  cargo build -p rankvisor --bin rankvisor --target "$host"
+  cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
+  cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
+fi
 export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
 echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"
 

@@ -95,24 +95,47 @@ fn wait_until_for_opt(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// Lost lines are counted and reported once the pipe drains.
 #[test]
 fn dropped_lines_are_reported_once_stderr_drains() {
-    use std::io::Read;
+    use std::io::{BufRead, BufReader};
     let dir = TestDir::new("hostile-log-drain");
     let starts_file = dir.join("starts");
+    let done = dir.join("done");
+    // Fails, so rankvisor restarts it, until the test creates `done`.
     let script = format!(
-        "echo x >> {s}; n=$(wc -l < {s}); [ \"$n\" -ge 3000 ] && exit 0; exit 1",
-        s = common::q(&starts_file.to_string_lossy())
+        "echo x >> {s}; [ -e {d} ] && exit 0; exit 1",
+        s = common::q(&starts_file.to_string_lossy()),
+        d = common::q(&done.to_string_lossy())
     );
-    let (mut child, mut pipe) = with_stderr_pipe_full("1ms", &script);
+    let (mut child, pipe) = with_stderr_pipe_full("1ms", &script);
     // Let lines be dropped: wait for many more restarts while the pipe stays full.
     let full = starts(&starts_file);
     assert!(wait_until_for_opt(Duration::from_secs(60), || starts(&starts_file) >= full + 300), "restarts continue");
-    let mut all = String::new();
-    pipe.read_to_string(&mut all).expect("read stderr");
+    // Drain the pipe, line by line, while the child still fails and restarts.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let report = loop {
+        match rx.recv_timeout(common::HANG_GUARD) {
+            Ok(l) if l.contains("log lines dropped: stderr was not being read") => break l,
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("no dropped-lines report within {:?} ({e}); last lines:\n{}", common::HANG_GUARD, {
+                let from = seen.len().saturating_sub(20);
+                seen[from..].join("\n")
+            }),
+        }
+    };
+    // The report came while the child was still restarting; now let it succeed.
+    std::fs::write(&done, "").expect("create the done file");
     let status = child.wait().expect("wait");
+    drop(rx);
+    reader.join().expect("the reader thread");
     assert_eq!(status.code(), Some(0), "the child finally succeeded");
-    let report = all.lines().find(|l| l.contains("log lines dropped: stderr was not being read"));
-    let report =
-        report.unwrap_or_else(|| panic!("no dropped-lines report in:\n{}", &all[all.len().saturating_sub(3000)..]));
     let n: u64 = report.split_whitespace().nth(2).and_then(|n| n.parse().ok()).expect("a count");
     assert!(n > 0, "{report}");
 }
