@@ -29,12 +29,13 @@ fi
 t0=$SECONDS
 mkdir -p "$target_dir/pid1"
 if [ "$quick" = 1 ]; then
-  # The quick tier builds them in <target dir>/debug, where the test build that follows finds
-  # every dependency built with the same features already compiled (the test build then relinks
-  # <target dir>/debug/rankvisor with features unified: the copy is the lean one).
+  # The quick tier builds the lean PID 1 in <target dir>/debug, where the test build that follows
+  # finds every dependency built with the same features already compiled (it then relinks
+  # <target dir>/debug/rankvisor with features unified: the copy is the lean one). The dry run
+  # beside it is the test build's (crates/rankvisor-dryrun/tests builds it): no build of its own.
   cargo build -p rankvisor --bin rankvisor
   cp "$target_dir/debug/rankvisor" "$target_dir/pid1/"
-  cargo build -p rankvisor-dryrun --bin rankvisor-dry-run
+  cargo nextest run --profile quick --no-run
   cp "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
 else
   # The full tier builds them with the host as an explicit --target, in <target dir>/<host>/debug,
