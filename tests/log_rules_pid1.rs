@@ -115,19 +115,26 @@ fn a_stdout_nobody_reads_holds_up_neither_signals_nor_the_exit() {
     // A rule that never fires: only the TERM below stops the child.
     let rules = dir.write("rules.json", r#"[{"name": "Err", "logPattern": ".*ERROR.*", "faultOnMatch": true}]"#);
     let termed = dir.file("termed");
+    let trapped = dir.file("trapped");
     // rankvisor's stdout: a pipe that is never read, soon full.
     let (keep_open, stdout) = nix::unistd::pipe().unwrap();
     let mut rv = rankvisor()
         .args(["--node-health", "off", "--http-addr", "off", "--restart-policy", "Never", "--log-rules"])
         .arg(&rules)
         .args(["--", "sh", "-c"])
-        .arg(format!("yes step & trap 'echo > {}; exit 7' TERM; while :; do sleep 0.01; done", q(&termed)))
+        .arg(format!(
+            "trap 'echo > {}; exit 7' TERM; touch {}; yes step & while :; do sleep 0.01; done",
+            q(&termed),
+            q(&trapped)
+        ))
         .stdout(std::process::Stdio::from(stdout))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The relay thread is blocked on the full stdout pipe (64 KiB, less what a last line of `yes`
+    // The shell's TERM handler is in place (a TERM before it would kill the shell outright), then
+    // the relay thread is blocked on the full stdout pipe (64 KiB, less what a last line of `yes`
     // would not fit), the child (yes) on its own.
+    wait_until("the child's TERM handler to be set", || dir.join("trapped").exists().then_some(()));
     wait_until("rankvisor's stdout pipe to fill", || {
         let mut queued: libc::c_int = 0;
         // SAFETY: FIONREAD writes one int to the pointer given.
