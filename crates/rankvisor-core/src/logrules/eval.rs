@@ -17,6 +17,7 @@
 //! after it do not see it, the verdict is not updated), and a verdict leaving FAULTED is a
 //! transition the agent does not allow, which ends its monitoring: here too the evaluator stops.
 
+use super::lines::LineBatch;
 use super::pynum::py_float;
 use super::rule::Rule;
 use super::ruleset::RuleSet;
@@ -96,6 +97,9 @@ pub struct Evaluator {
     last_eval: Instant,
     verdict: Verdict,
     stopped: bool,
+    /// `on_lines`' buffers, reused: which rules may match each line, which rules were evaluated.
+    marks: Vec<u64>,
+    done: Vec<bool>,
 }
 
 impl Evaluator {
@@ -120,6 +124,8 @@ impl Evaluator {
             last_eval: attempt_start,
             verdict: Verdict { state: LogState::Waiting, named: Vec::new() },
             stopped: false,
+            marks: Vec::new(),
+            done: Vec::new(),
         }
     }
 
@@ -197,33 +203,128 @@ impl Evaluator {
     }
 
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
-        if self.stopped {
-            return &self.verdict;
-        }
-        self.last_eval = self.last_eval.max(now);
-        for (rule, run) in self.rules.rules().iter().zip(&mut self.runs) {
-            if evaluate_rule(rule, run, self.start, line, now).is_err() {
-                // The agent's loop catches the exception and goes on to the next line.
-                return &self.verdict;
-            }
-        }
-        let state = self.runs.iter().map(|r| r.state).max().unwrap_or(LogState::Waiting);
-        if state != self.verdict.state {
-            if !self.verdict.state.may_become(state) {
-                self.stopped = true;
-                return &self.verdict;
-            }
-            let named = self
-                .runs
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.state == state)
-                .map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str()))))
-                .collect();
-            self.verdict = Verdict { state, named };
+        if !self.stopped {
+            self.last_eval = self.last_eval.max(now);
+            self.step(line, now, |_| Some(true));
         }
         &self.verdict
     }
+
+    /// Evaluate the complete lines of one read, all at `now` (as one `on_line` each, in order);
+    /// `on_change` sees the evaluator after each line that changed the verdict's state.
+    ///
+    /// Each pattern's required text (`PyRegex::find_required`) is searched once in the whole
+    /// batch, which tells each rule the lines it may match; a rule is shown only those, and is
+    /// otherwise evaluated idle once, at the first line. Exact, because all the lines share one
+    /// `now`: a rule shown a line that neither of its patterns matches does what an idle
+    /// evaluation at `now` does, and an idle evaluation at `now` after any evaluation at `now`
+    /// changes nothing (the timeouts compare with `now`, and a match at `now` is 0 s old; an
+    /// inactive rule stays HEALTHY). A line no rule may match then leaves every rule as it was,
+    /// and the verdict too, unless the line before it was abandoned (a `NotANumber`) before the
+    /// verdict was taken: that line takes it.
+    pub fn on_lines(&mut self, batch: &LineBatch, now: Instant, on_change: &mut impl FnMut(&Self)) {
+        if self.stopped || batch.is_empty() {
+            return;
+        }
+        self.last_eval = self.last_eval.max(now);
+        let rules = Arc::clone(&self.rules);
+        let n = rules.rules().len();
+        let words = n.div_ceil(64).max(1);
+        let mut marks = std::mem::take(&mut self.marks);
+        marks.clear();
+        marks.resize(batch.len() * words, 0);
+        let text = batch.text().as_bytes();
+        let ascii = text.is_ascii();
+        for (r, (rule, run)) in rules.rules().iter().zip(&self.runs).enumerate() {
+            if !run.active {
+                continue;
+            }
+            let (word, bit) = (r / 64, 1u64 << (r % 64));
+            for pattern in std::iter::once(&rule.log_pattern).chain(rule.stop_pattern.as_ref()) {
+                if !pattern.searchable(ascii) {
+                    marks.iter_mut().skip(word).step_by(words).for_each(|m| *m |= bit);
+                    break;
+                }
+                let mut from = 0;
+                while let Some(pos) = pattern.find_required(text, from) {
+                    let i = batch.line_of(pos);
+                    let Some(&end) = batch.ends().get(i) else { break };
+                    marks[i * words + word] |= bit;
+                    from = end;
+                }
+            }
+        }
+        // The rules evaluated at `now` in this batch.
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        done.resize(n, false);
+        let mut all_done = n == 0;
+        // The last line was abandoned: the verdict was not taken after it.
+        let mut stale = false;
+        for i in 0..batch.len() {
+            if self.stopped {
+                break;
+            }
+            let m = &marks[i * words..(i + 1) * words];
+            if all_done && !stale && m.iter().all(|&w| w == 0) {
+                continue;
+            }
+            let outcome = self.step(Some(batch.line(i)), now, |r| {
+                let shown = m[r / 64] >> (r % 64) & 1 != 0;
+                let first = !std::mem::replace(&mut done[r], true);
+                (shown || first).then_some(shown)
+            });
+            all_done = all_done || done.iter().all(|&d| d);
+            stale = outcome == Outcome::Abandoned;
+            if outcome == Outcome::Changed {
+                on_change(self);
+            }
+        }
+        self.marks = marks;
+        self.done = done;
+    }
+
+    /// One evaluation of `line` (`None`: idle) at `now` by each rule in order, then the verdict.
+    /// `show(i)` says what rule `i` sees: the line (`Some(true)`), no line (`Some(false)`: as
+    /// rule `i` sees a line neither of its patterns matches), or nothing (`None`: it is skipped,
+    /// which must change nothing; see `on_lines`).
+    fn step(&mut self, line: Option<&str>, now: Instant, mut show: impl FnMut(usize) -> Option<bool>) -> Outcome {
+        for (i, (rule, run)) in self.rules.rules().iter().zip(&mut self.runs).enumerate() {
+            let Some(shown) = show(i) else { continue };
+            if evaluate_rule(rule, run, self.start, line.filter(|_| shown), now).is_err() {
+                // The agent's loop catches the exception and goes on to the next line.
+                return Outcome::Abandoned;
+            }
+        }
+        let state = self.runs.iter().map(|r| r.state).max().unwrap_or(LogState::Waiting);
+        if state == self.verdict.state {
+            return Outcome::Same;
+        }
+        if !self.verdict.state.may_become(state) {
+            self.stopped = true;
+            return Outcome::Same;
+        }
+        let named = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.state == state)
+            .map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str()))))
+            .collect();
+        self.verdict = Verdict { state, named };
+        Outcome::Changed
+    }
+}
+
+/// What one evaluation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// A captured value was not a number: the line was abandoned before the verdict was taken.
+    Abandoned,
+    /// The verdict's state is the same (or the evaluator stopped).
+    Same,
+    /// The verdict took a new state.
+    Changed,
 }
 
 /// The captured value was not a number for Python's `float()`.

@@ -88,6 +88,25 @@ impl PyRegex {
             && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
     }
 
+    /// True when [`PyRegex::find_required`] can rule text out: the pattern has text every match
+    /// contains, case-sensitive, or up to ASCII case and the text searched is `ascii`.
+    pub fn searchable(&self, ascii: bool) -> bool {
+        self.required.is_some() || (ascii && self.folded.is_some())
+    }
+
+    /// The first position at or after `from` in `hay` where the text every match contains occurs
+    /// (up to ASCII case for a folded one: `hay` is then ASCII, see [`PyRegex::searchable`]); a
+    /// line of `hay` that has no such position does not match. Always `Some(from)` when the
+    /// pattern has nothing to search for.
+    pub fn find_required(&self, hay: &[u8], from: usize) -> Option<usize> {
+        let hay_from = hay.get(from..)?;
+        match (&self.required, &self.folded) {
+            (Some(f), _) => f.find(hay_from).map(|p| from + p),
+            (None, Some(n)) => fast::find_folded(hay, n, from),
+            (None, None) => Some(from),
+        }
+    }
+
     /// The text every match contains, if the pattern has one (at least two characters).
     pub fn required_text(&self) -> Option<&[u8]> {
         self.required.as_ref().map(|f| f.needle())

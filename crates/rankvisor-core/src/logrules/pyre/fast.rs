@@ -295,7 +295,7 @@ fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
 
 /// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to
 /// ASCII case.
-fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
+pub(super) fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
     let Some((&first, rest)) = needle.split_first() else { return Some(from) };
     while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), hay.get(from..)?) {
         let at = from + i;
