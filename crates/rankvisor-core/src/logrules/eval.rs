@@ -245,11 +245,12 @@ impl Evaluator {
                     marks.iter_mut().skip(word).step_by(words).for_each(|m| *m |= bit);
                     break;
                 }
-                let mut from = 0;
+                let (mut from, mut line) = (0, 0);
                 while let Some(pos) = pattern.find_required(text, from) {
-                    let i = batch.line_of(pos);
-                    let Some(&end) = batch.ends().get(i) else { break };
-                    marks[i * words + word] |= bit;
+                    // The positions grow: the line is found from the last one on.
+                    line += batch.ends()[line..].partition_point(|&e| e <= pos);
+                    let Some(&end) = batch.ends().get(line) else { break };
+                    marks[line * words + word] |= bit;
                     from = end;
                 }
             }

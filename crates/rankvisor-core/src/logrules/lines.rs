@@ -98,9 +98,4 @@ impl LineBatch {
     pub fn lines(&self) -> impl Iterator<Item = &str> + '_ {
         (0..self.len()).map(|i| self.line(i))
     }
-
-    /// The line holding byte `pos` of the text.
-    pub fn line_of(&self, pos: usize) -> usize {
-        self.ends.partition_point(|&e| e <= pos)
-    }
 }

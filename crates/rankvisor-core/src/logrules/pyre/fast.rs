@@ -229,7 +229,7 @@ impl Fast {
         else {
             return Ok(None);
         };
-        let mut locs = anchored.capture_locations();
+        let mut locs = None;
         let mut try_at = |p: usize| -> Result<Option<Option<&'t str>>, Undecided> {
             // The literal is UTF-8, so it starts on a character; checked all the same.
             if p > end || !text.is_char_boundary(p) {
@@ -239,7 +239,8 @@ impl Fast {
                 let tail = self.tail.as_ref().map_or(&[][..], |(_, f)| f.needle());
                 return Ok(shape.at(bytes, p + lit.len, end, tail)?.map(|(s, e)| Some(&text[s..e])));
             }
-            if anchored.captures_read(&mut locs, &text[p..end]).is_none() {
+            let locs = locs.get_or_insert_with(|| anchored.capture_locations());
+            if anchored.captures_read(locs, &text[p..end]).is_none() {
                 return Ok(None);
             }
             Ok(Some(locs.get(1).map(|(s, e)| &text[p + s..p + e])))
