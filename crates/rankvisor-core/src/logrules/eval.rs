@@ -19,6 +19,7 @@
 
 use super::lines::LineBatch;
 use super::pynum::py_float;
+use super::pyre::PyRegex;
 use super::rule::Rule;
 use super::ruleset::RuleSet;
 use std::sync::Arc;
@@ -205,7 +206,7 @@ impl Evaluator {
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
         if !self.stopped {
             self.last_eval = self.last_eval.max(now);
-            self.step(line, now, |_| Some(true));
+            self.step(line, now, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
         }
         &self.verdict
     }
@@ -214,8 +215,9 @@ impl Evaluator {
     /// `on_change` sees the evaluator after each line that changed the verdict's state.
     ///
     /// Each pattern's required text (`PyRegex::find_required`) is searched once in the whole
-    /// batch, which tells each rule the lines it may match; a rule is shown only those, and is
-    /// otherwise evaluated idle once, at the first line. Exact, because all the lines share one
+    /// batch, which tells each rule the lines it may match; a rule is shown only those (its
+    /// patterns then need no search of their own), and is otherwise evaluated idle once, at the
+    /// first line. Exact, because all the lines share one
     /// `now`: a rule shown a line that neither of its patterns matches does what an idle
     /// evaluation at `now` does, and an idle evaluation at `now` after any evaluation at `now`
     /// changes nothing (the timeouts compare with `now`, and a match at `now` is 0 s old; an
@@ -229,7 +231,8 @@ impl Evaluator {
         self.last_eval = self.last_eval.max(now);
         let rules = Arc::clone(&self.rules);
         let n = rules.rules().len();
-        let words = n.div_ceil(64).max(1);
+        // Two bits a rule: its log pattern's text was found in the line, its stop pattern's.
+        let words = (2 * n).div_ceil(64).max(1);
         let mut marks = std::mem::take(&mut self.marks);
         marks.clear();
         marks.resize(batch.len() * words, 0);
@@ -239,11 +242,12 @@ impl Evaluator {
             if !run.active {
                 continue;
             }
-            let (word, bit) = (r / 64, 1u64 << (r % 64));
-            for pattern in std::iter::once(&rule.log_pattern).chain(rule.stop_pattern.as_ref()) {
+            for (b, pattern) in [(2 * r, Some(&rule.log_pattern)), (2 * r + 1, rule.stop_pattern.as_ref())] {
+                let Some(pattern) = pattern else { continue };
+                let (word, bit) = (b / 64, 1u64 << (b % 64));
                 if !pattern.searchable(ascii) {
                     marks.iter_mut().skip(word).step_by(words).for_each(|m| *m |= bit);
-                    break;
+                    continue;
                 }
                 let (mut from, mut line) = (0, 0);
                 while let Some(pos) = pattern.find_required(text, from) {
@@ -271,9 +275,13 @@ impl Evaluator {
                 continue;
             }
             let outcome = self.step(Some(batch.line(i)), now, |r| {
-                let shown = m[r / 64] >> (r % 64) & 1 != 0;
+                let bit = |b: usize| m[b / 64] >> (b % 64) & 1 != 0;
+                let found = Searched { log: bit(2 * r), stop: bit(2 * r + 1) };
                 let first = !std::mem::replace(&mut done[r], true);
-                (shown || first).then_some(shown)
+                match found {
+                    Searched { log: false, stop: false } => first.then_some(Shown::Idle),
+                    found => Some(Shown::Searched(found)),
+                }
             });
             all_done = all_done || done.iter().all(|&d| d);
             stale = outcome == Outcome::Abandoned;
@@ -286,13 +294,17 @@ impl Evaluator {
     }
 
     /// One evaluation of `line` (`None`: idle) at `now` by each rule in order, then the verdict.
-    /// `show(i)` says what rule `i` sees: the line (`Some(true)`), no line (`Some(false)`: as
-    /// rule `i` sees a line neither of its patterns matches), or nothing (`None`: it is skipped,
-    /// which must change nothing; see `on_lines`).
-    fn step(&mut self, line: Option<&str>, now: Instant, mut show: impl FnMut(usize) -> Option<bool>) -> Outcome {
+    /// `show(i)` says what rule `i` sees ([`Shown`]), or `None`: it is skipped, which must change
+    /// nothing (see `on_lines`).
+    fn step(&mut self, line: Option<&str>, now: Instant, mut show: impl FnMut(usize) -> Option<Shown>) -> Outcome {
         for (i, (rule, run)) in self.rules.rules().iter().zip(&mut self.runs).enumerate() {
-            let Some(shown) = show(i) else { continue };
-            if evaluate_rule(rule, run, self.start, line.filter(|_| shown), now).is_err() {
+            let (seen, searched) = match show(i) {
+                None => continue,
+                Some(Shown::Line) => (line, None),
+                Some(Shown::Searched(s)) => (line, Some(s)),
+                Some(Shown::Idle) => (None, None),
+            };
+            if evaluate_rule(rule, run, self.start, seen, searched, now).is_err() {
                 // The agent's loop catches the exception and goes on to the next line.
                 return Outcome::Abandoned;
             }
@@ -317,6 +329,17 @@ impl Evaluator {
     }
 }
 
+/// What one rule sees of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// The line.
+    Line,
+    /// The line, with what the batch's search found in it.
+    Searched(Searched),
+    /// No line: an idle evaluation, as the rule sees a line neither of its patterns matches.
+    Idle,
+}
+
 /// What one evaluation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -331,12 +354,23 @@ enum Outcome {
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
 
-/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
+/// What the search of a batch found in a line for one rule: whether its log pattern's and its
+/// stop pattern's required text is there (when not, the pattern does not match the line; when
+/// it is, the pattern needs no search of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Searched {
+    log: bool,
+    stop: bool,
+}
+
+/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation); `searched`:
+/// what a batch's search found in the line, if it was searched.
 fn evaluate_rule(
     rule: &Rule,
     run: &mut RuleRun,
     start: Instant,
     seen: Option<&str>,
+    searched: Option<Searched>,
     now: Instant,
 ) -> Result<(), NotANumber> {
     if !run.active {
@@ -345,9 +379,11 @@ fn evaluate_rule(
     }
     // One search per line: the first group's value is taken with the match when a metric needs it
     // (the agent reads it further down; matching has no side effect, so when does not matter).
-    let matched = match (seen, rule.metric) {
-        (None, _) => None,
-        (Some(l), Some(_)) => rule.log_pattern.match_group1(l),
+    let matched = match (seen, searched) {
+        (None, _) | (Some(_), Some(Searched { log: false, .. })) => None,
+        (Some(l), Some(_)) if rule.metric.is_some() => rule.log_pattern.match_group1_searched(l),
+        (Some(l), Some(_)) => rule.log_pattern.is_match_searched(l).then_some(None),
+        (Some(l), None) if rule.metric.is_some() => rule.log_pattern.match_group1(l),
         (Some(l), None) => rule.log_pattern.is_match(l).then_some(None),
     };
     let line = seen.filter(|_| matched.is_some());
@@ -360,7 +396,11 @@ fn evaluate_rule(
             return Ok(());
         }
     }
-    if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| p.is_match(l))) {
+    let stops = |l: &str, p: &PyRegex| match searched {
+        Some(Searched { stop, .. }) => stop && p.is_match_searched(l),
+        None => p.is_match(l),
+    };
+    if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| stops(l, p))) {
         run.active = false;
         run.state = LogState::Healthy;
         return Ok(());

@@ -73,11 +73,16 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text)
-            && match &self.fast {
-                Some(f) => f.is_match(text),
-                None => self.regex.is_match(text),
-            }
+        self.may_match(text) && self.is_match_searched(text)
+    }
+
+    /// [`PyRegex::is_match`] without the search for the required text (the caller's
+    /// [`PyRegex::find_required`] found it, or the pattern has none).
+    pub fn is_match_searched(&self, text: &str) -> bool {
+        match &self.fast {
+            Some(f) => f.is_match(text),
+            None => self.regex.is_match(text),
+        }
     }
 
     /// False when `text` lacks what every match contains (a substring search, much faster than
@@ -115,11 +120,17 @@ impl PyRegex {
     /// `re.match(pattern, text)`: `None` if no match, else what group 1 captured (`None` when the
     /// pattern has no group or group 1 took no part in the match).
     pub fn match_group1<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
-        if self.groups == 0 {
-            return self.is_match(text).then_some(None);
-        }
         if !self.may_match(text) {
             return None;
+        }
+        self.match_group1_searched(text)
+    }
+
+    /// [`PyRegex::match_group1`] without the search for the required text (see
+    /// [`PyRegex::is_match_searched`]).
+    pub fn match_group1_searched<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
+        if self.groups == 0 {
+            return self.is_match_searched(text).then_some(None);
         }
         if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text)) {
             return found;

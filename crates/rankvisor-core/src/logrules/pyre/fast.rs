@@ -125,6 +125,8 @@ impl Fast {
                 _ => None,
             })
             .max_by_key(|lit| lit.len())
+            // When it is the leading literal, the candidates' own search stops at its last occurrence.
+            .filter(|lit| literal.as_ref().is_none_or(|l| l.fwd.needle() != &lit[..]))
             .map(|lit| FinderRev::new(lit).into_owned());
         let tail = match q.last().map(Hir::kind) {
             Some(HirKind::Literal(lit)) => Some((lit.0.len(), FinderRev::new(&lit.0).into_owned())),
@@ -248,6 +250,13 @@ impl Fast {
         let mut tries = 0;
         if self.greedy {
             let mut end = text.len().min(limit.saturating_add(lit.len));
+            // The common case, one occurrence: two forward searches (vectorized) find it faster
+            // than the reverse one.
+            if let Some(p) = lit.fwd.find(&bytes[..end]) {
+                if lit.fwd.find(&bytes[p + 1..end]).is_none() {
+                    return try_at(p);
+                }
+            }
             while let Some(p) = lit.rev.rfind(&bytes[..end]) {
                 if let Some(g) = try_at(p)? {
                     return Ok(Some(g));
