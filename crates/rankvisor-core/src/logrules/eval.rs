@@ -251,8 +251,7 @@ impl Evaluator {
                 }
                 let (mut from, mut line) = (0, 0);
                 while let Some(pos) = pattern.find_required(text, from) {
-                    // The positions grow: the line is found from the last one on.
-                    line += batch.ends()[line..].partition_point(|&e| e <= pos);
+                    line = line_from(batch.ends(), line, pos);
                     let Some(&end) = batch.ends().get(line) else { break };
                     marks[line * words + word] |= bit;
                     from = end;
@@ -353,6 +352,20 @@ enum Outcome {
 
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
+
+/// The line holding byte `pos`, given the lines' `ends` and a line `from` at or before it (the
+/// positions a search finds grow): a few steps forward, the common case (the text is in most
+/// lines), else a binary search.
+fn line_from(ends: &[usize], from: usize, pos: usize) -> usize {
+    let mut line = from;
+    while ends.get(line).is_some_and(|&e| e <= pos) {
+        if line - from == 8 {
+            return line + ends[line..].partition_point(|&e| e <= pos);
+        }
+        line += 1;
+    }
+    line
+}
 
 /// What the search of a batch found in a line for one rule: whether its log pattern's and its
 /// stop pattern's required text is there (when not, the pattern does not match the line; when

@@ -293,3 +293,14 @@ fn in_a_batch_the_line_after_an_abandoned_one_takes_the_verdict() {
     assert_eq!(seen, [Healthy]);
     assert_eq!(t.ev.verdict().state, Healthy);
 }
+
+#[test]
+fn the_line_of_a_position_is_found_from_an_earlier_line() {
+    let ends: Vec<usize> = (1..=40).map(|i| i * 3).collect();
+    for pos in 0..125 {
+        let expected = ends.partition_point(|&e| e <= pos);
+        for from in 0..=expected {
+            assert_eq!(line_from(&ends, from, pos), expected, "pos {pos} from {from}");
+        }
+    }
+}
