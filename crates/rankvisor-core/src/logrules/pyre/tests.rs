@@ -357,7 +357,7 @@ proptest::proptest! {
         let compiled = COMPILED.get_or_init(|| SHAPED.iter().map(|(p, _)| PyRegex::new(p).unwrap()).collect());
         for re in compiled {
             let p = re.source();
-            proptest::prop_assert_eq!(re.match_group1(&line), general(&re, &line), "{:?} on {:?}", p, line);
+            proptest::prop_assert_eq!(re.match_group1(&line), general(re, &line), "{:?} on {:?}", p, line);
             proptest::prop_assert_eq!(re.is_match(&line), re.regex.is_match(&line), "{:?} on {:?}", p, line);
         }
     }
