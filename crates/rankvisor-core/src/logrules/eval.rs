@@ -17,7 +17,9 @@
 //! after it do not see it, the verdict is not updated), and a verdict leaving FAULTED is a
 //! transition the agent does not allow, which ends its monitoring: here too the evaluator stops.
 
+use super::lines::LineBatch;
 use super::pynum::py_float;
+use super::pyre::PyRegex;
 use super::rule::Rule;
 use super::ruleset::RuleSet;
 use std::sync::Arc;
@@ -96,6 +98,9 @@ pub struct Evaluator {
     last_eval: Instant,
     verdict: Verdict,
     stopped: bool,
+    /// `on_lines`' buffers, reused: which rules may match each line, which rules were evaluated.
+    marks: Vec<u64>,
+    done: Vec<bool>,
 }
 
 impl Evaluator {
@@ -120,6 +125,8 @@ impl Evaluator {
             last_eval: attempt_start,
             verdict: Verdict { state: LogState::Waiting, named: Vec::new() },
             stopped: false,
+            marks: Vec::new(),
+            done: Vec::new(),
         }
     }
 
@@ -197,44 +204,186 @@ impl Evaluator {
     }
 
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
-        if self.stopped {
-            return &self.verdict;
-        }
-        self.last_eval = self.last_eval.max(now);
-        for (rule, run) in self.rules.rules().iter().zip(&mut self.runs) {
-            if evaluate_rule(rule, run, self.start, line, now).is_err() {
-                // The agent's loop catches the exception and goes on to the next line.
-                return &self.verdict;
-            }
-        }
-        let state = self.runs.iter().map(|r| r.state).max().unwrap_or(LogState::Waiting);
-        if state != self.verdict.state {
-            if !self.verdict.state.may_become(state) {
-                self.stopped = true;
-                return &self.verdict;
-            }
-            let named = self
-                .runs
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.state == state)
-                .map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str()))))
-                .collect();
-            self.verdict = Verdict { state, named };
+        if !self.stopped {
+            self.last_eval = self.last_eval.max(now);
+            self.step(line, now, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
         }
         &self.verdict
     }
+
+    /// Evaluate the complete lines of one read, all at `now` (as one `on_line` each, in order);
+    /// `on_change` sees the evaluator after each line that changed the verdict's state.
+    ///
+    /// Each pattern's required text (`PyRegex::find_required`) is searched once in the whole
+    /// batch, which tells each rule the lines it may match; a rule is shown only those (its
+    /// patterns then need no search of their own), and is otherwise evaluated idle once, at the
+    /// first line. Exact, because all the lines share one
+    /// `now`: a rule shown a line that neither of its patterns matches does what an idle
+    /// evaluation at `now` does, and an idle evaluation at `now` after any evaluation at `now`
+    /// changes nothing (the timeouts compare with `now`, and a match at `now` is 0 s old; an
+    /// inactive rule stays HEALTHY). A line no rule may match then leaves every rule as it was,
+    /// and the verdict too, unless the line before it was abandoned (a `NotANumber`) before the
+    /// verdict was taken: that line takes it.
+    pub fn on_lines(&mut self, batch: &LineBatch, now: Instant, on_change: &mut impl FnMut(&Self)) {
+        if self.stopped || batch.is_empty() {
+            return;
+        }
+        self.last_eval = self.last_eval.max(now);
+        let rules = Arc::clone(&self.rules);
+        let n = rules.rules().len();
+        // Two bits a rule: its log pattern's text was found in the line, its stop pattern's.
+        let words = (2 * n).div_ceil(64).max(1);
+        let mut marks = std::mem::take(&mut self.marks);
+        marks.clear();
+        marks.resize(batch.len() * words, 0);
+        let text = batch.text().as_bytes();
+        let ascii = text.is_ascii();
+        for (r, (rule, run)) in rules.rules().iter().zip(&self.runs).enumerate() {
+            if !run.active {
+                continue;
+            }
+            for (b, pattern) in [(2 * r, Some(&rule.log_pattern)), (2 * r + 1, rule.stop_pattern.as_ref())] {
+                let Some(pattern) = pattern else { continue };
+                let (word, bit) = (b / 64, 1u64 << (b % 64));
+                if !pattern.searchable(ascii) {
+                    marks.iter_mut().skip(word).step_by(words).for_each(|m| *m |= bit);
+                    continue;
+                }
+                let (mut from, mut line) = (0, 0);
+                while let Some(pos) = pattern.find_required(text, from) {
+                    line = line_from(batch.ends(), line, pos);
+                    let Some(&end) = batch.ends().get(line) else { break };
+                    marks[line * words + word] |= bit;
+                    from = end;
+                }
+            }
+        }
+        // The rules evaluated at `now` in this batch.
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        done.resize(n, false);
+        let mut all_done = n == 0;
+        // The last line was abandoned: the verdict was not taken after it.
+        let mut stale = false;
+        for i in 0..batch.len() {
+            if self.stopped {
+                break;
+            }
+            let m = &marks[i * words..(i + 1) * words];
+            if all_done && !stale && m.iter().all(|&w| w == 0) {
+                continue;
+            }
+            let outcome = self.step(Some(batch.line(i)), now, |r| {
+                let bit = |b: usize| m[b / 64] >> (b % 64) & 1 != 0;
+                let found = Searched { log: bit(2 * r), stop: bit(2 * r + 1) };
+                let first = !std::mem::replace(&mut done[r], true);
+                match found {
+                    Searched { log: false, stop: false } => first.then_some(Shown::Idle),
+                    found => Some(Shown::Searched(found)),
+                }
+            });
+            all_done = all_done || done.iter().all(|&d| d);
+            stale = outcome == Outcome::Abandoned;
+            if outcome == Outcome::Changed {
+                on_change(self);
+            }
+        }
+        self.marks = marks;
+        self.done = done;
+    }
+
+    /// One evaluation of `line` (`None`: idle) at `now` by each rule in order, then the verdict.
+    /// `show(i)` says what rule `i` sees ([`Shown`]), or `None`: it is skipped, which must change
+    /// nothing (see `on_lines`).
+    fn step(&mut self, line: Option<&str>, now: Instant, mut show: impl FnMut(usize) -> Option<Shown>) -> Outcome {
+        for (i, (rule, run)) in self.rules.rules().iter().zip(&mut self.runs).enumerate() {
+            let (seen, searched) = match show(i) {
+                None => continue,
+                Some(Shown::Line) => (line, None),
+                Some(Shown::Searched(s)) => (line, Some(s)),
+                Some(Shown::Idle) => (None, None),
+            };
+            if evaluate_rule(rule, run, self.start, seen, searched, now).is_err() {
+                // The agent's loop catches the exception and goes on to the next line.
+                return Outcome::Abandoned;
+            }
+        }
+        let state = self.runs.iter().map(|r| r.state).max().unwrap_or(LogState::Waiting);
+        if state == self.verdict.state {
+            return Outcome::Same;
+        }
+        if !self.verdict.state.may_become(state) {
+            self.stopped = true;
+            return Outcome::Same;
+        }
+        let named = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.state == state)
+            .map(|(i, r)| (i, r.last_match.map(|_| Arc::from(r.last_line.as_str()))))
+            .collect();
+        self.verdict = Verdict { state, named };
+        Outcome::Changed
+    }
+}
+
+/// What one rule sees of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// The line.
+    Line,
+    /// The line, with what the batch's search found in it.
+    Searched(Searched),
+    /// No line: an idle evaluation, as the rule sees a line neither of its patterns matches.
+    Idle,
+}
+
+/// What one evaluation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// A captured value was not a number: the line was abandoned before the verdict was taken.
+    Abandoned,
+    /// The verdict's state is the same (or the evaluator stopped).
+    Same,
+    /// The verdict took a new state.
+    Changed,
 }
 
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
 
-/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
+/// The line holding byte `pos`, given the lines' `ends` and a line `from` at or before it (the
+/// positions a search finds grow): a few steps forward, the common case (the text is in most
+/// lines), else a binary search.
+fn line_from(ends: &[usize], from: usize, pos: usize) -> usize {
+    let mut line = from;
+    while ends.get(line).is_some_and(|&e| e <= pos) {
+        if line - from == 8 {
+            return line + ends[line..].partition_point(|&e| e <= pos);
+        }
+        line += 1;
+    }
+    line
+}
+
+/// What the search of a batch found in a line for one rule: whether its log pattern's and its
+/// stop pattern's required text is there (when not, the pattern does not match the line; when
+/// it is, the pattern needs no search of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Searched {
+    log: bool,
+    stop: bool,
+}
+
+/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation); `searched`:
+/// what a batch's search found in the line, if it was searched.
 fn evaluate_rule(
     rule: &Rule,
     run: &mut RuleRun,
     start: Instant,
     seen: Option<&str>,
+    searched: Option<Searched>,
     now: Instant,
 ) -> Result<(), NotANumber> {
     if !run.active {
@@ -243,9 +392,11 @@ fn evaluate_rule(
     }
     // One search per line: the first group's value is taken with the match when a metric needs it
     // (the agent reads it further down; matching has no side effect, so when does not matter).
-    let matched = match (seen, rule.metric) {
-        (None, _) => None,
-        (Some(l), Some(_)) => rule.log_pattern.match_group1(l),
+    let matched = match (seen, searched) {
+        (None, _) | (Some(_), Some(Searched { log: false, .. })) => None,
+        (Some(l), Some(_)) if rule.metric.is_some() => rule.log_pattern.match_group1_searched(l),
+        (Some(l), Some(_)) => rule.log_pattern.is_match_searched(l).then_some(None),
+        (Some(l), None) if rule.metric.is_some() => rule.log_pattern.match_group1(l),
         (Some(l), None) => rule.log_pattern.is_match(l).then_some(None),
     };
     let line = seen.filter(|_| matched.is_some());
@@ -258,7 +409,11 @@ fn evaluate_rule(
             return Ok(());
         }
     }
-    if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| p.is_match(l))) {
+    let stops = |l: &str, p: &PyRegex| match searched {
+        Some(Searched { stop, .. }) => stop && p.is_match_searched(l),
+        None => p.is_match(l),
+    };
+    if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| stops(l, p))) {
         run.active = false;
         run.state = LogState::Healthy;
         return Ok(());

@@ -15,3 +15,87 @@ pub const LINE_CAP: usize = 64 * 1024;
 pub fn python_lines() -> LineSplitter {
     LineSplitter::with_ends(LINE_CAP, Overlong::Truncate, LineEnds::Universal)
 }
+
+/// The complete lines of one read, as text, one after the other (each with its `\n`, the last of a
+/// stream maybe without): what the evaluator takes in one go ([`super::Evaluator::on_lines`]),
+/// searching the whole text once per pattern rather than each line. The buffers are reused.
+#[derive(Debug, Clone, Default)]
+pub struct LineBatch {
+    /// The lines' bytes while they are added ([`LineBatch::push`]); moved into `text` by `seal`.
+    raw: Vec<u8>,
+    /// The lines, concatenated (valid once sealed).
+    text: String,
+    /// The end of each line in `text`.
+    ends: Vec<usize>,
+}
+
+impl LineBatch {
+    /// Empty it (its buffers kept), to take the next read's lines.
+    pub fn clear(&mut self) {
+        self.raw = std::mem::take(&mut self.text).into_bytes();
+        self.raw.clear();
+        self.ends.clear();
+    }
+
+    /// Add a line's bytes (the splitter's), to be checked as UTF-8 by [`LineBatch::seal`].
+    pub fn push(&mut self, line: &[u8]) {
+        self.raw.extend_from_slice(line);
+        self.ends.push(self.raw.len());
+    }
+
+    /// The lines added are complete: make them text. UTF-8 is checked once for all; a line that
+    /// is not UTF-8 is matched as Python would never see it (the agent's reader stops on it): with
+    /// U+FFFD in place of each bad sequence.
+    pub fn seal(&mut self) {
+        let raw = std::mem::take(&mut self.raw);
+        self.text = match String::from_utf8(raw) {
+            Ok(text) => text,
+            Err(e) => {
+                let raw = e.into_bytes();
+                let mut text = String::with_capacity(raw.len());
+                let mut start = 0;
+                for end in &mut self.ends {
+                    text.push_str(&String::from_utf8_lossy(&raw[start..*end]));
+                    start = *end;
+                    *end = text.len();
+                }
+                text
+            }
+        };
+    }
+
+    /// The lines, concatenated.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The end of each line in [`LineBatch::text`].
+    pub fn ends(&self) -> &[usize] {
+        &self.ends
+    }
+
+    /// The number of lines.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// No line.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Line `i`'s span in the text.
+    pub fn span(&self, i: usize) -> std::ops::Range<usize> {
+        (if i == 0 { 0 } else { self.ends[i - 1] })..self.ends[i]
+    }
+
+    /// Line `i`.
+    pub fn line(&self, i: usize) -> &str {
+        &self.text[self.span(i)]
+    }
+
+    /// The lines, in order.
+    pub fn lines(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).map(|i| self.line(i))
+    }
+}

@@ -56,10 +56,11 @@ fn normalize(text: &str) -> Option<String> {
 
 /// Python's `float(text)`, or `None` where it raises.
 pub fn py_float(text: &str) -> Option<f64> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        // The common capture (`1.9001`): `normalize` would return it as it is and the checks
-        // below pass it to the same parse; no allocation.
-        return text.parse().ok();
+    let trimmed = text.trim_matches(py_isspace);
+    if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        // The common capture (`1.9001`, `123 `): `normalize` would return it stripped and the
+        // checks below pass it to the same parse; no allocation.
+        return trimmed.parse().ok();
     }
     let t = normalize(text)?;
     let body = t.strip_prefix(['+', '-']).unwrap_or(&t);

@@ -73,11 +73,16 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text)
-            && match &self.fast {
-                Some(f) => f.is_match(text),
-                None => self.regex.is_match(text),
-            }
+        self.may_match(text) && self.is_match_searched(text)
+    }
+
+    /// [`PyRegex::is_match`] without the search for the required text (the caller's
+    /// [`PyRegex::find_required`] found it, or the pattern has none).
+    pub fn is_match_searched(&self, text: &str) -> bool {
+        match &self.fast {
+            Some(f) => f.is_match(text),
+            None => self.regex.is_match(text),
+        }
     }
 
     /// False when `text` lacks what every match contains (a substring search, much faster than
@@ -88,6 +93,25 @@ impl PyRegex {
             && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
     }
 
+    /// True when [`PyRegex::find_required`] can rule text out: the pattern has text every match
+    /// contains, case-sensitive, or up to ASCII case and the text searched is `ascii`.
+    pub fn searchable(&self, ascii: bool) -> bool {
+        self.required.is_some() || (ascii && self.folded.is_some())
+    }
+
+    /// The first position at or after `from` in `hay` where the text every match contains occurs
+    /// (up to ASCII case for a folded one: `hay` is then ASCII, see [`PyRegex::searchable`]); a
+    /// line of `hay` that has no such position does not match. Always `Some(from)` when the
+    /// pattern has nothing to search for.
+    pub fn find_required(&self, hay: &[u8], from: usize) -> Option<usize> {
+        let hay_from = hay.get(from..)?;
+        match (&self.required, &self.folded) {
+            (Some(f), _) => f.find(hay_from).map(|p| from + p),
+            (None, Some(n)) => fast::find_folded(hay, n, from),
+            (None, None) => Some(from),
+        }
+    }
+
     /// The text every match contains, if the pattern has one (at least two characters).
     pub fn required_text(&self) -> Option<&[u8]> {
         self.required.as_ref().map(|f| f.needle())
@@ -96,11 +120,17 @@ impl PyRegex {
     /// `re.match(pattern, text)`: `None` if no match, else what group 1 captured (`None` when the
     /// pattern has no group or group 1 took no part in the match).
     pub fn match_group1<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
-        if self.groups == 0 {
-            return self.is_match(text).then_some(None);
-        }
         if !self.may_match(text) {
             return None;
+        }
+        self.match_group1_searched(text)
+    }
+
+    /// [`PyRegex::match_group1`] without the search for the required text (see
+    /// [`PyRegex::is_match_searched`]).
+    pub fn match_group1_searched<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
+        if self.groups == 0 {
+            return self.is_match_searched(text).then_some(None);
         }
         if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text)) {
             return found;

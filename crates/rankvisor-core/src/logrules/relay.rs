@@ -8,7 +8,7 @@
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
 //! (the agent's reader stops on it): with U+FFFD in place of each bad sequence.
 
-use super::lines::python_lines;
+use super::lines::{python_lines, LineBatch};
 use crate::lines::LineSplitter;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -38,6 +38,8 @@ pub enum Step {
 pub struct Relay<W: Write> {
     out: W,
     lines: LineSplitter,
+    /// The complete lines of the last read, as text.
+    batch: LineBatch,
     buf: Box<[u8]>,
     /// The bytes of the last read, at the start of `buf`.
     filled: usize,
@@ -48,21 +50,13 @@ pub struct Relay<W: Write> {
     write_error: Option<io::Error>,
 }
 
-/// A line's bytes as text for the patterns.
-fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
-    // The common case first: `from_utf8` is much faster than the lossy decoder on valid text.
-    match std::str::from_utf8(bytes) {
-        Ok(s) => std::borrow::Cow::Borrowed(s),
-        Err(_) => String::from_utf8_lossy(bytes),
-    }
-}
-
 impl<W: Write> Relay<W> {
     /// A relay writing to `out` (rankvisor's stdout).
     pub fn new(out: W) -> Self {
         Self {
             out,
             lines: python_lines(),
+            batch: LineBatch::default(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
             filled: 0,
             out_failed: false,
@@ -119,9 +113,18 @@ impl<W: Write> Relay<W> {
 
     /// The complete lines of the last read, to `on_line` (at most once per read).
     pub fn lines(&mut self, on_line: &mut impl FnMut(&str)) {
+        self.batch().lines().for_each(on_line);
+    }
+
+    /// The complete lines of the last read, as one batch (empty when asked again).
+    pub fn batch(&mut self) -> &LineBatch {
         let chunk = &self.buf[..std::mem::take(&mut self.filled)];
+        let batch = &mut self.batch;
+        batch.clear();
         // Truncating, the splitter never refuses a line.
-        let _ = self.lines.feed(chunk, &mut |l: &[u8]| on_line(&text(l)));
+        let _ = self.lines.feed(chunk, &mut |l: &[u8]| batch.push(l));
+        batch.seal();
+        &self.batch
     }
 
     /// The first error writing to `out`, once (to be logged); writing stopped there.
@@ -131,7 +134,16 @@ impl<W: Write> Relay<W> {
 
     /// The child's stdout ended: hand on its unfinished last line, if any.
     pub fn finish(&mut self, on_line: &mut impl FnMut(&str)) {
-        self.lines.finish_into(&mut |l: &[u8]| on_line(&text(l)));
+        self.finish_batch().lines().for_each(on_line);
+    }
+
+    /// The child's stdout ended: its unfinished last line, if any, as a batch.
+    pub fn finish_batch(&mut self) -> &LineBatch {
+        let batch = &mut self.batch;
+        batch.clear();
+        self.lines.finish_into(&mut |l: &[u8]| batch.push(l));
+        batch.seal();
+        &self.batch
     }
 
     /// Relay until the child's end is closed, every line to `on_line` (tests; `wake` is never

@@ -53,6 +53,20 @@ pub(super) struct Fast {
     /// Q's final literal, when Q ends with one: every match of Q ends with it, so no later than
     /// its last occurrence, and nothing in Q looks past it (the anchored search stops there).
     tail: Option<(usize, FinderRev<'static>)>,
+    /// Q after its leading literal, when it is a capture of a shape matched without an automaton.
+    shape: Option<Shape>,
+}
+
+/// What follows Q's leading literal, when it is one of the common metric shapes; matched on
+/// ASCII by hand, exactly as Python's backtracker would (anything else: [`Undecided`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// `(\d+)`, `(\d+(?:\.\d+)?)` or `(\d+(\.\d+)?)` (`fraction`), and nothing after it:
+    /// greedy, the digits, then a point and digits if both are there.
+    Number { fraction: bool },
+    /// `(.+)` or `(.*)` (`min` 1 or 0), greedy, then Q's final literal: the group runs to the last
+    /// occurrence of the literal (no newline in between, without DOTALL).
+    UpTo { min: usize, dotall: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -111,9 +125,15 @@ impl Fast {
                 _ => None,
             })
             .max_by_key(|lit| lit.len())
+            // When it is the leading literal, the candidates' own search stops at its last occurrence.
+            .filter(|lit| literal.as_ref().is_none_or(|l| l.fwd.needle() != &lit[..]))
             .map(|lit| FinderRev::new(lit).into_owned());
         let tail = match q.last().map(Hir::kind) {
             Some(HirKind::Literal(lit)) => Some((lit.0.len(), FinderRev::new(&lit.0).into_owned())),
+            _ => None,
+        };
+        let shape = match (&literal, &tail) {
+            (Some(_), _) => Shape::of(&q[1..], tail.is_some()),
             _ => None,
         };
         let q = Hir::concat(q);
@@ -129,7 +149,18 @@ impl Fast {
             None if folded.is_some() => Some(build(format!(r"\A(?:{q})"))?),
             _ => None,
         };
-        Some(Self { stops_at_newline, greedy: rep.greedy, min_len, search, literal, anchored, folded, last, tail })
+        Some(Self {
+            stops_at_newline,
+            greedy: rep.greedy,
+            min_len,
+            search,
+            literal,
+            anchored,
+            folded,
+            last,
+            tail,
+            shape,
+        })
     }
 
     /// The last position Q may start at.
@@ -200,20 +231,34 @@ impl Fast {
         else {
             return Ok(None);
         };
-        let mut locs = anchored.capture_locations();
-        let mut try_at = |p: usize| -> Option<Option<&'t str>> {
+        let mut locs = None;
+        let mut try_at = |p: usize| -> Result<Option<Option<&'t str>>, Undecided> {
             // The literal is UTF-8, so it starts on a character; checked all the same.
             if p > end || !text.is_char_boundary(p) {
-                return None;
+                return Ok(None);
             }
-            anchored.captures_read(&mut locs, &text[p..end])?;
-            Some(locs.get(1).map(|(s, e)| &text[p + s..p + e]))
+            if let Some(shape) = self.shape {
+                let tail = self.tail.as_ref().map_or(&[][..], |(_, f)| f.needle());
+                return Ok(shape.at(bytes, p + lit.len, end, tail)?.map(|(s, e)| Some(&text[s..e])));
+            }
+            let locs = locs.get_or_insert_with(|| anchored.capture_locations());
+            if anchored.captures_read(locs, &text[p..end]).is_none() {
+                return Ok(None);
+            }
+            Ok(Some(locs.get(1).map(|(s, e)| &text[p + s..p + e])))
         };
         let mut tries = 0;
         if self.greedy {
             let mut end = text.len().min(limit.saturating_add(lit.len));
+            // The common case, one occurrence: two forward searches (vectorized) find it faster
+            // than the reverse one.
+            if let Some(p) = lit.fwd.find(&bytes[..end]) {
+                if lit.fwd.find(&bytes[p + 1..end]).is_none() {
+                    return try_at(p);
+                }
+            }
             while let Some(p) = lit.rev.rfind(&bytes[..end]) {
-                if let Some(g) = try_at(p) {
+                if let Some(g) = try_at(p)? {
                     return Ok(Some(g));
                 }
                 tries += 1;
@@ -225,7 +270,7 @@ impl Fast {
         } else {
             let mut from = 0;
             while let Some(p) = lit.fwd.find(&bytes[from..]).map(|i| from + i).filter(|&p| p <= limit) {
-                if let Some(g) = try_at(p) {
+                if let Some(g) = try_at(p)? {
                     return Ok(Some(g));
                 }
                 tries += 1;
@@ -237,6 +282,107 @@ impl Fast {
         }
         Ok(None)
     }
+}
+
+impl Shape {
+    /// The shape of `rest` (Q after its leading literal; `tail`: Q ends with a literal), if it
+    /// has one.
+    fn of(rest: &[Hir], tail: bool) -> Option<Self> {
+        let (group, after) = rest.split_first()?;
+        let HirKind::Capture(cap) = group.kind() else { return None };
+        if cap.index != 1 {
+            return None;
+        }
+        match (after, tail) {
+            ([], _) => {
+                let (digits, fraction) = match cap.sub.kind() {
+                    HirKind::Concat(items) => match items.as_slice() {
+                        [digits, fraction] => (digits, Some(fraction)),
+                        _ => return None,
+                    },
+                    _ => (&*cap.sub, None),
+                };
+                if !is_digits(digits) {
+                    return None;
+                }
+                let Some(fraction) = fraction else { return Some(Self::Number { fraction: false }) };
+                let HirKind::Repetition(opt) = fraction.kind() else { return None };
+                let inner = match opt.sub.kind() {
+                    HirKind::Capture(c) => &*c.sub,
+                    _ => &*opt.sub,
+                };
+                let HirKind::Concat(items) = inner.kind() else { return None };
+                let [point, digits] = items.as_slice() else { return None };
+                let point_ok = matches!(point.kind(), HirKind::Literal(l) if &*l.0 == b".");
+                (opt.min == 0 && opt.max == Some(1) && opt.greedy && point_ok && is_digits(digits))
+                    .then_some(Self::Number { fraction: true })
+            }
+            ([_literal], true) => {
+                let HirKind::Repetition(rep) = cap.sub.kind() else { return None };
+                let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return None };
+                let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
+                let dotall = match ranges.as_slice() {
+                    [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => false,
+                    [('\0', '\u{10FFFF}')] => true,
+                    _ => return None,
+                };
+                (rep.min <= 1 && rep.max.is_none() && rep.greedy)
+                    .then_some(Self::UpTo { min: rep.min as usize, dotall })
+            }
+            _ => None,
+        }
+    }
+
+    /// The span of group 1 when the shape matches at `at` (just after Q's leading literal) in
+    /// `text`, `None` when it does not; `end`: Q's matches end no later (with `UpTo`, the end of
+    /// the last occurrence of the final literal, `tail`).
+    fn at(self, text: &[u8], at: usize, end: usize, tail: &[u8]) -> Result<Option<(usize, usize)>, Undecided> {
+        // Digits from `from`: where they stop; a byte that is not ASCII might be a digit too.
+        let digits = |from: usize| -> Result<usize, Undecided> {
+            let n = text.get(from..).unwrap_or_default().iter().take_while(|b| b.is_ascii_digit()).count();
+            match text.get(from + n) {
+                Some(b) if !b.is_ascii() => Err(Undecided),
+                _ => Ok(from + n),
+            }
+        };
+        match self {
+            Self::Number { fraction } => {
+                let whole = digits(at)?;
+                if whole == at {
+                    return Ok(None);
+                }
+                if fraction && text.get(whole) == Some(&b'.') {
+                    let part = digits(whole + 1)?;
+                    if part > whole + 1 {
+                        return Ok(Some((at, part)));
+                    }
+                }
+                Ok(Some((at, whole)))
+            }
+            Self::UpTo { min, dotall } => {
+                let stop = end.wrapping_sub(tail.len());
+                if end < tail.len() || text.get(stop..end) != Some(tail) {
+                    return Err(Undecided);
+                }
+                if stop < at + min {
+                    return Ok(None);
+                }
+                if !dotall && memchr::memchr(b'\n', &text[at..stop]).is_some() {
+                    return Err(Undecided);
+                }
+                Ok(Some((at, stop)))
+            }
+        }
+    }
+}
+
+/// `\d+` (greedy), or another class that is the ASCII digits on ASCII.
+fn is_digits(hir: &Hir) -> bool {
+    let HirKind::Repetition(rep) = hir.kind() else { return false };
+    let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return false };
+    let ascii: Vec<(char, char)> =
+        class.ranges().iter().filter(|r| r.start().is_ascii()).map(|r| (r.start(), r.end().min('\x7F'))).collect();
+    rep.min == 1 && rep.max.is_none() && rep.greedy && ascii == [('0', '9')]
 }
 
 /// The items of a concatenation (one item otherwise).
@@ -295,7 +441,7 @@ fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
 
 /// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to
 /// ASCII case.
-fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
+pub(super) fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
     let Some((&first, rest)) = needle.split_first() else { return Some(from) };
     while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), hay.get(from..)?) {
         let at = from + i;
@@ -314,6 +460,11 @@ pub(super) fn contains_folded(hay: &[u8], needle: &[u8]) -> bool {
 
 #[cfg(test)]
 impl Fast {
+    /// The shape after the leading literal, for the tests.
+    pub(super) fn shape(&self) -> Option<Shape> {
+        self.shape
+    }
+
     /// The folded prefix, for the tests.
     pub(super) fn folded_prefix(&self) -> Option<&[u8]> {
         self.folded.as_deref()

@@ -270,3 +270,95 @@ fn a_rest_ending_in_a_literal_is_searched_up_to_its_last_occurrence() {
     assert_eq!(PyRegex::new(r".*?: (.+)!").unwrap().match_group1("a: x! b: y!\n"), Some(Some("x! b: y")));
     agrees(r".*?: (.+)!", &["a: x! b: y!\n", "a: !\n", "a: x\n"]);
 }
+
+/// The metric shapes matched without an automaton, with the patterns that have them.
+const SHAPED: &[(&str, fast::Shape)] = &[
+    (r".*training_loss_step (\d+(?:\.\d+)?).*", fast::Shape::Number { fraction: true }),
+    (r".*'samples/sec': (\d+(\.\d+)?).*", fast::Shape::Number { fraction: true }),
+    (r".*: (\d+)", fast::Shape::Number { fraction: false }),
+    (r".*?: (\d+(?:\.\d+)?)", fast::Shape::Number { fraction: true }),
+    (r".* (.+)TFLOPs.*", fast::Shape::UpTo { min: 1, dotall: false }),
+    (r".*: (.*)TF", fast::Shape::UpTo { min: 0, dotall: false }),
+    (r"(?s).* (.+)TF", fast::Shape::UpTo { min: 1, dotall: true }),
+    (r".*?: (.+)TF", fast::Shape::UpTo { min: 1, dotall: false }),
+];
+
+#[test]
+fn metric_shapes_are_recognized_from_the_syntax_tree_only() {
+    for &(p, shape) in SHAPED {
+        let re = PyRegex::new(p).unwrap();
+        assert_eq!(re.fast.as_ref().and_then(|f| f.shape()), Some(shape), "{p:?}");
+    }
+    for p in [
+        r".*: (\d+)x",
+        r".*: (\d*)",
+        r".*: (\d+?)",
+        r".*: (\d+(?:\.\d*)?)",
+        r".*: (\d+(?:,\d+)?)",
+        r".*: ([0-9a-f]+)",
+        r".*: (.+?)TF",
+        r".*: (.+)",
+        r".*: (.+)TF\d",
+        r".*: (\w+)TF",
+        r".*: (\d+)(\d)",
+        r".*: ((\d+))",
+    ] {
+        let re = PyRegex::new(p).unwrap();
+        assert_eq!(re.fast.as_ref().and_then(|f| f.shape()), None, "{p:?}");
+    }
+    let tp = PyRegex::new(r".*'samples/sec': (\d+(\.\d+)?).*").unwrap();
+    assert_eq!(tp.match_group1("x 'samples/sec': 812.5 y\n"), Some(Some("812.5")));
+    assert_eq!(tp.match_group1("x 'samples/sec': 812. y\n"), Some(Some("812")));
+    assert_eq!(tp.match_group1("x 'samples/sec': 812.5.6\n"), Some(Some("812.5")));
+    assert_eq!(tp.match_group1("x 'samples/sec': .5\n"), None);
+    // Not ASCII after the digits: a Unicode digit may go on; the general path decides.
+    let f = tp.fast.as_ref().unwrap();
+    assert_eq!(f.match_group1("'samples/sec': 81٣\n"), Err(fast::Undecided));
+    assert_eq!(tp.match_group1("'samples/sec': 81٣\n"), Some(Some("81٣")));
+    // A newline between the literal and the final literal: the general path decides.
+    let up_to = PyRegex::new(r"(?s).* (.+)TF").unwrap();
+    assert_eq!(up_to.match_group1("a b\nc TF\n"), general(&up_to, "a b\nc TF\n"));
+}
+
+/// Pieces of lines for the shapes' differential: the literals, digits (one not ASCII), points,
+/// newlines.
+const SHAPE_PIECES: &[&str] = &[
+    "training_loss_step ",
+    "'samples/sec': ",
+    ": ",
+    " ",
+    "TFLOPs",
+    "TF",
+    "1",
+    "23",
+    ".",
+    "4.5",
+    "x",
+    "é",
+    "٣",
+    "\n",
+    "..",
+    "0",
+];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+    /// The shapes give the general path's answer on every line: whether it matches, group 1.
+    #[test]
+    fn metric_shapes_agree_with_the_general_path(
+        pieces in proptest::collection::vec(0..SHAPE_PIECES.len(), 0..14),
+        newline: bool,
+    ) {
+        let mut line: String = pieces.iter().map(|&i| SHAPE_PIECES[i]).collect();
+        if newline {
+            line.push('\n');
+        }
+        static COMPILED: std::sync::OnceLock<Vec<PyRegex>> = std::sync::OnceLock::new();
+        let compiled = COMPILED.get_or_init(|| SHAPED.iter().map(|(p, _)| PyRegex::new(p).unwrap()).collect());
+        for re in compiled {
+            let p = re.source();
+            proptest::prop_assert_eq!(re.match_group1(&line), general(re, &line), "{:?} on {:?}", p, line);
+            proptest::prop_assert_eq!(re.is_match(&line), re.regex.is_match(&line), "{:?} on {:?}", p, line);
+        }
+    }
+}
