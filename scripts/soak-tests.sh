@@ -49,8 +49,10 @@ stop_load() {
   stress_pid=
 }
 trap stop_load EXIT
-trap 'stop_load; exit 130' INT
-trap 'stop_load; exit 143' TERM
+# A soak stopped from outside says so (bash runs these once the current run's test.sh returns).
+trap 'echo "scripts/soak-tests.sh: stopped by SIGINT" >&2; stop_load; exit 130' INT
+trap 'echo "scripts/soak-tests.sh: stopped by SIGTERM" >&2; stop_load; exit 143' TERM
+trap 'echo "scripts/soak-tests.sh: stopped by SIGHUP" >&2; stop_load; exit 129' HUP
 
 if [ "$cpu" -gt 0 ]; then
   if ! command -v stress-ng >/dev/null 2>&1; then
