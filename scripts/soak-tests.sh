@@ -71,7 +71,8 @@ fi
 # twice: the workspace's suite, then the trainer crate's tests); 0 when absent.
 count() {
   local what=$1 lines=$2
-  grep -oE "[0-9]+ $what" <<<"$lines" | awk '{ n += $1 } END { print n + 0 }'
+  # grep finds nothing when there is none (e.g. no "N failed"): not an error under pipefail.
+  { grep -oE "[0-9]+ $what" <<<"$lines" || true; } | awk '{ n += $1 } END { print n + 0 }'
 }
 
 summary=()
