@@ -93,13 +93,7 @@ impl Fast {
         if rep.min != 0 || rep.max.is_some() {
             return None;
         }
-        let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return None };
-        let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
-        let stops_at_newline = match ranges.as_slice() {
-            [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => true,
-            [('\0', '\u{10FFFF}')] => false,
-            _ => return None,
-        };
+        let stops_at_newline = !dot_dotall(rep.sub.as_ref())?;
         let mut q: Vec<Hir> = rest.to_vec();
         while q.last().is_some_and(|h| {
             matches!(h.kind(), HirKind::Repetition(r) if r.min == 0) && h.properties().explicit_captures_len() == 0
@@ -319,13 +313,7 @@ impl Shape {
             }
             ([_literal], true) => {
                 let HirKind::Repetition(rep) = cap.sub.kind() else { return None };
-                let HirKind::Class(Class::Unicode(class)) = rep.sub.kind() else { return None };
-                let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
-                let dotall = match ranges.as_slice() {
-                    [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => false,
-                    [('\0', '\u{10FFFF}')] => true,
-                    _ => return None,
-                };
+                let dotall = dot_dotall(rep.sub.as_ref())?;
                 (rep.min <= 1 && rep.max.is_none() && rep.greedy)
                     .then_some(Self::UpTo { min: rep.min as usize, dotall })
             }
@@ -383,6 +371,18 @@ fn is_digits(hir: &Hir) -> bool {
     let ascii: Vec<(char, char)> =
         class.ranges().iter().filter(|r| r.start().is_ascii()).map(|r| (r.start(), r.end().min('\x7F'))).collect();
     rep.min == 1 && rep.max.is_none() && rep.greedy && ascii == [('0', '9')]
+}
+
+/// Whether `hir` is `.`: `Some(false)` without DOTALL (anything but `\n`), `Some(true)` with it
+/// (anything); `None` for any other class or item.
+fn dot_dotall(hir: &Hir) -> Option<bool> {
+    let HirKind::Class(Class::Unicode(class)) = hir.kind() else { return None };
+    let ranges: Vec<(char, char)> = class.ranges().iter().map(|r| (r.start(), r.end())).collect();
+    match ranges.as_slice() {
+        [('\0', '\t'), ('\u{B}', '\u{10FFFF}')] => Some(false),
+        [('\0', '\u{10FFFF}')] => Some(true),
+        _ => None,
+    }
 }
 
 /// The items of a concatenation (one item otherwise).
