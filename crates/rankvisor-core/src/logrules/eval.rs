@@ -19,7 +19,7 @@
 
 use super::lines::LineBatch;
 use super::pynum::py_float;
-use super::pyre::PyRegex;
+use super::pyre::{Needle, PyRegex};
 use super::rule::Rule;
 use super::ruleset::RuleSet;
 use std::sync::Arc;
@@ -98,8 +98,10 @@ pub struct Evaluator {
     last_eval: Instant,
     verdict: Verdict,
     stopped: bool,
-    /// `on_lines`' buffers, reused: which rules may match each line, which rules were evaluated.
+    /// `on_lines`' buffers, reused: which rules may match each line, where in the line each
+    /// pattern's needle occurs first, which rules were evaluated.
     marks: Vec<u64>,
+    firsts: Vec<u32>,
     done: Vec<bool>,
 }
 
@@ -126,6 +128,7 @@ impl Evaluator {
             verdict: Verdict { state: LogState::Waiting, named: Vec::new() },
             stopped: false,
             marks: Vec::new(),
+            firsts: Vec::new(),
             done: Vec::new(),
         }
     }
@@ -214,10 +217,10 @@ impl Evaluator {
     /// Evaluate the complete lines of one read, all at `now` (as one `on_line` each, in order);
     /// `on_change` sees the evaluator after each line that changed the verdict's state.
     ///
-    /// Each pattern's required text (`PyRegex::find_required`) is searched once in the whole
-    /// batch, which tells each rule the lines it may match; a rule is shown only those (its
-    /// patterns then need no search of their own), and is otherwise evaluated idle once, at the
-    /// first line. Exact, because all the lines share one
+    /// Each pattern's needle (`PyRegex::needle`) is searched once in the whole batch, which
+    /// tells each rule the lines it may match and where in them the needle is first; a rule is
+    /// shown only those (its patterns then need no search of their own), and is otherwise
+    /// evaluated idle once, at the first line. Exact, because all the lines share one
     /// `now`: a rule shown a line that neither of its patterns matches does what an idle
     /// evaluation at `now` does, and an idle evaluation at `now` after any evaluation at `now`
     /// changes nothing (the timeouts compare with `now`, and a match at `now` is 0 s old; an
@@ -231,11 +234,14 @@ impl Evaluator {
         self.last_eval = self.last_eval.max(now);
         let rules = Arc::clone(&self.rules);
         let n = rules.rules().len();
-        // Two bits a rule: its log pattern's text was found in the line, its stop pattern's.
+        // Two bits a rule: its log pattern's needle was found in the line, its stop pattern's;
+        // and where, in `firsts` (`NOT_SEARCHED`: the pattern has no needle).
         let words = (2 * n).div_ceil(64).max(1);
         let mut marks = std::mem::take(&mut self.marks);
         marks.clear();
         marks.resize(batch.len() * words, 0);
+        let mut firsts = std::mem::take(&mut self.firsts);
+        firsts.resize(batch.len() * 2 * n, 0);
         let text = batch.text().as_bytes();
         let ascii = text.is_ascii();
         for (r, (rule, run)) in rules.rules().iter().zip(&self.runs).enumerate() {
@@ -245,15 +251,22 @@ impl Evaluator {
             for (b, pattern) in [(2 * r, Some(&rule.log_pattern)), (2 * r + 1, rule.stop_pattern.as_ref())] {
                 let Some(pattern) = pattern else { continue };
                 let (word, bit) = (b / 64, 1u64 << (b % 64));
-                if !pattern.searchable(ascii) {
+                let Some(needle) = pattern.needle(ascii) else {
                     marks.iter_mut().skip(word).step_by(words).for_each(|m| *m |= bit);
+                    firsts.iter_mut().skip(b).step_by(2 * n).for_each(|f| *f = NOT_SEARCHED);
                     continue;
-                }
+                };
+                let find = |from: usize| match needle {
+                    Needle::Exact(f) => text.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
+                    Needle::Folded(n) => PyRegex::find_folded(text, n, from),
+                };
                 let (mut from, mut line) = (0, 0);
-                while let Some(pos) = pattern.find_required(text, from) {
+                while let Some(pos) = find(from) {
                     line = line_from(batch.ends(), line, pos);
                     let Some(&end) = batch.ends().get(line) else { break };
                     marks[line * words + word] |= bit;
+                    // A line is at most `LINE_CAP` bytes and its newline.
+                    firsts[line * 2 * n + b] = (pos - batch.span(line).start) as u32;
                     from = end;
                 }
             }
@@ -273,12 +286,17 @@ impl Evaluator {
             if all_done && !stale && m.iter().all(|&w| w == 0) {
                 continue;
             }
+            let f = &firsts[i * 2 * n..(i + 1) * 2 * n];
             let outcome = self.step(Some(batch.line(i)), now, |r| {
-                let bit = |b: usize| m[b / 64] >> (b % 64) & 1 != 0;
-                let found = Searched { log: bit(2 * r), stop: bit(2 * r + 1) };
+                let hit = |b: usize| match (m[b / 64] >> (b % 64) & 1 != 0, f[b]) {
+                    (false, _) => Hit::Absent,
+                    (true, NOT_SEARCHED) => Hit::Unsearched,
+                    (true, at) => Hit::At(at as usize),
+                };
+                let found = Searched { log: hit(2 * r), stop: hit(2 * r + 1) };
                 let first = !std::mem::replace(&mut done[r], true);
                 match found {
-                    Searched { log: false, stop: false } => first.then_some(Shown::Idle),
+                    Searched { log: Hit::Absent, stop: Hit::Absent } => first.then_some(Shown::Idle),
                     found => Some(Shown::Searched(found)),
                 }
             });
@@ -289,6 +307,7 @@ impl Evaluator {
             }
         }
         self.marks = marks;
+        self.firsts = firsts;
         self.done = done;
     }
 
@@ -367,14 +386,41 @@ fn line_from(ends: &[usize], from: usize, pos: usize) -> usize {
     line
 }
 
-/// What the search of a batch found in a line for one rule: whether its log pattern's and its
-/// stop pattern's required text is there (when not, the pattern does not match the line; when
-/// it is, the pattern needs no search of its own).
+/// What the search of a batch found in a line for one rule's log pattern and stop pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Searched {
-    log: bool,
-    stop: bool,
+    log: Hit,
+    stop: Hit,
 }
+
+/// What the search of a batch found in a line for one pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hit {
+    /// Its needle is not there (or there is no pattern): it does not match.
+    Absent,
+    /// Its needle is first at this byte of the line: it needs no search of its own.
+    At(usize),
+    /// It has no needle: it is matched as it is.
+    Unsearched,
+}
+
+impl Hit {
+    /// The pattern may match.
+    fn found(self) -> bool {
+        self != Self::Absent
+    }
+
+    /// Where its needle is first, when searched.
+    fn at(self) -> Option<usize> {
+        match self {
+            Self::At(at) => Some(at),
+            _ => None,
+        }
+    }
+}
+
+/// In `on_lines`' `firsts`: the pattern has no needle.
+const NOT_SEARCHED: u32 = u32::MAX;
 
 /// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation); `searched`:
 /// what a batch's search found in the line, if it was searched.
@@ -393,9 +439,9 @@ fn evaluate_rule(
     // One search per line: the first group's value is taken with the match when a metric needs it
     // (the agent reads it further down; matching has no side effect, so when does not matter).
     let matched = match (seen, searched) {
-        (None, _) | (Some(_), Some(Searched { log: false, .. })) => None,
-        (Some(l), Some(_)) if rule.metric.is_some() => rule.log_pattern.match_group1_searched(l),
-        (Some(l), Some(_)) => rule.log_pattern.is_match_searched(l).then_some(None),
+        (None, _) | (Some(_), Some(Searched { log: Hit::Absent, .. })) => None,
+        (Some(l), Some(s)) if rule.metric.is_some() => rule.log_pattern.match_group1_at(l, s.log.at()),
+        (Some(l), Some(s)) => rule.log_pattern.is_match_at(l, s.log.at()).then_some(None),
         (Some(l), None) if rule.metric.is_some() => rule.log_pattern.match_group1(l),
         (Some(l), None) => rule.log_pattern.is_match(l).then_some(None),
     };
@@ -410,7 +456,7 @@ fn evaluate_rule(
         }
     }
     let stops = |l: &str, p: &PyRegex| match searched {
-        Some(Searched { stop, .. }) => stop && p.is_match_searched(l),
+        Some(Searched { stop, .. }) => stop.found() && p.is_match_at(l, stop.at()),
         None => p.is_match(l),
     };
     if seen.is_some_and(|l| rule.stop_pattern.as_ref().is_some_and(|p| stops(l, p))) {

@@ -56,11 +56,12 @@ fn normalize(text: &str) -> Option<String> {
 
 /// Python's `float(text)`, or `None` where it raises.
 pub fn py_float(text: &str) -> Option<f64> {
-    let trimmed = text.trim_matches(py_isspace);
-    if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        // The common capture (`1.9001`, `123 `): `normalize` would return it stripped and the
-        // checks below pass it to the same parse; no allocation.
-        return trimmed.parse().ok();
+    // The common capture (`1.9001`, `123 `): ASCII whitespace around ASCII digits.
+    let b = text.as_bytes();
+    let start = b.iter().position(|&c| !is_ascii_pyspace(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|&c| !is_ascii_pyspace(c)).map_or(start, |i| i + 1);
+    if let Some(v) = simple_decimal(&b[start..end]) {
+        return Some(v);
     }
     let t = normalize(text)?;
     let body = t.strip_prefix(['+', '-']).unwrap_or(&t);
@@ -77,6 +78,46 @@ pub fn py_float(text: &str) -> Option<f64> {
         return None;
     }
     t.parse().ok()
+}
+
+/// An ASCII byte Python's `str.isspace()` is true of.
+fn is_ascii_pyspace(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r' | 0x1C..=0x1F)
+}
+
+/// The powers of ten a double holds exactly.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// `digits`, `digits.digits`, `digits.` or `.digits` whose digits, read as an integer, are at
+/// most 2^53 and with at most 22 after the point: its value, exactly as Python and Rust read it
+/// (the integer and the power of ten are both exact doubles, so one correctly rounded division
+/// gives the correctly rounded value: Clinger's fast path). `None` for anything else, left to the
+/// full parse.
+fn simple_decimal(b: &[u8]) -> Option<f64> {
+    let (mut mantissa, mut digits, mut fraction) = (0u64, 0u32, None::<usize>);
+    for &c in b {
+        match c {
+            b'0'..=b'9' => {
+                if digits == 19 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(c - b'0');
+                digits += 1;
+                if let Some(f) = fraction.as_mut() {
+                    *f += 1;
+                }
+            }
+            b'.' if fraction.is_none() => fraction = Some(0),
+            _ => return None,
+        }
+    }
+    if digits == 0 || mantissa > 1 << 53 {
+        return None;
+    }
+    Some(mantissa as f64 / EXACT_POW10.get(fraction.unwrap_or(0))?)
 }
 
 /// Python's `int(text)` for a decimal string, or `None` where it raises or the value is beyond
@@ -132,6 +173,37 @@ mod tests {
         assert!(py_float("nan").is_some_and(f64::is_nan));
         assert!(py_float("-NaN").is_some_and(f64::is_nan));
         assert_eq!(py_float("infinit"), None);
+    }
+
+    #[test]
+    fn plain_decimals_read_exactly_as_the_full_parse_does() {
+        // Every length of digits and point position near the fast path's limits, and values
+        // whose correct rounding is a tie or close to one.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..20_000 {
+            let len = 1 + (next() % 24) as usize;
+            let mut t: String = (0..len).map(|_| char::from(b'0' + (next() % 10) as u8)).collect();
+            if round % 4 != 0 {
+                t.insert((next() % (len as u64 + 1)) as usize, '.');
+            }
+            if round % 7 == 0 {
+                t = format!(" {t}\t");
+            }
+            assert_eq!(py_float(&t), t.trim().parse().ok(), "{t:?}");
+        }
+        for t in ["9007199254740993", "9007199254740992.5", "0.1", "1.0000000000000002220446", "4503599627370497.5"] {
+            assert_eq!(py_float(t), t.parse().ok(), "{t:?}");
+        }
+        assert_eq!(simple_decimal(b"9007199254740993"), None, "beyond 2^53: the full parse");
+        assert_eq!(simple_decimal(b"1.00000000000000000000001"), None, "beyond 10^22: the full parse");
+        assert_eq!(simple_decimal(b"1.2.3"), None);
+        assert_eq!(simple_decimal(b"."), None);
     }
 
     #[test]

@@ -30,6 +30,18 @@ pub struct PyRegex {
     /// Without `required`: text every match on an ASCII line contains up to ASCII case
     /// (`fast::folded_required`), lowercase.
     folded: Option<Box<[u8]>>,
+    /// What the first occurrence of the searched text (`required` or `folded`) tells the fast
+    /// path, when it is where its candidates start.
+    hint: fast::Hint,
+}
+
+/// What a batch's search looks for ([`PyRegex::needle`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Needle<'a> {
+    /// This text, case-sensitive.
+    Exact(&'a memchr::memmem::Finder<'static>),
+    /// This lowercase text, up to ASCII case, in ASCII text ([`PyRegex::find_folded`]).
+    Folded(&'a [u8]),
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -53,7 +65,10 @@ impl PyRegex {
         let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
         let fast = fast::Fast::new(&translated);
         let folded = if required.is_none() { fast::folded_required(&translated) } else { None };
-        Ok(Self { source: source.to_string(), regex, groups, required, fast, folded })
+        let hint = fast.as_ref().map_or(fast::Hint::Nothing, |f| {
+            f.hint_for(required.as_ref().map(memchr::memmem::Finder::needle), folded.as_deref())
+        });
+        Ok(Self { source: source.to_string(), regex, groups, required, fast, folded, hint })
     }
 
     /// The pattern as the user wrote it.
@@ -73,14 +88,14 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text) && self.is_match_searched(text)
+        self.may_match(text) && self.is_match_at(text, None)
     }
 
-    /// [`PyRegex::is_match`] without the search for the required text (the caller's
-    /// [`PyRegex::find_required`] found it, or the pattern has none).
-    pub fn is_match_searched(&self, text: &str) -> bool {
+    /// [`PyRegex::is_match`] without the search for the required text: a batch's search found
+    /// it ([`PyRegex::needle`]), first at `at` in `text` when it says, or the pattern has none.
+    pub fn is_match_at(&self, text: &str, at: Option<usize>) -> bool {
         match &self.fast {
-            Some(f) => f.is_match(text),
+            Some(f) => f.is_match(text, self.hint.known(at)),
             None => self.regex.is_match(text),
         }
     }
@@ -93,23 +108,22 @@ impl PyRegex {
             && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
     }
 
-    /// True when [`PyRegex::find_required`] can rule text out: the pattern has text every match
-    /// contains, case-sensitive, or up to ASCII case and the text searched is `ascii`.
-    pub fn searchable(&self, ascii: bool) -> bool {
-        self.required.is_some() || (ascii && self.folded.is_some())
+    /// What to search a batch's text for: every match contains it (case-sensitive, or up to ASCII
+    /// case when the text is `ascii`), so a line without it does not match; `None` when there is
+    /// nothing to search for. Where it occurs first in a line is the `at` of
+    /// [`PyRegex::is_match_at`] and [`PyRegex::match_group1_at`].
+    pub fn needle(&self, ascii: bool) -> Option<Needle<'_>> {
+        match (&self.required, &self.folded) {
+            (Some(f), _) => Some(Needle::Exact(f)),
+            (None, Some(n)) if ascii => Some(Needle::Folded(n)),
+            _ => None,
+        }
     }
 
-    /// The first position at or after `from` in `hay` where the text every match contains occurs
-    /// (up to ASCII case for a folded one: `hay` is then ASCII, see [`PyRegex::searchable`]); a
-    /// line of `hay` that has no such position does not match. Always `Some(from)` when the
-    /// pattern has nothing to search for.
-    pub fn find_required(&self, hay: &[u8], from: usize) -> Option<usize> {
-        let hay_from = hay.get(from..)?;
-        match (&self.required, &self.folded) {
-            (Some(f), _) => f.find(hay_from).map(|p| from + p),
-            (None, Some(n)) => fast::find_folded(hay, n, from),
-            (None, None) => Some(from),
-        }
+    /// The first position at or after `from` where `needle` (a [`Needle::Folded`]'s) occurs in
+    /// `hay` up to ASCII case.
+    pub fn find_folded(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+        fast::find_folded(hay, needle, from)
     }
 
     /// The text every match contains, if the pattern has one (at least two characters).
@@ -123,16 +137,16 @@ impl PyRegex {
         if !self.may_match(text) {
             return None;
         }
-        self.match_group1_searched(text)
+        self.match_group1_at(text, None)
     }
 
     /// [`PyRegex::match_group1`] without the search for the required text (see
-    /// [`PyRegex::is_match_searched`]).
-    pub fn match_group1_searched<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
+    /// [`PyRegex::is_match_at`]).
+    pub fn match_group1_at<'t>(&self, text: &'t str, at: Option<usize>) -> Option<Option<&'t str>> {
         if self.groups == 0 {
-            return self.is_match_searched(text).then_some(None);
+            return self.is_match_at(text, at).then_some(None);
         }
-        if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text)) {
+        if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text, self.hint.known(at))) {
             return found;
         }
         let caps = self.regex.captures(text)?;

@@ -47,6 +47,10 @@ pub(super) struct Fast {
     /// starts with one and has no leading literal: on an ASCII line Q can start only where it
     /// occurs.
     folded: Option<Box<[u8]>>,
+    /// The ASCII bytes (a bit each) that may come right after `folded` in a match of Q, when what
+    /// follows it matches at least one character: a candidate followed by another byte fails
+    /// without the automaton.
+    folded_next: Option<u128>,
     /// Q's longest literal at its top level: every match of Q contains it, so Q starts no later
     /// than its last occurrence.
     last: Option<FinderRev<'static>>,
@@ -74,6 +78,36 @@ struct Literal {
     len: usize,
     fwd: Finder<'static>,
     rev: FinderRev<'static>,
+}
+
+/// What the first occurrence of a pattern's searched text (`PyRegex::needle`) is to its fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hint {
+    /// Q's leading literal is that text: its first occurrence.
+    Literal,
+    /// Q's folded prefix is that text: its first occurrence up to case, on an ASCII line.
+    Folded,
+    /// Something else: of no use.
+    Nothing,
+}
+
+impl Hint {
+    /// What a batch's search found at `at` tells the fast path.
+    pub(super) fn known(self, at: Option<usize>) -> Known {
+        match self {
+            Self::Literal => Known { literal: at, folded: None },
+            Self::Folded => Known { literal: None, folded: at },
+            Self::Nothing => Known::default(),
+        }
+    }
+}
+
+/// Where a line's first candidate is, when a batch's search found it: the first occurrence of Q's
+/// leading literal, or of its folded prefix (the line then being ASCII).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Known {
+    literal: Option<usize>,
+    folded: Option<usize>,
 }
 
 /// The fast path cannot decide this line: take the general one.
@@ -134,9 +168,12 @@ impl Fast {
         let min_len = q.properties().minimum_len()?;
         let build = |p: String| regex::RegexBuilder::new(&p).size_limit(4 << 20).dfa_size_limit(4 << 20).build().ok();
         let search = if only_literal { None } else { Some(build(q.to_string())?) };
-        let folded = match (&literal, folded_runs(&items_of(&q)).first()) {
-            (None, Some((0, run))) if run.len() >= 3 && search.is_some() => Some(run.clone().into_boxed_slice()),
-            _ => None,
+        let q_items = items_of(&q);
+        let (folded, folded_next) = match (&literal, folded_runs(&q_items).first()) {
+            (None, Some((0, end, run))) if run.len() >= 3 && search.is_some() => {
+                (Some(run.clone().into_boxed_slice()), q_items.get(*end).and_then(first_ascii))
+            }
+            _ => (None, None),
         };
         let anchored = match literal {
             Some(_) if q.properties().explicit_captures_len() > 0 => Some(build(format!(r"\A(?:{q})"))?),
@@ -151,10 +188,21 @@ impl Fast {
             literal,
             anchored,
             folded,
+            folded_next,
             last,
             tail,
             shape,
         })
+    }
+
+    /// What the first occurrence of the pattern's `required` (case-sensitive) or `folded` text
+    /// tells this fast path ([`Hint`]).
+    pub(super) fn hint_for(&self, required: Option<&[u8]>, folded: Option<&[u8]>) -> Hint {
+        match (required, folded) {
+            (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => Hint::Literal,
+            (None, Some(f)) if self.folded.as_deref() == Some(f) => Hint::Folded,
+            _ => Hint::Nothing,
+        }
     }
 
     /// The last position Q may start at.
@@ -166,16 +214,18 @@ impl Fast {
         }
     }
 
-    /// `re.match(pattern, text) is not None`.
-    pub(super) fn is_match(&self, text: &str) -> bool {
+    /// `re.match(pattern, text) is not None`; `known`: what a batch's search found.
+    pub(super) fn is_match(&self, text: &str, known: Known) -> bool {
         let limit = self.limit(text);
         let Some(search) = &self.search else {
             // Q is its literal: its first occurrence is the smallest start.
-            return self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())).is_some_and(|p| p <= limit);
+            let first = known.literal.or_else(|| self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())));
+            return first.is_some_and(|p| p <= limit);
         };
         if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
-            if text.is_ascii() {
-                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit) {
+            if known.folded.is_some() || text.is_ascii() {
+                let from = known.folded.unwrap_or(0);
+                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit, from) {
                     return found;
                 }
             }
@@ -188,26 +238,45 @@ impl Fast {
     }
 
     /// Whether Q matches, anchored, at an occurrence of its folded prefix no later than `limit`
-    /// (`text` is ASCII, so Q can start nowhere else); `Undecided` after [`MAX_TRIES`] failures.
-    fn folded_candidates(&self, text: &str, needle: &[u8], anchored: &Regex, limit: usize) -> Result<bool, Undecided> {
+    /// (`text` is ASCII, so Q can start nowhere else); `Undecided` after [`MAX_TRIES`] failures of
+    /// the automaton (an occurrence followed by a byte Q cannot go on with fails without it).
+    /// No occurrence starts before `from`.
+    fn folded_candidates(
+        &self,
+        text: &str,
+        needle: &[u8],
+        anchored: &Regex,
+        limit: usize,
+        from: usize,
+    ) -> Result<bool, Undecided> {
         let bytes = text.as_bytes();
-        let mut from = 0;
-        for _ in 0..MAX_TRIES {
-            let Some(p) = find_folded(bytes, needle, from).filter(|&p| p <= limit) else { return Ok(false) };
+        let next_fits = |p: usize| {
+            self.folded_next
+                .is_none_or(|set| bytes.get(p + needle.len()).is_some_and(|&b| b < 128 && set >> b & 1 != 0))
+        };
+        let (mut from, mut tries) = (from, 0);
+        while let Some(p) = find_folded(bytes, needle, from).filter(|&p| p <= limit) {
+            from = p + 1;
+            if !next_fits(p) {
+                continue;
+            }
             if anchored.is_match(&text[p..]) {
                 return Ok(true);
             }
-            from = p + 1;
+            tries += 1;
+            if tries == MAX_TRIES {
+                return Err(Undecided);
+            }
         }
-        Err(Undecided)
+        Ok(false)
     }
 
     /// `re.match(pattern, text)` and its group 1, as `PyRegex::match_group1`; `Undecided` when
-    /// the general path must decide.
-    pub(super) fn match_group1<'t>(&self, text: &'t str) -> Result<Option<Option<&'t str>>, Undecided> {
+    /// the general path must decide. `known`: what a batch's search found.
+    pub(super) fn match_group1<'t>(&self, text: &'t str, known: Known) -> Result<Option<Option<&'t str>>, Undecided> {
         let (Some(lit), Some(anchored)) = (&self.literal, &self.anchored) else {
             // No literal to find the candidates by: the search still rules a non-matching line out.
-            return if self.is_match(text) { Err(Undecided) } else { Ok(None) };
+            return if self.is_match(text, known) { Err(Undecided) } else { Ok(None) };
         };
         let bytes = text.as_bytes();
         // Q's matches end no later than this.
@@ -245,8 +314,13 @@ impl Fast {
         if self.greedy {
             let mut end = text.len().min(limit.saturating_add(lit.len));
             // The common case, one occurrence: two forward searches (vectorized) find it faster
-            // than the reverse one.
-            if let Some(p) = lit.fwd.find(&bytes[..end]) {
+            // than the reverse one; the first, a batch's search may have done (an occurrence
+            // that does not end by `end` is the first of none that do).
+            let first = match known.literal {
+                Some(p) => Some(p).filter(|&p| p + lit.len <= end),
+                None => lit.fwd.find(&bytes[..end]),
+            };
+            if let Some(p) = first {
                 if lit.fwd.find(&bytes[p + 1..end]).is_none() {
                     return try_at(p);
                 }
@@ -262,7 +336,7 @@ impl Fast {
                 end = p + lit.len - 1;
             }
         } else {
-            let mut from = 0;
+            let mut from = known.literal.unwrap_or(0);
             while let Some(p) = lit.fwd.find(&bytes[from..]).map(|i| from + i).filter(|&p| p <= limit) {
                 if let Some(g) = try_at(p)? {
                     return Ok(Some(g));
@@ -400,14 +474,15 @@ fn items_of(hir: &Hir) -> Vec<Hir> {
 pub(super) fn folded_required(translated: &str) -> Option<Box<[u8]>> {
     let hir = regex_syntax::ParserBuilder::new().build().parse(translated).ok()?;
     let HirKind::Concat(items) = hir.kind() else { return None };
-    let best = folded_runs(items).into_iter().max_by_key(|(_, run)| run.len())?.1;
+    let best = folded_runs(items).into_iter().max_by_key(|(_, _, run)| run.len())?.2;
     (best.len() >= 3).then(|| best.into_boxed_slice())
 }
 
 /// The runs of `items` that are ASCII literals or classes of one ASCII character or a letter's two
-/// cases (on ASCII), each with the index of its first item, lowercase.
-fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
-    let mut runs: Vec<(usize, Vec<u8>)> = Vec::new();
+/// cases (on ASCII), each with the index of its first item and the index after its last,
+/// lowercase.
+fn folded_runs(items: &[Hir]) -> Vec<(usize, usize, Vec<u8>)> {
+    let mut runs: Vec<(usize, usize, Vec<u8>)> = Vec::new();
     let mut open = false;
     for (i, item) in items.iter().enumerate() {
         let piece: Option<Vec<u8>> = match item.kind() {
@@ -428,9 +503,12 @@ fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
             _ => None,
         };
         match (piece, open, runs.last_mut()) {
-            (Some(p), true, Some((_, run))) => run.extend(p),
+            (Some(p), true, Some((_, end, run))) => {
+                run.extend(p);
+                *end = i + 1;
+            }
             (Some(p), _, _) => {
-                runs.push((i, p));
+                runs.push((i, i + 1, p));
                 open = true;
             }
             (None, _, _) => open = false,
@@ -439,9 +517,84 @@ fn folded_runs(items: &[Hir]) -> Vec<(usize, Vec<u8>)> {
     runs
 }
 
+/// The ASCII bytes (a bit each) a match of `hir` on ASCII text can start with, when every match
+/// has at least one character; `None` when it may be empty or its first character is not a
+/// class, a literal or a repetition, group, concatenation or alternation of those.
+fn first_ascii(hir: &Hir) -> Option<u128> {
+    if hir.properties().minimum_len()? == 0 {
+        return None;
+    }
+    let of_ranges = |ranges: &mut dyn Iterator<Item = (u32, u32)>| {
+        ranges.filter(|&(a, _)| a < 128).fold(0u128, |set, (a, b)| (a..=b.min(127)).fold(set, |s, c| s | 1 << c))
+    };
+    match hir.kind() {
+        // A literal whose first byte is not ASCII matches no ASCII text.
+        HirKind::Literal(lit) => Some(lit.0.first().filter(|b| b.is_ascii()).map_or(0, |&b| 1u128 << b)),
+        HirKind::Class(Class::Unicode(c)) => {
+            Some(of_ranges(&mut c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32))))
+        }
+        HirKind::Class(Class::Bytes(c)) => {
+            Some(of_ranges(&mut c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32))))
+        }
+        HirKind::Repetition(rep) => first_ascii(&rep.sub),
+        HirKind::Capture(cap) => first_ascii(&cap.sub),
+        HirKind::Concat(items) => first_ascii(items.first()?),
+        HirKind::Alternation(alts) => alts.iter().try_fold(0u128, |set, a| Some(set | first_ascii(a)?)),
+        HirKind::Empty | HirKind::Look(_) => None,
+    }
+}
+
 /// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to
 /// ASCII case.
-pub(super) fn find_folded(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
+pub(crate) fn find_folded(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if needle.len() >= 2 {
+        // SAFETY: SSE2 is part of every x86-64 processor (the target's baseline).
+        return unsafe { find_folded_sse2(hay, needle, from) };
+    }
+    find_folded_bytewise(hay, needle, from)
+}
+
+/// [`find_folded`] sixteen positions at a time (SSE2, in every x86-64): a position is a candidate
+/// when its byte and the byte `needle.len() - 1` after it are the needle's first and last up to
+/// case, which one comparison of each byte with bit 5 set tells exactly for a letter (no other
+/// byte has a letter's lowercase once bit 5 is set); the candidates' middle is compared then.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn find_folded_sse2(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    use std::arch::x86_64::{
+        _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+    };
+    let last = needle.len() - 1;
+    let (first, final_) = (needle[0], needle[last]);
+    let bit5 = |b: u8| _mm_set1_epi8(if b.is_ascii_lowercase() { 0x20 } else { 0 });
+    let (want_first, fold_first) = (_mm_set1_epi8(first as i8), bit5(first));
+    let (want_final, fold_final) = (_mm_set1_epi8(final_ as i8), bit5(final_));
+    let mut at = from;
+    while at + last + 16 <= hay.len() {
+        // SAFETY: both sixteen-byte loads end within `hay` (`at + last + 16 <= hay.len()`).
+        let (a, b) = unsafe {
+            (_mm_loadu_si128(hay.as_ptr().add(at).cast()), _mm_loadu_si128(hay.as_ptr().add(at + last).cast()))
+        };
+        let both = _mm_and_si128(
+            _mm_cmpeq_epi8(_mm_or_si128(a, fold_first), want_first),
+            _mm_cmpeq_epi8(_mm_or_si128(b, fold_final), want_final),
+        );
+        let mut mask = _mm_movemask_epi8(both) as u32;
+        while mask != 0 {
+            let p = at + mask.trailing_zeros() as usize;
+            if hay[p + 1..p + last].eq_ignore_ascii_case(&needle[1..last]) {
+                return Some(p);
+            }
+            mask &= mask - 1;
+        }
+        at += 16;
+    }
+    find_folded_bytewise(hay, needle, at)
+}
+
+/// [`find_folded`] one candidate first byte at a time (the end of the text, other machines).
+fn find_folded_bytewise(hay: &[u8], needle: &[u8], mut from: usize) -> Option<usize> {
     let Some((&first, rest)) = needle.split_first() else { return Some(from) };
     while let Some(i) = memchr::memchr2(first, first.to_ascii_uppercase(), hay.get(from..)?) {
         let at = from + i;
@@ -470,9 +623,19 @@ impl Fast {
         self.folded.as_deref()
     }
 
+    /// What may follow the folded prefix, for the tests.
+    pub(super) fn folded_next_of(&self) -> Option<u128> {
+        self.folded_next
+    }
+
+    /// The search up to case one byte at a time, for the tests.
+    pub(super) fn find_folded_bytewise_of(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+        find_folded_bytewise(hay, needle, from)
+    }
+
     /// The candidate search on an ASCII line, for the tests.
     pub(super) fn folded_candidates_of(&self, text: &str) -> Result<bool, Undecided> {
         let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) else { return Err(Undecided) };
-        self.folded_candidates(text, needle, anchored, self.limit(text))
+        self.folded_candidates(text, needle, anchored, self.limit(text), 0)
     }
 }

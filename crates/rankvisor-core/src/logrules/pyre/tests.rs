@@ -147,6 +147,45 @@ fn agrees(p: &str, lines: &[&str]) {
     for l in lines {
         assert_eq!(re.is_match(l), re.regex.is_match(l), "{p:?} on {l:?}: is_match");
         assert_eq!(re.match_group1(l), general(&re, l), "{p:?} on {l:?}: group 1");
+        // As a batch's search leaves it: the first occurrence of the needle, if any.
+        let found = searched(&re, l);
+        if found == Some(None) {
+            assert!(!re.regex.is_match(l), "{p:?} on {l:?}: a line without the needle matched");
+            continue;
+        }
+        let at = found.flatten();
+        assert_eq!(re.is_match_at(l, at), re.regex.is_match(l), "{p:?} on {l:?}: is_match_at({at:?})");
+        assert_eq!(re.match_group1_at(l, at), general(&re, l), "{p:?} on {l:?}: group 1 at {at:?}");
+    }
+}
+
+/// What a batch's search finds in `line` for `re`: `None` when it has no needle, else the first
+/// occurrence, if any.
+fn searched(re: &PyRegex, line: &str) -> Option<Option<usize>> {
+    match re.needle(line.is_ascii())? {
+        super::Needle::Exact(f) => Some(f.find(line.as_bytes())),
+        super::Needle::Folded(n) => Some(PyRegex::find_folded(line.as_bytes(), n, 0)),
+    }
+}
+
+#[test]
+fn the_search_up_to_case_finds_what_a_byte_by_byte_one_does() {
+    // Every offset around the sixteen-byte blocks, letters and the bytes one bit from them.
+    let alphabet = b"lLoOsS_@`[{ \x80\xCC\xEC-";
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for round in 0..5_000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let len = (seed % 70) as usize;
+        let hay: Vec<u8> = (0..len).map(|k| alphabet[((seed >> (k % 50)) as usize + k * 7) % alphabet.len()]).collect();
+        for needle in [&b"loss"[..], b"lo", b"l_s", b"@o", b"s{"] {
+            let from = round % 5;
+            let want = (from..len.saturating_sub(needle.len() - 1))
+                .find(|&p| hay[p..p + needle.len()].eq_ignore_ascii_case(needle));
+            assert_eq!(fast::find_folded(&hay, needle, from), want, "{hay:?} {needle:?} from {from}");
+            assert_eq!(fast::Fast::find_folded_bytewise_of(&hay, needle, from), want, "{hay:?} {needle:?} from {from}");
+        }
     }
 }
 
@@ -211,12 +250,15 @@ fn a_leading_dot_star_takes_the_fast_path_with_pythons_answers() {
     }
     // A line with more failing candidates than the fast path tries goes to the general path.
     let re = PyRegex::new(r".*a: (\d)").unwrap();
-    assert_eq!(re.fast.as_ref().unwrap().match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Err(fast::Undecided));
+    assert_eq!(
+        re.fast.as_ref().unwrap().match_group1("a: 1 a: x a: x a: x a: x a: x\n", Default::default()),
+        Err(fast::Undecided)
+    );
     assert_eq!(re.match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Some(Some("1")));
     // Candidates after the last occurrence of the rest's longest literal are not tried.
     let tflops = PyRegex::new(r".* (.+)TFLOPs.*").unwrap();
     let padded = "speed: 123 TFLOPs, mem 61.2 GiB                 \n";
-    assert_eq!(tflops.fast.as_ref().unwrap().match_group1(padded), Ok(Some(Some("123 "))));
+    assert_eq!(tflops.fast.as_ref().unwrap().match_group1(padded, Default::default()), Ok(Some(Some("123 "))));
 }
 
 #[test]
@@ -253,10 +295,31 @@ fn case_insensitive_text_rules_out_ascii_lines_only() {
     // text occurs; more failing occurrences than the fast path tries go to the search.
     let re = PyRegex::new(nan).unwrap();
     assert_eq!(re.fast.as_ref().and_then(|f| f.folded_prefix()), Some(&b"loss"[..]));
-    let many = "loss_1 LOSS_2 loss_3 loss_4 loss_5 Loss: NaN\n";
+    let many = "loss: 1 LOSS: 2 loss=3 loss 4 Loss: NaN\n";
     assert!(re.fast.as_ref().unwrap().folded_candidates_of(many).is_err());
-    agrees(nan, &[many, "loss_1 loss: nan\n", "loss_1 loss: 1\n", "a\nloss: nan\n"]);
+    // An occurrence followed by a byte `[=: ]+nan` cannot start with is no try.
+    let skipped = "loss_1 LOSS_2 loss_3 loss_4 loss_5 lossy Loss: NaN\n";
+    assert_eq!(re.fast.as_ref().unwrap().folded_candidates_of(skipped), Ok(true));
+    assert_eq!(re.fast.as_ref().unwrap().folded_candidates_of("loss_1 loss\n"), Ok(false));
+    agrees(nan, &[many, skipped, "loss_1 loss: nan\n", "loss_1 loss: 1\n", "a\nloss: nan\n", "loss", "loss \n"]);
     assert!(PyRegex::new("(?i).*lo[sx]s: nan").unwrap().fast.unwrap().folded_prefix().is_none());
+}
+
+#[test]
+fn what_may_follow_a_folded_prefix_is_known_from_the_syntax_or_not_at_all() {
+    let next = |p: &str| PyRegex::new(p).unwrap().fast.unwrap().folded_next_of();
+    let set = |bytes: &[u8]| bytes.iter().fold(0u128, |s, &b| s | 1 << b);
+    assert_eq!(next("(?i).*loss[=: ]+nan"), Some(set(b"=: ")));
+    assert_eq!(next("(?i).*loss(:|=) nan"), Some(set(b":=")));
+    assert_eq!(next("(?i).*loss(?:x|y)+"), Some(set(b"xXyY")));
+    // A rest that may match nothing, or starts with an assertion: no check.
+    assert_eq!(next("(?i).*loss[=: ]*nan"), None);
+    assert_eq!(next("(?i).*loss\\bnan"), None);
+    assert_eq!(next("(?i).*loss(?:|x)"), None);
+    // Not ASCII: nothing on an ASCII line goes on.
+    assert_eq!(next("(?i).*lossé"), Some(0));
+    agrees("(?i).*lossé", &["lossé\n", "loss e\n"]);
+    agrees("(?i).*loss(?:x|y)+", &["lossx\n", "LOSSY\n", "loss_x lossz lossY\n", "loss\n"]);
 }
 
 #[test]
@@ -313,7 +376,7 @@ fn metric_shapes_are_recognized_from_the_syntax_tree_only() {
     assert_eq!(tp.match_group1("x 'samples/sec': .5\n"), None);
     // Not ASCII after the digits: a Unicode digit may go on; the general path decides.
     let f = tp.fast.as_ref().unwrap();
-    assert_eq!(f.match_group1("'samples/sec': 81٣\n"), Err(fast::Undecided));
+    assert_eq!(f.match_group1("'samples/sec': 81٣\n", Default::default()), Err(fast::Undecided));
     assert_eq!(tp.match_group1("'samples/sec': 81٣\n"), Some(Some("81٣")));
     // A newline between the literal and the final literal: the general path decides.
     let up_to = PyRegex::new(r"(?s).* (.+)TF").unwrap();
