@@ -19,7 +19,7 @@
 
 use super::lines::LineBatch;
 use super::pynum::py_float;
-use super::pyre::{Needle, PyRegex};
+use super::pyre::{Found, Needle, PyRegex};
 use super::rule::Rule;
 use super::ruleset::RuleSet;
 use std::sync::Arc;
@@ -209,7 +209,8 @@ impl Evaluator {
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
         if !self.stopped {
             self.last_eval = self.last_eval.max(now);
-            self.step(line, now, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
+            let every = 0..self.runs.len();
+            self.step(line, now, every, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
         }
         &self.verdict
     }
@@ -260,14 +261,24 @@ impl Evaluator {
                     Needle::Exact(f) => text.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
                     Needle::Folded(n) => PyRegex::find_folded(text, n, from),
                 };
-                let (mut from, mut line) = (0, 0);
+                // From each line's first occurrence on, the search goes on: the next one is in
+                // the same line (which then has more: the search goes on after it) or is the
+                // next line's first.
+                let (mut from, mut line, mut open) = (0, 0, usize::MAX);
                 while let Some(pos) = find(from) {
                     line = line_from(batch.ends(), line, pos);
                     let Some(&end) = batch.ends().get(line) else { break };
+                    let k = line * 2 * n + b;
+                    if line == open {
+                        firsts[k] |= MORE;
+                        from = end;
+                        continue;
+                    }
                     marks[line * words + word] |= bit;
                     // A line is at most `LINE_CAP` bytes and its newline.
-                    firsts[line * 2 * n + b] = (pos - batch.span(line).start) as u32;
-                    from = end;
+                    firsts[k] = (pos - batch.span(line).start) as u32;
+                    open = line;
+                    from = pos + 1;
                 }
             }
         }
@@ -287,11 +298,13 @@ impl Evaluator {
                 continue;
             }
             let f = &firsts[i * 2 * n..(i + 1) * 2 * n];
-            let outcome = self.step(Some(batch.line(i)), now, |r| {
+            // Once every rule was evaluated at `now`, only those that may match are shown.
+            let order = if all_done { Order::Marked(marked_rules(m)) } else { Order::Every(0..n) };
+            let outcome = self.step(Some(batch.line(i)), now, order, |r| {
                 let hit = |b: usize| match (m[b / 64] >> (b % 64) & 1 != 0, f[b]) {
                     (false, _) => Hit::Absent,
                     (true, NOT_SEARCHED) => Hit::Unsearched,
-                    (true, at) => Hit::At(at as usize),
+                    (true, at) => Hit::At(Found { first: (at & !MORE) as usize, once: at & MORE == 0 }),
                 };
                 let found = Searched { log: hit(2 * r), stop: hit(2 * r + 1) };
                 let first = !std::mem::replace(&mut done[r], true);
@@ -314,8 +327,17 @@ impl Evaluator {
     /// One evaluation of `line` (`None`: idle) at `now` by each rule in order, then the verdict.
     /// `show(i)` says what rule `i` sees ([`Shown`]), or `None`: it is skipped, which must change
     /// nothing (see `on_lines`).
-    fn step(&mut self, line: Option<&str>, now: Instant, mut show: impl FnMut(usize) -> Option<Shown>) -> Outcome {
-        for (i, (rule, run)) in self.rules.rules().iter().zip(&mut self.runs).enumerate() {
+    /// Only the rules `order` gives (ascending) are asked.
+    fn step(
+        &mut self,
+        line: Option<&str>,
+        now: Instant,
+        order: impl Iterator<Item = usize>,
+        mut show: impl FnMut(usize) -> Option<Shown>,
+    ) -> Outcome {
+        let rules = self.rules.rules();
+        for i in order {
+            let (Some(rule), Some(run)) = (rules.get(i), self.runs.get_mut(i)) else { break };
             let (seen, searched) = match show(i) {
                 None => continue,
                 Some(Shown::Line) => (line, None),
@@ -345,6 +367,36 @@ impl Evaluator {
         self.verdict = Verdict { state, named };
         Outcome::Changed
     }
+}
+
+/// The rules a line of a batch is shown to, in order.
+enum Order<M> {
+    Every(std::ops::Range<usize>),
+    Marked(M),
+}
+
+impl<M: Iterator<Item = usize>> Iterator for Order<M> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            Self::Every(all) => all.next(),
+            Self::Marked(marked) => marked.next(),
+        }
+    }
+}
+
+/// The rules with a bit in a line's `marks` (two a rule, in one word), ascending.
+fn marked_rules(marks: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    let mut last = usize::MAX;
+    marks
+        .iter()
+        .enumerate()
+        .flat_map(|(w, &word)| {
+            std::iter::successors((word != 0).then_some(word), |&x| Some(x & (x - 1)).filter(|&y| y != 0))
+                .map(move |x| (w * 64 + x.trailing_zeros() as usize) / 2)
+        })
+        .filter(move |&r| std::mem::replace(&mut last, r) != r)
 }
 
 /// What one rule sees of an evaluation.
@@ -398,20 +450,22 @@ struct Searched {
 enum Hit {
     /// Its needle is not there (or there is no pattern): it does not match.
     Absent,
-    /// Its needle is first at this byte of the line: it needs no search of its own.
-    At(usize),
+    /// Its needle is in the line, there: it needs no search of its own.
+    At(Found),
     /// It has no needle: it is matched as it is.
     Unsearched,
 }
 
 impl Hit {
     /// The pattern may match.
+    #[inline]
     fn found(self) -> bool {
         self != Self::Absent
     }
 
-    /// Where its needle is first, when searched.
-    fn at(self) -> Option<usize> {
+    /// Where its needle is, when searched.
+    #[inline]
+    fn at(self) -> Option<Found> {
         match self {
             Self::At(at) => Some(at),
             _ => None,
@@ -421,6 +475,8 @@ impl Hit {
 
 /// In `on_lines`' `firsts`: the pattern has no needle.
 const NOT_SEARCHED: u32 = u32::MAX;
+/// In `on_lines`' `firsts`, besides the first occurrence's byte: the line has more.
+const MORE: u32 = 1 << 31;
 
 /// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation); `searched`:
 /// what a batch's search found in the line, if it was searched.
@@ -465,16 +521,16 @@ fn evaluate_rule(
         return Ok(());
     }
     let since = |t: Instant| now.saturating_duration_since(t);
-    match (run.last_match, rule.start_cutoff, rule.recurring) {
-        (None, Some(cutoff), _) if since(start) > cutoff => {
-            run.state = LogState::Hanging;
-            return Ok(());
-        }
-        (Some(m), _, Some(freq)) if since(m) > freq => {
-            run.state = LogState::Hanging;
-            return Ok(());
-        }
-        _ => {}
+    // A match is 0 s old, within any timeout: only a line that did not match may time out.
+    let timed_out = line.is_none()
+        && match (run.last_match, rule.start_cutoff, rule.recurring) {
+            (None, Some(cutoff), _) => since(start) > cutoff,
+            (Some(m), _, Some(freq)) => since(m) > freq,
+            _ => false,
+        };
+    if timed_out {
+        run.state = LogState::Hanging;
+        return Ok(());
     }
     let Some(group1) = matched else { return Ok(()) };
     let Some((op, threshold)) = rule.metric else {

@@ -37,7 +37,8 @@ impl LineBatch {
         self.ends.clear();
     }
 
-    /// Add a line's bytes (the splitter's), to be checked as UTF-8 by [`LineBatch::seal`].
+    /// Add a line's bytes (the splitter's: a `\n` at most at its end, which the matching relies
+    /// on), to be checked as UTF-8 by [`LineBatch::seal`].
     pub fn push(&mut self, line: &[u8]) {
         self.raw.extend_from_slice(line);
         self.ends.push(self.raw.len());
@@ -85,11 +86,13 @@ impl LineBatch {
     }
 
     /// Line `i`'s span in the text.
+    #[inline]
     pub fn span(&self, i: usize) -> std::ops::Range<usize> {
         (if i == 0 { 0 } else { self.ends[i - 1] })..self.ends[i]
     }
 
     /// Line `i`.
+    #[inline]
     pub fn line(&self, i: usize) -> &str {
         &self.text[self.span(i)]
     }

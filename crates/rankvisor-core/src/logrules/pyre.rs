@@ -88,14 +88,21 @@ impl PyRegex {
 
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text) && self.is_match_at(text, None)
+        self.may_match(text) && self.is_match_known(text, fast::Known::default())
     }
 
-    /// [`PyRegex::is_match`] without the search for the required text: a batch's search found
-    /// it ([`PyRegex::needle`]), first at `at` in `text` when it says, or the pattern has none.
-    pub fn is_match_at(&self, text: &str, at: Option<usize>) -> bool {
+    /// [`PyRegex::is_match`] on one line of a batch (a `\n` at most at its end), without the
+    /// search for the required text: the batch's search `found` its needle
+    /// ([`PyRegex::needle`]), or the pattern has none (`None`).
+    #[inline]
+    pub fn is_match_at(&self, line: &str, found: Option<Found>) -> bool {
+        self.is_match_known(line, self.hint.known(found))
+    }
+
+    /// `re.match(pattern, text) is not None`, `known` of the text.
+    fn is_match_known(&self, text: &str, known: fast::Known) -> bool {
         match &self.fast {
-            Some(f) => f.is_match(text, self.hint.known(at)),
+            Some(f) => f.is_match(text, known),
             None => self.regex.is_match(text),
         }
     }
@@ -110,7 +117,7 @@ impl PyRegex {
 
     /// What to search a batch's text for: every match contains it (case-sensitive, or up to ASCII
     /// case when the text is `ascii`), so a line without it does not match; `None` when there is
-    /// nothing to search for. Where it occurs first in a line is the `at` of
+    /// nothing to search for. Where it occurs in a line is the `found` of
     /// [`PyRegex::is_match_at`] and [`PyRegex::match_group1_at`].
     pub fn needle(&self, ascii: bool) -> Option<Needle<'_>> {
         match (&self.required, &self.folded) {
@@ -137,17 +144,22 @@ impl PyRegex {
         if !self.may_match(text) {
             return None;
         }
-        self.match_group1_at(text, None)
+        self.match_group1_known(text, fast::Known::default())
     }
 
     /// [`PyRegex::match_group1`] without the search for the required text (see
     /// [`PyRegex::is_match_at`]).
-    pub fn match_group1_at<'t>(&self, text: &'t str, at: Option<usize>) -> Option<Option<&'t str>> {
+    pub fn match_group1_at<'t>(&self, line: &'t str, found: Option<Found>) -> Option<Option<&'t str>> {
+        self.match_group1_known(line, self.hint.known(found))
+    }
+
+    /// `re.match(pattern, text)` and its group 1, `known` of the text.
+    fn match_group1_known<'t>(&self, text: &'t str, known: fast::Known) -> Option<Option<&'t str>> {
         if self.groups == 0 {
-            return self.is_match_at(text, at).then_some(None);
+            return self.is_match_known(text, known).then_some(None);
         }
-        if let Some(Ok(found)) = self.fast.as_ref().map(|f| f.match_group1(text, self.hint.known(at))) {
-            return found;
+        if let Some(Ok(group)) = self.fast.as_ref().map(|f| f.match_group1(text, known)) {
+            return group;
         }
         let caps = self.regex.captures(text)?;
         Some(caps.get(1).map(|m| m.as_str()))
@@ -157,6 +169,7 @@ impl PyRegex {
 mod fast;
 mod translate;
 
+pub use fast::Found;
 pub use translate::{translate, Translation};
 
 #[cfg(test)]

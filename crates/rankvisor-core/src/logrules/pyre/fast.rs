@@ -57,6 +57,9 @@ pub(super) struct Fast {
     /// Q's final literal, when Q ends with one: every match of Q ends with it, so no later than
     /// its last occurrence, and nothing in Q looks past it (the anchored search stops there).
     tail: Option<(usize, FinderRev<'static>)>,
+    /// The final literal is Q's longest (not its leading one): Q starts no later than its last
+    /// occurrence (`last` is then `None`).
+    tail_is_last: bool,
     /// Q after its leading literal, when it is a capture of a shape matched without an automaton.
     shape: Option<Shape>,
 }
@@ -80,34 +83,51 @@ struct Literal {
     rev: FinderRev<'static>,
 }
 
-/// What the first occurrence of a pattern's searched text (`PyRegex::needle`) is to its fast path.
+/// What the occurrences of a pattern's needle (`PyRegex::needle`) are to its fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Hint {
-    /// Q's leading literal is that text: its first occurrence.
+    /// Q's leading literal is the needle.
     Literal,
-    /// Q's folded prefix is that text: its first occurrence up to case, on an ASCII line.
+    /// Q's final literal is the needle (and not its leading one).
+    Tail,
+    /// Q's folded prefix is the needle (found up to case, on an ASCII line).
     Folded,
     /// Something else: of no use.
     Nothing,
 }
 
 impl Hint {
-    /// What a batch's search found at `at` tells the fast path.
-    pub(super) fn known(self, at: Option<usize>) -> Known {
+    /// What a batch's search `found` in one line tells the fast path.
+    #[inline]
+    pub(super) fn known(self, found: Option<Found>) -> Known {
+        let none = Known { one_line: true, ..Known::default() };
         match self {
-            Self::Literal => Known { literal: at, folded: None },
-            Self::Folded => Known { literal: None, folded: at },
-            Self::Nothing => Known::default(),
+            Self::Literal => Known { literal: found, ..none },
+            Self::Tail => Known { tail: found, ..none },
+            Self::Folded => Known { folded: found.map(|f| f.first), ..none },
+            Self::Nothing => none,
         }
     }
 }
 
-/// Where a line's first candidate is, when a batch's search found it: the first occurrence of Q's
-/// leading literal, or of its folded prefix (the line then being ASCII).
+/// Where a batch's search found a pattern's needle in one of its lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// The first occurrence's byte.
+    pub first: usize,
+    /// It is the only occurrence (else there are more).
+    pub once: bool,
+}
+
+/// What is known of a line before the fast path looks at it: where Q's leading literal, final
+/// literal or folded prefix occurs, when a batch's search found it; that the text is one line (a
+/// `\n` at most at its end).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Known {
-    literal: Option<usize>,
+    literal: Option<Found>,
+    tail: Option<Found>,
     folded: Option<usize>,
+    one_line: bool,
 }
 
 /// The fast path cannot decide this line: take the general one.
@@ -146,7 +166,7 @@ impl Fast {
             _ => None,
         };
         let only_literal = q.len() == 1 && literal.is_some();
-        let last = q
+        let longest = q
             .iter()
             .filter_map(|h| match h.kind() {
                 HirKind::Literal(lit) => Some(&lit.0),
@@ -154,12 +174,14 @@ impl Fast {
             })
             .max_by_key(|lit| lit.len())
             // When it is the leading literal, the candidates' own search stops at its last occurrence.
-            .filter(|lit| literal.as_ref().is_none_or(|l| l.fwd.needle() != &lit[..]))
-            .map(|lit| FinderRev::new(lit).into_owned());
+            .filter(|lit| literal.as_ref().is_none_or(|l| l.fwd.needle() != &lit[..]));
         let tail = match q.last().map(Hir::kind) {
             Some(HirKind::Literal(lit)) => Some((lit.0.len(), FinderRev::new(&lit.0).into_owned())),
             _ => None,
         };
+        // When it is the final literal, the search for that one finds its last occurrence.
+        let tail_is_last = longest.is_some_and(|lit| tail.as_ref().is_some_and(|(_, t)| t.needle() == &lit[..]));
+        let last = longest.filter(|_| !tail_is_last).map(|lit| FinderRev::new(lit).into_owned());
         let shape = match (&literal, &tail) {
             (Some(_), _) => Shape::of(&q[1..], tail.is_some()),
             _ => None,
@@ -191,6 +213,7 @@ impl Fast {
             folded_next,
             last,
             tail,
+            tail_is_last,
             shape,
         })
     }
@@ -200,14 +223,19 @@ impl Fast {
     pub(super) fn hint_for(&self, required: Option<&[u8]>, folded: Option<&[u8]>) -> Hint {
         match (required, folded) {
             (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => Hint::Literal,
+            (Some(r), _) if self.tail.as_ref().is_some_and(|(_, t)| t.needle() == r) => Hint::Tail,
             (None, Some(f)) if self.folded.as_deref() == Some(f) => Hint::Folded,
             _ => Hint::Nothing,
         }
     }
 
     /// The last position Q may start at.
-    fn limit(&self, text: &str) -> usize {
-        if self.stops_at_newline {
+    #[inline]
+    fn limit(&self, text: &str, known: Known) -> usize {
+        if known.one_line {
+            // Its newline, if any, ends it.
+            text.len() - usize::from(self.stops_at_newline && text.as_bytes().last() == Some(&b'\n'))
+        } else if self.stops_at_newline {
             memchr::memchr(b'\n', text.as_bytes()).unwrap_or(text.len())
         } else {
             text.len()
@@ -216,10 +244,13 @@ impl Fast {
 
     /// `re.match(pattern, text) is not None`; `known`: what a batch's search found.
     pub(super) fn is_match(&self, text: &str, known: Known) -> bool {
-        let limit = self.limit(text);
+        let limit = self.limit(text, known);
         let Some(search) = &self.search else {
             // Q is its literal: its first occurrence is the smallest start.
-            let first = known.literal.or_else(|| self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())));
+            let first = known
+                .literal
+                .map(|f| f.first)
+                .or_else(|| self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())));
             return first.is_some_and(|p| p <= limit);
         };
         if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
@@ -280,18 +311,21 @@ impl Fast {
         };
         let bytes = text.as_bytes();
         // Q's matches end no later than this.
-        let end = match &self.tail {
-            Some((len, f)) => match f.rfind(bytes) {
+        let (end, tail_at) = match &self.tail {
+            Some((len, f)) => match known.tail.filter(|t| t.once).map(|t| t.first).or_else(|| f.rfind(bytes)) {
                 // A UTF-8 literal ends on a character; checked all the same.
-                Some(p) if text.is_char_boundary(p + len) => p + len,
-                Some(_) => text.len(),
+                Some(p) if text.is_char_boundary(p + len) => (p + len, Some(p)),
+                Some(p) => (text.len(), Some(p)),
                 None => return Ok(None),
             },
-            None => text.len(),
+            None => (text.len(), None),
         };
-        let Some(limit) =
-            self.last.as_ref().map_or(Some(self.limit(text)), |l| l.rfind(bytes).map(|p| p.min(self.limit(text))))
-        else {
+        let last_at = match (&self.last, tail_at) {
+            (_, Some(p)) if self.tail_is_last => Some(p),
+            (Some(l), _) => l.rfind(bytes),
+            (None, _) => Some(text.len()),
+        };
+        let Some(limit) = last_at.map(|p| p.min(self.limit(text, known))) else {
             return Ok(None);
         };
         let mut locs = None;
@@ -315,15 +349,20 @@ impl Fast {
             let mut end = text.len().min(limit.saturating_add(lit.len));
             // The common case, one occurrence: two forward searches (vectorized) find it faster
             // than the reverse one; the first, a batch's search may have done (an occurrence
-            // that does not end by `end` is the first of none that do).
-            let first = match known.literal {
-                Some(p) => Some(p).filter(|&p| p + lit.len <= end),
-                None => lit.fwd.find(&bytes[..end]),
-            };
-            if let Some(p) = first {
-                if lit.fwd.find(&bytes[p + 1..end]).is_none() {
-                    return try_at(p);
+            // that does not end by `end` is the first of none that do). A literal of one byte
+            // (a space: seldom alone in a line) is looked for from the end at once.
+            match known.literal {
+                Some(f) if f.first + lit.len > end => return Ok(None),
+                Some(Found { first, once: true }) => return try_at(first),
+                Some(_) => {}
+                None if lit.len > 1 => {
+                    if let Some(p) = lit.fwd.find(&bytes[..end]) {
+                        if lit.fwd.find(&bytes[p + 1..end]).is_none() {
+                            return try_at(p);
+                        }
+                    }
                 }
+                None => {}
             }
             while let Some(p) = lit.rev.rfind(&bytes[..end]) {
                 if let Some(g) = try_at(p)? {
@@ -336,7 +375,7 @@ impl Fast {
                 end = p + lit.len - 1;
             }
         } else {
-            let mut from = known.literal.unwrap_or(0);
+            let mut from = known.literal.map_or(0, |f| f.first);
             while let Some(p) = lit.fwd.find(&bytes[from..]).map(|i| from + i).filter(|&p| p <= limit) {
                 if let Some(g) = try_at(p)? {
                     return Ok(Some(g));
@@ -636,6 +675,6 @@ impl Fast {
     /// The candidate search on an ASCII line, for the tests.
     pub(super) fn folded_candidates_of(&self, text: &str) -> Result<bool, Undecided> {
         let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) else { return Err(Undecided) };
-        self.folded_candidates(text, needle, anchored, self.limit(text), 0)
+        self.folded_candidates(text, needle, anchored, self.limit(text, Known::default()), 0)
     }
 }
