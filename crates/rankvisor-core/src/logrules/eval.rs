@@ -99,10 +99,11 @@ pub struct Evaluator {
     verdict: Verdict,
     stopped: bool,
     /// `on_lines`' buffers, reused: which rules may match each line, where in the line each
-    /// pattern's needle occurs first, which rules were evaluated.
+    /// pattern's needle occurs first, which rules were evaluated, which a line is shown to.
     marks: Vec<u64>,
     firsts: Vec<u32>,
     done: Vec<bool>,
+    order: Vec<usize>,
 }
 
 impl Evaluator {
@@ -130,6 +131,7 @@ impl Evaluator {
             marks: Vec::new(),
             firsts: Vec::new(),
             done: Vec::new(),
+            order: Vec::new(),
         }
     }
 
@@ -209,8 +211,7 @@ impl Evaluator {
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
         if !self.stopped {
             self.last_eval = self.last_eval.max(now);
-            let every = 0..self.runs.len();
-            self.step(line, now, every, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
+            self.step(line, now, None, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
         }
         &self.verdict
     }
@@ -286,6 +287,7 @@ impl Evaluator {
         let mut done = std::mem::take(&mut self.done);
         done.clear();
         done.resize(n, false);
+        let mut order = std::mem::take(&mut self.order);
         let mut all_done = n == 0;
         // The last line was abandoned: the verdict was not taken after it.
         let mut stale = false;
@@ -299,7 +301,10 @@ impl Evaluator {
             }
             let f = &firsts[i * 2 * n..(i + 1) * 2 * n];
             // Once every rule was evaluated at `now`, only those that may match are shown.
-            let order = if all_done { Order::Marked(marked_rules(m)) } else { Order::Every(0..n) };
+            if all_done {
+                marked_rules(m, &mut order);
+            }
+            let order = all_done.then_some(&order[..]);
             let outcome = self.step(Some(batch.line(i)), now, order, |r| {
                 let hit = |b: usize| match (m[b / 64] >> (b % 64) & 1 != 0, f[b]) {
                     (false, _) => Hit::Absent,
@@ -322,21 +327,22 @@ impl Evaluator {
         self.marks = marks;
         self.firsts = firsts;
         self.done = done;
+        self.order = order;
     }
 
-    /// One evaluation of `line` (`None`: idle) at `now` by each rule in order, then the verdict.
-    /// `show(i)` says what rule `i` sees ([`Shown`]), or `None`: it is skipped, which must change
-    /// nothing (see `on_lines`).
-    /// Only the rules `order` gives (ascending) are asked.
+    /// One evaluation of `line` (`None`: idle) at `now` by each rule in order (those in `order`,
+    /// ascending, when given), then the verdict. `show(i)` says what rule `i` sees ([`Shown`]),
+    /// or `None`: it is skipped, which must change nothing (see `on_lines`).
     fn step(
         &mut self,
         line: Option<&str>,
         now: Instant,
-        order: impl Iterator<Item = usize>,
+        order: Option<&[usize]>,
         mut show: impl FnMut(usize) -> Option<Shown>,
     ) -> Outcome {
         let rules = self.rules.rules();
-        for i in order {
+        for k in 0..order.map_or(rules.len(), <[usize]>::len) {
+            let i = order.map_or(k, |o| o[k]);
             let (Some(rule), Some(run)) = (rules.get(i), self.runs.get_mut(i)) else { break };
             let (seen, searched) = match show(i) {
                 None => continue,
@@ -369,34 +375,19 @@ impl Evaluator {
     }
 }
 
-/// The rules a line of a batch is shown to, in order.
-enum Order<M> {
-    Every(std::ops::Range<usize>),
-    Marked(M),
-}
-
-impl<M: Iterator<Item = usize>> Iterator for Order<M> {
-    type Item = usize;
-
-    fn next(&mut self) -> Option<usize> {
-        match self {
-            Self::Every(all) => all.next(),
-            Self::Marked(marked) => marked.next(),
+/// The rules with a bit in a line's `marks` (two a rule, in one word), ascending, into `out`.
+fn marked_rules(marks: &[u64], out: &mut Vec<usize>) {
+    out.clear();
+    for (w, &word) in marks.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            let r = (w * 64 + bits.trailing_zeros() as usize) / 2;
+            if out.last() != Some(&r) {
+                out.push(r);
+            }
+            bits &= bits - 1;
         }
     }
-}
-
-/// The rules with a bit in a line's `marks` (two a rule, in one word), ascending.
-fn marked_rules(marks: &[u64]) -> impl Iterator<Item = usize> + '_ {
-    let mut last = usize::MAX;
-    marks
-        .iter()
-        .enumerate()
-        .flat_map(|(w, &word)| {
-            std::iter::successors((word != 0).then_some(word), |&x| Some(x & (x - 1)).filter(|&y| y != 0))
-                .map(move |x| (w * 64 + x.trailing_zeros() as usize) / 2)
-        })
-        .filter(move |&r| std::mem::replace(&mut last, r) != r)
 }
 
 /// What one rule sees of an evaluation.
