@@ -104,7 +104,7 @@ impl Hint {
         match self {
             Self::Literal => Known { literal: found, ..none },
             Self::Tail => Known { tail: found, ..none },
-            Self::Folded => Known { folded: found.map(|f| f.first), ..none },
+            Self::Folded => Known { folded: found, ..none },
             Self::Nothing => none,
         }
     }
@@ -126,7 +126,7 @@ pub struct Found {
 pub(super) struct Known {
     literal: Option<Found>,
     tail: Option<Found>,
-    folded: Option<usize>,
+    folded: Option<Found>,
     one_line: bool,
 }
 
@@ -255,8 +255,7 @@ impl Fast {
         };
         if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
             if known.folded.is_some() || text.is_ascii() {
-                let from = known.folded.unwrap_or(0);
-                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit, from) {
+                if let Ok(found) = self.folded_candidates(text, needle, anchored, limit, known.folded) {
                     return found;
                 }
             }
@@ -271,22 +270,28 @@ impl Fast {
     /// Whether Q matches, anchored, at an occurrence of its folded prefix no later than `limit`
     /// (`text` is ASCII, so Q can start nowhere else); `Undecided` after [`MAX_TRIES`] failures of
     /// the automaton (an occurrence followed by a byte Q cannot go on with fails without it).
-    /// No occurrence starts before `from`.
+    /// `found`: where a batch's search found the prefix (the first occurrence; whether there are
+    /// more).
     fn folded_candidates(
         &self,
         text: &str,
         needle: &[u8],
         anchored: &Regex,
         limit: usize,
-        from: usize,
+        found: Option<Found>,
     ) -> Result<bool, Undecided> {
         let bytes = text.as_bytes();
         let next_fits = |p: usize| {
             self.folded_next
                 .is_none_or(|set| bytes.get(p + needle.len()).is_some_and(|&b| b < 128 && set >> b & 1 != 0))
         };
-        let (mut from, mut tries) = (from, 0);
-        while let Some(p) = find_folded(bytes, needle, from).filter(|&p| p <= limit) {
+        let (mut from, mut tries) = (found.map_or(0, |f| f.first), 0);
+        let next = |from: usize| match found {
+            // The only occurrence: after it, none.
+            Some(Found { first, once: true }) => Some(first).filter(|&f| f >= from),
+            _ => find_folded(bytes, needle, from),
+        };
+        while let Some(p) = next(from).filter(|&p| p <= limit) {
             from = p + 1;
             if !next_fits(p) {
                 continue;
@@ -347,6 +352,11 @@ impl Fast {
         let mut tries = 0;
         if self.greedy {
             let mut end = text.len().min(limit.saturating_add(lit.len));
+            if let (Some(Shape::UpTo { min, .. }), Some(t)) = (self.shape, tail_at) {
+                // The group runs to the final literal's last occurrence and takes at least `min`
+                // characters: a literal ending later is no candidate.
+                end = end.min(t.saturating_sub(min));
+            }
             // The common case, one occurrence: two forward searches (vectorized) find it faster
             // than the reverse one; the first, a batch's search may have done (an occurrence
             // that does not end by `end` is the first of none that do). A literal of one byte
@@ -675,6 +685,6 @@ impl Fast {
     /// The candidate search on an ASCII line, for the tests.
     pub(super) fn folded_candidates_of(&self, text: &str) -> Result<bool, Undecided> {
         let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) else { return Err(Undecided) };
-        self.folded_candidates(text, needle, anchored, self.limit(text, Known::default()), 0)
+        self.folded_candidates(text, needle, anchored, self.limit(text, Known::default()), None)
     }
 }
