@@ -97,6 +97,9 @@ pub struct Evaluator {
     start: Instant,
     last_eval: Instant,
     verdict: Verdict,
+    /// The verdict's state is the rules' states combined (false when a line that changed one was
+    /// abandoned before the verdict was taken).
+    settled: bool,
     stopped: bool,
     /// `on_lines`' buffers, reused: which rules may match each line, where in the line each
     /// pattern's needle occurs first, which rules were evaluated, which a line is shown to.
@@ -127,6 +130,7 @@ impl Evaluator {
             start: attempt_start,
             last_eval: attempt_start,
             verdict: Verdict { state: LogState::Waiting, named: Vec::new() },
+            settled: true,
             stopped: false,
             marks: Vec::new(),
             firsts: Vec::new(),
@@ -341,6 +345,7 @@ impl Evaluator {
         mut show: impl FnMut(usize) -> Option<Shown>,
     ) -> Outcome {
         let rules = self.rules.rules();
+        let mut changed = false;
         for k in 0..order.map_or(rules.len(), <[usize]>::len) {
             let i = order.map_or(k, |o| o[k]);
             let (Some(rule), Some(run)) = (rules.get(i), self.runs.get_mut(i)) else { break };
@@ -350,11 +355,20 @@ impl Evaluator {
                 Some(Shown::Searched(s)) => (line, Some(s)),
                 Some(Shown::Idle) => (None, None),
             };
-            if evaluate_rule(rule, run, self.start, seen, searched, now).is_err() {
+            let before = run.state;
+            let outcome = evaluate_rule(rule, run, self.start, seen, searched, now);
+            changed |= run.state != before;
+            if outcome.is_err() {
                 // The agent's loop catches the exception and goes on to the next line.
+                self.settled &= !changed;
                 return Outcome::Abandoned;
             }
         }
+        if self.settled && !changed {
+            // The verdict is the rules' states combined, and none changed.
+            return Outcome::Same;
+        }
+        self.settled = true;
         let state = self.runs.iter().map(|r| r.state).max().unwrap_or(LogState::Waiting);
         if state == self.verdict.state {
             return Outcome::Same;

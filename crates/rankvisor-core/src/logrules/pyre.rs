@@ -96,7 +96,7 @@ impl PyRegex {
     /// ([`PyRegex::needle`]), or the pattern has none (`None`).
     #[inline]
     pub fn is_match_at(&self, line: &str, found: Option<Found>) -> bool {
-        self.is_match_known(line, self.hint.known(found))
+        (self.hint == fast::Hint::Match && found.is_some()) || self.is_match_known(line, self.hint.known(found))
     }
 
     /// `re.match(pattern, text) is not None`, `known` of the text.

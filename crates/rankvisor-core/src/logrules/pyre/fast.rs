@@ -86,6 +86,9 @@ struct Literal {
 /// What the occurrences of a pattern's needle (`PyRegex::needle`) are to its fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Hint {
+    /// Q is its leading literal, the needle: a line of a batch that has it matches (it starts
+    /// no later than the line's newline, its last byte).
+    Match,
     /// Q's leading literal is the needle.
     Literal,
     /// Q's final literal is the needle (and not its leading one).
@@ -102,7 +105,7 @@ impl Hint {
     pub(super) fn known(self, found: Option<Found>) -> Known {
         let none = Known { one_line: true, ..Known::default() };
         match self {
-            Self::Literal => Known { literal: found, ..none },
+            Self::Match | Self::Literal => Known { literal: found, ..none },
             Self::Tail => Known { tail: found, ..none },
             Self::Folded => Known { folded: found, ..none },
             Self::Nothing => none,
@@ -222,7 +225,10 @@ impl Fast {
     /// tells this fast path ([`Hint`]).
     pub(super) fn hint_for(&self, required: Option<&[u8]>, folded: Option<&[u8]>) -> Hint {
         match (required, folded) {
-            (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => Hint::Literal,
+            (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => match self.search {
+                None => Hint::Match,
+                Some(_) => Hint::Literal,
+            },
             (Some(r), _) if self.tail.as_ref().is_some_and(|(_, t)| t.needle() == r) => Hint::Tail,
             (None, Some(f)) if self.folded.as_deref() == Some(f) => Hint::Folded,
             _ => Hint::Nothing,
@@ -450,10 +456,14 @@ impl Shape {
     fn at(self, text: &[u8], at: usize, end: usize, tail: &[u8]) -> Result<Option<(usize, usize)>, Undecided> {
         // Digits from `from`: where they stop; a byte that is not ASCII might be a digit too.
         let digits = |from: usize| -> Result<usize, Undecided> {
-            let n = text.get(from..).unwrap_or_default().iter().take_while(|b| b.is_ascii_digit()).count();
-            match text.get(from + n) {
+            // A plain loop: at opt-level "z" an iterator chain here is a call a byte.
+            let mut end = from;
+            while end < text.len() && text[end].is_ascii_digit() {
+                end += 1;
+            }
+            match text.get(end) {
                 Some(b) if !b.is_ascii() => Err(Undecided),
-                _ => Ok(from + n),
+                _ => Ok(end),
             }
         };
         match self {
