@@ -75,6 +75,9 @@ struct RuleRun {
     /// The last matched line (`last_match` says whether there is one); a buffer reused, so a
     /// match costs no allocation.
     last_line: String,
+    /// Within `on_lines`: the batch's line that is the last matched one, not yet copied to
+    /// `last_line` (copied when the verdict names it, or at the end of the batch).
+    pending: Option<usize>,
     last_match: Option<Instant>,
     slow_count: u32,
 }
@@ -120,6 +123,7 @@ impl Evaluator {
                 active: true,
                 state: LogState::Waiting,
                 last_line: String::new(),
+                pending: None,
                 last_match: None,
                 slow_count: 0,
             })
@@ -215,7 +219,7 @@ impl Evaluator {
     fn evaluate(&mut self, line: Option<&str>, now: Instant) -> &Verdict {
         if !self.stopped {
             self.last_eval = self.last_eval.max(now);
-            self.step(line, now, None, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
+            self.step(line, now, None, None, |_| Some(if line.is_some() { Shown::Line } else { Shown::Idle }));
         }
         &self.verdict
     }
@@ -309,16 +313,16 @@ impl Evaluator {
                 marked_rules(m, &mut order);
             }
             let order = all_done.then_some(&order[..]);
-            let outcome = self.step(Some(batch.line(i)), now, order, |r| {
+            let outcome = self.step(Some(batch.line(i)), now, order, Some(batch), |r| {
                 let hit = |b: usize| match (m[b / 64] >> (b % 64) & 1 != 0, f[b]) {
                     (false, _) => Hit::Absent,
                     (true, NOT_SEARCHED) => Hit::Unsearched,
                     (true, at) => Hit::At(Found { first: (at & !MORE) as usize, once: at & MORE == 0 }),
                 };
-                let found = Searched { log: hit(2 * r), stop: hit(2 * r + 1) };
+                let found = Searched { log: hit(2 * r), stop: hit(2 * r + 1), line: i };
                 let first = !std::mem::replace(&mut done[r], true);
                 match found {
-                    Searched { log: Hit::Absent, stop: Hit::Absent } => first.then_some(Shown::Idle),
+                    Searched { log: Hit::Absent, stop: Hit::Absent, .. } => first.then_some(Shown::Idle),
                     found => Some(Shown::Searched(found)),
                 }
             });
@@ -328,6 +332,7 @@ impl Evaluator {
                 on_change(self);
             }
         }
+        copy_last_lines(&mut self.runs, batch);
         self.marks = marks;
         self.firsts = firsts;
         self.done = done;
@@ -336,12 +341,14 @@ impl Evaluator {
 
     /// One evaluation of `line` (`None`: idle) at `now` by each rule in order (those in `order`,
     /// ascending, when given), then the verdict. `show(i)` says what rule `i` sees ([`Shown`]),
-    /// or `None`: it is skipped, which must change nothing (see `on_lines`).
+    /// or `None`: it is skipped, which must change nothing (see `on_lines`). `batch`: the line is
+    /// one of its lines (the matched lines' copies wait for the verdict to need them).
     fn step(
         &mut self,
         line: Option<&str>,
         now: Instant,
         order: Option<&[usize]>,
+        batch: Option<&LineBatch>,
         mut show: impl FnMut(usize) -> Option<Shown>,
     ) -> Outcome {
         let rules = self.rules.rules();
@@ -377,6 +384,9 @@ impl Evaluator {
             self.stopped = true;
             return Outcome::Same;
         }
+        if let Some(batch) = batch {
+            copy_last_lines(&mut self.runs, batch);
+        }
         let named = self
             .runs
             .iter()
@@ -386,6 +396,16 @@ impl Evaluator {
             .collect();
         self.verdict = Verdict { state, named };
         Outcome::Changed
+    }
+}
+
+/// The matched lines of `batch` whose copies `on_lines` deferred, copied to the rules' last lines.
+fn copy_last_lines(runs: &mut [RuleRun], batch: &LineBatch) {
+    for run in runs {
+        if let Some(i) = run.pending.take() {
+            run.last_line.clear();
+            run.last_line.push_str(batch.line(i));
+        }
     }
 }
 
@@ -448,6 +468,8 @@ fn line_from(ends: &[usize], from: usize, pos: usize) -> usize {
 struct Searched {
     log: Hit,
     stop: Hit,
+    /// The line's index in its batch.
+    line: usize,
 }
 
 /// What the search of a batch found in a line for one pattern.
@@ -508,8 +530,15 @@ fn evaluate_rule(
     };
     let line = seen.filter(|_| matched.is_some());
     if let Some(l) = line {
-        run.last_line.clear();
-        run.last_line.push_str(l);
+        match searched {
+            // A batch's line: copied when needed.
+            Some(s) => run.pending = Some(s.line),
+            None => {
+                run.last_line.clear();
+                run.last_line.push_str(l);
+                run.pending = None;
+            }
+        }
         run.last_match = Some(now);
         if rule.fault_on_match {
             run.state = LogState::Faulted;

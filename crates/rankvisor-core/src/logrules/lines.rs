@@ -86,13 +86,13 @@ impl LineBatch {
     }
 
     /// Line `i`'s span in the text.
-    #[inline]
+    #[inline(always)]
     pub fn span(&self, i: usize) -> std::ops::Range<usize> {
         (if i == 0 { 0 } else { self.ends[i - 1] })..self.ends[i]
     }
 
     /// Line `i`.
-    #[inline]
+    #[inline(always)]
     pub fn line(&self, i: usize) -> &str {
         &self.text[self.span(i)]
     }

@@ -321,6 +321,16 @@ impl Fast {
             return if self.is_match(text, known) { Err(Undecided) } else { Ok(None) };
         };
         let bytes = text.as_bytes();
+        if let (Some(Found { first, once: true }), Some(shape @ Shape::Number { .. }), None, None, true) =
+            (known.literal, self.shape, &self.tail, &self.last, self.greedy)
+        {
+            // Q is its leading literal and a number, and the literal is in the line once: the
+            // only candidate (what follows, for this shape, without the general bookkeeping).
+            if first > self.limit(text, known) || !text.is_char_boundary(first) {
+                return Ok(None);
+            }
+            return Ok(shape.at(bytes, first + lit.len, text.len(), &[])?.map(|(s, e)| Some(&text[s..e])));
+        }
         // Q's matches end no later than this.
         let (end, tail_at) = match &self.tail {
             Some((len, f)) => match known.tail.filter(|t| t.once).map(|t| t.first).or_else(|| f.rfind(bytes)) {

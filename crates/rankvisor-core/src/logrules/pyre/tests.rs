@@ -439,6 +439,14 @@ proptest::proptest! {
             let p = re.source();
             proptest::prop_assert_eq!(re.match_group1(&line), general(re, &line), "{:?} on {:?}", p, line);
             proptest::prop_assert_eq!(re.is_match(&line), re.regex.is_match(&line), "{:?} on {:?}", p, line);
+            // As a batch line, with what the batch's search found (a line without the needle is
+            // not shown to the pattern).
+            let found = searched(re, &line);
+            if line.find('\n').is_none_or(|i| i + 1 == line.len()) && found != Some(None) {
+                let at = found.flatten();
+                proptest::prop_assert_eq!(re.match_group1_at(&line, at), general(re, &line), "{:?} on {:?} at {:?}", p, line, at);
+                proptest::prop_assert_eq!(re.is_match_at(&line, at), re.regex.is_match(&line), "{:?} on {:?} at {:?}", p, line, at);
+            }
         }
     }
 }
