@@ -19,7 +19,7 @@
 
 use super::lines::LineBatch;
 use super::pynum::py_float;
-use super::pyre::{Found, Needle, PyRegex};
+use super::pyre::{Found, PyRegex};
 use super::rule::Rule;
 use super::ruleset::RuleSet;
 use std::sync::Arc;
@@ -266,15 +266,11 @@ impl Evaluator {
                     firsts.iter_mut().skip(b).step_by(2 * n).for_each(|f| *f = NOT_SEARCHED);
                     continue;
                 };
-                let find = |from: usize| match needle {
-                    Needle::Exact(f) => text.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
-                    Needle::Folded(n) => PyRegex::find_folded(text, n, from),
-                };
                 // From each line's first occurrence on, the search goes on: the next one is in
                 // the same line (which then has more: the search goes on after it) or is the
                 // next line's first.
                 let (mut from, mut line, mut open) = (0, 0, usize::MAX);
-                while let Some(pos) = find(from) {
+                while let Some(pos) = needle.find(text, from) {
                     line = line_from(batch.ends(), line, pos);
                     let Some(&end) = batch.ends().get(line) else { break };
                     let k = line * 2 * n + b;

@@ -6,7 +6,10 @@ use std::sync::OnceLock;
 
 /// Python's `str.isspace()`: Unicode White_Space plus U+001C..U+001F.
 pub fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1C}'..='\u{1F}').contains(&c)
+    match u8::try_from(c) {
+        Ok(b) if b.is_ascii() => is_ascii_pyspace(b),
+        _ => c.is_whitespace(),
+    }
 }
 
 /// The value of a Unicode decimal digit (`\p{Nd}`), as Python's numeric parsers read it.
@@ -80,9 +83,10 @@ pub fn py_float(text: &str) -> Option<f64> {
     t.parse().ok()
 }
 
-/// An ASCII byte Python's `str.isspace()` is true of.
+/// An ASCII byte Python's `str.isspace()` is true of: White_Space's (tab to carriage return,
+/// space) and U+001C..U+001F.
 fn is_ascii_pyspace(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r' | 0x1C..=0x1F)
+    matches!(c, b'\t'..=b'\r' | 0x1C..=0x20)
 }
 
 /// The powers of ten a double holds exactly.
@@ -204,6 +208,17 @@ mod tests {
         assert_eq!(simple_decimal(b"1.00000000000000000000001"), None, "beyond 10^22: the full parse");
         assert_eq!(simple_decimal(b"1.2.3"), None);
         assert_eq!(simple_decimal(b"."), None);
+    }
+
+    #[test]
+    fn whitespace_is_pythons_str_isspace() {
+        // Python: ''.join(chr(c) for c in range(128) if chr(c).isspace())
+        let ascii: Vec<char> = (0..128u8).map(char::from).filter(|&c| py_isspace(c)).collect();
+        assert_eq!(ascii, "\t\n\x0B\x0C\r\x1C\x1D\x1E\x1F ".chars().collect::<Vec<_>>());
+        for c in ['\u{85}', '\u{A0}', '\u{2028}', '\u{3000}'] {
+            assert!(py_isspace(c), "{c:?}");
+        }
+        assert!(!py_isspace('\u{200B}'), "zero width space is not");
     }
 
     #[test]

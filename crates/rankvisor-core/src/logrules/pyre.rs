@@ -40,8 +40,18 @@ pub struct PyRegex {
 pub enum Needle<'a> {
     /// This text, case-sensitive.
     Exact(&'a memchr::memmem::Finder<'static>),
-    /// This lowercase text, up to ASCII case, in ASCII text ([`PyRegex::find_folded`]).
+    /// This lowercase text, up to ASCII case, in ASCII text.
     Folded(&'a [u8]),
+}
+
+impl Needle<'_> {
+    /// The first position at or after `from` where the needle occurs in `hay`.
+    pub fn find(self, hay: &[u8], from: usize) -> Option<usize> {
+        match self {
+            Self::Exact(f) => hay.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
+            Self::Folded(n) => fast::find_folded(hay, n, from),
+        }
+    }
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -96,7 +106,7 @@ impl PyRegex {
     /// ([`PyRegex::needle`]), or the pattern has none (`None`).
     #[inline]
     pub fn is_match_at(&self, line: &str, found: Option<Found>) -> bool {
-        (self.hint == fast::Hint::Match && found.is_some()) || self.is_match_known(line, self.hint.known(found))
+        self.is_match_known(line, self.hint.known(found))
     }
 
     /// `re.match(pattern, text) is not None`, `known` of the text.
@@ -125,12 +135,6 @@ impl PyRegex {
             (None, Some(n)) if ascii => Some(Needle::Folded(n)),
             _ => None,
         }
-    }
-
-    /// The first position at or after `from` where `needle` (a [`Needle::Folded`]'s) occurs in
-    /// `hay` up to ASCII case.
-    pub fn find_folded(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-        fast::find_folded(hay, needle, from)
     }
 
     /// The text every match contains, if the pattern has one (at least two characters).

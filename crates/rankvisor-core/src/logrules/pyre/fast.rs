@@ -86,9 +86,6 @@ struct Literal {
 /// What the occurrences of a pattern's needle (`PyRegex::needle`) are to its fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Hint {
-    /// Q is its leading literal, the needle: a line of a batch that has it matches (it starts
-    /// no later than the line's newline, its last byte).
-    Match,
     /// Q's leading literal is the needle.
     Literal,
     /// Q's final literal is the needle (and not its leading one).
@@ -105,7 +102,7 @@ impl Hint {
     pub(super) fn known(self, found: Option<Found>) -> Known {
         let none = Known { one_line: true, ..Known::default() };
         match self {
-            Self::Match | Self::Literal => Known { literal: found, ..none },
+            Self::Literal => Known { literal: found, ..none },
             Self::Tail => Known { tail: found, ..none },
             Self::Folded => Known { folded: found, ..none },
             Self::Nothing => none,
@@ -225,10 +222,7 @@ impl Fast {
     /// tells this fast path ([`Hint`]).
     pub(super) fn hint_for(&self, required: Option<&[u8]>, folded: Option<&[u8]>) -> Hint {
         match (required, folded) {
-            (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => match self.search {
-                None => Hint::Match,
-                Some(_) => Hint::Literal,
-            },
+            (Some(r), _) if self.literal.as_ref().is_some_and(|l| l.fwd.needle() == r) => Hint::Literal,
             (Some(r), _) if self.tail.as_ref().is_some_and(|(_, t)| t.needle() == r) => Hint::Tail,
             (None, Some(f)) if self.folded.as_deref() == Some(f) => Hint::Folded,
             _ => Hint::Nothing,
@@ -250,15 +244,16 @@ impl Fast {
 
     /// `re.match(pattern, text) is not None`; `known`: what a batch's search found.
     pub(super) fn is_match(&self, text: &str, known: Known) -> bool {
-        let limit = self.limit(text, known);
         let Some(search) = &self.search else {
-            // Q is its literal: its first occurrence is the smallest start.
-            let first = known
-                .literal
-                .map(|f| f.first)
-                .or_else(|| self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())));
-            return first.is_some_and(|p| p <= limit);
+            // Q is its literal: its first occurrence is the smallest start. Found in one line, it
+            // starts before the newline that ends the line.
+            if known.one_line && known.literal.is_some() {
+                return true;
+            }
+            let limit = self.limit(text, known);
+            return self.literal.as_ref().and_then(|l| l.fwd.find(text.as_bytes())).is_some_and(|p| p <= limit);
         };
+        let limit = self.limit(text, known);
         if let (Some(needle), Some(anchored)) = (&self.folded, &self.anchored) {
             if known.folded.is_some() || text.is_ascii() {
                 if let Ok(found) = self.folded_candidates(text, needle, anchored, limit, known.folded) {
@@ -556,16 +551,14 @@ fn folded_runs(items: &[Hir]) -> Vec<(usize, usize, Vec<u8>)> {
     for (i, item) in items.iter().enumerate() {
         let piece: Option<Vec<u8>> = match item.kind() {
             HirKind::Literal(lit) if lit.0.is_ascii() => Some(lit.0.to_ascii_lowercase()),
-            HirKind::Class(Class::Unicode(c)) => {
-                let ascii: Vec<u8> = c
-                    .ranges()
-                    .iter()
-                    .flat_map(|r| (r.start() as u32)..=(r.end() as u32).min(0x7F))
-                    .map(|b| b as u8)
-                    .collect();
-                match ascii.as_slice() {
-                    [b] => Some(vec![b.to_ascii_lowercase()]),
-                    [up, low] if up.is_ascii_uppercase() && *low == up.to_ascii_lowercase() => Some(vec![*low]),
+            HirKind::Class(class @ Class::Unicode(_)) => {
+                let set = ascii_members(class);
+                // The smallest member: a letter's upper case, when there are two.
+                let first = set.trailing_zeros() as u8;
+                let lower = first.to_ascii_lowercase();
+                match set.count_ones() {
+                    1 => Some(vec![lower]),
+                    2 if first.is_ascii_uppercase() && set >> lower & 1 != 0 => Some(vec![lower]),
                     _ => None,
                 }
             }
@@ -593,24 +586,25 @@ fn first_ascii(hir: &Hir) -> Option<u128> {
     if hir.properties().minimum_len()? == 0 {
         return None;
     }
-    let of_ranges = |ranges: &mut dyn Iterator<Item = (u32, u32)>| {
-        ranges.filter(|&(a, _)| a < 128).fold(0u128, |set, (a, b)| (a..=b.min(127)).fold(set, |s, c| s | 1 << c))
-    };
     match hir.kind() {
         // A literal whose first byte is not ASCII matches no ASCII text.
         HirKind::Literal(lit) => Some(lit.0.first().filter(|b| b.is_ascii()).map_or(0, |&b| 1u128 << b)),
-        HirKind::Class(Class::Unicode(c)) => {
-            Some(of_ranges(&mut c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32))))
-        }
-        HirKind::Class(Class::Bytes(c)) => {
-            Some(of_ranges(&mut c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32))))
-        }
+        HirKind::Class(class) => Some(ascii_members(class)),
         HirKind::Repetition(rep) => first_ascii(&rep.sub),
         HirKind::Capture(cap) => first_ascii(&cap.sub),
         HirKind::Concat(items) => first_ascii(items.first()?),
         HirKind::Alternation(alts) => alts.iter().try_fold(0u128, |set, a| Some(set | first_ascii(a)?)),
         HirKind::Empty | HirKind::Look(_) => None,
     }
+}
+
+/// The ASCII characters `class` matches, a bit each.
+fn ascii_members(class: &Class) -> u128 {
+    let ranges: Vec<(u32, u32)> = match class {
+        Class::Unicode(c) => c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect(),
+        Class::Bytes(c) => c.ranges().iter().map(|r| (u32::from(r.start()), u32::from(r.end()))).collect(),
+    };
+    ranges.into_iter().filter(|&(a, _)| a < 128).fold(0, |set, (a, b)| (a..=b.min(127)).fold(set, |s, c| s | 1 << c))
 }
 
 /// The first position at or after `from` where `needle` (lowercase ASCII) occurs in `hay` up to

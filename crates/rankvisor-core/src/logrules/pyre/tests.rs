@@ -167,13 +167,8 @@ fn agrees(p: &str, lines: &[&str]) {
 /// occurs, if it does.
 fn searched(re: &PyRegex, line: &str) -> Option<Option<super::Found>> {
     let bytes = line.as_bytes();
-    let find = |from: usize| match re.needle(line.is_ascii()) {
-        Some(super::Needle::Exact(f)) => bytes.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
-        Some(super::Needle::Folded(n)) => PyRegex::find_folded(bytes, n, from),
-        None => None,
-    };
-    re.needle(line.is_ascii())?;
-    Some(find(0).map(|first| super::Found { first, once: find(first + 1).is_none() }))
+    let needle = re.needle(line.is_ascii())?;
+    Some(needle.find(bytes, 0).map(|first| super::Found { first, once: needle.find(bytes, first + 1).is_none() }))
 }
 
 #[test]
