@@ -44,6 +44,13 @@ impl LineBatch {
         self.ends.push(self.raw.len());
     }
 
+    /// Add a run of lines, each ending in its `\n` (a [`crate::lines::Lines::Run`]).
+    pub fn push_lines(&mut self, run: &[u8]) {
+        let base = self.raw.len();
+        self.raw.extend_from_slice(run);
+        self.ends.extend(memchr::memchr_iter(b'\n', run).map(|i| base + i + 1));
+    }
+
     /// The lines added are complete: make them text. UTF-8 is checked once for all; a line that
     /// is not UTF-8 is matched as Python would never see it (the agent's reader stops on it): with
     /// U+FFFD in place of each bad sequence.

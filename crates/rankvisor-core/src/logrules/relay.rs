@@ -4,16 +4,23 @@
 //! writes (a stdout nobody drains stops it, not the event loop). Without rules the caller creates
 //! no relay and the child keeps rankvisor's stdout itself.
 //!
+//! When rankvisor's stdout is a pipe (a container runtime's log pipe usually is), each read's bytes
+//! are first duplicated into it with `tee(2)`, page references and no copy through this process,
+//! then read for the rules; when the output pipe is full (or stdout is not a pipe), the bytes are
+//! read and written as usual, the write waiting for room.
+//!
 //! Memory is bounded: one read buffer ([`READ_BYTES`]) and the splitter's pending line
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
 //! (the agent's reader stops on it): with U+FFFD in place of each bad sequence.
 
 use super::lines::{python_lines, LineBatch};
-use crate::lines::LineSplitter;
+use crate::lines::{LineSplitter, Lines};
 use nix::errno::Errno;
+use nix::fcntl::SpliceFFlags;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::stat::SFlag;
 use std::io::{self, Write};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The size of the read buffer (one `read` at most this much).
 pub const READ_BYTES: usize = 64 * 1024;
@@ -37,6 +44,9 @@ pub enum Step {
 #[derive(Debug)]
 pub struct Relay<W: Write> {
     out: W,
+    /// `out`'s pipe (a duplicate of its descriptor) when the input is teed into it; `None`: every
+    /// read is written.
+    tee: Option<OwnedFd>,
     lines: LineSplitter,
     /// The complete lines of the last read, as text.
     batch: LineBatch,
@@ -55,12 +65,32 @@ impl<W: Write> Relay<W> {
     pub fn new(out: W) -> Self {
         Self {
             out,
+            tee: None,
             lines: python_lines(),
             batch: LineBatch::default(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
             filled: 0,
             out_failed: false,
             write_error: None,
+        }
+    }
+
+    /// Read once from `input` without waiting, after duplicating what it holds into the output
+    /// pipe (`tee`) unless that would wait: the bytes teed, which this read then takes (`None`:
+    /// nothing teed, the read is written).
+    fn tee_now(&mut self, input: BorrowedFd<'_>) -> Option<usize> {
+        let out = self.tee.as_ref().filter(|_| !self.out_failed)?;
+        match nix::fcntl::tee(input, out, READ_BYTES, SpliceFFlags::SPLICE_F_NONBLOCK) {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            // The input is empty (the read says so) or the output full (the write waits for
+            // room), or a signal: read and write this time. A broken output: the write reports it.
+            Err(Errno::EAGAIN | Errno::EINTR | Errno::EPIPE) => None,
+            // Not teeable after all: write from now on.
+            Err(_) => {
+                self.tee = None;
+                None
+            }
         }
     }
 
@@ -92,6 +122,19 @@ impl<W: Write> Relay<W> {
     /// Read once from `input` without waiting (`Empty`: nothing there now) and copy it to `out`.
     pub fn read_now(&mut self, input: BorrowedFd<'_>) -> io::Result<Step> {
         self.filled = 0;
+        if let Some(teed) = self.tee_now(input) {
+            // Already in the output: read exactly those bytes (this thread is the pipe's only
+            // reader, so they are there).
+            while self.filled < teed {
+                match nix::unistd::read(input, &mut self.buf[self.filled..teed]) {
+                    Ok(0) | Err(Errno::EAGAIN) => return Err(io::Error::other("the input lost bytes it had teed")),
+                    Ok(n) => self.filled += n,
+                    Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(Step::Read);
+        }
         let n = loop {
             match nix::unistd::read(input, &mut self.buf) {
                 Ok(0) => return Ok(Step::Eof),
@@ -122,7 +165,10 @@ impl<W: Write> Relay<W> {
         let batch = &mut self.batch;
         batch.clear();
         // Truncating, the splitter never refuses a line.
-        let _ = self.lines.feed(chunk, &mut |l: &[u8]| batch.push(l));
+        let _ = self.lines.feed_runs(chunk, &mut |lines| match lines {
+            Lines::One(line) => batch.push(line),
+            Lines::Run(run) => batch.push_lines(run),
+        });
         batch.seal();
         &self.batch
     }
@@ -166,9 +212,24 @@ impl<W: Write> Relay<W> {
         }
     }
 
+    /// Whether reads are teed into the output (it is a pipe, and teeing has not failed).
+    pub fn is_teeing(&self) -> bool {
+        self.tee.is_some()
+    }
+
     /// The output, for tests and for the caller to take back.
     pub fn into_output(self) -> W {
         self.out
+    }
+}
+
+impl<W: Write + AsFd> Relay<W> {
+    /// A relay writing to `out`, teeing into it when it is a pipe (see the module's text).
+    pub fn teeing(out: W) -> Self {
+        let pipe = nix::sys::stat::fstat(out.as_fd())
+            .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFIFO);
+        let tee = if pipe { out.as_fd().try_clone_to_owned().ok() } else { None };
+        Self { tee, ..Self::new(out) }
     }
 }
 

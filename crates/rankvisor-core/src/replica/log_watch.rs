@@ -211,7 +211,7 @@ impl LogWatch {
 /// across a write to stdout.
 fn relay(rx: &OwnedFd, wake: &OwnedFd, watched: &(Mutex<Watched>, Condvar), news: &Notify) {
     let (lock, answered) = watched;
-    let mut relay = Relay::new(io::stdout());
+    let mut relay = Relay::teeing(io::stdout());
     let mut told: Vec<LogState> = Vec::new();
     // When woken: the request being answered and the bytes still allowed before answering.
     let mut draining: Option<(u64, usize, bool)> = None;

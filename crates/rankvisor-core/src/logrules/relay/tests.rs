@@ -111,22 +111,29 @@ fn a_10_mb_line_is_relayed_whole_and_matched_on_its_first_64_kib() {
 
 #[test]
 fn a_closed_output_is_reported_once_and_the_child_is_still_drained() {
-    let (r, w) = pipe();
-    let (out_r, out_w) = pipe();
-    drop(out_r);
-    let writer = std::thread::spawn(move || {
-        let mut f = std::fs::File::from(w);
-        for i in 0..2000 {
-            writeln!(f, "line {i} {}", "y".repeat(100)).unwrap();
-        }
-    });
-    let mut n = 0;
-    let mut relay = relay_all(std::fs::File::from(out_w), r, &mut |_: &str| n += 1);
-    let e = relay.take_write_error().expect("EPIPE");
-    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
-    assert!(relay.take_write_error().is_none(), "once");
-    writer.join().unwrap();
-    assert_eq!(n, 2000, "every line still evaluated");
+    for teeing in [false, true] {
+        let (r, w) = pipe();
+        let (out_r, out_w) = pipe();
+        drop(out_r);
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::File::from(w);
+            for i in 0..2000 {
+                writeln!(f, "line {i} {}", "y".repeat(100)).unwrap();
+            }
+        });
+        let mut n = 0;
+        let (wake_r, _wake_w) = pipe();
+        let r = nonblocking(r);
+        let out = std::fs::File::from(out_w);
+        let mut relay = if teeing { Relay::teeing(out) } else { Relay::new(out) };
+        assert_eq!(relay.is_teeing(), teeing);
+        relay.run(r.as_fd(), wake_r.as_fd(), &mut |_: &str| n += 1).unwrap();
+        let e = relay.take_write_error().expect("EPIPE");
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        assert!(relay.take_write_error().is_none(), "once");
+        writer.join().unwrap();
+        assert_eq!(n, 2000, "every line still evaluated (teeing: {teeing})");
+    }
 }
 
 /// Counts what is written, keeping nothing.
@@ -163,4 +170,95 @@ fn a_wake_byte_or_a_closed_wake_end_is_told_apart_from_output() {
     relay.finish(&mut |l: &str| lines.push(l.to_string()));
     assert_eq!(lines, ["a\n", "b"]);
     assert_eq!(relay.into_output(), b"a\nb");
+}
+
+/// Reads `r` to its end on a thread of its own.
+fn drain(r: OwnedFd) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut got = Vec::new();
+        std::fs::File::from(r).read_to_end(&mut got).unwrap();
+        got
+    })
+}
+
+#[test]
+fn a_pipe_output_is_teed_into_and_gets_every_byte_unchanged() {
+    let (r, w) = pipe();
+    let (out_r, out_w) = pipe();
+    assert!(!Relay::teeing(std::fs::File::open("/proc/self/status").unwrap()).is_teeing(), "a file is written");
+    let mut data: Vec<u8> = b"step 1\r\nbinary \xff\x00\xfe end\nno newline yet".to_vec();
+    for i in 0..20_000 {
+        data.extend_from_slice(format!("line {i} loss={}\n", i % 7).as_bytes());
+    }
+    data.extend_from_slice(b"last, unfinished");
+    let expected = data.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(w);
+        for chunk in data.chunks(3_001) {
+            f.write_all(chunk).unwrap();
+        }
+    });
+    let reader = drain(out_r);
+    let (wake_r, _wake_w) = pipe();
+    let r = nonblocking(r);
+    let mut relay = Relay::teeing(std::fs::File::from(out_w));
+    assert!(relay.is_teeing(), "the output is a pipe");
+    let mut lines = Vec::new();
+    relay.run(r.as_fd(), wake_r.as_fd(), &mut |l: &str| lines.push(l.to_string())).unwrap();
+    assert!(relay.is_teeing(), "teeing never failed");
+    assert!(relay.take_write_error().is_none());
+    drop(relay);
+    writer.join().unwrap();
+    assert_eq!(reader.join().unwrap(), expected, "every byte, in order, unchanged");
+    assert_eq!(lines.len(), 20_003);
+    assert_eq!(lines[1], "binary \u{FFFD}\0\u{FFFD} end\n");
+    assert_eq!(lines[2], "no newline yetline 0 loss=0\n");
+    assert_eq!(lines[20_002], "last, unfinished");
+}
+
+#[test]
+fn a_full_output_pipe_is_written_to_when_it_has_room_and_the_order_is_kept() {
+    let (r, w) = pipe();
+    let (out_r, out_w) = pipe();
+    let mut out_w = std::fs::File::from(out_w);
+    // The output pipe full: a tee would have to wait, so the relay reads and its write waits.
+    nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    let mut prefix = 0;
+    while let Ok(n) = out_w.write(&[b'P'; 4096]) {
+        prefix += n;
+    }
+    nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty())).unwrap();
+    let mut w = std::fs::File::from(w);
+    w.write_all(b"first line\nsecond").unwrap();
+    let r = nonblocking(r);
+    let relay = std::thread::spawn(move || {
+        let (wake_r, _wake_w) = pipe();
+        let mut relay = Relay::teeing(out_w);
+        assert!(relay.is_teeing());
+        let mut lines = Vec::new();
+        relay.run(r.as_fd(), wake_r.as_fd(), &mut |l: &str| lines.push(l.to_string())).unwrap();
+        (relay.is_teeing(), lines)
+    });
+    // The relay took the input (read, not teed: the output had no room) while the output is
+    // still full; only then is the output drained and the rest written.
+    while input_pending(&w) > 0 {
+        std::thread::yield_now();
+    }
+    let reader = drain(out_r);
+    w.write_all(b" half\nthird\n").unwrap();
+    drop(w);
+    let (teeing, lines) = relay.join().unwrap();
+    assert!(teeing, "a full output does not turn teeing off");
+    let mut expected = vec![b'P'; prefix];
+    expected.extend_from_slice(b"first line\nsecond half\nthird\n");
+    assert_eq!(reader.join().unwrap(), expected);
+    assert_eq!(lines, ["first line\n", "second half\n", "third\n"]);
+}
+
+/// The bytes waiting in the pipe whose write end is `w` (FIONREAD).
+fn input_pending(w: &std::fs::File) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, the one given.
+    assert_eq!(unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(w), libc::FIONREAD, &mut n) }, 0);
+    n
 }
