@@ -4,10 +4,14 @@
 //! writes (a stdout nobody drains stops it, not the event loop). Without rules the caller creates
 //! no relay and the child keeps rankvisor's stdout itself.
 //!
-//! When rankvisor's stdout is a pipe (a container runtime's log pipe usually is), each read's bytes
-//! are first duplicated into it with `tee(2)`, page references and no copy through this process,
-//! then read for the rules; when the output pipe is full (or stdout is not a pipe), the bytes are
-//! read and written as usual, the write waiting for room.
+//! When rankvisor's stdout is a pipe (a container runtime's log pipe usually is) and the child
+//! writes in bulk (the last read was at least [`TEE_FROM`] bytes), each read's bytes are first
+//! duplicated into it with `tee(2)`, page references and no copy through this process, then read
+//! for the rules. Otherwise they are read and written as usual, the write waiting for room: when
+//! the output pipe is full, when stdout is not a pipe, and for a child that writes a line now and
+//! then, whose lines the output pipe then packs into its pages (a teed buffer takes one of the
+//! pipe's sixteen slots however few bytes it holds: teeing single lines would shrink what the
+//! pipe buffers from 64 KiB to sixteen lines).
 //!
 //! Memory is bounded: one read buffer ([`READ_BYTES`]) and the splitter's pending line
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
@@ -24,6 +28,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The size of the read buffer (one `read` at most this much).
 pub const READ_BYTES: usize = 64 * 1024;
+/// A read at least this large says the child writes in bulk: the next read's bytes are teed.
+pub const TEE_FROM: usize = READ_BYTES / 2;
 /// What [`Relay::step`] and [`Relay::read_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -47,6 +53,10 @@ pub struct Relay<W: Write> {
     /// `out`'s pipe (a duplicate of its descriptor) when the input is teed into it; `None`: every
     /// read is written.
     tee: Option<OwnedFd>,
+    /// The bytes the last read took (0 after an empty pipe): whether the next one is teed.
+    last_read: usize,
+    /// The bytes teed so far.
+    teed: u64,
     lines: LineSplitter,
     /// The complete lines of the last read, as text.
     batch: LineBatch,
@@ -66,6 +76,8 @@ impl<W: Write> Relay<W> {
         Self {
             out,
             tee: None,
+            last_read: 0,
+            teed: 0,
             lines: python_lines(),
             batch: LineBatch::default(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
@@ -79,7 +91,7 @@ impl<W: Write> Relay<W> {
     /// pipe (`tee`) unless that would wait: the bytes teed, which this read then takes (`None`:
     /// nothing teed, the read is written).
     fn tee_now(&mut self, input: BorrowedFd<'_>) -> Option<usize> {
-        let out = self.tee.as_ref().filter(|_| !self.out_failed)?;
+        let out = self.tee.as_ref().filter(|_| !self.out_failed && self.last_read >= TEE_FROM)?;
         match nix::fcntl::tee(input, out, READ_BYTES, SpliceFFlags::SPLICE_F_NONBLOCK) {
             Ok(0) => None,
             Ok(n) => Some(n),
@@ -133,8 +145,11 @@ impl<W: Write> Relay<W> {
                     Err(e) => return Err(e.into()),
                 }
             }
+            self.last_read = teed;
+            self.teed += teed as u64;
             return Ok(Step::Read);
         }
+        self.last_read = 0;
         let n = loop {
             match nix::unistd::read(input, &mut self.buf) {
                 Ok(0) => return Ok(Step::Eof),
@@ -145,6 +160,7 @@ impl<W: Write> Relay<W> {
             }
         };
         self.filled = n;
+        self.last_read = n;
         if !self.out_failed {
             if let Err(e) = self.out.write_all(&self.buf[..n]).and_then(|()| self.out.flush()) {
                 self.out_failed = true;
@@ -212,9 +228,14 @@ impl<W: Write> Relay<W> {
         }
     }
 
-    /// Whether reads are teed into the output (it is a pipe, and teeing has not failed).
+    /// Whether reads may be teed into the output (it is a pipe, and teeing has not failed).
     pub fn is_teeing(&self) -> bool {
         self.tee.is_some()
+    }
+
+    /// The bytes teed into the output so far (the rest were written).
+    pub fn teed(&self) -> u64 {
+        self.teed
     }
 
     /// The output, for tests and for the caller to take back.

@@ -182,7 +182,7 @@ fn drain(r: OwnedFd) -> std::thread::JoinHandle<Vec<u8>> {
 }
 
 #[test]
-fn a_pipe_output_is_teed_into_and_gets_every_byte_unchanged() {
+fn a_child_writing_in_bulk_is_teed_into_a_pipe_output_and_every_byte_gets_there_unchanged() {
     let (r, w) = pipe();
     let (out_r, out_w) = pipe();
     assert!(!Relay::teeing(std::fs::File::open("/proc/self/status").unwrap()).is_teeing(), "a file is written");
@@ -192,20 +192,35 @@ fn a_pipe_output_is_teed_into_and_gets_every_byte_unchanged() {
     }
     data.extend_from_slice(b"last, unfinished");
     let expected = data.clone();
-    let writer = std::thread::spawn(move || {
-        let mut f = std::fs::File::from(w);
-        for chunk in data.chunks(3_001) {
-            f.write_all(chunk).unwrap();
+    // Whole pages, so that the input pipe fills to its 64 KiB.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = std::thread::spawn({
+        let done = done.clone();
+        move || {
+            let mut f = std::fs::File::from(w);
+            for chunk in data.chunks(4096) {
+                f.write_all(chunk).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
         }
     });
     let reader = drain(out_r);
-    let (wake_r, _wake_w) = pipe();
     let r = nonblocking(r);
     let mut relay = Relay::teeing(std::fs::File::from(out_w));
     assert!(relay.is_teeing(), "the output is a pipe");
     let mut lines = Vec::new();
-    relay.run(r.as_fd(), wake_r.as_fd(), &mut |l: &str| lines.push(l.to_string())).unwrap();
-    assert!(relay.is_teeing(), "teeing never failed");
+    loop {
+        // Each read a full pipe (the child writing in bulk), until the writer is done.
+        let full = || pending(&r) == 65536 || done.load(std::sync::atomic::Ordering::SeqCst);
+        wait_for(full);
+        match relay.read_now(r.as_fd()).unwrap() {
+            Step::Read => relay.lines(&mut |l: &str| lines.push(l.to_string())),
+            Step::Eof => break,
+            Step::Empty | Step::Woken { .. } => {}
+        }
+    }
+    relay.finish(&mut |l: &str| lines.push(l.to_string()));
+    assert!(relay.teed() > 0, "the reads after a full one were teed");
     assert!(relay.take_write_error().is_none());
     drop(relay);
     writer.join().unwrap();
@@ -214,6 +229,34 @@ fn a_pipe_output_is_teed_into_and_gets_every_byte_unchanged() {
     assert_eq!(lines[1], "binary \u{FFFD}\0\u{FFFD} end\n");
     assert_eq!(lines[2], "no newline yetline 0 loss=0\n");
     assert_eq!(lines[20_002], "last, unfinished");
+}
+
+#[test]
+fn a_child_writing_a_line_now_and_then_is_written_and_the_output_pipe_packs_its_lines() {
+    let (r, w) = pipe();
+    let (out_r, out_w) = pipe();
+    // Nobody reads the output, and a write that would wait fails: teeing each line would take
+    // one of the pipe's sixteen slots a line and fail at the seventeenth.
+    let out_w = std::fs::File::from(out_w);
+    nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    let (wake_r, _wake_w) = pipe();
+    let r = nonblocking(r);
+    let mut w = std::fs::File::from(w);
+    let mut relay = Relay::teeing(out_w);
+    assert!(relay.is_teeing());
+    let mut total = 0;
+    for i in 0..100 {
+        let line = format!("step {i}: loss=0.5\n");
+        w.write_all(line.as_bytes()).unwrap();
+        total += line.len();
+        assert_eq!(relay.step(r.as_fd(), wake_r.as_fd()).unwrap(), Step::Read);
+        let mut got = Vec::new();
+        relay.lines(&mut |l: &str| got.push(l.to_string()));
+        assert_eq!(got, [line]);
+    }
+    assert!(relay.take_write_error().is_none(), "no write had to wait");
+    assert_eq!(relay.teed(), 0, "small reads are written, not teed");
+    assert_eq!(pending(&out_r) as usize, total, "all in the output pipe");
 }
 
 #[test]
@@ -241,9 +284,7 @@ fn a_full_output_pipe_is_written_to_when_it_has_room_and_the_order_is_kept() {
     });
     // The relay took the input (read, not teed: the output had no room) while the output is
     // still full; only then is the output drained and the rest written.
-    while input_pending(&w) > 0 {
-        std::thread::yield_now();
-    }
+    wait_for(|| pending(&w) == 0);
     let reader = drain(out_r);
     w.write_all(b" half\nthird\n").unwrap();
     drop(w);
@@ -255,10 +296,17 @@ fn a_full_output_pipe_is_written_to_when_it_has_room_and_the_order_is_kept() {
     assert_eq!(lines, ["first line\n", "second half\n", "third\n"]);
 }
 
-/// The bytes waiting in the pipe whose write end is `w` (FIONREAD).
-fn input_pending(w: &std::fs::File) -> i32 {
+/// The bytes waiting in the pipe `fd` is an end of (FIONREAD).
+fn pending(fd: &impl std::os::fd::AsRawFd) -> i32 {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int, the one given.
-    assert_eq!(unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(w), libc::FIONREAD, &mut n) }, 0);
+    assert_eq!(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) }, 0);
     n
+}
+
+/// Until `ready` holds (another thread makes it so), yielding the core meanwhile.
+fn wait_for(mut ready: impl FnMut() -> bool) {
+    while !ready() {
+        std::thread::yield_now();
+    }
 }
