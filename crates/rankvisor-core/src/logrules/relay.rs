@@ -87,9 +87,9 @@ impl<W: Write> Relay<W> {
         }
     }
 
-    /// Read once from `input` without waiting, after duplicating what it holds into the output
-    /// pipe (`tee`) unless that would wait: the bytes teed, which this read then takes (`None`:
-    /// nothing teed, the read is written).
+    /// Duplicate what `input` holds into the output pipe (`tee`), without waiting, when the child
+    /// writes in bulk: the bytes teed, which the read then takes (`None`: nothing teed, the read
+    /// is written).
     fn tee_now(&mut self, input: BorrowedFd<'_>) -> Option<usize> {
         let out = self.tee.as_ref().filter(|_| !self.out_failed && self.last_read >= TEE_FROM)?;
         match nix::fcntl::tee(input, out, READ_BYTES, SpliceFFlags::SPLICE_F_NONBLOCK) {
