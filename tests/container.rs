@@ -1,7 +1,8 @@
 //! rankvisor as the real PID 1 of Docker containers (the image `images/build.sh` builds, FROM
 //! scratch): the seed's job as four containers on a user-defined network, `docker stop` and
-//! `docker kill`, a replica cut off before the barrier, a master killed under job scope, and a
-//! node-health flip through a bind-mounted labels file.
+//! `docker kill`, a replica cut off before the barrier, a master killed under job scope, a
+//! node-health flip through a bind-mounted labels file, and the log rules' relay into Docker's
+//! log pipe.
 //!
 //! Needs a Docker engine and the image named by `RANKVISOR_TEST_IMAGE` (scripts/test.sh runs
 //! images/build.sh and exports it). Without either, every test here FAILS, on purpose, saying what
@@ -684,4 +685,43 @@ fn a_users_from_scratch_image_copies_the_static_binary_from_the_slim_image() {
     docker_ok(&["start", &c]);
     assert_eq!(wait_exit(&c, GUARD), 3, "the child's exit status is the container's: {}", logs(&c));
     assert!(logs(&c).contains("ppid=1"), "the child's parent is PID 1, rankvisor: {}", logs(&c));
+}
+
+/// Issue 26 in a container: with `--log-rules` the child's stdout goes through rankvisor's relay
+/// to Docker's log pipe (a pipe: the relay may tee what a child writes in bulk, and writes a line
+/// written now and then). `docker logs` has every byte of both, in order, and a `faultOnMatch`
+/// line stops the child (143, the reason on stderr).
+#[test]
+fn log_rules_in_a_container_relay_every_byte_to_docker_logs_and_a_fault_stops_the_child() {
+    let image = image();
+    let mut s = Scene::new("logrules", &image);
+    let rules = s.dir("rules");
+    std::fs::write(rules.join("rules.json"), r#"[{"name": "Fatal", "logPattern": ".*FATAL.*", "faultOnMatch": true}]"#)
+        .unwrap();
+    let line = "step loss=0.5 and some padding to make a longer line";
+    let script = format!(
+        "readlink /proc/1/fd/1 > /rules/pid1-stdout; yes '{line}' | head -n 200000; i=0; while [ $i -lt 50 ]; do echo \"slow $i\"; i=$((i+1)); done; \
+         printf 'FATAL: boom\\n'; exec sleep 600"
+    );
+    let mut opts = mount(&rules, "/rules");
+    opts.extend(["--entrypoint".to_string(), "/rankvisor".to_string()]);
+    let c = s.create(
+        "relay",
+        &opts,
+        &["--log-rules", "/rules/rules.json", "--restart-policy", "Never", "--", "sh", "-c", &script],
+    );
+    docker_ok(&["start", &c]);
+    let code = wait_exit(&c, GUARD);
+    let out = docker(&["logs", &c]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code, 143, "stopped by the rule: {stderr}");
+    let pid1_stdout = std::fs::read_to_string(rules.join("pid1-stdout")).unwrap();
+    assert!(pid1_stdout.starts_with("pipe:["), "rankvisor's stdout in a container is a pipe: {pid1_stdout}");
+    assert!(stderr.contains("LogFault_Fatal"), "{stderr}");
+    let mut expected = format!("{line}\n").repeat(200_000);
+    (0..50).for_each(|i| expected.push_str(&format!("slow {i}\n")));
+    expected.push_str("FATAL: boom\n");
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(got.len(), expected.len(), "every byte reached docker logs");
+    assert!(got == expected, "the bytes are the child's, in order");
 }
