@@ -113,7 +113,7 @@ impl LineSplitter {
     /// Like [`LineSplitter::feed`], for a caller that takes many lines together: the lines that
     /// `feed` would hand on as slices of the chunk, one after the other, come as one
     /// [`Lines::Run`] (a call for many lines rather than one each); the others (completing what was
-    /// pending, after a `\r`, over the limit) one by one, as `feed` hands them.
+    /// pending, up to the next `\n` after a `\r`, over the limit) one by one, as `feed` hands them.
     pub fn feed_runs(&mut self, mut chunk: &[u8], on: &mut impl FnMut(Lines<'_>)) -> Result<(), LineTooLong> {
         while !chunk.is_empty() {
             let (run, rest) = self.whole_lines(chunk);
@@ -122,8 +122,9 @@ impl LineSplitter {
                 chunk = rest;
                 continue;
             }
-            // One line the usual way, or what is left when it ends none.
-            let end = self.next_end(chunk).map_or(chunk.len(), |pos| pos + 1);
+            // Up to the next `\n` the usual way (after it nothing is pending: runs may follow),
+            // or what is left when there is none (a stream of `\r`s is fed in one go).
+            let end = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |pos| pos + 1);
             self.feed(&chunk[..end], &mut |line: &[u8]| on(Lines::One(line)))?;
             chunk = &chunk[end..];
         }
