@@ -112,6 +112,40 @@ fn max_restarts_two_recreates_every_pod_twice_then_reached_max_restarts() {
     );
 }
 
+/// Issue 26 item 1 under a TrainJob: log rules set in the trainer's env (`RANKVISOR_LOG_RULES`, as
+/// a pod sets it). The rule fires on node 1's first run: its launcher stops the child and the pod
+/// fails, its Job (backoffLimit 0) fails, the JobSet restarts every node (maxRestarts 1), and the
+/// second attempt, where the line is not printed, completes the TrainJob.
+#[test]
+fn a_log_rule_firing_on_a_node_fails_its_pod_and_the_jobset_restarts_every_node() {
+    let dir = TestDir::new("trainjob-log-rule");
+    let rules =
+        dir.write("rules.json", r#"[{"name": "Oom", "logPattern": ".*out of memory.*", "faultOnMatch": true}]"#);
+    let once = dir.file("fired");
+    let text = std::fs::read_to_string(example("trainjob.yaml"))
+        .expect("example")
+        .replace("      replicatedJobs:", "      failurePolicy:\n        maxRestarts: 1\n      replicatedJobs:")
+        .replace("backoffLimit: 3", "backoffLimit: 0")
+        .replace(
+            "    numNodes: 4\n",
+            &format!("    numNodes: 2\n    env:\n      - {{name: RANKVISOR_LOG_RULES, value: \"{}\"}}\n", rules.display()),
+        )
+        .replace(
+            "sleep 3",
+            &format!(
+                "if [ \\\"$PET_NODE_RANK\\\" = 1 ] && [ ! -e {once} ]; then touch {once}; echo 'CUDA out of memory'; exec sleep 30; fi; sleep 0.5"
+            ),
+        );
+    let manifest = dir.write("trainjob.yaml", &text);
+    let r = dry_run(&manifest, &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.train_job().last(), Some(&("Complete".into(), "AllJobsCompleted".into())), "{}", r.explain());
+    assert_eq!(r.jobset_restarts(), [0, 1], "{}", r.explain());
+    let attempts: Vec<u64> = r.pods_added().into_iter().map(|(_, a)| a).collect();
+    assert_eq!(attempts, [0, 0, 1, 1], "every pod recreated at the restart: {}", r.explain());
+    assert!(r.stderr.contains(r#"log rule LogFault_Oom (last matched line: "CUDA out of memory")"#), "{}", r.explain());
+}
+
 #[test]
 fn a_pod_failure_policy_exit_code_fails_the_jobset_by_its_fail_jobset_rule() {
     let dir = TestDir::new("trainjob-pfp");

@@ -274,6 +274,43 @@ fn webhook_sees_running_restarting_succeeded_in_order() {
     assert_eq!(restarting.report["last_exit"]["reason"], "Exited");
 }
 
+/// Issue 26 item 1: a rule that fires reaches the webhook. The report that ends the run names the
+/// log rule's reason, the rule and its last matched line (escaped as everywhere: an escape
+/// sequence the child printed arrives as text, not as a control byte), its exit is the log rule's,
+/// and the per-rule state is in the reports, as in `/status`.
+#[test]
+fn a_fired_log_rule_reaches_the_webhook_with_its_reason_and_last_matched_line() {
+    let dir = TestDir::new("webhook-log-rule");
+    let rules =
+        dir.write("rules.json", r#"[{"name": "Oom", "logPattern": ".*out of memory.*", "faultOnMatch": true}]"#);
+    let (url, got) = receiver(Upstream::Answers);
+    let done = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off", "--report-url", &url, "--restart-policy", "Never"])
+        .args(["--log-rules".as_ref(), rules.as_os_str()])
+        .sh(r#"echo "step 1"; printf 'CUDA out of memory \033[31m(GPU 0)\n'; exec sleep 30"#)
+        .run();
+    done.assert_code(143);
+    let got = got.lock().unwrap().clone();
+    let last = &got.last().expect("the webhook got reports").report;
+    assert_eq!(
+        (last["state"].as_str(), last["last_exit"]["reason"].as_str()),
+        (Some("Failed"), Some("LogRule")),
+        "{last}"
+    );
+    assert_eq!(last["log_rule"]["reason"], "LogFault_Oom", "{last}");
+    assert_eq!(last["log_rule"]["rule"], "Oom", "{last}");
+    assert_eq!(last["log_rule"]["line"], r"CUDA out of memory \u{1b}[31m(GPU 0)", "{last}");
+    assert!(
+        got.iter().any(|r| r.report["log_rules"][0] == serde_json::json!({"rule": "Oom", "state": "FAULTED"})),
+        "the per-rule state was sent: {:?}",
+        got.iter().map(|r| &r.report["log_rules"]).collect::<Vec<_>>()
+    );
+    let schema = &documented_json_blocks()[0];
+    for r in &got {
+        check(schema, &r.report, "$");
+    }
+}
+
 /// One run of the fail-once child, with the webhook pointing at `url`; its wall time.
 fn timed_run(name: &str, url: Option<&str>) -> Duration {
     let dir = TestDir::new(name);
@@ -379,7 +416,8 @@ fn documented_json_blocks() -> Vec<Value> {
         .collect()
 }
 
-/// A small validator for the keywords the documented schema uses: type, enum, const, required, properties.
+/// A small validator for the keywords the documented schema uses: type, enum, const, required,
+/// properties, items.
 fn check(schema: &Value, v: &Value, at: &str) {
     let kind = match v {
         Value::Null => "null",
@@ -412,6 +450,11 @@ fn check(schema: &Value, v: &Value, at: &str) {
             assert!(o.contains_key(k.as_str().unwrap()), "{at}: {k} is required");
         }
     }
+    if let (Some(items), Value::Array(a)) = (schema.get("items"), v) {
+        for (i, x) in a.iter().enumerate() {
+            check(items, x, &format!("{at}[{i}]"));
+        }
+    }
     if let (Some(Value::Object(props)), Value::Object(o)) = (schema.get("properties"), v) {
         for (k, sub) in props {
             if let Some(x) = o.get(k) {
@@ -431,7 +474,17 @@ fn the_documented_schema_and_example_match_the_report() {
     assert_eq!(report.schema_version, rankvisor_core::status::SCHEMA_VERSION);
     let reserialized = serde_json::to_value(&report).unwrap();
     assert_eq!(&reserialized, example, "the example shows every field, as rankvisor writes them");
-    let mut fields: Vec<&String> = reserialized.as_object().unwrap().keys().collect();
+    // The log rules' fields are left out without rules (the example has none): shown here too.
+    let mut with_rules = report.clone();
+    with_rules.log_rule = Some(rankvisor_core::status::LogRuleReport {
+        reason: "LogHang_JobHang".into(),
+        rule: "JobHang".into(),
+        line: Some("Train Epoch: 1".into()),
+    });
+    with_rules.log_rules =
+        vec![rankvisor_core::status::LogRuleGauge { rule: "JobHang".into(), state: "HANGING".into() }];
+    let with_rules = serde_json::to_value(&with_rules).unwrap();
+    let mut fields: Vec<&String> = with_rules.as_object().unwrap().keys().collect();
     let mut documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
     fields.sort();
     documented.sort();
@@ -439,6 +492,7 @@ fn the_documented_schema_and_example_match_the_report() {
     let states: Vec<String> = rankvisor_core::status::ReplicaState::ALL.iter().map(|s| format!("{s:?}")).collect();
     assert_eq!(schema["properties"]["state"]["enum"], serde_json::json!(states));
     check(schema, example, "$");
+    check(schema, &with_rules, "$");
 }
 
 #[test]

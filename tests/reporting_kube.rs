@@ -106,14 +106,14 @@ fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn events_and_condition_with_rbac_and_one_warning_without() {
-    let api = ApiServer::start("kube-events");
+/// An API server with the namespace, and the Role and RoleBinding docs/reporting.md tells users to
+/// grant the pod's service account (the `rankvisor` user here).
+fn api_with_rbac(name: &str) -> ApiServer {
+    let api = ApiServer::start(name);
     api.create(
         "/api/v1/namespaces",
         &format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{NS}"}}}}"#),
     );
-    // What docs/reporting.md tells users to grant the pod's service account.
     api.create(
         &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
         r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"rankvisor-reporter"},"rules":[{"apiGroups":[""],"resources":["events"],"verbs":["create","patch"]},{"apiGroups":[""],"resources":["pods/status"],"verbs":["get","patch"]}]}"#,
@@ -122,6 +122,12 @@ fn events_and_condition_with_rbac_and_one_warning_without() {
         &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
         r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"rankvisor-reporter"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"rankvisor-reporter"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"rankvisor"}]}"#,
     );
+    api
+}
+
+#[test]
+fn events_and_condition_with_rbac_and_one_warning_without() {
+    let api = api_with_rbac("kube-events");
 
     // With RBAC: a child that fails twice, then succeeds.
     let pod = "kj-master-0";
@@ -161,6 +167,36 @@ fn events_and_condition_with_rbac_and_one_warning_without() {
     assert!(warnings[0].contains("supervision continues"), "{}", warnings[0]);
     assert!(api.events(pod).is_empty());
     assert!(api.condition(pod).is_none());
+}
+
+/// Issue 26 item 1: a log rule that fires is a `LogRule` Warning Event on the pod naming the
+/// reason and the last matched line (escaped), not a `ChildFailed`; the condition says Failed.
+#[test]
+fn a_fired_log_rule_is_a_log_rule_event_on_the_pod() {
+    let api = api_with_rbac("kube-events-log-rule");
+    let pod = "lr-master-0";
+    api.create_pod(pod);
+    let dir = TestDir::new("kube-events-log-rule");
+    let rules =
+        dir.write("rules.json", r#"[{"name": "Oom", "logPattern": ".*out of memory.*", "faultOnMatch": true}]"#);
+    let done = api
+        .rankvisor(&dir, pod, "KUBE_READER_TOKEN")
+        .args(["--restart-policy", "Never", "--log-rules"])
+        .args([&rules])
+        .sh(r#"echo "step 1"; printf 'CUDA out of memory \033[31m(GPU 0)\n'; exec sleep 30"#)
+        .run();
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(!done.stderr.contains("Forbidden"), "{}", done.stderr);
+    let events = api.events(pod);
+    let (count, kind, message) = events.get("LogRule").unwrap_or_else(|| panic!("a LogRule Event: {events:#?}"));
+    assert_eq!((*count, kind.as_str()), (1, "Warning"), "{events:#?}");
+    assert!(
+        message.contains(r#"LogFault_Oom; last matched line: "CUDA out of memory \u{1b}[31m(GPU 0)""#),
+        "{message}"
+    );
+    assert!(!events.contains_key("ChildFailed"), "a fired rule is not a child failure: {events:#?}");
+    let c = api.condition(pod).expect("the condition is on the Pod");
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("Failed")), "{c:#}");
 }
 
 #[test]
