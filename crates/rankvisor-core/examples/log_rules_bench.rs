@@ -4,7 +4,9 @@
 //! (what the relay thread does), the same with scripts/bench-log-relay.sh's line only, then one by
 //! one to `Evaluator::on_line` (the replay's entry).
 //! Prints lines/s and bytes/s of each, by the thread's CPU time (what one core does, whatever else
-//! the machine runs) and by the wall clock.
+//! the machine runs) and by the wall clock. `--write-lines DIR` first writes the lines it evaluates
+//! to DIR/mixed.log and DIR/relay.log (4,096 each), for the HyperPod agent's evaluator to run
+//! beside it (scripts/bench/log_rules_agent.py).
 
 use rankvisor_core::logrules::lines::LineBatch;
 use rankvisor_core::logrules::relay::READ_BYTES;
@@ -54,7 +56,25 @@ fn main() {
     // it has the case-insensitive rule's `loss`.
     let relay_line =
         pad("[default0] Train Epoch: 1 [640/60000 (1%)] training_loss_step 1.9001 'samples/sec': 812.5".into());
-    let relay_batches = batched(&vec![relay_line; lines.len()]);
+    let relay_lines = vec![relay_line; lines.len()];
+    let mut args = std::env::args().skip(1);
+    if let Some(arg) = args.next() {
+        let dir = match (arg.as_str(), args.next()) {
+            ("--write-lines", Some(dir)) => std::path::PathBuf::from(dir),
+            _ => {
+                eprintln!("log_rules_bench: {arg:?}: expected --write-lines DIR");
+                std::process::exit(2);
+            }
+        };
+        for (name, lines) in [("mixed.log", &lines), ("relay.log", &relay_lines)] {
+            let path = dir.join(name);
+            if let Err(e) = std::fs::write(&path, lines.concat()) {
+                eprintln!("log_rules_bench: cannot write {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        }
+    }
+    let relay_batches = batched(&relay_lines);
     let start = Instant::now();
     let passes = 200;
     let lines_n = (passes * lines.len()) as f64;
