@@ -13,20 +13,14 @@ lines/s, bytes/s and ns a line by the process's CPU time (one core: the loop is 
 the wall clock's.
 """
 
-import importlib.util
 import json
 import os
 import sys
 import tempfile
 import time
 
-
-def load(agent_src):
-    path = os.path.join(agent_src, "hyperpod_elastic_agent", "logagent", "log_agent.py")
-    spec = importlib.util.spec_from_file_location("hp_log_agent", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "hyperpod"))
+from log_agent_module import load  # noqa: E402
 
 
 def main():

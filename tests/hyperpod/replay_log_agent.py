@@ -14,23 +14,16 @@ Prints one JSON object per case: {"id", "records": [{"line", "state", "rules", "
 "stopped"}], "error"}.
 """
 
-import importlib.util
 import json
 import os
 import sys
 import tempfile
 import time
 
+from log_agent_module import load
+
 BASE = 1_700_000_000.0  # the mocked epoch: 1/64 s steps stay exact in a float here
 clock = [BASE]
-
-
-def load(agent_src):
-    path = os.path.join(agent_src, "hyperpod_elastic_agent", "logagent", "log_agent.py")
-    spec = importlib.util.spec_from_file_location("hp_log_agent", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main():
