@@ -25,24 +25,24 @@ def main():
     mod = load(agent_src)
     for n in ns:
         for run in (1, 2, 3):
-            attempt_dir = tempfile.mkdtemp(prefix="hp-hang-")
-            os.makedirs(os.path.join(attempt_dir, "0"))
-            log = os.path.join(attempt_dir, "0", "stdout.log")
-            open(log, "w").close()
-            agent = mod.LogAgent(1)
-            rule = {"name": "Step", "logPattern": ".*step.*", "expectedRecurringFrequencyInSeconds": n}
-            agent.start(attempt_dir, log_monitoring_configuration=[rule])
-            with open(log, "a") as f:
-                t0 = time.monotonic()
-                f.write("step\n")
-                f.flush()
-            limit = t0 + n + 10
-            while agent.log_state[0] != mod.LogState.HANGING:
-                if time.monotonic() > limit:
-                    sys.exit(f"N={n}s run {run}: the agent was not HANGING {n + 10} s after the line")
-                time.sleep(0.005)
-            d = time.monotonic() - t0
-            agent.stop()
+            with tempfile.TemporaryDirectory(prefix="hp-hang-") as attempt_dir:
+                os.makedirs(os.path.join(attempt_dir, "0"))
+                log = os.path.join(attempt_dir, "0", "stdout.log")
+                open(log, "w").close()
+                agent = mod.LogAgent(1)
+                rule = {"name": "Step", "logPattern": ".*step.*", "expectedRecurringFrequencyInSeconds": n}
+                agent.start(attempt_dir, log_monitoring_configuration=[rule])
+                with open(log, "a") as f:
+                    t0 = time.monotonic()
+                    f.write("step\n")
+                    f.flush()
+                limit = t0 + n + 10
+                while agent.log_state[0] != mod.LogState.HANGING:
+                    if time.monotonic() > limit:
+                        sys.exit(f"N={n}s run {run}: the agent was not HANGING {n + 10} s after the line")
+                    time.sleep(0.005)
+                d = time.monotonic() - t0
+                agent.stop()
             print(f"N={n}s run {run}: HANGING {d:.3f} s after the line ({d - n:.3f} s past N)")
 
 

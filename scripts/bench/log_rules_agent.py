@@ -31,21 +31,21 @@ def main():
     for log in logs:
         with open(log, encoding="utf-8") as f:
             text = f.read()
-        attempt_dir = tempfile.mkdtemp(prefix="hp-bench-")
-        os.makedirs(os.path.join(attempt_dir, "0"))
-        with open(os.path.join(attempt_dir, "0", "stdout.log"), "w", encoding="utf-8") as f:
-            f.write(text * passes)
         agent = mod.LogAgent(1)
         agent._evaluators = {0: [mod.LogEvaluator(rule) for rule in rules]}
 
         def end_of_file(_seconds):
             agent._stop_signaled = True
 
-        sleep, time.sleep = time.sleep, end_of_file
-        cpu, wall = time.process_time(), time.perf_counter()
-        agent._monitor_log_loop(0, attempt_dir)
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        time.sleep = sleep
+        with tempfile.TemporaryDirectory(prefix="hp-bench-") as attempt_dir:
+            os.makedirs(os.path.join(attempt_dir, "0"))
+            with open(os.path.join(attempt_dir, "0", "stdout.log"), "w", encoding="utf-8") as f:
+                f.write(text * passes)
+            sleep, time.sleep = time.sleep, end_of_file
+            cpu, wall = time.process_time(), time.perf_counter()
+            agent._monitor_log_loop(0, attempt_dir)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            time.sleep = sleep
         lines = text.count("\n") * passes
         size = len(text.encode("utf-8")) * passes
         state = agent.log_eval_results[0].log_state.value
