@@ -144,8 +144,19 @@ pub fn block_signals() -> io::Result<Signals> {
 
 /// Send `sig` to the process group led by `pid`. A group that is already gone is not an error.
 pub fn signal_group(pid: Pid, sig: Signo) -> io::Result<()> {
+    kill(Pid::from_raw(-pid.as_raw()), sig)
+}
+
+/// Send `sig` to the one process `pid`. A process that is already gone is not an error.
+pub fn signal_pid(pid: Pid, sig: Signo) -> io::Result<()> {
+    kill(pid, sig)
+}
+
+/// kill(2) with any signal 1..=64 (`nix::sys::signal::Signal` has no real-time signals, which a PID 1
+/// forwards); ESRCH (already gone) is not an error.
+fn kill(target: Pid, sig: Signo) -> io::Result<()> {
     // SAFETY: kill(2) has no memory-safety preconditions.
-    let r = unsafe { libc::kill(-pid.as_raw(), sig.raw()) };
+    let r = unsafe { libc::kill(target.as_raw(), sig.raw()) };
     if r == 0 {
         return Ok(());
     }
