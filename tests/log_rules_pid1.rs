@@ -6,6 +6,7 @@
 mod common;
 use common::*;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 
 const HANG: &str = r#"[{"name": "Step", "logPattern": ".*step.*", "expectedRecurringFrequencyInSeconds": 1}]"#;
 
@@ -148,4 +149,53 @@ fn a_stdout_nobody_reads_holds_up_neither_signals_nor_the_exit() {
     assert_eq!(status.code(), Some(7), "the child's own exit code");
     // The child's exit waits at most 1 s for the blocked relay, rankvisor's exit at most 5 s more.
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "exit held up: {:?}", started.elapsed());
+}
+
+/// Issue 34 item 2: at the child's exit its output is drained through the rules without the event
+/// loop waiting. A grandchild keeps the child's stdout open and floods it into a stdout nobody
+/// reads, so the relay thread is stuck; meanwhile `/healthz` answers before the exit is decided,
+/// and a TERM is acted on (the status says Stopping: the child's group, grandchild included, gets
+/// it) before the drain's deadline. The old loop waited on the relay thread for a second here:
+/// the exit was decided before `/healthz` was served and the TERM came too late to stop anything.
+#[test]
+fn the_drain_after_a_childs_exit_holds_up_neither_healthz_nor_a_term() {
+    let dir = TestDir::new("lr-drain");
+    let rules = dir.write("rules.json", r#"[{"name": "Err", "logPattern": ".*ERROR.*", "faultOnMatch": true}]"#);
+    let (pidfile, go, fifo) = (dir.file("child-pid"), dir.file("go"), dir.file("stdout-fifo"));
+    nix::unistd::mkfifo(fifo.as_str(), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // rankvisor's stdout: a FIFO the test holds open and never reads, soon full.
+    let reader =
+        std::fs::File::options().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).expect("the FIFO's read end");
+    let port = free_port();
+    let running = Rv::new(&dir)
+        .shell_wrapper(&format!("exec >{}", q(&fifo)))
+        .args(["--node-health", "off", "--restart-policy", "Never", "--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["--log-rules".as_ref(), rules.as_os_str()])
+        .sh(&format!("yes flood & echo $$ > {}; while [ ! -e {} ]; do sleep 0.01; done; exit 0", q(&pidfile), q(&go)))
+        .spawn();
+    wait_until("rankvisor's stdout to fill", || {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int to the pointer given.
+        let ok = unsafe { libc::ioctl(reader.as_raw_fd(), libc::FIONREAD, &mut queued) } == 0;
+        (ok && queued >= 65536 - 16).then_some(())
+    });
+    let child: i32 = wait_until("the child's pid", || read(&dir.join("child-pid")).trim().parse().ok());
+    std::fs::write(&go, "").unwrap();
+    // Reaped (a zombie keeps its /proc entry until then): the drain is under way.
+    let proc_entry = std::path::PathBuf::from(format!("/proc/{child}"));
+    wait_until("the child to be reaped", || (!proc_entry.exists()).then_some(()));
+    let healthz = http_get(port, "/healthz");
+    let before = running.statuses();
+    let decided = before.last().map(|s| s["state"].clone());
+    assert_eq!(healthz.map(|h| h.0), Some(200), "/healthz answers during the drain");
+    assert_eq!(decided, Some("Running".into()), "answered before the exit was decided");
+    let term = std::time::Instant::now();
+    running.signal(libc::SIGTERM);
+    let stopping = wait_until("the TERM acted on", || running.statuses().get(before.len()).cloned());
+    let reaction = term.elapsed();
+    eprintln!("TERM during the drain: status {} after {reaction:?}", stopping["state"]);
+    assert_eq!(stopping["state"], "Stopping", "the TERM stopped the child's group before its exit was decided");
+    let out = running.wait();
+    out.assert_code(0);
+    drop(reader);
 }

@@ -14,6 +14,21 @@ pub use api::{Assignment, StatusView, StopOrder};
 pub use state::{AgentRecord, AgentState};
 use tokio::sync::oneshot;
 
+impl StatusView {
+    /// The first `/status` view, before the event loop's first step: INIT, entered `now`. The
+    /// one place that builds it (the loop publishes every later view from the machine).
+    pub fn initial(now: std::time::SystemTime) -> Self {
+        Self {
+            state: AgentState::Init,
+            reason: None,
+            message: None,
+            transitions: vec![(AgentState::Init, now)],
+            assigned_rank: None,
+            ip_version: None,
+        }
+    }
+}
+
 /// Which agent's API rankvisor serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AgentKind {

@@ -55,8 +55,18 @@ impl AgentHttp {
             Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, serde_json::json!({ "detail": e }).to_string()),
         };
         let order = match path {
-            "/start" => api::parse_assignment(&body).map(Order::Start),
-            "/update" => api::parse_assignment(&body).map(Order::Update),
+            "/start" | "/update" => {
+                // Compiling the attempt's log rules may take a while: off the runtime's one
+                // thread, so `/status`, the probes and the event loop go on meanwhile.
+                let parsed = tokio::task::spawn_blocking(move || api::parse_assignment(&body)).await;
+                let Ok(parsed) = parsed else {
+                    return reply(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        r#"{"detail":"the request could not be checked"}"#,
+                    );
+                };
+                parsed.map(if path == "/start" { Order::Start } else { Order::Update })
+            }
             "/stop" => api::parse_stop(&body).map(Order::Stop),
             _ => Ok(Order::Shutdown),
         };
@@ -97,4 +107,36 @@ async fn respond(state: AgentHttp, req: hyper::Request<Incoming>) -> hyper::Resp
 /// Serve the agent's API on `listener` until `shutdown` resolves.
 pub async fn serve(listener: TcpListener, state: AgentHttp, shutdown: impl Future<Output = ()>) {
     crate::http::serve_with(listener, move |req| respond(state.clone(), req), shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 34 item 6: `/start`'s rules are compiled off the runtime's one thread. The handler
+    /// of a `/start` has been polled once; on one thread, `/status` then answers while the
+    /// `/start` is still being checked (before its order reaches the loop). Compiling on the
+    /// runtime's thread, the first poll finished the check and sent the order.
+    #[tokio::test]
+    async fn start_compiles_its_rules_off_the_runtimes_thread_while_status_answers() {
+        let (orders, mut loop_side) = mpsc::unbounded_channel();
+        let (_view, status) = watch::channel(StatusView::initial(std::time::SystemTime::now()));
+        let http = AgentHttp { orders, status };
+        let body = Bytes::from_static(
+            br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
+            "log_monitoring_configuration":[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":5}]}"#,
+        );
+        let start = tokio::spawn({
+            let http = http.clone();
+            async move { http.handle(&Method::POST, "/start", Ok(body)).await }
+        });
+        tokio::task::yield_now().await;
+        let status = http.handle(&Method::GET, "/status", Ok(Bytes::new())).await;
+        assert_eq!(status.status, StatusCode::OK);
+        assert!(loop_side.try_recv().is_err() && !start.is_finished(), "the /start is still being checked");
+        let order = loop_side.recv().await.expect("the /start's order");
+        assert!(matches!(order.order, Order::Start(ref a) if a.rules.rules.is_some()));
+        let _ = order.done.send(());
+        assert_eq!(start.await.unwrap().status, StatusCode::OK);
+    }
 }

@@ -143,13 +143,13 @@ async fn supervise(
                 .as_ref()
                 .filter(|l| l.role() == Role::Master)
                 .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
+            log_rules: cfg.log_rules.clone().map(replica::machine::LogRules),
         },
         command: cfg.child.clone(),
         heartbeat_file: cfg.heartbeat_file.clone(),
         termination_log: cfg.termination_log.clone(),
         status_sink,
         panic_after_spawn,
-        log_rules: cfg.log_rules.clone(),
     };
     let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(replica::Finished { code, link }) => {
@@ -197,15 +197,7 @@ async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Res
     let bound = listener.local_addr().unwrap_or(addr);
     info!(addr = %bound, "agent hyperpod: serving /status, /start, /stop, /update, /shutdown");
     let (orders_tx, orders) = tokio::sync::mpsc::unbounded_channel();
-    let now = std::time::SystemTime::now();
-    let init = agent::StatusView {
-        state: agent::AgentState::Init,
-        reason: None,
-        message: None,
-        transitions: vec![(agent::AgentState::Init, now)],
-        assigned_rank: None,
-        ip_version: None,
-    };
+    let init = agent::StatusView::initial(std::time::SystemTime::now());
     let (status, status_rx) = tokio::sync::watch::channel(init);
     let mut closing = status_rx.clone();
     let http = agent::server::AgentHttp { orders: orders_tx, status: status_rx };

@@ -4,14 +4,13 @@
 //! node-health source, the rendezvous link. It decides nothing; it publishes the status after
 //! every step.
 
-use super::child::{ChildAction, Event, Phase, SupervisorConfig};
+use super::child::{ChildAction, Event, SupervisorConfig};
 use super::link::{LinkCommand, LinkEvent};
-use super::log_watch::{self, LogWatch};
-use super::machine::{Effect, Input, Note, Replica, ReplicaConfig};
+use super::log_watch::{self, LogWatch, News};
+use super::machine::{Effect, Input, Note, Replica, ReplicaConfig, SpawnOrder};
 use crate::exit;
 use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
-use crate::logrules::RuleSet;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::signo::Signo;
 use crate::status::{ExitReason, LocalStatus};
@@ -21,7 +20,6 @@ use std::future::Future;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -42,9 +40,6 @@ pub struct LoopConfig {
     pub status_sink: Option<crate::status::fd_sink::StatusSink>,
     /// Debug builds only, for the test of the last resort: panic right after the child started.
     pub panic_after_spawn: bool,
-    /// `--log-rules`: evaluated on every attempt's stdout (in agent mode, unless `/start` brings
-    /// the attempt's own, which replace them).
-    pub log_rules: Option<Arc<RuleSet>>,
 }
 
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
@@ -144,10 +139,7 @@ pub async fn run(
     // Escapees are not our children, so no SIGCHLD tells us they are gone: poll while sweeping.
     let mut sweep_poll = tokio::time::interval(Duration::from_millis(10));
     while l.exit_code.is_none() {
-        let deadline = match (l.replica.next_deadline(), l.log_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let deadline = l.replica.next_deadline();
         tokio::select! {
             biased;
             sigs = stream.next() => {
@@ -157,10 +149,9 @@ pub async fn run(
             }
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 l.check_beat();
-                l.log_idle();
                 l.feed(Input::Tick);
             }
-            () = LogWatch::news(&l.log), if l.log.is_some() => l.on_output(),
+            news = LogWatch::next(&mut l.log), if l.log.is_some() => l.on_log(news),
             rx = poll_health_source(&mut health_source), if health_source.is_some() => {
                 health_source = None;
                 let first = rx.borrow().clone();
@@ -237,11 +228,6 @@ impl Loop {
             for (pid, how) in process::reap_all() {
                 if Some(pid) == self.replica.supervisor().child_pid() {
                     info!(pid = pid.as_raw(), "child {how}");
-                    // What the child wrote before it ended is in the pipe: out and evaluated first.
-                    if self.log.as_mut().is_some_and(|w| !w.sync()) {
-                        warn!("log rules: the child's last output is not evaluated yet (stdout is not being read); its verdict may come after the exit");
-                    }
-                    self.on_output();
                 }
                 self.feed(Input::Child(Event::Exited { pid, how }));
             }
@@ -273,54 +259,28 @@ impl Loop {
                     }
                 }
             }
-            let started = match self.replica.supervisor().phase() {
-                Phase::Running { started, .. } | Phase::Stopping { started, .. } => Some(*started),
-                _ => None,
-            };
-            self.feed(Input::Beat { at: beat.at.max(started.unwrap_or(beat.at)) });
+            self.feed(Input::Beat { at: beat.at });
         }
     }
 
-    /// When the attempt's log rules need an idle evaluation: only while its child runs.
-    fn log_deadline(&self) -> Option<Instant> {
-        let running = matches!(self.replica.supervisor().phase(), Phase::Running { .. });
-        self.log.as_ref().filter(|_| running).and_then(LogWatch::deadline)
-    }
-
-    fn log_idle(&mut self) {
-        if self.log_deadline().is_none() {
-            return;
-        }
-        let hit = self.log.as_mut().and_then(|w| w.idle(Instant::now()));
-        self.after_log(hit);
-    }
-
-    /// The relay thread evaluated the child's lines to something new (a hit, rule states).
-    fn on_output(&mut self) {
-        let Some(w) = self.log.as_mut() else { return };
-        let hit = w.take_hit();
-        self.after_log(hit);
-    }
-
-    /// A firing verdict is news for the machine; changed rule states are news for the status.
-    fn after_log(&mut self, hit: Option<super::child::LogRuleHit>) {
-        if let Some(states) = self.log.as_mut().and_then(LogWatch::changed_states) {
-            self.status.send_modify(|s| s.log_rules = states);
-            if hit.is_none() {
-                if let Some(sink) = &self.cfg.status_sink {
+    /// The relay thread's news: a hit and "drained" are the machine's, rule states the status's.
+    fn on_log(&mut self, news: News) {
+        match news {
+            News::Hit(hit) => self.feed(Input::LogRule(hit)),
+            News::Drained => self.feed(Input::OutputDrained),
+            News::States(states) => {
+                let changed = self.status.send_if_modified(|s| {
+                    let new = s.log_rules != states;
+                    if new {
+                        s.log_rules = states;
+                    }
+                    new
+                });
+                if let (true, Some(sink)) = (changed, &self.cfg.status_sink) {
                     sink.send(&self.status.borrow());
                 }
             }
         }
-        if let Some(hit) = hit {
-            self.feed(Input::LogRule(hit));
-        }
-    }
-
-    /// The rules of the attempt about to start: `/start`'s, else `--log-rules`.
-    fn attempt_rules(&self) -> Option<Arc<RuleSet>> {
-        let own = self.replica.assignment().and_then(|a| a.rules.rules.clone());
-        own.or_else(|| self.cfg.log_rules.clone())
     }
 
     fn feed(&mut self, input: Input) {
@@ -337,7 +297,14 @@ impl Loop {
 
     fn act(&mut self, effect: Effect) {
         match effect {
-            Effect::Child(ChildAction::Spawn { restart_count, generation }) => self.spawn(restart_count, generation),
+            Effect::Spawn(order) => self.spawn(order),
+            Effect::Child(ChildAction::Spawn { .. }) => {
+                error!("internal error: a spawn without its attempt's order; the machine sends Effect::Spawn");
+            }
+            Effect::DrainOutput => match &self.log {
+                Some(w) => w.drain(),
+                None => self.feed(Input::OutputDrained),
+            },
             Effect::Child(ChildAction::SignalGroup { pid, signal }) => {
                 info!(pid = pid.as_raw(), signal = %signal.name(), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {
@@ -397,8 +364,8 @@ impl Loop {
                 warn!(count = left.len(), "leftover processes ignored SIGTERM; sending SIGKILL");
             }
             for pid in &left {
-                // SAFETY: kill(2) has no memory-safety preconditions.
-                unsafe { libc::kill(pid.as_raw(), sig.raw()) };
+                // One that ended meanwhile is no longer a leftover.
+                let _ = process::signal_pid(*pid, sig);
             }
         }
         self.feed(Input::Descendants { alive: left.len() });
@@ -410,15 +377,16 @@ impl Loop {
         self.feed(Input::Descendants { alive });
     }
 
-    fn spawn(&mut self, restart_count: u32, generation: u64) {
+    fn spawn(&mut self, order: SpawnOrder) {
         if let Some(hb) = self.heartbeat.as_mut() {
             hb.arm();
         }
-        let mut cmd = self.child_command(restart_count, generation);
+        let restart_count = order.restart_count;
+        let mut cmd = self.child_command(&order);
         // The previous attempt's relay thread relays what is left in its pipe and stops (the
         // next attempt's waits for it).
         let previous = self.log.take();
-        let rules = self.attempt_rules();
+        let rules = order.rules.map(|r| r.0);
         let pipe = match rules.as_ref().map(|_| log_watch::pipe()).transpose() {
             Ok(p) => p,
             Err(e) => {
@@ -461,15 +429,13 @@ impl Loop {
 
     /// The configured command plus this start's counters, or in agent mode the operator's
     /// assignment (its counters are the job's `faultCount`).
-    fn child_command(&self, restart_count: u32, generation: u64) -> ChildCommand {
+    fn child_command(&self, order: &SpawnOrder) -> ChildCommand {
         let mut cmd = self.cfg.command.clone();
-        let n = OsString::from(restart_count.to_string());
+        let n = OsString::from(order.restart_count.to_string());
         cmd.env.push(("RANKVISOR_RESTART_COUNT".into(), n.clone()));
         cmd.env.push(("TORCHELASTIC_RESTART_COUNT".into(), n));
-        cmd.env.push(("RANKVISOR_GENERATION".into(), generation.to_string().into()));
-        if let Some(a) = self.replica.assignment() {
-            cmd.env.extend(a.child_env().into_iter().map(|(k, v)| (k.into(), v.into())));
-        }
+        cmd.env.push(("RANKVISOR_GENERATION".into(), order.generation.to_string().into()));
+        cmd.env.extend(order.extra_env.iter().map(|(k, v)| (k.into(), v.into())));
         cmd
     }
 

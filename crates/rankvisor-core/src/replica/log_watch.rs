@@ -1,72 +1,61 @@
 //! The log rules at PID 1, the event loop's side: one attempt's pipe, relay thread and evaluator.
-//! The child's stdout is the pipe's write end; the attempt's relay thread copies every read to
-//! rankvisor's stdout at once and evaluates its lines (the event loop never waits on stdout), and
-//! tells the loop when something changed. The first firing verdict of the attempt becomes a
-//! `LogRuleHit` for the machine, which decides what it means (a stop, a FAULTED agent).
+//! The child's stdout is the pipe's write end; the attempt's relay thread owns the evaluator
+//! outright: it copies every read to rankvisor's stdout at once, evaluates its lines, evaluates
+//! the rules idle at their deadlines, and sends the loop its news over channels (the attempt's
+//! first firing verdict, the rule states, "drained"). The loop never waits on the thread and
+//! never takes a lock the evaluator holds: a slow pattern or a stdout nobody reads stalls the
+//! relay thread only. The first firing verdict of the attempt becomes a `LogRuleHit` for the
+//! machine, which decides what it means (a stop, a FAULTED agent).
 
 use super::child::{escape_line, LogRuleHit};
 use crate::logrules::lines::LineBatch;
 use crate::logrules::relay::READ_BYTES;
 use crate::logrules::{Evaluator, LogState, Relay, RuleSet, Step};
 use crate::status::{LogRuleGauge, LogRuleReport};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// The relay thread's stack: it runs the splitter and the patterns, nothing deep.
 const RELAY_STACK: usize = 256 * 1024;
-/// When woken, at most this much is relayed before the thread answers: what the pipe holds (a
-/// dead child leaves at most the pipe's capacity, less than this), not what a live writer adds.
+/// When asked to drain, at most this much is relayed before the thread answers: what the pipe
+/// holds (a dead child leaves at most the pipe's capacity, less than this), not what a live
+/// writer (a grandchild holding the pipe) adds.
 const DRAIN_BUDGET: usize = 1024 * 1024;
-/// How long the loop waits, at the child's exit, for the relay thread to have evaluated what the
-/// child wrote (longer only when rankvisor's stdout is not being read).
-const SYNC_WAIT: Duration = Duration::from_secs(1);
 /// How long rankvisor's exit waits for the relay thread to write the last attempt's last output.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
+/// What the relay thread tells the loop, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum News {
+    /// The attempt's first firing verdict (one per attempt).
+    Hit(LogRuleHit),
+    /// Each rule's state changed.
+    States(Vec<LogRuleGauge>),
+    /// What the pipe held when the loop asked ([`LogWatch::drain`]) is relayed and evaluated.
+    Drained,
+}
+
 /// One attempt's watch over the child's stdout.
 pub struct LogWatch {
-    watched: Arc<(Mutex<Watched>, Condvar)>,
-    /// The relay thread says something changed (a hit, rule states, the end of the output).
-    news: Arc<Notify>,
-    /// A byte asks the relay thread to relay what the pipe holds now; closing it, to do that and
+    /// Hits and drain answers, in order.
+    news: mpsc::UnboundedReceiver<News>,
+    /// The latest rule states (only the latest matters: a flapping rule queues nothing).
+    states: watch::Receiver<Vec<LogRuleGauge>>,
+    /// The relay thread is gone (its senders dropped): nothing more will come.
+    closed: bool,
+    /// A byte asks the relay thread to drain what the pipe holds now; closing it, to do that and
     /// stop.
     wake: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
-    /// The rule states last published.
-    published: Vec<LogState>,
-}
-
-/// What the relay thread and the loop share: the evaluator and the attempt's hit.
-struct Watched {
-    ev: Evaluator,
-    /// The attempt's firing verdict went to the machine (or is on its way): one per attempt.
-    reported: bool,
-    /// A hit from a line, for the loop to take.
-    hit: Option<LogRuleHit>,
-    /// The loop's requests to relay what the pipe holds (a count), and the last one answered
-    /// (`u64::MAX` once the thread is gone).
-    asked: u64,
-    answered: u64,
-}
-
-impl Watched {
-    /// The lines of one read, at `now`; true when one made the attempt's hit.
-    fn lines(&mut self, batch: &LineBatch, now: Instant) -> bool {
-        let (hit_now, reported) = (&mut self.hit, &mut self.reported);
-        let before = *reported;
-        self.ev.on_lines(batch, now, &mut |ev| {
-            if ev.verdict().state.firing() && !*reported {
-                *hit_now = hit(ev);
-                *reported = hit_now.is_some();
-            }
-        });
-        *reported && !before
-    }
+    /// Says when the relay thread ended, for [`LogWatch::finish`]'s bounded wait.
+    ended: std::sync::mpsc::Receiver<()>,
 }
 
 /// A pipe for the child's stdout: its read end (nonblocking, for the relay thread) and its write
@@ -84,32 +73,26 @@ impl LogWatch {
     /// attempt left in its pipe, so the output keeps its order.
     pub fn start(rules: Arc<RuleSet>, rx: OwnedFd, started: Instant, previous: Option<Self>) -> io::Result<Self> {
         let (wake_rx, wake) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        let watched = Arc::new((
-            Mutex::new(Watched {
+        let (news_tx, news) = mpsc::unbounded_channel();
+        let (states_tx, states) = watch::channel(Vec::new());
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        let before = previous.and_then(Self::retire);
+        let thread = std::thread::Builder::new().name("log-relay".into()).stack_size(RELAY_STACK).spawn(move || {
+            if let Some(t) = before {
+                let _ = t.join();
+            }
+            let mut thread = RelayThread {
                 ev: Evaluator::new(rules, started),
                 reported: false,
-                hit: None,
-                asked: 0,
-                answered: 0,
-            }),
-            Condvar::new(),
-        ));
-        let news = Arc::new(Notify::new());
-        let before = previous.and_then(Self::retire);
-        let thread = std::thread::Builder::new().name("log-relay".into()).stack_size(RELAY_STACK).spawn({
-            let (watched, news) = (watched.clone(), news.clone());
-            move || {
-                if let Some(t) = before {
-                    let _ = t.join();
-                }
-                relay(&rx, &wake_rx, &watched, &news);
-                let (lock, answered) = &*watched;
-                lock.lock().unwrap_or_else(PoisonError::into_inner).answered = u64::MAX;
-                answered.notify_all();
-                news.notify_one();
-            }
+                child_gone: false,
+                told: Vec::new(),
+                news: news_tx,
+                states: states_tx,
+            };
+            thread.run(&rx, &wake_rx);
+            let _ = ended_tx.send(());
         })?;
-        Ok(Self { watched, news, wake: Some(wake), thread: Some(thread), published: Vec::new() })
+        Ok(Self { news, states, closed: false, wake: Some(wake), thread: Some(thread), ended })
     }
 
     /// Tell the relay thread to stop after what the pipe holds now; its handle, to wait for it.
@@ -118,152 +101,207 @@ impl LogWatch {
         self.thread.take()
     }
 
-    /// The child exited: wait (at most [`SYNC_WAIT`]) until the relay thread has evaluated what
-    /// the pipe holds, so the child's last lines come before its exit; false when it did not
-    /// answer in time (rankvisor's stdout blocked: its hit, if any, comes after the exit).
-    pub fn sync(&mut self) -> bool {
-        let (lock, answered) = &*self.watched;
-        let mut w = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        w.asked += 1;
-        let ticket = w.asked;
+    /// The child exited: ask the relay thread, without waiting, to relay and evaluate what the
+    /// pipe holds and then say [`News::Drained`]; its idle evaluations end (the child is gone).
+    pub fn drain(&self) {
         if let Some(wake) = &self.wake {
+            // A full wake pipe already holds a request, which this one joins.
             let _ = nix::unistd::write(wake, &[1]);
         }
-        let (w, timeout) =
-            answered.wait_timeout_while(w, SYNC_WAIT, |w| w.answered < ticket).unwrap_or_else(PoisonError::into_inner);
-        drop(w);
-        !timeout.timed_out()
     }
 
     /// The attempt is over and rankvisor exits: relay what the pipe holds and wait for that, at
-    /// most [`FINISH_WAIT`] (a stdout nobody reads does not hold the exit up).
+    /// most [`FINISH_WAIT`] (a stdout nobody reads does not hold the exit up). The loop has
+    /// ended: nothing else waits on this thread.
     pub fn finish(self) {
-        let watched = self.watched.clone();
-        if self.retire().is_none() {
-            return;
-        }
-        let (lock, answered) = &*watched;
-        let w = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let (_w, timeout) = answered
-            .wait_timeout_while(w, FINISH_WAIT, |w| w.answered != u64::MAX)
-            .unwrap_or_else(PoisonError::into_inner);
-        if timeout.timed_out() {
+        // Dropping the wake pipe's writer tells the thread to stop; its handle detaches.
+        let Self { ended, .. } = self;
+        if ended.recv_timeout(FINISH_WAIT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
             tracing::warn!("log rules: the child's last output was not all written: stdout is not being read");
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Watched> {
-        self.watched.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Wait until the relay thread has news; forever when there is no watch.
-    pub async fn news(watch: &Option<Self>) {
-        match watch {
-            Some(w) => w.news.notified().await,
-            None => std::future::pending().await,
+    /// The relay thread's next news; forever when there is no watch or its thread is gone.
+    pub async fn next(watch: &mut Option<Self>) -> News {
+        let Some(w) = watch.as_mut().filter(|w| !w.closed) else { return std::future::pending().await };
+        tokio::select! {
+            biased;
+            news = w.news.recv() => match news {
+                Some(news) => news,
+                None => {
+                    // The thread is gone: its last states were sent before its senders dropped.
+                    w.closed = true;
+                    News::States(w.states.borrow_and_update().clone())
+                }
+            },
+            Ok(()) = w.states.changed() => News::States(w.states.borrow_and_update().clone()),
         }
-    }
-
-    /// The attempt's first firing verdict, if a line made it since the last call.
-    pub fn take_hit(&mut self) -> Option<LogRuleHit> {
-        self.lock().hit.take()
-    }
-
-    /// When the rules must be evaluated with no new line; None once the attempt's verdict fired.
-    pub fn deadline(&self) -> Option<Instant> {
-        let w = self.lock();
-        if w.reported {
-            return None;
-        }
-        w.ev.next_deadline()
-    }
-
-    /// The idle evaluation at `now`; the attempt's first firing verdict.
-    pub fn idle(&mut self, now: Instant) -> Option<LogRuleHit> {
-        let mut w = self.lock();
-        if w.reported || w.ev.next_deadline().is_none_or(|d| d > now) {
-            return None;
-        }
-        let fired = if w.ev.on_idle(now).state.firing() { hit(&w.ev) } else { None };
-        w.reported |= fired.is_some();
-        fired
-    }
-
-    /// Each rule's state when it changed since the last call.
-    pub fn changed_states(&mut self) -> Option<Vec<LogRuleGauge>> {
-        let w = self.watched.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if w.ev.rule_states().eq(self.published.iter().copied()) {
-            return None;
-        }
-        self.published = w.ev.rule_states().collect();
-        Some(
-            w.ev.rules()
-                .iter()
-                .zip(&self.published)
-                .map(|(r, s)| LogRuleGauge { rule: r.name.clone(), state: s.as_str().into() })
-                .collect(),
-        )
     }
 }
 
-/// The relay thread: copy and evaluate until the pipe ends or the watch says stop; news to the
-/// loop when a read made a hit or changed a rule's state, and at the end. The lock is never held
-/// across a write to stdout.
-fn relay(rx: &OwnedFd, wake: &OwnedFd, watched: &(Mutex<Watched>, Condvar), news: &Notify) {
-    let (lock, answered) = watched;
-    let mut relay = Relay::teeing(io::stdout());
-    let mut told: Vec<LogState> = Vec::new();
-    // When woken: the request being answered and the bytes still allowed before answering.
-    let mut draining: Option<(u64, usize, bool)> = None;
-    loop {
-        let step = match draining {
-            Some((_, 0, _)) => Ok(Step::Empty),
-            Some(_) => relay.read_now(rx.as_fd()),
-            None => relay.step(rx.as_fd(), wake.as_fd()),
-        };
-        if let Some(e) = relay.take_write_error() {
-            tracing::warn!("log rules: cannot write the child's output to stdout: {e}; still evaluating it");
-        }
-        let mut w = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        let mut new = false;
-        let mut ended = false;
-        match step {
-            Ok(Step::Read) => {
-                if let Some((_, left, _)) = draining.as_mut() {
-                    *left = left.saturating_sub(READ_BYTES.min(*left));
+/// The relay thread's own state: the evaluator is its alone.
+struct RelayThread {
+    ev: Evaluator,
+    /// The attempt's firing verdict went to the loop: one per attempt.
+    reported: bool,
+    /// A drain was asked for: the child is gone, time no longer passes for its rules.
+    child_gone: bool,
+    /// The rule states last sent.
+    told: Vec<LogState>,
+    news: mpsc::UnboundedSender<News>,
+    states: watch::Sender<Vec<LogRuleGauge>>,
+}
+
+impl RelayThread {
+    /// Copy and evaluate until the pipe ends or the watch says stop; idle evaluations at the
+    /// rules' deadlines while the child runs.
+    fn run(&mut self, rx: &OwnedFd, wake: &OwnedFd) {
+        let mut relay = Relay::teeing(io::stdout());
+        // When asked to drain: the bytes still allowed before answering, and whether to stop then.
+        let mut draining: Option<(usize, bool)> = None;
+        loop {
+            let step = match draining {
+                Some((0, _)) => Ok(Step::Empty),
+                Some(_) => relay.read_now(rx.as_fd()),
+                None => match self.wait(rx, wake) {
+                    Ok(true) => relay.step(rx.as_fd(), wake.as_fd()),
+                    Ok(false) => {
+                        self.idle(Instant::now());
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            if let Some(e) = relay.take_write_error() {
+                tracing::warn!("log rules: cannot write the child's output to stdout: {e}; still evaluating it");
+            }
+            let now = Instant::now();
+            let mut ended = false;
+            match step {
+                Ok(Step::Read) => {
+                    if let Some((left, _)) = draining.as_mut() {
+                        *left = left.saturating_sub(READ_BYTES.min(*left));
+                    }
+                    self.lines(relay.batch(), now);
                 }
-                new |= w.lines(relay.batch(), now);
-            }
-            Ok(Step::Eof) => {
-                new |= w.lines(relay.finish_batch(), now);
-                ended = true;
-            }
-            Ok(Step::Woken { closed }) => draining = Some((w.asked, DRAIN_BUDGET, closed)),
-            Ok(Step::Empty) => {
-                if let Some((ticket, _, closed)) = draining.take() {
-                    w.answered = w.answered.max(ticket);
-                    answered.notify_all();
-                    ended = closed;
+                Ok(Step::Eof) => {
+                    self.lines(relay.finish_batch(), now);
+                    self.tell_states();
+                    // The end of the output is drained too (a drain asked for may be waiting).
+                    let _ = self.news.send(News::Drained);
+                    ended = true;
+                }
+                Ok(Step::Woken { closed }) => {
+                    self.child_gone = true;
+                    draining = Some((DRAIN_BUDGET, closed));
+                }
+                Ok(Step::Empty) => {
+                    if let Some((_, closed)) = draining.take() {
+                        self.tell_states();
+                        let _ = self.news.send(News::Drained);
+                        ended = closed;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("log rules: cannot read the child's stdout: {e}; the rules no longer see it");
+                    let _ = self.news.send(News::Drained);
+                    ended = true;
                 }
             }
-            Err(e) => {
-                tracing::warn!("log rules: cannot read the child's stdout: {e}; the rules no longer see it");
-                ended = true;
+            self.tell_states();
+            if ended {
+                return;
             }
         }
-        if !w.ev.rule_states().eq(told.iter().copied()) {
-            told.clear();
-            told.extend(w.ev.rule_states());
-            new = true;
+    }
+
+    /// Wait until the pipe or the wake descriptor has something (true), or the rules' next
+    /// deadline passes (false).
+    fn wait(&self, rx: &OwnedFd, wake: &OwnedFd) -> io::Result<bool> {
+        loop {
+            let timeout = match self.deadline() {
+                None => PollTimeout::NONE,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    // Rounded up: waking a millisecond early would only come back here.
+                    let ms = left.as_micros().div_ceil(1000);
+                    PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(0) => return Ok(false),
+                Ok(_) => return Ok(true),
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        drop(w);
-        if new {
-            news.notify_one();
+    }
+
+    /// When the rules must be evaluated with no new line: only while the child runs and the
+    /// attempt's verdict has not fired.
+    fn deadline(&self) -> Option<Instant> {
+        if self.reported || self.child_gone {
+            return None;
         }
-        if ended {
+        self.ev.next_deadline()
+    }
+
+    /// The idle evaluation at `now`, when a deadline passed.
+    fn idle(&mut self, now: Instant) {
+        if self.deadline().is_none_or(|d| d > now) {
             return;
         }
+        if self.ev.on_idle(now).state.firing() {
+            self.report();
+        }
+        self.tell_states();
+    }
+
+    /// The lines of one read, at `now`.
+    fn lines(&mut self, batch: &LineBatch, now: Instant) {
+        let mut fired = None;
+        let reported = self.reported;
+        self.ev.on_lines(batch, now, &mut |ev| {
+            if fired.is_none() && !reported && ev.verdict().state.firing() {
+                fired = hit(ev);
+            }
+        });
+        if let Some(h) = fired {
+            self.reported = true;
+            // States first: the status shows the rule firing when the machine acts on it.
+            self.tell_states();
+            let _ = self.news.send(News::Hit(h));
+        }
+    }
+
+    /// The attempt's firing verdict, to the loop (once).
+    fn report(&mut self) {
+        if self.reported {
+            return;
+        }
+        if let Some(h) = hit(&self.ev) {
+            self.reported = true;
+            self.tell_states();
+            let _ = self.news.send(News::Hit(h));
+        }
+    }
+
+    /// Each rule's state, to the loop, when it changed since last told.
+    fn tell_states(&mut self) {
+        if self.ev.rule_states().eq(self.told.iter().copied()) {
+            return;
+        }
+        self.told.clear();
+        self.told.extend(self.ev.rule_states());
+        let gauges = self
+            .ev
+            .rules()
+            .iter()
+            .zip(&self.told)
+            .map(|(r, s)| LogRuleGauge { rule: r.name.clone(), state: s.as_str().into() })
+            .collect();
+        self.states.send_replace(gauges);
     }
 }
 

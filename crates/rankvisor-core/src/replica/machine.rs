@@ -9,12 +9,45 @@ use super::child::{ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, 
 use super::link::{LinkCommand, LinkEvent};
 use crate::agent::{AgentRecord, Assignment, Order};
 use crate::health::{self, Observation};
+use crate::logrules::RuleSet;
 use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::signo::Signo;
 use crate::status::ReplicaState;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// How long a child's exit waits for its output to be drained through the log rules (its last
+/// lines may fire a rule, which then names the exit): longer only when rankvisor's stdout is not
+/// being read, and then the exit goes on without them.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// An attempt's compiled log rules, compared by identity (the same compiled set).
+#[derive(Debug, Clone)]
+pub struct LogRules(pub Arc<RuleSet>);
+
+impl PartialEq for LogRules {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LogRules {}
+
+/// Everything the loop needs to start an attempt's child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnOrder {
+    /// Restarts before this start.
+    pub restart_count: u32,
+    /// The rendezvous generation it belongs to.
+    pub generation: u64,
+    /// The rules over its stdout (agent mode: `/start`'s, else `--log-rules`); None: the child
+    /// keeps rankvisor's stdout.
+    pub rules: Option<LogRules>,
+    /// Environment on top of the configured command's (agent mode: the operator's assignment).
+    pub extra_env: Vec<(String, String)>,
+}
 
 /// How a replica is set up around its child.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +63,9 @@ pub struct ReplicaConfig {
     /// `--agent hyperpod`: the child starts on the operator's `/start` only, and an attempt's end
     /// is the agent's state (the operator decides what follows), not rankvisor's exit.
     pub agent: bool,
+    /// `--log-rules`: evaluated on every attempt's stdout (in agent mode, unless `/start` brings
+    /// the attempt's own, which replace them).
+    pub log_rules: Option<LogRules>,
 }
 
 /// The node-health gate before the child's first start.
@@ -58,6 +94,9 @@ pub enum Input {
     Child(Event),
     /// A deadline may have passed.
     Tick,
+    /// The relay thread has relayed and evaluated what the child's stdout held when asked
+    /// (`Effect::DrainOutput`), or the output ended.
+    OutputDrained,
     /// The heartbeat file was touched at `at`.
     Beat {
         /// When.
@@ -90,9 +129,14 @@ pub enum Note {
 /// What the event loop must do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Something for the child: spawn it, signal its group, kill its leftovers, or write the
-    /// termination message.
+    /// Something for the child: signal its group, kill its leftovers, or write the termination
+    /// message (its start is `Spawn`).
     Child(ChildAction),
+    /// Start the attempt's child.
+    Spawn(SpawnOrder),
+    /// The child exited: relay and evaluate what its stdout holds, then report `OutputDrained`
+    /// (at once when its output is not watched). Never waited on.
+    DrainOutput,
     /// Start the rendezvous link (once the node's health is first known).
     StartLink,
     /// Ask the link to do something.
@@ -161,6 +205,24 @@ enum End {
     Done,
 }
 
+/// A child's exit waiting for its output to be drained through the log rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeldExit {
+    pid: nix::unistd::Pid,
+    how: crate::exit::ExitHow,
+    /// The exit goes on without the rest of the output then.
+    until: Instant,
+}
+
+/// Agent mode: an attempt is over only once its whole tree is gone (a `setsid` grandchild still
+/// holds the GPU memory and ports READY says are free). TERM went to every process below
+/// rankvisor; KILL at `deadline`; READY once none is left (or, after the KILL, at `deadline`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Clearing {
+    deadline: Instant,
+    killed: bool,
+}
+
 /// The replica: its child's supervisor and everything around it.
 #[derive(Debug, Clone)]
 pub struct Replica {
@@ -177,6 +239,12 @@ pub struct Replica {
     /// The first TERM/INT fixed the shutdown deadline.
     shutdown_deadline: Option<Instant>,
     end: End,
+    /// The current attempt's stdout goes through the log rules (its spawn carried rules).
+    output_watched: bool,
+    /// The child's exit, held until its output is drained or `until`.
+    held_exit: Option<HeldExit>,
+    /// Agent mode: the last attempt's escapees are being swept before READY.
+    clearing: Option<Clearing>,
     /// Agent mode: the agent's state, the last assignment, the last attempt's exit status.
     agent: Option<AgentRecord>,
     assignment: Option<Assignment>,
@@ -201,6 +269,9 @@ impl Replica {
             workers_done: false,
             shutdown_deadline: None,
             end: End::No,
+            output_watched: false,
+            held_exit: None,
+            clearing: None,
             agent: None,
             assignment: None,
             assigned_rank: None,
@@ -237,7 +308,7 @@ impl Replica {
 
     /// True while leftovers are being swept (the loop polls `Descendants` then).
     pub fn sweeping(&self) -> bool {
-        matches!(self.end, End::Sweeping { .. })
+        matches!(self.end, End::Sweeping { .. }) || self.clearing.is_some()
     }
 
     /// True once the machine decided to exit.
@@ -251,7 +322,11 @@ impl Replica {
             End::Lingering { until, .. } => Some(until),
             End::Sweeping { deadline, .. } => Some(deadline),
             End::Done => None,
-            End::No => self.sup.next_deadline(),
+            End::No => {
+                let held = self.held_exit.map(|h| h.until);
+                let clearing = self.clearing.map(|c| c.deadline);
+                [self.sup.next_deadline(), held, clearing].into_iter().flatten().min()
+            }
         }
     }
 
@@ -260,17 +335,42 @@ impl Replica {
         let mut out = Vec::new();
         match input {
             Input::Signal { signal, own } => self.on_signal(signal, own, now, &mut out),
+            Input::Child(Event::Exited { pid, how }) if self.output_watched && self.sup.child_pid() == Some(pid) => {
+                // Its last lines may fire a rule that names this exit: decided once they are in.
+                self.output_watched = false;
+                self.held_exit = Some(HeldExit { pid, how, until: now + DRAIN_WAIT });
+                out.push(Effect::DrainOutput);
+            }
             Input::Child(event) => {
                 self.feed(event, now, &mut out);
                 self.after_child_gone(&mut out);
             }
-            Input::Tick => self.on_tick(now, &mut out),
-            Input::Beat { at } => self.feed(Event::Beat, at, &mut out),
+            Input::OutputDrained => self.release_exit(now, &mut out),
+            Input::Tick => {
+                if self.held_exit.is_some_and(|h| now >= h.until) {
+                    out.push(Effect::Note(Note::Warn(
+                        "log rules: the child's last output is not evaluated yet (stdout is not being read); its exit goes on without it".into(),
+                    )));
+                    self.release_exit(now, &mut out);
+                }
+                self.on_clearing_tick(now, &mut out);
+                self.on_tick(now, &mut out);
+            }
+            Input::Beat { at } => {
+                // A beat before the child started (its file's old time) is its start.
+                let at = match self.sup.phase() {
+                    Phase::Running { started, .. } | Phase::Stopping { started, .. } => at.max(*started),
+                    _ => at,
+                };
+                self.feed(Event::Beat, at, &mut out);
+            }
             Input::Health(obs) => self.on_health(obs, now, &mut out),
             Input::Link(ev) => self.on_link(ev, now, &mut out),
             Input::Descendants { alive } => {
                 if let (0, End::Sweeping { code, .. }) = (alive, self.end) {
                     self.finish(code, &mut out);
+                } else if alive == 0 && self.end == End::No && self.clearing.is_some() {
+                    self.attempt_cleared(now);
                 }
             }
             Input::Agent(order) => self.on_order(order, now, &mut out),
@@ -282,6 +382,14 @@ impl Replica {
             }
         }
         out
+    }
+
+    /// The held exit, if any, goes to the supervisor now.
+    fn release_exit(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        if let Some(HeldExit { pid, how, .. }) = self.held_exit.take() {
+            self.feed(Event::Exited { pid, how }, now, out);
+            self.after_child_gone(out);
+        }
     }
 
     fn on_signal(&mut self, sig: Signo, own: bool, now: Instant, out: &mut Vec<Effect>) {
@@ -506,17 +614,33 @@ impl Replica {
         let pid = self.sup.child_pid();
         let steps = self.sup.on_event(event, now);
         let attempt_goes_on = self.attempt_goes_on();
-        out.extend(steps.actions.into_iter().map(|a| match a {
-            // Agent mode: an attempt's end is news for the operator, not why rankvisor exits.
-            ChildAction::TerminationMessage(m) if attempt_goes_on => Effect::Note(Note::Warn(m)),
-            a => Effect::Child(a),
-        }));
+        for action in steps.actions {
+            let effect = match action {
+                // Agent mode: an attempt's end is news for the operator, not why rankvisor exits.
+                ChildAction::TerminationMessage(m) if attempt_goes_on => Effect::Note(Note::Warn(m)),
+                ChildAction::Spawn { restart_count, generation } => {
+                    Effect::Spawn(self.spawn_order(restart_count, generation))
+                }
+                a => Effect::Child(a),
+            };
+            out.push(effect);
+        }
         match steps.outcome {
             Some(ChildOutcome::Exit { code }) if self.agent.is_some() => self.attempt_done(code, pid, now, out),
             Some(ChildOutcome::RequestGeneration) => self.request_generation(now, out),
             Some(ChildOutcome::Exit { code }) => self.child_done(code, now, out),
             None => {}
         }
+    }
+
+    /// The attempt's start: its counters, its rules (`/start`'s, else `--log-rules`), and in
+    /// agent mode the operator's assignment as environment.
+    fn spawn_order(&mut self, restart_count: u32, generation: u64) -> SpawnOrder {
+        let own = self.assignment.as_ref().and_then(|a| a.rules.rules.clone()).map(LogRules);
+        let rules = own.or_else(|| self.cfg.log_rules.clone());
+        self.output_watched = rules.is_some();
+        let extra_env = self.assignment.as_ref().map(|a| a.child_env()).unwrap_or_default();
+        SpawnOrder { restart_count, generation, rules, extra_env }
     }
 
     /// Job scope: this replica's child failed and the job must move on together.
@@ -559,6 +683,7 @@ impl Replica {
 
     /// TERM every process still below us (group leftovers, setsid escapees), KILL at the deadline.
     fn sweep(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
+        self.clearing = None;
         let grace = self.cfg.supervisor.grace;
         let deadline = self.shutdown_deadline.unwrap_or(now + grace).max(now + grace.min(Duration::from_secs(1)));
         self.end = End::Sweeping { code, deadline, killed: false };

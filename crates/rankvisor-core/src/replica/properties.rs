@@ -95,6 +95,7 @@ fn config() -> impl Strategy<Value = ReplicaConfig> {
             link: link.filter(|_| !agent),
             linger: (linger && !agent && link == Some(Role::Master)).then_some(2000 * MS),
             agent,
+            log_rules: None,
         },
     )
 }
@@ -158,7 +159,7 @@ impl Harness {
         for e in effects {
             prop_assert_eq!(self.exits, 0, "an effect after Exit: {:?}", e);
             match e {
-                Effect::Child(ChildAction::Spawn { .. }) => {
+                Effect::Spawn(_) => {
                     prop_assert!(self.live.is_none(), "Spawn while child {:?} lives", self.live);
                     if let Some(view) = self.r.agent_status(|_| std::time::UNIX_EPOCH) {
                         prop_assert_eq!(view.state, AgentState::Running, "a child started outside RUNNING");
@@ -190,6 +191,8 @@ impl Harness {
                     self.link_started = true;
                 }
                 Effect::Link(_) => {}
+                Effect::DrainOutput => self.send(Input::OutputDrained)?,
+                Effect::Child(ChildAction::Spawn { .. }) => prop_assert!(false, "a spawn without its order"),
                 Effect::SweepTerm | Effect::SweepKill => self.sweeping = true,
                 Effect::Exit { .. } => self.exits += 1,
             }

@@ -2,7 +2,7 @@
 //! layer that turns `Spawn` into `Spawned` and records everything else.
 
 use super::link::{LinkCommand, LinkEvent};
-use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};
+use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig, SpawnOrder};
 use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, Observation};
@@ -43,6 +43,7 @@ fn cfg() -> ReplicaConfig {
         link: None,
         linger: None,
         agent: false,
+        log_rules: None,
     }
 }
 
@@ -64,6 +65,11 @@ struct Fake {
     start_link: u32,
     sweeps: Vec<&'static str>,
     exit: Option<i32>,
+    /// `DrainOutput`s asked for; unless `hold_drains`, each is answered `OutputDrained` at once.
+    drains: u32,
+    hold_drains: bool,
+    /// What a sweep finds still alive below rankvisor.
+    leftovers: usize,
 }
 
 impl Fake {
@@ -79,6 +85,9 @@ impl Fake {
             start_link: 0,
             sweeps: vec![],
             exit: None,
+            drains: 0,
+            hold_drains: false,
+            leftovers: 0,
         };
         let effects = f.r.start(Instant::now());
         f.apply(effects);
@@ -93,7 +102,7 @@ impl Fake {
     fn apply(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match e {
-                Effect::Child(ChildAction::Spawn { restart_count, generation }) => {
+                Effect::Spawn(SpawnOrder { restart_count, generation, .. }) => {
                     self.spawns.push((restart_count, generation));
                     self.next_pid += 1;
                     let pid = Pid::from_raw(self.next_pid);
@@ -107,9 +116,15 @@ impl Fake {
                 Effect::Note(n) => self.notes.push(n),
                 Effect::SweepTerm => {
                     self.sweeps.push("TERM");
-                    self.send(Input::Descendants { alive: 0 });
+                    self.send(Input::Descendants { alive: self.leftovers });
                 }
                 Effect::SweepKill => self.sweeps.push("KILL"),
+                Effect::DrainOutput => {
+                    self.drains += 1;
+                    if !self.hold_drains {
+                        self.send(Input::OutputDrained);
+                    }
+                }
                 Effect::Exit { code } => self.exit = Some(code),
             }
         }
@@ -356,7 +371,7 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
-        Effect::Child(ChildAction::Spawn { .. }) => Pid::from_raw(42),
+        Effect::Spawn(_) => Pid::from_raw(42),
         e => panic!("{e:?}"),
     };
     r.on_input(Input::Child(Event::Spawned { pid }), t0);
@@ -416,4 +431,63 @@ async fn a_worker_joining_a_later_generation_starts_its_child_in_it_and_ignores_
     f.send(Input::Link(LinkEvent::OrderRestart { generation: 4 }));
     f.exit_child(ExitHow::Signaled(SIGTERM));
     assert_eq!(f.links, [LinkCommand::Rejoin { generation: 4 }]);
+}
+
+fn watched() -> ReplicaConfig {
+    let rules = crate::logrules::rules_from_value(&serde_json::json!([
+        {"name": "Err", "logPattern": ".*ERROR.*", "faultOnMatch": true}
+    ]))
+    .unwrap();
+    ReplicaConfig { log_rules: Some(super::machine::LogRules(std::sync::Arc::new(rules))), ..cfg() }
+}
+
+fn err_hit() -> crate::replica::child::LogRuleHit {
+    crate::replica::child::LogRuleHit {
+        reason: "LogFault_Err".into(),
+        named: vec![("Err".into(), Some("ERROR: boom\n".into()))],
+    }
+}
+
+/// Issue 34 item 2: a watched child's exit waits for its output to be drained, without the loop
+/// waiting: the exit is held, its last lines' verdict names it, and "drained" releases it.
+#[tokio::test(start_paused = true)]
+async fn a_watched_childs_exit_is_decided_once_its_output_is_drained() {
+    let mut f = Fake::new(watched());
+    f.hold_drains = true;
+    let pid = f.pid();
+    f.exit_child(ExitHow::Exited(0));
+    assert_eq!((f.drains, f.spawns.len(), f.r.state()), (1, 1, ReplicaState::Running), "held, drain asked");
+    // The child's last line fired a rule: the exit is a failure the policy restarts.
+    f.send(Input::LogRule(err_hit()));
+    assert_eq!(f.signals, [(pid, SIGTERM)], "its group (leftovers) is stopped");
+    f.send(Input::OutputDrained);
+    assert_eq!(f.spawns.len(), 2, "restarted under OnFailure: the exit's reason is the rule");
+    assert_eq!(f.r.supervisor().last_exit_log_rule(), Some(&err_hit()));
+    // Without a rule, drained: the exit 0 is a success.
+    f.exit_child(ExitHow::Exited(0));
+    f.send(Input::OutputDrained);
+    assert_eq!((f.r.state(), f.exit), (ReplicaState::Succeeded, Some(0)));
+    // A plain child (no rules) is decided at once.
+    let mut plain = Fake::new(cfg());
+    plain.hold_drains = true;
+    plain.exit_child(ExitHow::Exited(0));
+    assert_eq!((plain.drains, plain.exit), (0, Some(0)));
+}
+
+/// A stdout nobody reads keeps "drained" from coming: the exit goes on at its deadline; a TERM
+/// meanwhile is acted on at once.
+#[tokio::test(start_paused = true)]
+async fn a_held_exit_goes_on_at_its_deadline_and_a_term_meanwhile_is_acted_on_at_once() {
+    let mut f = Fake::new(watched());
+    f.hold_drains = true;
+    let pid = f.pid();
+    let t0 = Instant::now();
+    f.exit_child(ExitHow::Exited(3));
+    assert_eq!(f.r.next_deadline(), Some(t0 + super::machine::DRAIN_WAIT));
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!((f.signals.as_slice(), f.r.state()), ([(pid, SIGTERM)].as_slice(), ReplicaState::Stopping));
+    f.advance_to_deadline().await;
+    assert!(f.warned("not evaluated yet"), "{:?}", f.notes);
+    assert_eq!((f.exit, f.r.state()), (Some(3), ReplicaState::Failed), "the child's own status");
+    assert_eq!(Instant::now() - t0, super::machine::DRAIN_WAIT);
 }

@@ -238,12 +238,15 @@ impl Supervisor {
                 let (pid, started) = (*pid, *started);
                 self.stop(pid, started, StopCause::Shutdown { signal }, signal, now + self.cfg.grace)
             }
-            Phase::Stopping { pid, cause, .. } => {
+            Phase::Stopping { pid, cause, deadline, .. } => {
                 // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
-                // except that a give-up keeps its 138.
+                // except that a give-up keeps its 138. The pod is being deleted: a longer deadline
+                // (an operator's `/stop` with its own timeout) shrinks to the grace, as in every
+                // other phase.
                 if !matches!(cause, StopCause::GiveUp(_)) {
                     *cause = StopCause::Shutdown { signal };
                 }
+                *deadline = (*deadline).min(now + self.cfg.grace);
                 vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
             }
             Phase::Backoff { .. } | Phase::AwaitingGeneration => {

@@ -3,7 +3,7 @@
 //! `config`), so the child's lifecycle (spawn, stop with grace, KILL, reap) is the one machine
 //! every mode uses, and no restart happens unless the operator sends `/start` again.
 
-use super::{Effect, End, Event, Note, Replica};
+use super::{Clearing, Effect, End, Event, Note, Replica};
 use crate::agent::{AgentState, Assignment, Order, StatusView};
 use crate::exit::ExitHow;
 use crate::replica::child::{ChildAction, LogRuleHit, Supervisor};
@@ -84,7 +84,7 @@ impl Replica {
                     ))));
                     self.feed(Event::Stop { signal, grace }, now, out);
                 } else {
-                    rec.set(AgentState::Ready, None, None, now);
+                    self.clear_attempt(now, out);
                 }
             }
             Order::Shutdown => {
@@ -147,9 +147,40 @@ impl Replica {
                 out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({reason}): child exited with {code}"))));
                 rec.set(AgentState::Faulted, Some(reason.into()), Some(message), now);
             }
-            _ => {
-                rec.set(AgentState::Ready, None, None, now);
+            _ => self.clear_attempt(now, out),
+        }
+    }
+
+    /// STOPPING, the child gone: sweep what is left of the attempt (escapees outside its group),
+    /// READY once nothing is.
+    fn clear_attempt(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        self.clearing = Some(Clearing { deadline: now + self.cfg.supervisor.grace, killed: false });
+        out.push(Effect::SweepTerm);
+    }
+
+    /// The attempt's tree is gone: READY.
+    pub(super) fn attempt_cleared(&mut self, now: Instant) {
+        self.clearing = None;
+        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Stopping) {
+            rec.set(AgentState::Ready, None, None, now);
+        }
+    }
+
+    /// The escapees' deadlines: KILL at the grace, READY a second after it whatever is left.
+    pub(super) fn on_clearing_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        match self.clearing {
+            Some(Clearing { deadline, killed: false }) if now >= deadline => {
+                out.push(Effect::SweepKill);
+                let deadline = now + std::time::Duration::from_secs(1);
+                self.clearing = Some(Clearing { deadline, killed: true });
             }
+            Some(Clearing { deadline, killed: true }) if now >= deadline => {
+                out.push(Effect::Note(Note::Warn(
+                    "agent: processes of the last attempt survived SIGKILL; READY regardless".into(),
+                )));
+                self.attempt_cleared(now);
+            }
+            _ => {}
         }
     }
 }

@@ -172,3 +172,41 @@ async fn a_firing_log_rule_faults_the_agent_with_its_reason_and_stops_the_child(
     );
     assert_eq!((f.spawns.len(), f.exit), (1, None), "the operator decides what follows");
 }
+
+/// Issue 34 item 6: SIGTERM while `/stop` runs with a long timeout is the pod's deletion: TERM,
+/// rankvisor's grace, KILL, as in every other state (not the `/stop`'s 600 s).
+#[tokio::test(start_paused = true)]
+async fn sigterm_during_stopping_kills_after_the_grace_not_the_stops_timeout() {
+    let mut f = Fake::new(agent_cfg());
+    f.order(Order::Start(assignment(0)));
+    let pid = f.pid();
+    f.order(Order::Stop(StopOrder { graceful: false, timeout: Some(Duration::from_secs(600)) }));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let termed = Instant::now();
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    f.advance_to_deadline().await;
+    assert_eq!(f.signals.last(), Some(&(pid, SIGKILL)));
+    assert_eq!(Instant::now() - termed, 1000 * MS, "rankvisor's grace after the TERM");
+    f.exit_child(ExitHow::Signaled(SIGKILL));
+    assert_eq!(f.exit, Some(128 + SIGKILL.raw()));
+}
+
+/// Issue 34 item 6: READY says the node is free; an escapee of the stopped attempt (a `setsid`
+/// grandchild) is swept first: TERM, KILL at the grace, READY once none is left.
+#[tokio::test(start_paused = true)]
+async fn ready_waits_until_the_stopped_attempts_escapees_are_gone() {
+    let mut f = Fake::new(agent_cfg());
+    f.order(Order::Start(assignment(0)));
+    f.order(Order::Stop(StopOrder::default()));
+    f.leftovers = 1;
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!((f.agent(), f.sweeps.as_slice()), (AgentState::Stopping, ["TERM"].as_slice()), "an escapee runs");
+    assert!(f.r.sweeping(), "the loop counts what is left");
+    f.advance_to_deadline().await;
+    assert_eq!(f.sweeps, ["TERM", "KILL"], "it ignored TERM: KILL at the grace");
+    f.send(Input::Descendants { alive: 0 });
+    assert_eq!((f.agent(), f.exit), (AgentState::Ready, None), "READY once the tree is gone");
+    assert!(!f.r.sweeping());
+    f.order(Order::Start(assignment(1)));
+    assert_eq!(f.agent(), AgentState::Running);
+}
