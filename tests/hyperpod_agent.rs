@@ -442,3 +442,48 @@ dist.destroy_process_group()
         running.wait().assert_code(0);
     }
 }
+
+/// Issue 34 item 3: rankvisor's own status (`--status-fd`, `/status`, the webhook) carries the
+/// agent's state: after a faulted attempt the operator stopped, READY (the attempt's `state`
+/// stays its child's, Failed).
+#[test]
+fn rankvisors_status_carries_the_agents_state() {
+    let dir = TestDir::new("hyperpod-status-agent");
+    let port = free_port();
+    let running = agent_rv(&dir, port, &[], "exit 1");
+    wait_state(port, "ready");
+    let (code, _) = request(port, "POST", "/start", &start_body(0));
+    assert_eq!(code, 200);
+    wait_state(port, "faulted");
+    let faulted = running.wait_status("agent FAULTED in the status", |s| s["agent"] == "FAULTED");
+    assert_eq!(faulted["state"], "Failed");
+    assert_eq!(request(port, "POST", "/stop", "").0, 200);
+    wait_state(port, "ready");
+    let after_fault =
+        |all: Vec<Value>| -> Vec<Value> { all.into_iter().skip_while(|s| s["agent"] != "FAULTED").collect() };
+    let ready = wait_until("agent READY in the status after the fault", || {
+        after_fault(running.statuses()).into_iter().find(|s| s["agent"] == "READY")
+    });
+    assert_eq!(ready["state"], "Failed", "the last attempt's child failed");
+    assert_eq!(running.statuses().last(), Some(&ready), "READY is the last word");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    running.wait().assert_code(1);
+}
+
+/// Issue 34 item 6: READY tells the operator the node is free; a `setsid` grandchild of the
+/// stopped attempt (outside its process group) is swept before it.
+#[test]
+fn ready_comes_once_the_stopped_attempts_escapee_is_gone() {
+    let dir = TestDir::new("hyperpod-escapee");
+    let port = free_port();
+    let running = agent_rv(&dir, port, &[], "{ setsid sleep 300 & echo $! > escapee; exec sleep 300; }");
+    wait_state(port, "ready");
+    assert_eq!(request(port, "POST", "/start", &start_body(0)).0, 200);
+    let escapee: i32 = wait_until("the escapee's pid", || read(&dir.join("escapee")).trim().parse().ok());
+    assert!(alive(escapee));
+    assert_eq!(request(port, "POST", "/stop", "").0, 200);
+    wait_state(port, "ready");
+    assert!(!alive(escapee), "READY while the last attempt's escapee {escapee} runs");
+    assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
+    running.wait();
+}

@@ -4,8 +4,10 @@
 
 use tokio::time::Instant;
 
-/// The agent's state, as `/status` reports it (lower-case there).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The agent's state, as `/status` reports it (lower-case there; rankvisor's own status and
+/// report spell it as the agent's `AgentState.value`, upper-case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum AgentState {
     /// Not ready yet (here: the node-health gate has not opened).
     Init,

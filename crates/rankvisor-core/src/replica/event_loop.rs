@@ -466,10 +466,11 @@ impl Loop {
         let child_pid = child_pid.map(Pid::as_raw);
         // Only the supervisor's fields: node health and progress are set where they change, and
         // nothing is cloned on this path (it runs after every signal, exit and tick).
+        let agent = self.replica.agent_state();
         let mut changed = self.status.send_if_modified(|s| {
-            let new = s.log_rule != log_rule;
+            let new = s.log_rule != log_rule || s.agent != agent;
             if new {
-                s.log_rule = log_rule;
+                (s.log_rule, s.agent) = (log_rule, agent);
             }
             new
         });

@@ -82,6 +82,10 @@ pub struct LocalStatus {
     /// Each log rule's state for the current attempt, in configuration order (empty without rules).
     #[serde(default)]
     pub log_rules: Vec<LogRuleGauge>,
+    /// Agent mode: the agent's state, what the operator sees on `/status` (`state` is the last
+    /// attempt's child's).
+    #[serde(default)]
+    pub agent: Option<crate::agent::AgentState>,
 }
 
 /// A log rule that fired (`--log-rules`, docs/log-rules.md).
@@ -118,6 +122,7 @@ impl Default for LocalStatus {
             node_health: None,
             log_rule: None,
             log_rules: Vec::new(),
+            agent: None,
         }
     }
 }

@@ -77,6 +77,9 @@ pub struct Report {
     /// Each log rule's state for the current attempt (empty without rules).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_rules: Vec<super::LogRuleGauge>,
+    /// Agent mode: the agent's state (`READY`, `RUNNING`, `FAULTED`, ...), as the operator sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::agent::AgentState>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).
@@ -134,6 +137,7 @@ impl Timeline {
             rendezvous_seconds: self.rendezvous_seconds,
             log_rule: status.log_rule.clone(),
             log_rules: status.log_rules.clone(),
+            agent: status.agent,
             started_at: rfc3339(self.started_at),
             state_since: rfc3339(self.state_since),
             updated_at: rfc3339(now),
@@ -151,6 +155,7 @@ pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
         || prev.last_exit != next.last_exit
         || prev.hang_detections != next.hang_detections
         || prev.log_rule != next.log_rule
+        || prev.agent != next.agent
         || healthy(prev) != healthy(next)
 }
 
@@ -301,7 +306,7 @@ mod tests {
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys.len(),
-            11,
+            12,
             "the --status-fd line keeps its fields (adding is fine, update this test): {keys:?}"
         );
     }

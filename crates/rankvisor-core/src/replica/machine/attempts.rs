@@ -4,7 +4,7 @@
 //! every mode uses, and no restart happens unless the operator sends `/start` again.
 
 use super::{Clearing, Effect, End, Event, Note, Replica};
-use crate::agent::{AgentState, Assignment, Order, StatusView};
+use crate::agent::{AgentRecord, AgentState, Assignment, Order, StatusView};
 use crate::exit::ExitHow;
 use crate::replica::child::{ChildAction, LogRuleHit, Supervisor};
 use crate::signo::Signo;
@@ -16,6 +16,11 @@ impl Replica {
     /// Agent mode: the assignment of the current (or next) attempt.
     pub fn assignment(&self) -> Option<&Assignment> {
         self.assignment.as_ref()
+    }
+
+    /// Agent mode: the agent's state.
+    pub fn agent_state(&self) -> Option<AgentState> {
+        self.agent.as_ref().map(AgentRecord::state)
     }
 
     /// Agent mode: what `/status` shows, with instants turned into wall-clock times by `wall`.
