@@ -103,6 +103,7 @@ impl AgentRecord {
 
     /// `set_agent_state`: go to `to` with `reason` and `message` (both replaced, as the agent
     /// does) when the table allows it; false (nothing changes) when it does not.
+    #[must_use = "a transition the table refuses changes nothing"]
     pub fn set(&mut self, to: AgentState, reason: Option<String>, message: Option<String>, now: Instant) -> bool {
         if !self.state.may_become(to) {
             return false;

@@ -15,7 +15,6 @@ use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
 use crate::process::{self, Signals};
-use crate::rank::Role;
 use crate::replica::{
     self, link, AgentChannels, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
 };
@@ -136,13 +135,7 @@ async fn supervise(
                 (Some(_), false) => HealthGate::FailFast,
                 (Some(_), true) => HealthGate::Wait,
             },
-            link: cfg.link.as_ref().map(link::JobLinkConfig::role),
-            agent: agent.is_some(),
-            linger: cfg
-                .link
-                .as_ref()
-                .filter(|l| l.role() == Role::Master)
-                .and_then(|_| crate::config::linger_limit_of(cfg.supervisor.scope, &cfg.link)),
+            mode: crate::config::replica_mode(&cfg),
             log_rules: cfg.log_rules.clone().map(replica::machine::LogRules),
         },
         command: cfg.child.clone(),

@@ -24,10 +24,25 @@ pub(super) fn apply(
     Some(a.agent_addr)
 }
 
+/// The replica machine's mode: the agent's, or a plain replica with its side of the rendezvous
+/// and, for a master under job scope, how long it waits for its workers once its child succeeded.
+pub fn replica_mode(cfg: &super::SuperviseConfig) -> crate::replica::Mode {
+    use crate::replica::Mode;
+    if cfg.agent.is_some() {
+        return Mode::Agent;
+    }
+    let link = cfg.link.as_ref().map(crate::replica::JobLinkConfig::role);
+    let linger =
+        super::linger_limit_of(cfg.supervisor.scope, &cfg.link).filter(|_| link == Some(crate::rank::Role::Master));
+    Mode::Plain { link, linger }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::{args::SuperviseArgs, supervise_config, EnvSnapshot};
     use crate::policy::RestartPolicy;
+    use crate::rank::Role;
+    use crate::replica::Mode;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -47,8 +62,27 @@ mod tests {
         assert_eq!((c.supervisor.policy, c.link.is_none()), (RestartPolicy::Never, true));
         assert_eq!(c.agent, Some("0.0.0.0:8080".parse().unwrap()));
         assert!(c.inferred.iter().any(|l| l.contains("--restart-policy")), "{:?}", c.inferred);
+        assert_eq!(super::replica_mode(&c), Mode::Agent);
         let plain = Cmd::try_parse_from(&argv[..5]).unwrap().sup;
         let c = supervise_config(&plain, &["train".into()], &env).unwrap();
         assert_eq!((c.supervisor.policy, c.agent, c.link.is_some()), (RestartPolicy::Always, None, true));
+        assert_eq!(super::replica_mode(&c), Mode::Plain { link: Some(Role::Worker), linger: None });
+    }
+
+    /// Review finding #18: the linger is computed in config, for a master under job scope only.
+    #[test]
+    fn a_master_under_job_scope_lingers_for_its_workers() {
+        let job = [("PET_NNODES", "2"), ("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "m"), ("MASTER_PORT", "1")];
+        let env = EnvSnapshot::of(&job);
+        let mode = |scope: &str| {
+            let argv = ["rankvisor", "--node-health", "off", "--restart-scope", scope];
+            let a = Cmd::try_parse_from(argv).unwrap().sup;
+            super::replica_mode(&supervise_config(&a, &["train".into()], &env).unwrap())
+        };
+        let Mode::Plain { link: Some(Role::Master), linger: Some(limit) } = mode("job") else {
+            panic!("{:?}", mode("job"))
+        };
+        assert!(limit > std::time::Duration::ZERO);
+        assert_eq!(mode("replica"), Mode::Plain { link: Some(Role::Master), linger: None });
     }
 }

@@ -3,6 +3,7 @@
 //! A configuration error is exit 64 at the CLI edge, with a message naming the culprit.
 
 mod agent;
+pub use agent::replica_mode;
 pub mod args;
 pub mod env;
 mod pod_labels;

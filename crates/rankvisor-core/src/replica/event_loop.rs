@@ -13,7 +13,7 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::signo::Signo;
-use crate::status::{ExitReason, LocalStatus};
+use crate::status::LocalStatus;
 use nix::unistd::Pid;
 use std::ffi::OsString;
 use std::future::Future;
@@ -453,13 +453,7 @@ impl Loop {
             info!(from = ?before, to = ?state, restarts = sup.restarts(), "state");
         }
         let log_rule = sup.last_exit_log_rule().map(log_watch::report);
-        let reason = if sup.last_exit_hung() {
-            Some(ExitReason::Hung)
-        } else if log_rule.is_some() {
-            Some(ExitReason::LogRule)
-        } else {
-            sup.last_exit_generation_stop().then_some(ExitReason::NewGeneration)
-        };
+        let reason = sup.exit_reason();
         let (restart_count, generation, last_exit) = (sup.restarts(), sup.generation(), sup.last_exit());
         let (child_pid, hang_detections) = (sup.child_pid(), sup.hang_detections());
         process::set_child_group(child_pid);

@@ -56,16 +56,49 @@ pub struct ReplicaConfig {
     pub supervisor: SupervisorConfig,
     /// What an unhealthy node does to the first start.
     pub health_gate: HealthGate,
-    /// This replica's side of the rendezvous, when the job has one.
-    pub link: Option<Role>,
-    /// Job scope, master: how long a master whose child succeeded keeps the channel for its workers.
-    pub linger: Option<Duration>,
-    /// `--agent hyperpod`: the child starts on the operator's `/start` only, and an attempt's end
-    /// is the agent's state (the operator decides what follows), not rankvisor's exit.
-    pub agent: bool,
+    /// A plain replica (with its rendezvous), or the HyperPod agent's.
+    pub mode: Mode,
     /// `--log-rules`: evaluated on every attempt's stdout (in agent mode, unless `/start` brings
     /// the attempt's own, which replace them).
     pub log_rules: Option<LogRules>,
+}
+
+/// What the replica is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The child's end is rankvisor's exit (after the restart policy).
+    Plain {
+        /// This replica's side of the rendezvous, when the job has one.
+        link: Option<Role>,
+        /// Job scope, master: how long a master whose child succeeded keeps the channel for its
+        /// workers (`config::linger_limit_of`).
+        linger: Option<Duration>,
+    },
+    /// `--agent hyperpod`: the child starts on the operator's `/start` only, and an attempt's end
+    /// is the agent's state (the operator decides what follows), not rankvisor's exit. No
+    /// rendezvous of rankvisor's: the operator's assignment carries the job's.
+    Agent,
+}
+
+impl Mode {
+    /// A plain replica without a rendezvous.
+    pub const ALONE: Mode = Mode::Plain { link: None, linger: None };
+
+    /// This replica's side of the rendezvous, when it has one.
+    pub fn link(self) -> Option<Role> {
+        match self {
+            Mode::Plain { link, .. } => link,
+            Mode::Agent => None,
+        }
+    }
+
+    /// How long a master whose child succeeded waits for its workers, when it does.
+    pub fn linger(self) -> Option<Duration> {
+        match self {
+            Mode::Plain { linger, .. } => linger,
+            Mode::Agent => None,
+        }
+    }
 }
 
 /// The node-health gate before the child's first start.
@@ -245,9 +278,18 @@ pub struct Replica {
     held_exit: Option<HeldExit>,
     /// Agent mode: the last attempt's escapees are being swept before READY.
     clearing: Option<Clearing>,
-    /// Agent mode: the agent's state, the last assignment, the last attempt's exit status.
-    agent: Option<AgentRecord>,
+    /// Agent mode's own state (`Mode::Agent`, from the start on).
+    agent: Option<AgentMode>,
+}
+
+/// Agent mode's state: the agent's record, the operator's last assignment, the last attempt's
+/// exit status.
+#[derive(Debug, Clone)]
+struct AgentMode {
+    record: AgentRecord,
+    /// The current (or next) attempt's assignment.
     assignment: Option<Assignment>,
+    /// `/status`'s rank: the last `/start`'s, kept when its transition is refused.
     assigned_rank: Option<i64>,
     last_code: Option<i32>,
 }
@@ -258,7 +300,7 @@ impl Replica {
     /// A replica that has done nothing yet; `start` returns its first effects.
     pub fn new(cfg: ReplicaConfig) -> Self {
         let health = if cfg.health_gate == HealthGate::Off { Health::Off } else { Health::Unknown };
-        let gate = if cfg.link.is_some() { Gate::NotStarted } else { Gate::None };
+        let gate = if cfg.mode.link().is_some() { Gate::NotStarted } else { Gate::None };
         Self {
             sup: Supervisor::new(cfg.supervisor),
             cfg,
@@ -273,17 +315,20 @@ impl Replica {
             held_exit: None,
             clearing: None,
             agent: None,
-            assignment: None,
-            assigned_rank: None,
-            last_code: None,
         }
     }
 
     /// The first effects: start the link and the child when nothing holds them back.
+    #[must_use = "the effects are the loop's to perform"]
     pub fn start(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
-        if self.cfg.agent {
-            self.agent = Some(AgentRecord::new(now));
+        if self.cfg.mode == Mode::Agent {
+            self.agent = Some(AgentMode {
+                record: AgentRecord::new(now),
+                assignment: None,
+                assigned_rank: None,
+                last_code: None,
+            });
         }
         if self.health == Health::Off {
             self.open_link(&mut out);
@@ -331,6 +376,7 @@ impl Replica {
     }
 
     /// Decide what to do about `input`, which happened at `now`.
+    #[must_use = "the effects are the loop's to perform"]
     pub fn on_input(&mut self, input: Input, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
@@ -424,7 +470,7 @@ impl Replica {
         match self.end {
             End::No => self.feed(Event::Tick, now, out),
             End::Lingering { code, until } if now >= until => {
-                let limit = self.cfg.linger.unwrap_or_default();
+                let limit = self.cfg.mode.linger().unwrap_or_default();
                 out.push(Effect::Note(Note::Warn(format!(
                     "workers still running after {limit:?}; closing the control channel"
                 ))));
@@ -636,17 +682,18 @@ impl Replica {
     /// The attempt's start: its counters, its rules (`/start`'s, else `--log-rules`), and in
     /// agent mode the operator's assignment as environment.
     fn spawn_order(&mut self, restart_count: u32, generation: u64) -> SpawnOrder {
-        let own = self.assignment.as_ref().and_then(|a| a.rules.rules.clone()).map(LogRules);
+        let assignment = self.agent.as_ref().and_then(|a| a.assignment.as_ref());
+        let own = assignment.and_then(|a| a.rules.rules.clone()).map(LogRules);
         let rules = own.or_else(|| self.cfg.log_rules.clone());
+        let extra_env = assignment.map(Assignment::child_env).unwrap_or_default();
         self.output_watched = rules.is_some();
-        let extra_env = self.assignment.as_ref().map(|a| a.child_env()).unwrap_or_default();
         SpawnOrder { restart_count, generation, rules, extra_env }
     }
 
     /// Job scope: this replica's child failed and the job must move on together.
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let next = self.barrier_pending.unwrap_or(self.sup.target_generation()) + 1;
-        match self.cfg.link {
+        match self.cfg.mode.link() {
             Some(Role::Master) => self.new_generation(next, now, out),
             Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),
             // No rendezvous (one replica): the generation is ours alone.
@@ -666,7 +713,7 @@ impl Replica {
     /// The child is done for good with `code`.
     fn child_done(&mut self, code: i32, now: Instant, out: &mut Vec<Effect>) {
         self.after_child = None;
-        let linger = match (self.cfg.link, self.cfg.linger) {
+        let linger = match (self.cfg.mode.link(), self.cfg.mode.linger()) {
             (Some(Role::Master), Some(limit)) if code == 0 && !self.workers_done => Some(limit),
             _ => None,
         };

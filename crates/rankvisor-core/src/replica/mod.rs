@@ -13,4 +13,4 @@ mod tests;
 
 pub use event_loop::{run, AgentChannels, Finished, HealthSource, LinkParts, LinkStarter, LoopConfig, Sources};
 pub use link::{JobLinkConfig, Link, LinkCommand, LinkEvent, Upstream};
-pub use machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig};
+pub use machine::{Effect, HealthGate, Input, Mode, Note, Replica, ReplicaConfig};

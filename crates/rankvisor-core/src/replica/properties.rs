@@ -7,7 +7,7 @@
 
 use super::child::{ChildAction, Event, HangConfig, SupervisorConfig};
 use super::link::LinkEvent;
-use super::machine::{Effect, HealthGate, Input, Replica, ReplicaConfig};
+use super::machine::{Effect, HealthGate, Input, Mode, Replica, ReplicaConfig};
 use crate::agent::rules::AttemptRules;
 use crate::agent::{AgentState, Assignment, Order, StopOrder};
 use crate::backoff::BackoffConfig;
@@ -92,9 +92,11 @@ fn config() -> impl Strategy<Value = ReplicaConfig> {
                 scope: if agent { RestartScope::Replica } else { scope },
             },
             health_gate,
-            link: link.filter(|_| !agent),
-            linger: (linger && !agent && link == Some(Role::Master)).then_some(2000 * MS),
-            agent,
+            mode: if agent {
+                Mode::Agent
+            } else {
+                Mode::Plain { link, linger: (linger && link == Some(Role::Master)).then_some(2000 * MS) }
+            },
             log_rules: None,
         },
     )
@@ -127,7 +129,7 @@ struct Harness {
 
 impl Harness {
     fn new(cfg: ReplicaConfig) -> Result<Self, TestCaseError> {
-        let role = cfg.link;
+        let role = cfg.mode.link();
         let now = Instant::now();
         let mut h = Self {
             r: Replica::new(cfg),

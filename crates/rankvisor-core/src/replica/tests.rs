@@ -2,7 +2,7 @@
 //! layer that turns `Spawn` into `Spawned` and records everything else.
 
 use super::link::{LinkCommand, LinkEvent};
-use super::machine::{Effect, HealthGate, Input, Note, Replica, ReplicaConfig, SpawnOrder};
+use super::machine::{Effect, HealthGate, Input, Mode, Note, Replica, ReplicaConfig, SpawnOrder};
 use crate::backoff::BackoffConfig;
 use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, Observation};
@@ -40,11 +40,14 @@ fn cfg() -> ReplicaConfig {
     ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Replica),
         health_gate: HealthGate::Off,
-        link: None,
-        linger: None,
-        agent: false,
+        mode: Mode::ALONE,
         log_rules: None,
     }
+}
+
+/// A plain replica with this side of the rendezvous, no linger.
+fn plain(role: Role) -> Mode {
+    Mode::Plain { link: Some(role), linger: None }
 }
 
 fn label(value: &str) -> Observation {
@@ -167,7 +170,7 @@ async fn without_gates_the_child_starts_at_once_and_the_first_restart_is_immedia
 /// `--unhealthy-node wait`: the node's verdict gates the first start, then the link opens.
 #[tokio::test(start_paused = true)]
 async fn health_wait_gates_the_start_and_the_link() {
-    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, link: Some(Role::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { health_gate: HealthGate::Wait, mode: plain(Role::Worker), ..cfg() });
     assert_eq!((f.spawns.len(), f.start_link), (0, 0), "nothing before the first verdict");
     assert_eq!(f.r.state(), ReplicaState::Pending);
     f.send(Input::Health(label("UnschedulablePendingReboot")));
@@ -208,7 +211,7 @@ async fn unhealthy_during_the_run_stops_the_child_and_exits_138() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_first_barrier_exits_138_with_the_reason() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { mode: plain(Role::Worker), ..cfg() });
     assert_eq!(f.start_link, 1);
     assert_eq!(f.r.state(), ReplicaState::Rendezvous);
     f.send(Input::Link(LinkEvent::Failed { message: "rendezvous failed: timed out".into() }));
@@ -220,8 +223,7 @@ async fn a_failed_first_barrier_exits_138_with_the_reason() {
 async fn a_finished_master_lingers_for_its_workers() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(Role::Master),
-        linger: Some(Duration::from_secs(60)),
+        mode: Mode::Plain { link: Some(Role::Master), linger: Some(Duration::from_secs(60)) },
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -251,7 +253,7 @@ async fn a_finished_master_lingers_for_its_workers() {
 /// A worker that loses the master: replica scope trains on and redials.
 #[tokio::test(start_paused = true)]
 async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
-    let mut f = Fake::new(ReplicaConfig { link: Some(Role::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { mode: plain(Role::Worker), ..cfg() });
     f.send(Input::Link(LinkEvent::Released { generation: 0 }));
     f.send(Input::Link(LinkEvent::MasterLost { reason: "connection reset".into() }));
     assert!(f.signals.is_empty(), "the child is not touched");
@@ -266,7 +268,7 @@ async fn replica_scope_worker_keeps_training_when_the_master_is_lost() {
 async fn job_scope_worker_restarts_with_the_master() {
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(Role::Worker),
+        mode: plain(Role::Worker),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -309,7 +311,7 @@ async fn job_scope_worker_restarts_with_the_master() {
 /// and not once its own child is over.
 #[tokio::test(start_paused = true)]
 async fn master_rejoin_requests() {
-    let mut replica = Fake::new(ReplicaConfig { link: Some(Role::Master), ..cfg() });
+    let mut replica = Fake::new(ReplicaConfig { mode: plain(Role::Master), ..cfg() });
     replica.send(Input::Link(LinkEvent::Released { generation: 0 }));
     replica.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
     assert!(replica.signals.is_empty() && replica.links.is_empty());
@@ -317,7 +319,7 @@ async fn master_rejoin_requests() {
 
     let job = ReplicaConfig {
         supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
-        link: Some(Role::Master),
+        mode: plain(Role::Master),
         ..cfg()
     };
     let mut f = Fake::new(job.clone());
@@ -336,7 +338,10 @@ async fn master_rejoin_requests() {
     f.send(Input::Link(LinkEvent::Released { generation: 1 }));
     assert_eq!(f.spawns, [(0, 0), (1, 1)]);
 
-    let mut done = Fake::new(ReplicaConfig { linger: Some(Duration::from_secs(60)), ..job });
+    let mut done = Fake::new(ReplicaConfig {
+        mode: Mode::Plain { link: Some(Role::Master), linger: Some(Duration::from_secs(60)) },
+        ..job
+    });
     done.send(Input::Link(LinkEvent::Released { generation: 0 }));
     done.exit_child(ExitHow::Exited(0));
     done.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
@@ -374,8 +379,8 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
         Effect::Spawn(_) => Pid::from_raw(42),
         e => panic!("{e:?}"),
     };
-    r.on_input(Input::Child(Event::Spawned { pid }), t0);
-    r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
+    let _ = r.on_input(Input::Child(Event::Spawned { pid }), t0);
+    let _ = r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
     tokio::time::advance(300 * MS).await;
     let out = r.on_input(Input::Child(Event::Exited { pid, how: ExitHow::Exited(0) }), Instant::now());
     assert_eq!(out, [Effect::SweepTerm]);
@@ -418,7 +423,7 @@ async fn transient_spawn_failures_are_retried() {
 #[tokio::test(start_paused = true)]
 async fn a_worker_joining_a_later_generation_starts_its_child_in_it_and_ignores_a_stale_order() {
     let job = sup(RestartPolicy::OnFailure, RestartScope::Job);
-    let mut f = Fake::new(ReplicaConfig { supervisor: job, link: Some(Role::Worker), ..cfg() });
+    let mut f = Fake::new(ReplicaConfig { supervisor: job, mode: plain(Role::Worker), ..cfg() });
     assert_eq!(f.start_link, 1);
     f.send(Input::Link(LinkEvent::Released { generation: 3 }));
     assert_eq!(f.spawns, [(0, 3)], "the child belongs to the generation the barrier released");

@@ -4,7 +4,7 @@
 use crate::exit::{self, ExitHow};
 use crate::policy::RestartScope;
 use crate::signo::Signo;
-use crate::status::ReplicaState;
+use crate::status::{ExitReason, ReplicaState};
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
@@ -18,9 +18,8 @@ pub struct Supervisor {
     restarts: u32,
     backoff_step: u32,
     last_exit: Option<ExitHow>,
-    last_exit_hung: bool,
-    last_exit_log_rule: Option<LogRuleHit>,
-    last_exit_generation_stop: bool,
+    /// Why rankvisor stopped the last child, when it did: the one record of it.
+    last_stop: Option<StopCause>,
     last_beat: Option<Instant>,
     hang_detections: u32,
     generation: u64,
@@ -37,9 +36,7 @@ impl Supervisor {
             restarts: 0,
             backoff_step: 0,
             last_exit: None,
-            last_exit_hung: false,
-            last_exit_log_rule: None,
-            last_exit_generation_stop: false,
+            last_stop: None,
             last_beat: None,
             hang_detections: 0,
             generation: 0,
@@ -64,12 +61,26 @@ impl Supervisor {
 
     /// True when the last child was stopped by hang detection (its exit's reason is `Hung`).
     pub fn last_exit_hung(&self) -> bool {
-        self.last_exit_hung
+        matches!(self.last_stop, Some(StopCause::Hung))
     }
 
     /// The log rule that made rankvisor stop the last child, when one did.
     pub fn last_exit_log_rule(&self) -> Option<&LogRuleHit> {
-        self.last_exit_log_rule.as_ref()
+        match &self.last_stop {
+            Some(StopCause::LogRule(hit)) => Some(hit),
+            _ => None,
+        }
+    }
+
+    /// Why rankvisor stopped the last child, as the status reports it (None: it ended on its
+    /// own, or for a reason the exit itself tells: a shutdown, a give-up, an order).
+    pub fn exit_reason(&self) -> Option<ExitReason> {
+        match self.last_stop.as_ref()? {
+            StopCause::Hung => Some(ExitReason::Hung),
+            StopCause::LogRule(_) => Some(ExitReason::LogRule),
+            StopCause::NewGeneration { .. } => Some(ExitReason::NewGeneration),
+            StopCause::Shutdown { .. } | StopCause::GiveUp(_) | StopCause::Ordered => None,
+        }
     }
 
     /// The generation of the current (or last) child.
@@ -91,7 +102,7 @@ impl Supervisor {
 
     /// True when the last child was stopped because the job moved to a new generation (not a failure).
     pub fn last_exit_generation_stop(&self) -> bool {
-        self.last_exit_generation_stop
+        matches!(self.last_stop, Some(StopCause::NewGeneration { .. }))
     }
 
     /// Hangs detected so far.
@@ -137,6 +148,7 @@ impl Supervisor {
     }
 
     /// Decide what to do about `event`, which happened at `now`.
+    #[must_use = "the steps are the loop's to perform"]
     pub fn on_event(&mut self, event: Event, now: Instant) -> ChildSteps {
         match event {
             Event::Start => match self.phase {
@@ -317,12 +329,7 @@ impl Supervisor {
             _ => return ChildSteps::default(),
         };
         self.last_exit = Some(how);
-        self.last_exit_hung = cause == Some(StopCause::Hung);
-        self.last_exit_log_rule = match &cause {
-            Some(StopCause::LogRule(hit)) => Some(hit.clone()),
-            _ => None,
-        };
-        self.last_exit_generation_stop = matches!(cause, Some(StopCause::NewGeneration { .. }));
+        self.last_stop = cause.clone();
         match cause {
             Some(StopCause::Shutdown { signal }) => {
                 let msg = format!("stopped by {}: child {how}", signal.name());

@@ -251,6 +251,7 @@ pub enum ChildOutcome {
 /// The supervisor's answer to one event: the actions for the loop, in order, then at most one
 /// outcome for the replica.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "the actions are the loop's to perform and the outcome the replica's to decide"]
 pub struct ChildSteps {
     /// What to do for the child, in order.
     pub actions: Vec<ChildAction>,

@@ -4,7 +4,7 @@
 //! every mode uses, and no restart happens unless the operator sends `/start` again.
 
 use super::{Clearing, Effect, End, Event, Note, Replica};
-use crate::agent::{AgentRecord, AgentState, Assignment, Order, StatusView};
+use crate::agent::{AgentState, Assignment, Order, StatusView};
 use crate::exit::ExitHow;
 use crate::replica::child::{ChildAction, LogRuleHit, Supervisor};
 use crate::signo::Signo;
@@ -15,59 +15,61 @@ use tokio::time::Instant;
 impl Replica {
     /// Agent mode: the assignment of the current (or next) attempt.
     pub fn assignment(&self) -> Option<&Assignment> {
-        self.assignment.as_ref()
+        self.agent.as_ref()?.assignment.as_ref()
     }
 
     /// Agent mode: the agent's state.
     pub fn agent_state(&self) -> Option<AgentState> {
-        self.agent.as_ref().map(AgentRecord::state)
+        self.agent.as_ref().map(|a| a.record.state())
     }
 
     /// Agent mode: what `/status` shows, with instants turned into wall-clock times by `wall`.
     pub fn agent_status(&self, wall: impl Fn(Instant) -> SystemTime) -> Option<StatusView> {
-        let rec = self.agent.as_ref()?;
+        let agent = self.agent.as_ref()?;
+        let rec = &agent.record;
         Some(StatusView {
             state: rec.state(),
             reason: rec.reason().map(str::to_string),
             message: rec.message().map(str::to_string),
             transitions: rec.transitions().iter().map(|(s, t)| (*s, wall(*t))).collect(),
-            assigned_rank: self.assigned_rank,
-            ip_version: self.assignment.as_ref().and_then(|a| a.ip_version.clone()),
+            assigned_rank: agent.assigned_rank,
+            ip_version: agent.assignment.as_ref().and_then(|a| a.ip_version.clone()),
         })
     }
 
     /// The gates opened: INIT becomes READY (the agent's constructor does it at once).
     pub(super) fn agent_ready(&mut self, now: Instant) {
-        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Init) {
-            rec.set(AgentState::Ready, None, None, now);
+        if let Some(rec) = self.agent.as_mut().map(|a| &mut a.record).filter(|r| r.state() == AgentState::Init) {
+            let _ = rec.set(AgentState::Ready, None, None, now);
         }
     }
 
     /// The node is unhealthy before READY: INIT says why.
     pub(super) fn explain_unhealthy(&mut self, why: &str) {
-        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Init) {
+        if let Some(rec) = self.agent.as_mut().map(|a| &mut a.record).filter(|r| r.state() == AgentState::Init) {
             rec.explain(Some("NodeUnhealthy".into()), Some(why.to_string()));
         }
     }
 
     /// True while an attempt's end leaves rankvisor running (agent mode, no shutdown under way).
     pub(super) fn attempt_goes_on(&self) -> bool {
-        let state = self.agent.as_ref().map(|r| r.state());
+        let state = self.agent_state();
         self.shutdown_deadline.is_none() && matches!(state, Some(AgentState::Running | AgentState::Stopping))
     }
 
     pub(super) fn on_order(&mut self, order: Order, now: Instant, out: &mut Vec<Effect>) {
-        let Some(rec) = self.agent.as_mut() else { return };
+        let Some(agent) = self.agent.as_mut() else { return };
         if self.end != End::No {
             return;
         }
+        let last_code = agent.last_code;
         match order {
             Order::Start(a) => {
                 // The agent stores the assignment even when the transition is refused.
-                self.assigned_rank = Some(a.rank);
+                agent.assigned_rank = Some(a.rank);
                 let faults = a.fault_count;
-                self.assignment = Some(a);
-                if rec.set(AgentState::Running, Some("Running".into()), None, now) {
+                agent.assignment = Some(a);
+                if agent.record.set(AgentState::Running, Some("Running".into()), None, now) {
                     out.push(Effect::Note(Note::Info(format!(
                         "agent: /start (faultCount {faults}): starting the child"
                     ))));
@@ -75,9 +77,9 @@ impl Replica {
                     self.feed(Event::Start, now, out);
                 }
             }
-            Order::Update(a) => self.assignment = Some(a),
+            Order::Update(a) => agent.assignment = Some(a),
             Order::Stop(stop) => {
-                if !rec.set(AgentState::Stopping, None, None, now) {
+                if !agent.record.set(AgentState::Stopping, None, None, now) {
                     return;
                 }
                 if self.sup.child_pid().is_some() {
@@ -93,7 +95,7 @@ impl Replica {
                 }
             }
             Order::Shutdown => {
-                if !rec.set(AgentState::Shutdown, None, None, now) {
+                if !agent.record.set(AgentState::Shutdown, None, None, now) {
                     return;
                 }
                 out.push(Effect::Note(Note::Info("agent: /shutdown".into())));
@@ -101,7 +103,7 @@ impl Replica {
                     self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
                     self.feed(Event::Shutdown { signal: Signo::TERM }, now, out);
                 } else {
-                    self.sweep(self.last_code.unwrap_or(0), now, out);
+                    self.sweep(last_code.unwrap_or(0), now, out);
                 }
             }
         }
@@ -114,7 +116,8 @@ impl Replica {
         if idle {
             out.push(Effect::Note(Note::Info(format!("{} received; no attempt running", sig.name()))));
             self.shutdown_deadline.get_or_insert(now + self.cfg.supervisor.grace);
-            self.sweep(self.last_code.unwrap_or(ExitHow::Signaled(sig).code()), now, out);
+            let last_code = self.agent.as_ref().and_then(|a| a.last_code);
+            self.sweep(last_code.unwrap_or(ExitHow::Signaled(sig).code()), now, out);
         }
         idle
     }
@@ -122,7 +125,9 @@ impl Replica {
     /// The attempt's child is gone with `code`: the agent's state follows; rankvisor exits only
     /// when shutting down (or when it never got past INIT: the node-health gate gave up).
     pub(super) fn attempt_done(&mut self, code: i32, pid: Option<Pid>, now: Instant, out: &mut Vec<Effect>) {
-        self.last_code = Some(code);
+        if let Some(agent) = self.agent.as_mut() {
+            agent.last_code = Some(code);
+        }
         if !self.attempt_goes_on() {
             return self.child_done(code, now, out);
         }
@@ -131,16 +136,16 @@ impl Replica {
         }
         let (hung, how) = (self.sup.last_exit_hung(), self.sup.last_exit());
         let log_rule = self.sup.last_exit_log_rule().cloned();
-        let Some(rec) = self.agent.as_mut() else { return };
+        let Some(rec) = self.agent.as_mut().map(|a| &mut a.record) else { return };
         if let (AgentState::Running, Some(hit)) = (rec.state(), log_rule) {
             out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({}): child exited with {code}", hit.reason))));
             let message = log_rule_message(&hit);
-            rec.set(AgentState::Faulted, Some(hit.reason), Some(message), now);
+            let _ = rec.set(AgentState::Faulted, Some(hit.reason), Some(message), now);
             return;
         }
         match rec.state() {
             AgentState::Running if code == 0 && !hung => {
-                rec.set(AgentState::Completed, None, None, now);
+                let _ = rec.set(AgentState::Completed, None, None, now);
             }
             AgentState::Running => {
                 let (reason, what) = if hung {
@@ -150,7 +155,7 @@ impl Replica {
                 };
                 let message = format!("{what}{}", failure_line(how, pid));
                 out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({reason}): child exited with {code}"))));
-                rec.set(AgentState::Faulted, Some(reason.into()), Some(message), now);
+                let _ = rec.set(AgentState::Faulted, Some(reason.into()), Some(message), now);
             }
             _ => self.clear_attempt(now, out),
         }
@@ -166,8 +171,8 @@ impl Replica {
     /// The attempt's tree is gone: READY.
     pub(super) fn attempt_cleared(&mut self, now: Instant) {
         self.clearing = None;
-        if let Some(rec) = self.agent.as_mut().filter(|r| r.state() == AgentState::Stopping) {
-            rec.set(AgentState::Ready, None, None, now);
+        if let Some(rec) = self.agent.as_mut().map(|a| &mut a.record).filter(|r| r.state() == AgentState::Stopping) {
+            let _ = rec.set(AgentState::Ready, None, None, now);
         }
     }
 

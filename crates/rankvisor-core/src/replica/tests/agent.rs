@@ -6,7 +6,7 @@ use crate::agent::rules::AttemptRules;
 use crate::agent::{AgentState, Assignment, Order, StopOrder};
 
 fn agent_cfg() -> ReplicaConfig {
-    ReplicaConfig { supervisor: sup(RestartPolicy::Never, RestartScope::Replica), agent: true, ..cfg() }
+    ReplicaConfig { supervisor: sup(RestartPolicy::Never, RestartScope::Replica), mode: Mode::Agent, ..cfg() }
 }
 
 fn assignment(fault_count: i64) -> Assignment {
