@@ -474,8 +474,10 @@ fn the_documented_schema_and_example_match_the_report() {
     assert_eq!(report.schema_version, rankvisor_core::status::SCHEMA_VERSION);
     let reserialized = serde_json::to_value(&report).unwrap();
     assert_eq!(&reserialized, example, "the example shows every field, as rankvisor writes them");
-    // The log rules' fields are left out without rules (the example has none): shown here too.
+    // The log rules' fields are left out without rules (the example has none), the agent's state
+    // outside agent mode: shown here too.
     let mut with_rules = report.clone();
+    with_rules.agent = Some(rankvisor_core::status::AgentState::Ready);
     with_rules.log_rule = Some(rankvisor_core::status::LogRuleReport {
         reason: "LogHang_JobHang".into(),
         rule: "JobHang".into(),

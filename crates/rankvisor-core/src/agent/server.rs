@@ -113,10 +113,10 @@ pub async fn serve(listener: TcpListener, state: AgentHttp, shutdown: impl Futur
 mod tests {
     use super::*;
 
-    /// Issue 34 item 6: `/start`'s rules are compiled off the runtime's one thread. The handler
-    /// of a `/start` has been polled once; on one thread, `/status` then answers while the
-    /// `/start` is still being checked (before its order reaches the loop). Compiling on the
-    /// runtime's thread, the first poll finished the check and sent the order.
+    /// Issue 34 item 6: `/start`'s rules are compiled off the runtime's one thread. The first
+    /// poll of a `/start`'s handler hands the check to the blocking pool and returns: its order
+    /// is not sent yet, and `/status` answers meanwhile. Compiling on the runtime's thread, that
+    /// first poll finished the check and sent the order.
     #[tokio::test]
     async fn start_compiles_its_rules_off_the_runtimes_thread_while_status_answers() {
         let (orders, mut loop_side) = mpsc::unbounded_channel();
@@ -126,17 +126,17 @@ mod tests {
             br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
             "log_monitoring_configuration":[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":5}]}"#,
         );
-        let start = tokio::spawn({
-            let http = http.clone();
-            async move { http.handle(&Method::POST, "/start", Ok(body)).await }
-        });
-        tokio::task::yield_now().await;
+        let mut start = std::pin::pin!(http.handle(&Method::POST, "/start", Ok(body)));
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(start.as_mut().poll(cx))).await;
+        assert!(first.is_pending() && loop_side.try_recv().is_err(), "the first poll sent no order");
         let status = http.handle(&Method::GET, "/status", Ok(Bytes::new())).await;
         assert_eq!(status.status, StatusCode::OK);
-        assert!(loop_side.try_recv().is_err() && !start.is_finished(), "the /start is still being checked");
-        let order = loop_side.recv().await.expect("the /start's order");
-        assert!(matches!(order.order, Order::Start(ref a) if a.rules.rules.is_some()));
-        let _ = order.done.send(());
-        assert_eq!(start.await.unwrap().status, StatusCode::OK);
+        let the_loop = async {
+            let order = loop_side.recv().await.expect("the /start's order");
+            assert!(matches!(order.order, Order::Start(ref a) if a.rules.rules.is_some()));
+            let _ = order.done.send(());
+        };
+        let (reply, ()) = tokio::join!(start, the_loop);
+        assert_eq!(reply.status, StatusCode::OK);
     }
 }

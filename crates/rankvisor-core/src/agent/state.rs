@@ -4,26 +4,7 @@
 
 use tokio::time::Instant;
 
-/// The agent's state, as `/status` reports it (lower-case there; rankvisor's own status and
-/// report spell it as the agent's `AgentState.value`, upper-case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum AgentState {
-    /// Not ready yet (here: the node-health gate has not opened).
-    Init,
-    /// Waiting for `/start`.
-    Ready,
-    /// `/start` was received; the child runs (or is about to).
-    Running,
-    /// The child exited 0.
-    Completed,
-    /// The child failed; the operator decides what follows.
-    Faulted,
-    /// `/stop` was received; the child is being stopped, then READY.
-    Stopping,
-    /// `/shutdown` was received; rankvisor exits once the child is gone.
-    Shutdown,
-}
+pub use crate::status::AgentState;
 
 impl AgentState {
     /// Every state, in the agent's declaration order.

@@ -301,10 +301,11 @@ impl Loop {
             Effect::Child(ChildAction::Spawn { .. }) => {
                 error!("internal error: a spawn without its attempt's order; the machine sends Effect::Spawn");
             }
-            Effect::DrainOutput => match &self.log {
-                Some(w) => w.drain(),
-                None => self.feed(Input::OutputDrained),
-            },
+            Effect::DrainOutput => {
+                if !self.log.as_ref().is_some_and(LogWatch::drain) {
+                    self.feed(Input::OutputDrained);
+                }
+            }
             Effect::Child(ChildAction::SignalGroup { pid, signal }) => {
                 info!(pid = pid.as_raw(), signal = %signal.name(), "signalling the child's process group");
                 if let Err(e) = process::signal_group(pid, signal) {

@@ -72,7 +72,9 @@ impl LogWatch {
     /// [`pipe`]). The relay thread first waits for `previous`'s to finish relaying what the last
     /// attempt left in its pipe, so the output keeps its order.
     pub fn start(rules: Arc<RuleSet>, rx: OwnedFd, started: Instant, previous: Option<Self>) -> io::Result<Self> {
-        let (wake_rx, wake) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        // Nonblocking: the loop's write never waits (a full wake pipe already asks).
+        let flags = nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK;
+        let (wake_rx, wake) = nix::unistd::pipe2(flags).map_err(io::Error::from)?;
         let (news_tx, news) = mpsc::unbounded_channel();
         let (states_tx, states) = watch::channel(Vec::new());
         let (ended_tx, ended) = std::sync::mpsc::channel();
@@ -103,10 +105,13 @@ impl LogWatch {
 
     /// The child exited: ask the relay thread, without waiting, to relay and evaluate what the
     /// pipe holds and then say [`News::Drained`]; its idle evaluations end (the child is gone).
-    pub fn drain(&self) {
-        if let Some(wake) = &self.wake {
+    /// False when the thread is gone (its output ended): there is nothing left to drain.
+    pub fn drain(&self) -> bool {
+        let Some(wake) = &self.wake else { return false };
+        match nix::unistd::write(wake, &[1]) {
             // A full wake pipe already holds a request, which this one joins.
-            let _ = nix::unistd::write(wake, &[1]);
+            Ok(_) | Err(nix::errno::Errno::EAGAIN) => true,
+            Err(_) => false,
         }
     }
 

@@ -85,7 +85,29 @@ pub struct LocalStatus {
     /// Agent mode: the agent's state, what the operator sees on `/status` (`state` is the last
     /// attempt's child's).
     #[serde(default)]
-    pub agent: Option<crate::agent::AgentState>,
+    pub agent: Option<AgentState>,
+}
+
+/// The HyperPod agent's state (agent mode), as the agent's `/status` reports it (lower-case
+/// there; rankvisor's own status and report spell it as the agent's `AgentState.value`,
+/// upper-case). Its transition table is `agent::state`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AgentState {
+    /// Not ready yet (here: the node-health gate has not opened).
+    Init,
+    /// Waiting for `/start`.
+    Ready,
+    /// `/start` was received; the child runs (or is about to).
+    Running,
+    /// The child exited 0.
+    Completed,
+    /// The child failed; the operator decides what follows.
+    Faulted,
+    /// `/stop` was received; the child is being stopped, then READY.
+    Stopping,
+    /// `/shutdown` was received; rankvisor exits once the child is gone.
+    Shutdown,
 }
 
 /// A log rule that fired (`--log-rules`, docs/log-rules.md).

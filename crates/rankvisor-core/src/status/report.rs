@@ -79,7 +79,7 @@ pub struct Report {
     pub log_rules: Vec<super::LogRuleGauge>,
     /// Agent mode: the agent's state (`READY`, `RUNNING`, `FAULTED`, ...), as the operator sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<crate::agent::AgentState>,
+    pub agent: Option<super::AgentState>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).
