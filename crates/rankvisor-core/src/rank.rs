@@ -152,6 +152,15 @@ pub enum RankError {
     },
 }
 
+impl RankError {
+    /// The variable the error is about.
+    pub fn var(&self) -> &'static str {
+        match self {
+            Self::Invalid { var, .. } | Self::Missing { var, .. } | Self::Disagree { var, .. } => var,
+        }
+    }
+}
+
 fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> RankError {
     RankError::Invalid { var, value: value.to_string(), expected: expected.into() }
 }
@@ -247,6 +256,21 @@ impl PodName {
 pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv, RankError> {
     let pod = lookup("POD_NAME").filter(|p| !p.is_empty()).or_else(|| lookup("HOSTNAME").filter(|p| !p.is_empty()));
     parse_rank_env_of_pod(lookup, pod.as_deref())
+}
+
+/// An agent's assignment (HyperPod's `/start`) checked as the contract checks the environment it
+/// becomes: `PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT`, the port left
+/// unset when it is 0 (the agent's reading of an empty one), which only one replica may do.
+pub fn check_assignment(rank: i64, nnodes: i64, master_addr: &str, master_port: i64) -> Result<(), RankError> {
+    let port = (master_port != 0).then(|| master_port.to_string());
+    let lookup = |k: &str| match k {
+        "PET_NNODES" => Some(nnodes.to_string()),
+        "PET_NODE_RANK" => Some(rank.to_string()),
+        "PET_MASTER_ADDR" => Some(master_addr.to_string()),
+        "PET_MASTER_PORT" => port.clone(),
+        _ => None,
+    };
+    parse_rank_env_of_pod(lookup, None).map(drop)
 }
 
 /// Read and validate the rank contract, as the training-operator writes it (`setPodEnv` in
