@@ -20,10 +20,5 @@ pub fn become_subreaper() -> std::io::Result<()> {
     if std::process::id() == 1 {
         return Ok(());
     }
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)
 }
