@@ -6,7 +6,7 @@
 //! without bound (identity lives in `rankvisor_info` only, for joins). The label `job` is left to
 //! Prometheus' own target label: the PyTorchJob's name is `pytorchjob`.
 
-use crate::status::{ExitReason, ReplicaState, Report};
+use crate::status::{ExitReason, NodeHealthReport, ReplicaState, Report};
 use crate::webhook::WebhookCounts;
 use std::fmt::Write;
 
@@ -70,7 +70,7 @@ pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
         "Restarts of the training process made by rankvisor.",
         r.restart_count,
     );
-    let healthy = r.node_health.as_ref().and_then(|n| n.healthy).map(|h| f64::from(u8::from(h)));
+    let healthy = r.node_health.as_ref().and_then(NodeHealthReport::healthy).map(|h| f64::from(u8::from(h)));
     gauge(&mut out, "rankvisor_node_healthy", "1 when the node's health labels allow training, 0 when not.", healthy);
     let code = r.last_exit.as_ref().map(|e| f64::from(e.status));
     gauge(
@@ -324,14 +324,14 @@ mod tests {
 
     #[test]
     fn unknown_values_are_left_out_and_node_health_shows() {
-        let node = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
+        let node = crate::status::unhealthy_node_for_tests();
         let text = render_metrics(&report(LocalStatus::default(), Some(node)), &WebhookCounts::default());
         assert_eq!(value(&text, "rankvisor_training_process_up"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_node_healthy"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_last_exit_code"), None);
         assert_eq!(value(&text, "rankvisor_training_step"), None);
         assert!(!text.contains("rankvisor_last_exit_code"), "no HELP without a sample");
-        let unknown = NodeHealthReport { healthy: None, verdict: None, error: Some("unreadable".into()) };
+        let unknown = NodeHealthReport::Unreadable("unreadable".into());
         let text = render_metrics(&report(LocalStatus::default(), Some(unknown)), &WebhookCounts::default());
         assert_eq!(value(&text, "rankvisor_node_healthy"), None);
     }
