@@ -89,3 +89,22 @@ fn accept_errors_are_logged_once_per_window() {
     // 10 s of failures: one line for the first window, one more at most for the next.
     assert!((1..=2).contains(&warned), "{warned} accept-failure lines:\n{}", out.stderr);
 }
+
+/// Regression: a 405 said nothing of what is allowed (RFC 9110 wants `Allow`).
+#[test]
+fn a_405_says_what_is_allowed() {
+    let dir = TestDir::new("hostile-http-405");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let run = Rv::new(&dir).args(["--http-addr", &addr, "--node-health", "off"]).sh("sleep 1000").spawn();
+    wait_until("/healthz to answer", || get(port, "/healthz").filter(|r| r.starts_with("HTTP/1.1 200")));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST /status HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("\r\nallow: get, head\r\n"), "{reply}");
+    run.signal(libc::SIGTERM);
+    run.wait().assert_code(143);
+}

@@ -5,7 +5,7 @@
 //! never feeds back into supervision: a refused or failing request is logged, never fatal.
 
 use crate::kube::{KubeClient, KubeError};
-use crate::status::{rfc3339, ExitReason, ReplicaState, Report};
+use crate::status::{rfc3339, ExitReason, NodeHealthReport, ReplicaState, Report};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -52,7 +52,7 @@ fn transition(reason: &'static str, kind: EventType, message: String) -> Transit
 }
 
 fn node_unhealthy(r: &Report) -> bool {
-    r.state == ReplicaState::NodeUnhealthy || r.node_health.as_ref().and_then(|n| n.healthy) == Some(false)
+    r.state == ReplicaState::NodeUnhealthy || r.node_health.as_ref().and_then(NodeHealthReport::healthy) == Some(false)
 }
 
 fn exit_text(r: &Report) -> String {
@@ -86,7 +86,7 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
         let why = next
             .node_health
             .as_ref()
-            .and_then(|n| n.verdict.as_ref())
+            .and_then(NodeHealthReport::verdict)
             .filter(|v| !v.reasons.is_empty())
             .map(|v| format!(": {}", v.reasons.join("; ")))
             .unwrap_or_default();
@@ -436,7 +436,7 @@ async fn run(cfg: KubeEventsConfig, mut reports: watch::Receiver<Report>) {
 mod tests {
     use super::*;
     use crate::exit::ExitHow;
-    use crate::status::{Identity, LocalStatus, NodeHealthReport, Timeline};
+    use crate::status::{Identity, LocalStatus, Timeline};
 
     fn rep(state: ReplicaState, restarts: u32, exit: Option<ExitHow>, hangs: u32) -> Report {
         let st = LocalStatus {
@@ -490,7 +490,7 @@ mod tests {
         assert_eq!(reasons(Some(&running), &hung), ["Hung"], "a hang is not also a child failure");
         assert_eq!(reasons(Some(&rep(Rendezvous, 0, None, 0)), &rep(Failed, 0, None, 0)), ["RendezvousTimeout"]);
         let mut sick = running.clone();
-        sick.node_health = Some(NodeHealthReport { healthy: Some(false), verdict: None, error: None });
+        sick.node_health = Some(crate::status::unhealthy_node_for_tests());
         let t = transitions(Some(&running), &sick);
         assert_eq!((t[0].reason, t[0].kind), ("NodeUnhealthy", EventType::Warning));
         assert!(reasons(Some(&sick), &sick).is_empty());

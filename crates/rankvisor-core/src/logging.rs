@@ -12,7 +12,8 @@
 //! characters in messages and values are escaped, so a value from outside cannot forge a line.
 
 use std::fmt;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -85,16 +86,11 @@ enum Stderr {
 
 impl Stderr {
     fn detect() -> Self {
-        // SAFETY: fstat writes the struct it is given.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(2, &mut st) } != 0 {
-            return Stderr::MayBlock;
-        }
+        let Ok(st) = nix::sys::stat::fstat(std::io::stderr()) else { return Stderr::MayBlock };
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => Stderr::NeverBlocks,
             // A terminal is a character device too: asked only then (one system call at start).
-            // SAFETY: isatty only queries the descriptor.
-            libc::S_IFCHR if unsafe { libc::isatty(2) } == 0 => Stderr::NeverBlocks,
+            libc::S_IFCHR if !std::io::stderr().is_terminal() => Stderr::NeverBlocks,
             libc::S_IFIFO => Stderr::Pipe,
             _ => Stderr::MayBlock,
         }
@@ -105,10 +101,15 @@ impl Stderr {
         match self {
             Stderr::NeverBlocks => true,
             Stderr::Pipe if len <= PIPE_BUF => {
-                let mut fd = libc::pollfd { fd: 2, events: libc::POLLOUT, revents: 0 };
-                // SAFETY: poll reads and writes the one pollfd it is given; timeout 0 never waits.
-                let n = unsafe { libc::poll(&mut fd, 1, 0) };
-                n == 1 && fd.revents & libc::POLLOUT != 0 && fd.revents & (libc::POLLERR | libc::POLLHUP) == 0
+                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                let stderr = std::io::stderr();
+                let mut fds = [PollFd::new(stderr.as_fd(), PollFlags::POLLOUT)];
+                // Timeout zero: a question, never a wait.
+                let n = poll(&mut fds, PollTimeout::ZERO);
+                let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+                n == Ok(1)
+                    && revents.contains(PollFlags::POLLOUT)
+                    && !revents.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)
             }
             Stderr::Pipe | Stderr::MayBlock => false,
         }

@@ -152,6 +152,15 @@ pub enum RankError {
     },
 }
 
+impl RankError {
+    /// The variable the error is about.
+    pub fn var(&self) -> &'static str {
+        match self {
+            Self::Invalid { var, .. } | Self::Missing { var, .. } | Self::Disagree { var, .. } => var,
+        }
+    }
+}
+
 fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> RankError {
     RankError::Invalid { var, value: value.to_string(), expected: expected.into() }
 }
@@ -249,6 +258,21 @@ pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv
     parse_rank_env_of_pod(lookup, pod.as_deref())
 }
 
+/// An agent's assignment (HyperPod's `/start`) checked as the contract checks the environment it
+/// becomes: `PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT`, the port left
+/// unset when it is 0 (the agent's reading of an empty one), which only one replica may do.
+pub fn check_assignment(rank: i64, nnodes: i64, master_addr: &str, master_port: i64) -> Result<(), RankError> {
+    let port = (master_port != 0).then(|| master_port.to_string());
+    let lookup = |k: &str| match k {
+        "PET_NNODES" => Some(nnodes.to_string()),
+        "PET_NODE_RANK" => Some(rank.to_string()),
+        "PET_MASTER_ADDR" => Some(master_addr.to_string()),
+        "PET_MASTER_PORT" => port.clone(),
+        _ => None,
+    };
+    parse_rank_env_of_pod(lookup, None).map(drop)
+}
+
 /// Read and validate the rank contract, as the training-operator writes it (`setPodEnv` in
 /// `pkg/controller.v1/pytorch/envvar.go`, `elastic.go`): `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
 /// `RANK` and `PET_NODE_RANK` only when the job has a Master; `PET_NNODES` always (`min:max` or
@@ -257,163 +281,24 @@ pub fn parse_rank_env(lookup: impl Fn(&str) -> Option<String>) -> Result<RankEnv
 /// that disagree are errors.
 pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Option<&str>) -> Result<RankEnv, RankError> {
     let get = |k: &str| lookup(k);
-    let rank_raw = get("RANK");
-    let world_raw = get("WORLD_SIZE");
-    let node_rank_raw = get("PET_NODE_RANK");
-    let nnodes_raw = get("PET_NNODES");
-    let rdzv_endpoint = get("PET_RDZV_ENDPOINT").filter(|v| !v.is_empty());
-    let rdzv_backend = get("PET_RDZV_BACKEND").filter(|v| !v.is_empty());
-    let master_addr = agree("MASTER_ADDR", get("MASTER_ADDR"), "PET_MASTER_ADDR", get("PET_MASTER_ADDR"))?;
-    let port_raw = agree("MASTER_PORT", get("MASTER_PORT"), "PET_MASTER_PORT", get("PET_MASTER_PORT"))?;
-    let has_master = rank_raw.is_some() || world_raw.is_some() || master_addr.is_some() || port_raw.is_some();
-    let injected = has_master || node_rank_raw.is_some() || nnodes_raw.is_some() || rdzv_endpoint.is_some();
+    let raw = Raw::read(&get)?;
     let mut inferred = Vec::new();
-
-    let world_size = match &world_raw {
-        Some(v) => Some(parse_u32(
-            "WORLD_SIZE",
-            v,
-            1,
-            MAX_WORLD_SIZE,
-            &format!("a number of processes from 1 to {MAX_WORLD_SIZE}"),
-        )?),
-        None if rank_raw.is_some() => {
-            return Err(RankError::Missing {
-                var: "WORLD_SIZE",
-                expected: "the total number of training processes, set with RANK".into(),
-            })
-        }
-        None => None,
-    };
-    // An elasticPolicy: torchrun's c10d rendezvous owns membership (PET_NNODES may then be the
-    // Worker count alone, not every replica).
-    let elastic_policy = rdzv_endpoint.is_some() || rdzv_backend.is_some();
-    let replica_count = match (&nnodes_raw, world_size) {
-        (Some(v), _) => match parse_nnodes(v)? {
-            ReplicaCount::Fixed { count } if elastic_policy => ReplicaCount::Elastic { min: count, max: count },
-            c => c,
-        },
-        (None, Some(w)) => {
-            if w > MAX_REPLICAS {
-                return Err(invalid(
-                    "WORLD_SIZE",
-                    &w.to_string(),
-                    format!("at most {MAX_REPLICAS} replicas without PET_NNODES"),
-                ));
-            }
-            ReplicaCount::Fixed { count: w }
-        }
-        (None, None) => ReplicaCount::Fixed { count: 1 },
-    };
+    let world_size = raw.world_size()?;
+    let replica_count = raw.replica_count(world_size)?;
     let max = replica_count.max();
-    let range = format!("a replica index from 0 to {} (replicas: {max})", max.saturating_sub(1));
     let pod_name = pod.and_then(PodName::parse);
-    let replica_index = match (&rank_raw, &node_rank_raw) {
-        (Some(r), Some(n)) => {
-            let ri = parse_u32("RANK", r, 0, u32::MAX, &range)?;
-            let ni = parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?;
-            if ri != ni {
-                return Err(RankError::Disagree {
-                    var: "RANK",
-                    value: r.clone(),
-                    other: "PET_NODE_RANK",
-                    other_value: n.clone(),
-                });
-            }
-            ri
-        }
-        (Some(r), None) => parse_u32("RANK", r, 0, u32::MAX, &range)?,
-        (None, Some(n)) => parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?,
-        (None, None) if has_master && max > 1 => {
-            return Err(RankError::Missing {
-                var: "RANK",
-                expected: format!("this replica's index from 0 to {}", max - 1),
-            })
-        }
-        (None, None) => match &pod_name {
-            // No Master: the operator numbers the Workers from 0 (`replicaName`).
-            Some(p) if !has_master && max > 1 => {
-                inferred.push(format!("replica index {} from the pod name {:?}", p.index, pod.unwrap_or_default()));
-                p.index
-            }
-            _ => 0,
-        },
-    };
-    // An Indexed Job's pod gets its completion index too; Trainer v2's PET_NODE_RANK reads it.
-    if let (Some(index), Some(n)) = (get("JOB_COMPLETION_INDEX"), &node_rank_raw) {
-        if index != *n {
-            return Err(RankError::Disagree {
-                var: "JOB_COMPLETION_INDEX",
-                value: index,
-                other: "PET_NODE_RANK",
-                other_value: n.clone(),
-            });
-        }
-    }
-    if replica_index >= max {
-        let (var, value) = match (&rank_raw, &node_rank_raw) {
-            (Some(r), _) => ("RANK", r.clone()),
-            (None, Some(n)) => ("PET_NODE_RANK", n.clone()),
-            (None, None) => ("POD_NAME", pod.unwrap_or_default().to_string()),
-        };
-        return Err(invalid(var, &value, range));
-    }
+    let replica_index = raw.replica_index(&get, max, pod, pod_name.as_ref(), &mut inferred)?;
     let role = match &pod_name {
         Some(p) => p.role,
-        None if replica_index == 0 && has_master => Role::Master,
-        None if !has_master && injected => Role::Worker,
+        None if replica_index == 0 && raw.has_master => Role::Master,
+        None if !raw.has_master && raw.injected => Role::Worker,
         None if replica_index == 0 => Role::Master,
         None => Role::Worker,
     };
-
     let nproc_per_node = get("PET_NPROC_PER_NODE").map(|v| parse_nproc("PET_NPROC_PER_NODE", &v)).transpose()?;
-    if let (Some(NprocPerNode::Count(k)), ReplicaCount::Fixed { count }, Some(w), Some(ws)) =
-        (&nproc_per_node, replica_count, &world_raw, world_size)
-    {
-        let want = u64::from(*k) * u64::from(count);
-        if nnodes_raw.is_some() && want != u64::from(ws) {
-            return Err(invalid("WORLD_SIZE", w, format!("PET_NNODES x PET_NPROC_PER_NODE = {count} x {k} = {want}")));
-        }
-    }
-    // Without PET_NPROC_PER_NODE the operator's nprocPerNode is 1: WORLD_SIZE is the replica count.
-    if let (None, ReplicaCount::Fixed { count }, Some(w), Some(ws), Some(n)) =
-        (&nproc_per_node, replica_count, &world_raw, world_size, &nnodes_raw)
-    {
-        if ws < count {
-            return Err(RankError::Disagree {
-                var: "WORLD_SIZE",
-                value: w.clone(),
-                other: "PET_NNODES",
-                other_value: n.clone(),
-            });
-        }
-    }
-
-    if let Some(a) = &master_addr {
-        if !is_host(a) {
-            return Err(invalid(master_addr_var(&get), a, "a host name or IP address"));
-        }
-    }
-    let master_port = match &port_raw {
-        Some(p) => Some(parse_port(master_port_var(&get), p)?),
-        None => None,
-    };
-    let is_elastic = matches!(replica_count, ReplicaCount::Elastic { .. });
-    if max > 1 && !is_elastic && has_master {
-        if master_addr.is_none() {
-            return Err(RankError::Missing {
-                var: "MASTER_ADDR",
-                expected: format!("the master's address, since the job has {max} replicas"),
-            });
-        }
-        if master_port.is_none() {
-            return Err(RankError::Missing {
-                var: "MASTER_PORT",
-                expected: format!("the master's port, since the job has {max} replicas"),
-            });
-        }
-    }
-    if !has_master && injected {
+    raw.check_world_size(nproc_per_node.as_ref(), replica_count, world_size)?;
+    let master_port = raw.check_master(&get, replica_count)?;
+    if !raw.has_master && raw.injected {
         inferred.push(
             "no MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK (the operator sets them only for a job with a Master)"
                 .into(),
@@ -422,58 +307,286 @@ pub fn parse_rank_env_of_pod(lookup: impl Fn(&str) -> Option<String>, pod: Optio
     let local_rank =
         get("LOCAL_RANK").map(|v| parse_u32("LOCAL_RANK", &v, 0, u32::MAX, "a number >= 0")).transpose()?;
     let flavour = trainer_v2::flavour(&get);
-    let mut sources = BTreeMap::new();
-    let index_from = match (&rank_raw, &node_rank_raw) {
-        (Some(_), _) => "RANK".to_string(),
-        (None, Some(_)) => "PET_NODE_RANK".to_string(),
-        (None, None) if !has_master && max > 1 && pod_name.is_some() => {
-            format!("the pod name {:?}", pod.unwrap_or_default())
-        }
-        (None, None) => "default (one replica)".to_string(),
-    };
-    sources.insert("replica_index", index_from);
-    let count_from = match (&nnodes_raw, &world_raw) {
-        (Some(_), _) => "PET_NNODES",
-        (None, Some(_)) => "WORLD_SIZE",
-        (None, None) => "default (one replica)",
-    };
-    sources.insert("replica_count", count_from.to_string());
-    if world_size.is_some() {
-        sources.insert("world_size", "WORLD_SIZE".to_string());
-    }
-    if master_addr.is_some() {
-        sources.insert("master_addr", master_addr_var(&get).to_string());
-    }
+    let mut sources = raw.sources(&get, max, pod, pod_name.is_some());
     if master_port.is_some() {
         sources.insert("master_port", master_port_var(&get).to_string());
     }
     if nproc_per_node.is_some() {
         sources.insert("nproc_per_node", "PET_NPROC_PER_NODE".to_string());
     }
-    if let Some(from) = job_name_source(master_addr.as_deref(), pod) {
+    if let Some(from) = job_name_source(raw.master_addr.as_deref(), pod) {
         sources.insert("job", from);
     }
     sources.insert("flavour", flavour_source(flavour).to_string());
-    let job = derive_job_name(master_addr.as_deref(), pod);
+    let job = derive_job_name(raw.master_addr.as_deref(), pod);
 
     Ok(RankEnv {
         role,
         replica_index,
         replica_count,
         world_size,
-        master_addr,
+        master_addr: raw.master_addr,
         master_port,
         nproc_per_node,
         standalone: get("PET_STANDALONE").is_some(),
         local_rank,
-        rdzv_endpoint,
-        injected,
-        has_master,
+        rdzv_endpoint: raw.rdzv_endpoint,
+        injected: raw.injected,
+        has_master: raw.has_master,
         flavour,
         job,
         sources,
         inferred,
     })
+}
+
+/// The contract's variables as read, the two spellings of the master's address and port agreed.
+struct Raw {
+    rank: Option<String>,
+    world: Option<String>,
+    node_rank: Option<String>,
+    nnodes: Option<String>,
+    rdzv_endpoint: Option<String>,
+    /// An elasticPolicy: torchrun's c10d rendezvous owns membership (PET_NNODES may then be the
+    /// Worker count alone, not every replica).
+    elastic_policy: bool,
+    master_addr: Option<String>,
+    port: Option<String>,
+    has_master: bool,
+    injected: bool,
+}
+
+impl Raw {
+    fn read(get: &impl Fn(&str) -> Option<String>) -> Result<Self, RankError> {
+        let rdzv_endpoint = get("PET_RDZV_ENDPOINT").filter(|v| !v.is_empty());
+        let rdzv_backend = get("PET_RDZV_BACKEND").filter(|v| !v.is_empty());
+        let master_addr = agree("MASTER_ADDR", get("MASTER_ADDR"), "PET_MASTER_ADDR", get("PET_MASTER_ADDR"))?;
+        let port = agree("MASTER_PORT", get("MASTER_PORT"), "PET_MASTER_PORT", get("PET_MASTER_PORT"))?;
+        let (rank, world, node_rank, nnodes) =
+            (get("RANK"), get("WORLD_SIZE"), get("PET_NODE_RANK"), get("PET_NNODES"));
+        let has_master = rank.is_some() || world.is_some() || master_addr.is_some() || port.is_some();
+        let injected = has_master || node_rank.is_some() || nnodes.is_some() || rdzv_endpoint.is_some();
+        let elastic_policy = rdzv_endpoint.is_some() || rdzv_backend.is_some();
+        Ok(Self {
+            rank,
+            world,
+            node_rank,
+            nnodes,
+            rdzv_endpoint,
+            elastic_policy,
+            master_addr,
+            port,
+            has_master,
+            injected,
+        })
+    }
+
+    /// `WORLD_SIZE`, required with `RANK`.
+    fn world_size(&self) -> Result<Option<u32>, RankError> {
+        match &self.world {
+            Some(v) => {
+                let expected = format!("a number of processes from 1 to {MAX_WORLD_SIZE}");
+                parse_u32("WORLD_SIZE", v, 1, MAX_WORLD_SIZE, &expected).map(Some)
+            }
+            None if self.rank.is_some() => Err(RankError::Missing {
+                var: "WORLD_SIZE",
+                expected: "the total number of training processes, set with RANK".into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// `PET_NNODES`, else `WORLD_SIZE`, else one.
+    fn replica_count(&self, world_size: Option<u32>) -> Result<ReplicaCount, RankError> {
+        Ok(match (&self.nnodes, world_size) {
+            (Some(v), _) => match parse_nnodes(v)? {
+                ReplicaCount::Fixed { count } if self.elastic_policy => {
+                    ReplicaCount::Elastic { min: count, max: count }
+                }
+                c => c,
+            },
+            (None, Some(w)) => {
+                if w > MAX_REPLICAS {
+                    return Err(invalid(
+                        "WORLD_SIZE",
+                        &w.to_string(),
+                        format!("at most {MAX_REPLICAS} replicas without PET_NNODES"),
+                    ));
+                }
+                ReplicaCount::Fixed { count: w }
+            }
+            (None, None) => ReplicaCount::Fixed { count: 1 },
+        })
+    }
+
+    /// `RANK` and `PET_NODE_RANK` (agreeing), else the pod's name in a job without a Master, else
+    /// 0; below `max`, and agreeing with an Indexed Job's completion index.
+    fn replica_index(
+        &self,
+        get: &impl Fn(&str) -> Option<String>,
+        max: u32,
+        pod: Option<&str>,
+        pod_name: Option<&PodName>,
+        inferred: &mut Vec<String>,
+    ) -> Result<u32, RankError> {
+        let range = format!("a replica index from 0 to {} (replicas: {max})", max.saturating_sub(1));
+        let index = match (&self.rank, &self.node_rank) {
+            (Some(r), Some(n)) => {
+                let ri = parse_u32("RANK", r, 0, u32::MAX, &range)?;
+                let ni = parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?;
+                if ri != ni {
+                    return Err(RankError::Disagree {
+                        var: "RANK",
+                        value: r.clone(),
+                        other: "PET_NODE_RANK",
+                        other_value: n.clone(),
+                    });
+                }
+                ri
+            }
+            (Some(r), None) => parse_u32("RANK", r, 0, u32::MAX, &range)?,
+            (None, Some(n)) => parse_u32("PET_NODE_RANK", n, 0, u32::MAX, &range)?,
+            (None, None) if self.has_master && max > 1 => {
+                return Err(RankError::Missing {
+                    var: "RANK",
+                    expected: format!("this replica's index from 0 to {}", max - 1),
+                })
+            }
+            (None, None) => match pod_name {
+                // No Master: the operator numbers the Workers from 0 (`replicaName`).
+                Some(p) if !self.has_master && max > 1 => {
+                    inferred.push(format!("replica index {} from the pod name {:?}", p.index, pod.unwrap_or_default()));
+                    p.index
+                }
+                _ => 0,
+            },
+        };
+        // An Indexed Job's pod gets its completion index too; Trainer v2's PET_NODE_RANK reads it.
+        if let (Some(completion), Some(n)) = (get("JOB_COMPLETION_INDEX"), &self.node_rank) {
+            if completion != *n {
+                return Err(RankError::Disagree {
+                    var: "JOB_COMPLETION_INDEX",
+                    value: completion,
+                    other: "PET_NODE_RANK",
+                    other_value: n.clone(),
+                });
+            }
+        }
+        if index >= max {
+            let (var, value) = match (&self.rank, &self.node_rank) {
+                (Some(r), _) => ("RANK", r.clone()),
+                (None, Some(n)) => ("PET_NODE_RANK", n.clone()),
+                (None, None) => ("POD_NAME", pod.unwrap_or_default().to_string()),
+            };
+            return Err(invalid(var, &value, range));
+        }
+        Ok(index)
+    }
+
+    /// `WORLD_SIZE` against `PET_NNODES` x `PET_NPROC_PER_NODE` (nprocPerNode 1 when unset).
+    fn check_world_size(
+        &self,
+        nproc_per_node: Option<&NprocPerNode>,
+        replica_count: ReplicaCount,
+        world_size: Option<u32>,
+    ) -> Result<(), RankError> {
+        let (ReplicaCount::Fixed { count }, Some(w), Some(ws), Some(n)) =
+            (replica_count, &self.world, world_size, &self.nnodes)
+        else {
+            return Ok(());
+        };
+        match nproc_per_node {
+            Some(NprocPerNode::Count(k)) => {
+                let want = u64::from(*k) * u64::from(count);
+                if want != u64::from(ws) {
+                    return Err(invalid(
+                        "WORLD_SIZE",
+                        w,
+                        format!("PET_NNODES x PET_NPROC_PER_NODE = {count} x {k} = {want}"),
+                    ));
+                }
+            }
+            // Without PET_NPROC_PER_NODE the operator's nprocPerNode is 1: WORLD_SIZE is the replica count.
+            None if ws < count => {
+                return Err(RankError::Disagree {
+                    var: "WORLD_SIZE",
+                    value: w.clone(),
+                    other: "PET_NNODES",
+                    other_value: n.clone(),
+                })
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The master's address (a host) and port, both required for a fixed job of several replicas
+    /// with a Master; the port, parsed.
+    fn check_master(
+        &self,
+        get: &impl Fn(&str) -> Option<String>,
+        replica_count: ReplicaCount,
+    ) -> Result<Option<u16>, RankError> {
+        if let Some(a) = &self.master_addr {
+            if !is_host(a) {
+                return Err(invalid(master_addr_var(get), a, "a host name or IP address"));
+            }
+        }
+        let master_port = match &self.port {
+            Some(p) => Some(parse_port(master_port_var(get), p)?),
+            None => None,
+        };
+        let max = replica_count.max();
+        let is_elastic = matches!(replica_count, ReplicaCount::Elastic { .. });
+        if max > 1 && !is_elastic && self.has_master {
+            if self.master_addr.is_none() {
+                return Err(RankError::Missing {
+                    var: "MASTER_ADDR",
+                    expected: format!("the master's address, since the job has {max} replicas"),
+                });
+            }
+            if master_port.is_none() {
+                return Err(RankError::Missing {
+                    var: "MASTER_PORT",
+                    expected: format!("the master's port, since the job has {max} replicas"),
+                });
+            }
+        }
+        Ok(master_port)
+    }
+
+    /// Where the index, the count, the world size and the master's address came from.
+    fn sources(
+        &self,
+        get: &impl Fn(&str) -> Option<String>,
+        max: u32,
+        pod: Option<&str>,
+        pod_named: bool,
+    ) -> BTreeMap<&'static str, String> {
+        let mut sources = BTreeMap::new();
+        let index_from = match (&self.rank, &self.node_rank) {
+            (Some(_), _) => "RANK".to_string(),
+            (None, Some(_)) => "PET_NODE_RANK".to_string(),
+            (None, None) if !self.has_master && max > 1 && pod_named => {
+                format!("the pod name {:?}", pod.unwrap_or_default())
+            }
+            (None, None) => "default (one replica)".to_string(),
+        };
+        sources.insert("replica_index", index_from);
+        let count_from = match (&self.nnodes, &self.world) {
+            (Some(_), _) => "PET_NNODES",
+            (None, Some(_)) => "WORLD_SIZE",
+            (None, None) => "default (one replica)",
+        };
+        sources.insert("replica_count", count_from.to_string());
+        if self.world.is_some() {
+            sources.insert("world_size", "WORLD_SIZE".to_string());
+        }
+        if self.master_addr.is_some() {
+            sources.insert("master_addr", master_addr_var(get).to_string());
+        }
+        sources
+    }
 }
 
 /// Why the contract is of its flavour, for `env --json`'s `sources`.

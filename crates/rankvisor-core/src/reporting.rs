@@ -117,15 +117,10 @@ impl Reporting {
         self.reports.clone()
     }
 
-    /// Where the master's job view goes once the rendezvous link has one (set at most once).
+    /// Where the master's job view goes once the rendezvous link has one (set at most once): the
+    /// link starts after reporting, as it streams this replica's reports to the master.
     pub fn job_view_slot(&self) -> Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> {
         self.job.clone()
-    }
-
-    /// Serve `/job` from the master's job view (the rendezvous link starts after reporting, as it
-    /// streams this replica's reports to the master); a second view is ignored.
-    pub fn attach_job_view(&self, view: watch::Receiver<Option<crate::rendezvous::JobView>>) {
-        let _ = self.job.set(view);
     }
 }
 

@@ -99,13 +99,61 @@ impl Invalid {
     }
 }
 
-fn error(kind: &'static str, field: &str, msg: impl Into<String>, input: Value) -> FieldError {
-    FieldError { kind, loc: vec!["body".into(), field.into()], msg: msg.into(), input }
+/// The most bytes of the offending input one error echoes: FastAPI echoes the whole body for
+/// each missing field, which made a 680 KB body a 3.4 MB reply.
+pub const MAX_ECHO: usize = 4096;
+/// The most bytes of one error message (a log rule's message may quote the rule).
+const MAX_MSG: usize = 1024;
+
+fn error(kind: &'static str, field: &str, msg: impl Into<String>, input: &Value) -> FieldError {
+    FieldError { kind, loc: vec!["body".into(), field.into()], msg: bounded_msg(msg.into()), input: echo(input) }
+}
+
+/// `input` as the 422 echoes it: itself when its JSON is at most [`MAX_ECHO`] bytes, else a
+/// string saying what it was and its size (counted without writing it out).
+pub fn echo(input: &Value) -> Value {
+    /// Counts bytes and refuses past the limit, so a huge input is never serialized whole.
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            if self.0 > MAX_ECHO {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    if serde_json::to_writer(&mut Budget(0), input).is_ok() {
+        return input.clone();
+    }
+    let what = match input {
+        Value::Object(o) => format!("an object of {} fields", o.len()),
+        Value::Array(a) => format!("a list of {} items", a.len()),
+        Value::String(s) => format!("a string of {} bytes", s.len()),
+        _ => "a value".to_string(),
+    };
+    Value::String(format!("({what}, over {MAX_ECHO} bytes of JSON: not echoed)"))
+}
+
+fn bounded_msg(mut msg: String) -> String {
+    if msg.len() > MAX_MSG {
+        let mut cut = MAX_MSG;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+        msg.push_str("...");
+    }
+    msg
 }
 
 /// pydantic's error for a body that is JSON but not an object.
 fn not_an_object(input: Value) -> Invalid {
     let msg = "Input should be a valid dictionary or object to extract fields from";
+    let input = echo(&input);
     Invalid(vec![FieldError { kind: "model_attributes_type", loc: vec!["body".into()], msg: msg.into(), input }])
 }
 
@@ -121,96 +169,140 @@ fn parse_json(body: &[u8]) -> Result<Value, Invalid> {
     })
 }
 
+/// Why a value is not a lax `int`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotInt {
+    /// pydantic's own error: (type, message).
+    Pydantic(&'static str, &'static str),
+    /// A whole number beyond i64 (pydantic takes any size; nothing here can use one): below
+    /// zero when `negative`.
+    Range { negative: bool },
+}
+
+impl NotInt {
+    fn kind(self) -> &'static str {
+        match self {
+            Self::Pydantic(kind, _) => kind,
+            Self::Range { .. } => "int_range",
+        }
+    }
+
+    fn msg(self) -> String {
+        match self {
+            Self::Pydantic(_, msg) => msg.to_string(),
+            Self::Range { .. } => format!("Input should be an integer from {} to {}", i64::MIN, i64::MAX),
+        }
+    }
+}
+
 /// pydantic's lax `int`: an integer, a float with no fraction, or a string of one.
-fn lax_int(v: &Value) -> Result<i64, (&'static str, &'static str)> {
-    const NOT_INT: (&str, &str) = ("int_type", "Input should be a valid integer");
-    const PARSING: (&str, &str) =
-        ("int_parsing", "Input should be a valid integer, unable to parse string as an integer");
-    const FRACTION: (&str, &str) =
-        ("int_from_float", "Input should be a valid integer, got a number with a fractional part");
+fn lax_int(v: &Value) -> Result<i64, NotInt> {
+    const NOT_INT: NotInt = NotInt::Pydantic("int_type", "Input should be a valid integer");
+    const PARSING: NotInt =
+        NotInt::Pydantic("int_parsing", "Input should be a valid integer, unable to parse string as an integer");
+    const FRACTION: NotInt =
+        NotInt::Pydantic("int_from_float", "Input should be a valid integer, got a number with a fractional part");
     match v {
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Ok(i),
+            // A u64 above i64::MAX, or a float (1e300) that is whole.
+            (None, _) if n.is_u64() => Err(NotInt::Range { negative: false }),
             (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+            (None, Some(f)) if f.fract() == 0.0 && f.is_finite() => Err(NotInt::Range { negative: f < 0.0 }),
             (None, Some(_)) => Err(FRACTION),
             _ => Err(NOT_INT),
         },
         Value::Bool(b) => Ok(i64::from(*b)),
-        Value::String(s) => s.trim().parse::<i64>().map_err(|_| PARSING),
+        Value::String(s) => {
+            let t = s.trim();
+            t.parse::<i64>().map_err(|_| {
+                let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+                match !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                    true => NotInt::Range { negative: t.starts_with('-') },
+                    false => PARSING,
+                }
+            })
+        }
         _ => Err(NOT_INT),
     }
 }
 
-/// `/start` and `/update`: the assignment, validated as `StartRequest` / `UpdateRequest` are;
+/// `/start` and `/update`: the assignment, validated as `StartRequest` / `UpdateRequest` are,
+/// then against the rank contract every other mode applies (`rank::check_assignment`);
 /// `log_monitoring_configuration` goes through `rules::check` (the log-rules engine's seam).
 pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
-    let v = if body.is_empty() {
+    if body.is_empty() {
         return Err(Invalid(vec![FieldError {
             kind: "missing",
             loc: vec!["body".into()],
             msg: "Field required".into(),
             input: Value::Null,
         }]));
-    } else {
-        parse_json(body)?
-    };
-    let Value::Object(obj) = v else { return Err(not_an_object(v)) };
+    }
+    let v = parse_json(body)?;
+    let Some(obj) = v.as_object() else { return Err(not_an_object(v)) };
     let mut errors = Vec::new();
     let mut int = |field: &str| match obj.get(field) {
         None => {
-            errors.push(error("missing", field, "Field required", Value::Object(obj.clone())));
+            errors.push(error("missing", field, "Field required", &v));
             0
         }
-        Some(x) => lax_int(x).unwrap_or_else(|(kind, msg)| {
-            errors.push(error(kind, field, msg, x.clone()));
+        Some(x) => lax_int(x).unwrap_or_else(|e| {
+            errors.push(error(e.kind(), field, e.msg(), x));
             0
         }),
     };
     let (rank, nnodes, fault_count) = (int("rank"), int("nnodes"), int("faultCount"));
     let master_addr = match obj.get("master_addr") {
         None => {
-            errors.push(error("missing", "master_addr", "Field required", Value::Object(obj.clone())));
+            errors.push(error("missing", "master_addr", "Field required", &v));
             String::new()
         }
-        Some(Value::String(s)) if s.is_empty() => {
+        Some(x @ Value::String(s)) if s.is_empty() => {
             let msg = "Value error, Empty master_addr received from operator";
-            errors.push(error("value_error", "master_addr", msg, Value::String(String::new())));
+            errors.push(error("value_error", "master_addr", msg, x));
             String::new()
         }
         Some(Value::String(s)) => s.clone(),
         Some(x) => {
-            errors.push(error("string_type", "master_addr", "Input should be a valid string", x.clone()));
+            errors.push(error("string_type", "master_addr", "Input should be a valid string", x));
             String::new()
         }
     };
     let master_port = match obj.get("master_port") {
         None => {
-            errors.push(error("missing", "master_port", "Field required", Value::Object(obj.clone())));
+            errors.push(error("missing", "master_port", "Field required", &v));
             0
         }
         Some(Value::String(s)) if s.is_empty() => 0,
-        Some(Value::String(s)) => s.parse::<i64>().unwrap_or_else(|_| {
-            let msg = format!("Value error, invalid literal for int() with base 10: '{s}'");
-            errors.push(error("value_error", "master_port", msg, Value::String(s.clone())));
+        // `int(v)`: surrounding whitespace is fine, any size parses (the contract bounds it).
+        Some(x @ Value::String(s)) => lax_int(x).unwrap_or_else(|e| {
+            match e {
+                NotInt::Range { .. } => errors.push(error(e.kind(), "master_port", e.msg(), x)),
+                NotInt::Pydantic(..) => {
+                    let msg = format!("Value error, invalid literal for int() with base 10: '{s}'");
+                    errors.push(error("value_error", "master_port", msg, x));
+                }
+            }
             0
         }),
         Some(x @ Value::Number(n)) if n.is_i64() => x.as_i64().unwrap_or_default(),
         Some(x) => {
-            errors.push(error("int_type", "master_port", "Input should be a valid integer", x.clone()));
+            errors.push(error("int_type", "master_port", "Input should be a valid integer", x));
             0
         }
     };
     let rules = match obj.get("log_monitoring_configuration") {
         None | Some(Value::Null) => AttemptRules::none(),
-        Some(Value::Array(items)) => match super::rules::check(items) {
+        Some(x @ Value::Array(items)) => match super::rules::check(items) {
             Ok(r) => r,
             Err(msg) => {
-                errors.push(error("value_error", "log_monitoring_configuration", msg, Value::Array(items.clone())));
+                errors.push(error("value_error", "log_monitoring_configuration", msg, x));
                 AttemptRules::none()
             }
         },
         Some(x) => {
-            errors.push(error("list_type", "log_monitoring_configuration", "Input should be a valid list", x.clone()));
+            errors.push(error("list_type", "log_monitoring_configuration", "Input should be a valid list", x));
             AttemptRules::none()
         }
     };
@@ -218,14 +310,40 @@ pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(x) => {
-            errors.push(error("string_type", "ipVersion", "Input should be a valid string", x.clone()));
+            errors.push(error("string_type", "ipVersion", "Input should be a valid string", x));
             None
         }
     };
     if !errors.is_empty() {
         return Err(Invalid(errors));
     }
-    Ok(Assignment { rank, nnodes, fault_count, master_addr, master_port, ip_version, rules })
+    let assignment = Assignment { rank, nnodes, fault_count, master_addr, master_port, ip_version, rules };
+    // Stricter than the agent, which starts a child with whatever it was given (docs/hyperpod.md):
+    // only a body the agent's models accept reaches the rank contract.
+    check_contract(&assignment, obj)?;
+    Ok(assignment)
+}
+
+/// The rank contract's checks (`rank::check_assignment`) on a typed assignment, and a restart
+/// count that is a count: a 422 naming the field and its value as received.
+fn check_contract(a: &Assignment, obj: &serde_json::Map<String, Value>) -> Result<(), Invalid> {
+    let culprit = |field: &str, msg: String| {
+        let input = obj.get(field).unwrap_or(&Value::Null);
+        Invalid(vec![error("value_error", field, format!("Value error, {msg}"), input)])
+    };
+    if a.fault_count < 0 {
+        let msg = format!("faultCount={} is invalid: expected a restart count >= 0", a.fault_count);
+        return Err(culprit("faultCount", msg));
+    }
+    crate::rank::check_assignment(a.rank, a.nnodes, &a.master_addr, a.master_port).map_err(|e| {
+        let field = match e.var() {
+            "PET_NODE_RANK" => "rank",
+            "PET_NNODES" => "nnodes",
+            "PET_MASTER_ADDR" | "MASTER_ADDR" => "master_addr",
+            _ => "master_port",
+        };
+        culprit(field, e.to_string())
+    })
 }
 
 /// `/stop`: an empty body means the defaults (`StopRequest` is optional there).
@@ -244,7 +362,7 @@ pub fn parse_stop(body: &[u8]) -> Result<StopOrder, Invalid> {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(x) => {
-            errors.push(error("bool_type", "is_graceful", "Input should be a valid boolean", x.clone()));
+            errors.push(error("bool_type", "is_graceful", "Input should be a valid boolean", x));
             false
         }
     };
@@ -254,14 +372,17 @@ pub fn parse_stop(body: &[u8]) -> Result<StopOrder, Invalid> {
             // A negative wait is no wait: SIGKILL follows at once, as `Popen.wait(timeout<0)` does.
             // A huge one is capped so that a deadline never overflows the clock.
             Ok(t) => Some(Duration::from_secs(t.clamp(0, i64::from(u32::MAX)) as u64)),
-            Err((kind, msg)) => {
-                errors.push(error(kind, "timeout", msg, x.clone()));
+            Err(NotInt::Range { negative }) => {
+                Some(Duration::from_secs(if negative { 0 } else { u64::from(u32::MAX) }))
+            }
+            Err(e) => {
+                errors.push(error(e.kind(), "timeout", e.msg(), x));
                 None
             }
         },
     };
     if let Some(x) = obj.get("restart_mode").filter(|x| !x.is_null() && !x.is_string()) {
-        errors.push(error("string_type", "restart_mode", "Input should be a valid string", x.clone()));
+        errors.push(error("string_type", "restart_mode", "Input should be a valid string", x));
     }
     if !errors.is_empty() {
         return Err(Invalid(errors));
@@ -332,5 +453,94 @@ pub fn isoformat(t: SystemTime) -> String {
     match since.subsec_micros() {
         0 => format!("{seconds}+00:00"),
         us => format!("{seconds}.{us:06}+00:00"),
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+
+    const VALID: &str = r#"{"rank":0,"nnodes":2,"faultCount":0,"master_addr":"10.0.0.1","master_port":"23456"}"#;
+
+    /// A valid assignment with `field` set to the JSON `raw`.
+    fn with(field: &str, raw: &str) -> Vec<u8> {
+        let mut m: serde_json::Map<String, Value> = serde_json::from_str(VALID).unwrap();
+        m.insert(field.into(), serde_json::from_str(raw).unwrap());
+        serde_json::to_vec(&m).unwrap()
+    }
+
+    /// The one error of a valid assignment with `field` set to `raw`.
+    fn refused(field: &str, raw: &str) -> FieldError {
+        let e = parse_assignment(&with(field, raw)).expect_err(raw);
+        assert_eq!(e.0.len(), 1, "{}", e.body());
+        assert_eq!(e.0[0].loc[1].as_str(), Some(field), "{}", e.body());
+        e.0.into_iter().next().unwrap()
+    }
+
+    /// Regression: a missing field echoed the whole body, once per missing field (680 KB -> 3.4 MB; 64 KB here).
+    #[test]
+    fn a_large_invalid_body_gets_a_small_422() {
+        assert!(parse_assignment(VALID.as_bytes()).is_ok());
+        let pad = "a".repeat(64 * 1024);
+        let raw = format!(r#"{{"pad":"{pad}"}}"#);
+        let e = parse_assignment(raw.as_bytes()).unwrap_err();
+        assert_eq!(e.0.len(), 5, "every required field is missing: {}", e.summary());
+        let reply = e.body();
+        assert!(reply.len() < 2 * MAX_ECHO, "a 422 of {} bytes for a body of {}", reply.len(), raw.len());
+        assert!(reply.contains("(an object of 1 fields, over 4096 bytes of JSON: not echoed)"), "{reply}");
+        // A large value of one field is bounded the same way; a small body is echoed whole.
+        let e = refused("rank", &Value::String(pad.clone()).to_string());
+        let want = format!("(a string of {} bytes, over 4096 bytes of JSON: not echoed)", pad.len());
+        assert_eq!(e.input, Value::String(want));
+        let small = parse_assignment(br#"{"rank":0}"#).unwrap_err();
+        assert_eq!(small.0[0].input, serde_json::json!({"rank": 0}));
+        // A message (a log rule's may quote the rule) is bounded too.
+        let long = error("value_error", "log_monitoring_configuration", "é".repeat(MAX_MSG), &Value::Null);
+        assert!(long.msg.len() <= MAX_MSG + 3 && long.msg.ends_with("..."), "{}", long.msg.len());
+    }
+
+    /// Regression: each of these started a child with that environment.
+    #[test]
+    fn the_rank_contract_refuses_an_assignment_naming_the_field() {
+        let cases = [
+            ("nnodes", "0", "PET_NNODES=\"0\" is invalid: expected a replica count from 1 to 131072"),
+            (
+                "master_port",
+                r#""99999""#,
+                "PET_MASTER_PORT=\"99999\" is invalid: expected a TCP port number from 1 to 65535",
+            ),
+            ("rank", "7", "PET_NODE_RANK=\"7\" is invalid: expected a replica index from 0 to 1 (replicas: 2)"),
+            ("rank", "-1", "PET_NODE_RANK=\"-1\" is invalid: expected a replica index from 0 to 1"),
+            ("master_addr", r#""x y;rm -rf /""#, "=\"x y;rm -rf /\" is invalid: expected a host name or IP address"),
+            ("faultCount", "-5", "faultCount=-5 is invalid: expected a restart count >= 0"),
+            (
+                "master_port",
+                r#""""#,
+                "MASTER_PORT is not set: expected the master's port, since the job has 2 replicas",
+            ),
+        ];
+        for (field, raw, want) in cases {
+            let e = refused(field, raw);
+            assert_eq!(e.kind, "value_error", "{field}={raw}");
+            assert_eq!(e.input, serde_json::from_str::<Value>(raw).unwrap(), "the input as received");
+            assert!(e.msg.starts_with("Value error, ") && e.msg.contains(want), "{field}={raw}: {}", e.msg);
+        }
+        let one = br#"{"rank":0,"nnodes":1,"faultCount":3,"master_addr":"node-0.job","master_port":""}"#;
+        assert!(parse_assignment(one).is_ok(), "one replica needs no port");
+    }
+
+    /// Regression: 2^63 was "a number with a fractional part", a long digit string "unable to parse".
+    #[test]
+    fn a_whole_number_beyond_i64_is_named_as_out_of_range() {
+        let range = format!("Input should be an integer from {} to {}", i64::MIN, i64::MAX);
+        for raw in ["9223372036854775808", r#""9223372036854775808""#, "1e300", r#"" -99999999999999999999 ""#] {
+            let e = refused("rank", raw);
+            assert_eq!((e.kind, e.msg.as_str()), ("int_range", range.as_str()), "{raw}");
+        }
+        assert_eq!(refused("master_port", r#""99999999999999999999""#).msg, range);
+        assert_eq!(refused("rank", "1.5").kind, "int_from_float");
+        assert_eq!(refused("rank", r#""1x""#).kind, "int_parsing");
+        let huge = parse_stop(br#"{"timeout":1e300}"#).unwrap().timeout;
+        assert_eq!(huge, Some(Duration::from_secs(u64::from(u32::MAX))), "a timeout beyond i64 is capped");
     }
 }

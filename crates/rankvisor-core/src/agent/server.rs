@@ -4,7 +4,8 @@
 
 use super::api::{self, StatusView};
 use super::{Order, Request};
-use http_body_util::{BodyExt, Full, Limited};
+use crate::http::{read_body, BodyError};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{header, Method, StatusCode};
 use std::future::Future;
@@ -38,7 +39,7 @@ fn reply(status: StatusCode, body: impl Into<String>) -> Reply {
 
 impl AgentHttp {
     /// The reply to `method path` with `body`.
-    pub async fn handle(&self, method: &Method, path: &str, body: Result<Bytes, String>) -> Reply {
+    pub async fn handle(&self, method: &Method, path: &str, body: Result<Bytes, BodyError>) -> Reply {
         let known = ["/status", "/start", "/stop", "/update", "/shutdown"];
         if !known.contains(&path) {
             return reply(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#);
@@ -52,7 +53,7 @@ impl AgentHttp {
         }
         let body = match body {
             Ok(b) => b,
-            Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, serde_json::json!({ "detail": e }).to_string()),
+            Err(e) => return reply(e.status, serde_json::json!({ "detail": e.detail }).to_string()),
         };
         let order = match path {
             "/start" | "/update" => {
@@ -93,14 +94,15 @@ impl AgentHttp {
 
 async fn respond(state: AgentHttp, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) => Err(format!("request body: {e} (at most {MAX_BODY} bytes)")),
-    };
+    let body = read_body(body, MAX_BODY).await;
     let r = state.handle(&parts.method, parts.uri.path(), body).await;
     let mut resp = hyper::Response::new(Full::new(Bytes::from(r.body)));
     *resp.status_mut() = r.status;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    if r.status == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = if parts.uri.path() == "/status" { "GET, HEAD" } else { "POST" };
+        resp.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    }
     resp
 }
 

@@ -78,8 +78,10 @@ fn start_requests_are_validated_as_the_agent_does() {
         assert!(env.contains(&(k.to_string(), v.to_string())), "{k}={v} in {env:?}");
     }
     let lax =
-        parse_assignment(br#"{"rank":"3","nnodes":2.0,"faultCount":0,"master_addr":"a","master_port":""}"#).unwrap();
-    assert_eq!((lax.rank, lax.nnodes, lax.master_port), (3, 2, 0), "pydantic's lax ints; an empty port is 0");
+        parse_assignment(br#"{"rank":"1","nnodes":2.0,"faultCount":0,"master_addr":"a","master_port":" 7 "}"#).unwrap();
+    assert_eq!((lax.rank, lax.nnodes, lax.master_port), (1, 2, 7), "pydantic's lax ints");
+    let one = parse_assignment(br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":""}"#);
+    assert_eq!(one.unwrap().master_port, 0, "an empty port is 0 (one replica needs none)");
 
     let empty = parse_assignment(br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"","master_port":1}"#);
     let e = empty.unwrap_err();

@@ -6,7 +6,7 @@
 //! without bound (identity lives in `rankvisor_info` only, for joins). The label `job` is left to
 //! Prometheus' own target label: the PyTorchJob's name is `pytorchjob`.
 
-use crate::status::{ExitReason, ReplicaState, Report};
+use crate::status::{ExitReason, NodeHealthReport, ReplicaState, Report};
 use crate::webhook::WebhookCounts;
 use std::fmt::Write;
 
@@ -29,6 +29,15 @@ const EXIT_REASONS: [ExitReason; 6] = [
 /// yet, node health off, no rendezvous, no step in the heartbeat) are left out rather than faked.
 pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
     let mut out = String::with_capacity(4096);
+    render_identity_and_state(&mut out, r);
+    render_training_process(&mut out, r);
+    render_rendezvous_and_progress(&mut out, r);
+    render_webhook(&mut out, webhook);
+    out
+}
+
+/// Who the replica is, its state and since when, when rankvisor started.
+fn render_identity_and_state(out: &mut String, r: &Report) {
     let id = &r.identity;
     let rank = id.rank.map(|n| n.to_string());
     let info_labels = [
@@ -41,47 +50,45 @@ pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
         ("version", Some(env!("CARGO_PKG_VERSION"))),
     ];
     let info: Vec<(&str, &str)> = info_labels.iter().filter_map(|(k, v)| v.map(|v| (*k, v))).collect();
-    family(&mut out, "rankvisor_info", "gauge", "Who this replica is; always 1.");
-    sample(&mut out, "rankvisor_info", &info, 1.0);
+    family(out, "rankvisor_info", "gauge", "Who this replica is; always 1.");
+    sample(out, "rankvisor_info", &info, 1.0);
 
-    family(&mut out, "rankvisor_replica_state", "gauge", "1 for the replica's current state, 0 for the others.");
+    family(out, "rankvisor_replica_state", "gauge", "1 for the replica's current state, 0 for the others.");
     for s in ReplicaState::ALL {
         let name = format!("{s:?}");
-        sample(&mut out, "rankvisor_replica_state", &[("state", &name)], f64::from(u8::from(s == r.state)));
+        sample(out, "rankvisor_replica_state", &[("state", &name)], f64::from(u8::from(s == r.state)));
     }
     gauge(
-        &mut out,
+        out,
         "rankvisor_replica_state_since_timestamp_seconds",
         "Unix time the replica entered its current state.",
         unix_seconds(&r.state_since),
     );
-    gauge(&mut out, "rankvisor_start_time_seconds", "Unix time this rankvisor started.", unix_seconds(&r.started_at));
+    gauge(out, "rankvisor_start_time_seconds", "Unix time this rankvisor started.", unix_seconds(&r.started_at));
+}
 
+/// The training process: up, restarts, the node it runs on, its last exit, its log rules.
+fn render_training_process(out: &mut String, r: &Report) {
     let child_up = r.state == ReplicaState::Running && r.child_pid.is_some();
     gauge(
-        &mut out,
+        out,
         "rankvisor_training_process_up",
         "1 while the training process runs.",
         Some(f64::from(u8::from(child_up))),
     );
-    counter(
-        &mut out,
-        "rankvisor_restarts_total",
-        "Restarts of the training process made by rankvisor.",
-        r.restart_count,
-    );
-    let healthy = r.node_health.as_ref().and_then(|n| n.healthy).map(|h| f64::from(u8::from(h)));
-    gauge(&mut out, "rankvisor_node_healthy", "1 when the node's health labels allow training, 0 when not.", healthy);
+    counter(out, "rankvisor_restarts_total", "Restarts of the training process made by rankvisor.", r.restart_count);
+    let healthy = r.node_health.as_ref().and_then(NodeHealthReport::healthy).map(|h| f64::from(u8::from(h)));
+    gauge(out, "rankvisor_node_healthy", "1 when the node's health labels allow training, 0 when not.", healthy);
     let code = r.last_exit.as_ref().map(|e| f64::from(e.status));
     gauge(
-        &mut out,
+        out,
         "rankvisor_last_exit_code",
         "Shell-style status of the last training process (128+N for signal N).",
         code,
     );
     if let Some(exit) = &r.last_exit {
         family(
-            &mut out,
+            out,
             "rankvisor_last_exit_reason",
             "gauge",
             "1 for why the last training process ended, 0 for the others.",
@@ -89,12 +96,12 @@ pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
         for reason in EXIT_REASONS {
             let name = format!("{reason:?}");
             let value = f64::from(u8::from(reason == exit.reason));
-            sample(&mut out, "rankvisor_last_exit_reason", &[("reason", &name)], value);
+            sample(out, "rankvisor_last_exit_reason", &[("reason", &name)], value);
         }
     }
     if !r.log_rules.is_empty() {
         family(
-            &mut out,
+            out,
             "rankvisor_log_rule_state",
             "gauge",
             "Each log rule's state in the current attempt: 0 waiting or healthy, 1 slow, 2 hanging, 3 faulted.",
@@ -106,45 +113,42 @@ pub fn render_metrics(r: &Report, webhook: &WebhookCounts) -> String {
                 "FAULTED" => 3.0,
                 _ => 0.0,
             };
-            sample(&mut out, "rankvisor_log_rule_state", &[("rule", &g.rule)], value);
+            sample(out, "rankvisor_log_rule_state", &[("rule", &g.rule)], value);
         }
     }
+}
+
+/// The rendezvous, hangs and the heartbeat's progress.
+fn render_rendezvous_and_progress(out: &mut String, r: &Report) {
     gauge(
-        &mut out,
+        out,
         "rankvisor_rendezvous_generation",
         "Rendezvous generation of the running training process.",
         Some(r.generation as f64),
     );
-    gauge(
-        &mut out,
-        "rankvisor_rendezvous_duration_seconds",
-        "Seconds the latest rendezvous took.",
-        r.rendezvous_seconds,
-    );
-    counter(
-        &mut out,
-        "rankvisor_hang_detections_total",
-        "Training processes found hung (no heartbeat).",
-        r.hang_detections,
-    );
+    gauge(out, "rankvisor_rendezvous_duration_seconds", "Seconds the latest rendezvous took.", r.rendezvous_seconds);
+    counter(out, "rankvisor_hang_detections_total", "Training processes found hung (no heartbeat).", r.hang_detections);
     let step = r.training_step().map(|s| s as f64);
-    gauge(&mut out, "rankvisor_training_step", "The step the training process last wrote to its heartbeat.", step);
+    gauge(out, "rankvisor_training_step", "The step the training process last wrote to its heartbeat.", step);
     let loss = r.progress.as_ref().and_then(|p| p.get("loss")).and_then(serde_json::Value::as_f64);
     gauge(
-        &mut out,
+        out,
         "rankvisor_training_loss",
         "The loss the training process last wrote to its heartbeat.",
         loss.filter(|l| l.is_finite()),
     );
-    counter(&mut out, "rankvisor_webhook_reports_sent_total", "Reports the webhook accepted.", webhook.sent);
-    counter(&mut out, "rankvisor_webhook_failures_total", "Webhook requests that failed or timed out.", webhook.failed);
+}
+
+/// The webhook's counters.
+fn render_webhook(out: &mut String, webhook: &WebhookCounts) {
+    counter(out, "rankvisor_webhook_reports_sent_total", "Reports the webhook accepted.", webhook.sent);
+    counter(out, "rankvisor_webhook_failures_total", "Webhook requests that failed or timed out.", webhook.failed);
     counter(
-        &mut out,
+        out,
         "rankvisor_webhook_reports_dropped_total",
         "Reports dropped unsent because the webhook queue was full.",
         webhook.dropped,
     );
-    out
 }
 
 /// The master's job-wide metrics from its `/job` view (`phase`, `replicas.*.state`): the job's
@@ -324,14 +328,14 @@ mod tests {
 
     #[test]
     fn unknown_values_are_left_out_and_node_health_shows() {
-        let node = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
+        let node = crate::status::unhealthy_node_for_tests();
         let text = render_metrics(&report(LocalStatus::default(), Some(node)), &WebhookCounts::default());
         assert_eq!(value(&text, "rankvisor_training_process_up"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_node_healthy"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_last_exit_code"), None);
         assert_eq!(value(&text, "rankvisor_training_step"), None);
         assert!(!text.contains("rankvisor_last_exit_code"), "no HELP without a sample");
-        let unknown = NodeHealthReport { healthy: None, verdict: None, error: Some("unreadable".into()) };
+        let unknown = NodeHealthReport::Unreadable("unreadable".into());
         let text = render_metrics(&report(LocalStatus::default(), Some(unknown)), &WebhookCounts::default());
         assert_eq!(value(&text, "rankvisor_node_healthy"), None);
     }

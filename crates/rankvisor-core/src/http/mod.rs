@@ -2,11 +2,13 @@
 //! live job page. (The HTTP client is `net::client`.)
 
 mod addr;
+mod body;
 mod metrics;
 mod page;
 mod server;
 
 pub use addr::{HttpAddr, HttpAddrError};
+pub use body::{read_body, BodyError};
 pub use metrics::{
     escape_label, render_job_metrics, render_metrics, unix_seconds, CONTENT_TYPE as METRICS_CONTENT_TYPE,
 };

@@ -26,6 +26,8 @@ use crate::net::Acceptor;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
+/// Every endpoint here is read-only: the `Allow` of a 405.
+const ALLOW: &str = "GET, HEAD";
 /// A client that has not sent its request headers by then is cut off, so idle sockets cannot pile up.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once (the port is unauthenticated): a newcomer beyond this closes the
@@ -160,6 +162,9 @@ fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = reply.status;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(reply.content_type));
+    if reply.status == StatusCode::METHOD_NOT_ALLOWED {
+        resp.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static(ALLOW));
+    }
     resp
 }
 

@@ -9,7 +9,9 @@ mod spawn;
 pub use fatal::{install_panic_hook, set_child_group};
 pub use procfs::{alive_descendants, children_of, ProcEntry};
 pub use reaper::{has_children, reap, reap_all};
-pub use signals::{block_signals, parse_sig_ign, signal_group, signal_pid, SignalInfo, SignalMask, SignalStream, Signals};
+pub use signals::{
+    block_signals, parse_sig_ign, signal_group, signal_pid, SignalInfo, SignalMask, SignalStream, Signals,
+};
 pub use spawn::{spawn_child, start_path, ChildCommand, ForkReason, SpawnError, StartPath};
 
 /// Orphans of our children are reparented to this process, not to the host's init, and reaped
@@ -18,10 +20,5 @@ pub fn become_subreaper() -> std::io::Result<()> {
     if std::process::id() == 1 {
         return Ok(());
     }
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)
 }

@@ -123,8 +123,7 @@ pub fn start_path(stdin_is_terminal: bool, path_changed: bool, signal_set_comple
 pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<nix::unistd::Pid, SpawnError> {
     let defaults = signals_to_default(signals.ignored, LIBC_INTERNAL);
     let sigdefault = sigset_from_mask(defaults);
-    // SAFETY: isatty has no memory-safety preconditions.
-    let terminal = unsafe { libc::isatty(libc::STDIN_FILENO) } == 1;
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let path = start_path(terminal, path_lookup_changed(cmd), sigdefault.is_some());
     let result = match (path, sigdefault) {
         (StartPath::Spawn, Some(set)) => {

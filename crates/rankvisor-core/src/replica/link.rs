@@ -5,7 +5,6 @@
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
-use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, WorkerSession,
@@ -34,10 +33,8 @@ pub struct JobLinkConfig {
     pub master: (String, u16),
     /// Where the master listens.
     pub listen: SocketAddr,
-    /// Timeouts, token, frame limit.
+    /// Timeouts, token, frame limit, and the restart scope the master applies.
     pub rendezvous: RendezvousConfig,
-    /// What a failure restarts.
-    pub scope: RestartScope,
 }
 
 impl JobLinkConfig {

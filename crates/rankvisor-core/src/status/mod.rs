@@ -196,23 +196,106 @@ pub enum ExitReason {
     LogRule,
 }
 
-/// The node-health part of a report.
+/// The node-health part of a report: the source's verdict, or why the source cannot be read.
+/// On the wire (reports, `/status`, `state` frames) it keeps its three fields `healthy`,
+/// `verdict` and `error`; a combination no source gives is refused when read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeHealthReport {
-    /// Whether the node may run the training process; None while the source cannot be read.
-    pub healthy: Option<bool>,
-    /// The verdict with the labels, fault type and reason; None while the source cannot be read.
-    pub verdict: Option<NodeVerdict>,
-    /// Why the source cannot be read, when it cannot.
-    pub error: Option<String>,
+#[serde(into = "NodeHealthWire", try_from = "NodeHealthWire")]
+pub enum NodeHealthReport {
+    /// The source's verdict, healthy or not.
+    Verdict(Box<NodeVerdict>),
+    /// The source cannot be read (why): the node's health is unknown.
+    Unreadable(String),
 }
 
 impl NodeHealthReport {
     /// From a health source's latest observation.
     pub fn from_observation(obs: &crate::health::Observation) -> Self {
         match obs {
-            Ok(v) => Self { healthy: Some(v.healthy), verdict: Some(v.clone()), error: None },
-            Err(e) => Self { healthy: None, verdict: None, error: Some(e.to_string()) },
+            Ok(v) => Self::Verdict(Box::new(v.clone())),
+            Err(e) => Self::Unreadable(e.to_string()),
+        }
+    }
+
+    /// Whether the node may run the training process; None while the source cannot be read.
+    pub fn healthy(&self) -> Option<bool> {
+        self.verdict().map(|v| v.healthy)
+    }
+
+    /// The verdict with the labels, fault type and reason; None while the source cannot be read.
+    pub fn verdict(&self) -> Option<&NodeVerdict> {
+        match self {
+            Self::Verdict(v) => Some(v),
+            Self::Unreadable(_) => None,
+        }
+    }
+}
+
+/// [`NodeHealthReport`] as it is written.
+#[derive(Serialize, Deserialize)]
+struct NodeHealthWire {
+    healthy: Option<bool>,
+    verdict: Option<Box<NodeVerdict>>,
+    error: Option<String>,
+}
+
+impl From<NodeHealthReport> for NodeHealthWire {
+    fn from(r: NodeHealthReport) -> Self {
+        match r {
+            NodeHealthReport::Verdict(v) => Self { healthy: Some(v.healthy), verdict: Some(v), error: None },
+            NodeHealthReport::Unreadable(e) => Self { healthy: None, verdict: None, error: Some(e) },
+        }
+    }
+}
+
+impl TryFrom<NodeHealthWire> for NodeHealthReport {
+    type Error = String;
+
+    fn try_from(w: NodeHealthWire) -> Result<Self, String> {
+        match (w.healthy, w.verdict, w.error) {
+            (Some(h), Some(v), None) if h == v.healthy => Ok(Self::Verdict(v)),
+            (None, None, Some(e)) => Ok(Self::Unreadable(e)),
+            (h, v, e) => Err(format!(
+                "node_health with healthy={h:?}, a verdict {} and error={e:?}: expected healthy and the verdict \
+                 (agreeing), or an error alone",
+                if v.is_some() { "present" } else { "absent" }
+            )),
+        }
+    }
+}
+
+/// A verdict of an unschedulable node, for tests.
+#[cfg(test)]
+pub(crate) fn unhealthy_node_for_tests() -> NodeHealthReport {
+    let labels = [("sagemaker.amazonaws.com/node-health-status".to_string(), "Unschedulable".to_string())];
+    let v = crate::health::verdict(&crate::kube::NodeSnapshot::from_labels(labels.into_iter().collect()), false);
+    assert!(!v.healthy);
+    NodeHealthReport::Verdict(Box::new(v))
+}
+
+#[cfg(test)]
+mod node_health_tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_keeps_three_fields_and_refuses_what_no_source_gives() {
+        let sick = unhealthy_node_for_tests();
+        let wire = serde_json::to_value(&sick).unwrap();
+        assert_eq!(wire["healthy"], false);
+        assert_eq!(wire["verdict"]["node_health_status"], "Unschedulable");
+        assert!(wire["error"].is_null());
+        assert_eq!(serde_json::from_value::<NodeHealthReport>(wire.clone()).unwrap(), sick);
+        let unreadable = NodeHealthReport::Unreadable("no labels file".into());
+        let w = serde_json::to_value(&unreadable).unwrap();
+        assert_eq!(w, serde_json::json!({"healthy": null, "verdict": null, "error": "no labels file"}));
+        assert_eq!(serde_json::from_value::<NodeHealthReport>(w).unwrap(), unreadable);
+        assert_eq!(unreadable.healthy(), None);
+        // Healthy without a verdict, a verdict that says otherwise, nothing at all: refused.
+        let mut lying = wire;
+        lying["healthy"] = true.into();
+        for bad in [serde_json::json!({"healthy": false, "verdict": null, "error": null}), lying] {
+            let e = serde_json::from_value::<NodeHealthReport>(bad.clone()).unwrap_err().to_string();
+            assert!(e.contains("expected healthy and the verdict"), "{bad}: {e}");
         }
     }
 }

@@ -148,7 +148,7 @@ impl Timeline {
 /// True when `next` is worth a webhook POST of its own: anything but progress, pid and time moved.
 pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
     let Some(prev) = prev else { return true };
-    let healthy = |r: &Report| r.node_health.as_ref().and_then(|n| n.healthy);
+    let healthy = |r: &Report| r.node_health.as_ref().and_then(NodeHealthReport::healthy);
     prev.state != next.state
         || prev.restart_count != next.restart_count
         || prev.generation != next.generation
@@ -268,7 +268,7 @@ mod tests {
         st.restart_count = 0;
         st.last_exit = Some(ExitHow::Exited(1));
         assert!(is_state_change(Some(&b), &tl.report(&id, &st, UNIX_EPOCH)));
-        let unhealthy = NodeHealthReport { healthy: Some(false), verdict: None, error: None };
+        let unhealthy = crate::status::unhealthy_node_for_tests();
         let c = tl.report(&id, &LocalStatus { state: ReplicaState::Running, ..LocalStatus::default() }, UNIX_EPOCH);
         let d = tl.report(
             &id,
