@@ -9,7 +9,9 @@ mod spawn;
 pub use fatal::{install_panic_hook, set_child_group};
 pub use procfs::{alive_descendants, children_of, ProcEntry};
 pub use reaper::{has_children, reap, reap_all};
-pub use signals::{block_signals, parse_sig_ign, signal_group, signal_pid, SignalInfo, SignalMask, SignalStream, Signals};
+pub use signals::{
+    block_signals, parse_sig_ign, signal_group, signal_pid, SignalInfo, SignalMask, SignalStream, Signals,
+};
 pub use spawn::{spawn_child, start_path, ChildCommand, ForkReason, SpawnError, StartPath};
 
 /// Orphans of our children are reparented to this process, not to the host's init, and reaped

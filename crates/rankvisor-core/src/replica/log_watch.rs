@@ -5,7 +5,6 @@
 //! `LogRuleHit` for the machine, which decides what it means (a stop, a FAULTED agent).
 
 use super::child::{escape_line, LogRuleHit};
-use crate::logrules::lines::LineBatch;
 use crate::logrules::relay::READ_BYTES;
 use crate::logrules::{Evaluator, LogState, Relay, RuleSet, Step};
 use crate::status::{LogRuleGauge, LogRuleReport};
@@ -55,17 +54,14 @@ struct Watched {
 }
 
 impl Watched {
-    /// The lines of one read, at `now`; true when one made the attempt's hit.
-    fn lines(&mut self, batch: &LineBatch, now: Instant) -> bool {
-        let (hit_now, reported) = (&mut self.hit, &mut self.reported);
-        let before = *reported;
-        self.ev.on_lines(batch, now, &mut |ev| {
-            if ev.verdict().state.firing() && !*reported {
-                *hit_now = hit(ev);
-                *reported = hit_now.is_some();
-            }
-        });
-        *reported && !before
+    /// One line at `now`; true when it made the attempt's hit.
+    fn line(&mut self, line: &str, now: Instant) -> bool {
+        if !self.ev.on_line(line, now).state.firing() || self.reported {
+            return false;
+        }
+        self.hit = hit(&self.ev);
+        self.reported = self.hit.is_some();
+        self.reported
     }
 }
 
@@ -233,10 +229,10 @@ fn relay(rx: &OwnedFd, wake: &OwnedFd, watched: &(Mutex<Watched>, Condvar), news
                 if let Some((_, left, _)) = draining.as_mut() {
                     *left = left.saturating_sub(READ_BYTES.min(*left));
                 }
-                new |= w.lines(relay.batch(), now);
+                relay.lines(&mut |line| new |= w.line(line, now));
             }
             Ok(Step::Eof) => {
-                new |= w.lines(relay.finish_batch(), now);
+                relay.finish(&mut |line| new |= w.line(line, now));
                 ended = true;
             }
             Ok(Step::Woken { closed }) => draining = Some((w.asked, DRAIN_BUDGET, closed)),
