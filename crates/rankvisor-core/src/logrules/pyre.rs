@@ -226,11 +226,19 @@ fn group1<'t>(re: &Regex, input: &Input<'_>, text: &'t str) -> Option<Option<&'t
     Some(slots[2].zip(slots[3]).map(|(s, e)| &text[s.get()..e.get()]))
 }
 
-/// `\A(?:.*Q)` where Q never matches the empty string: Q, whether `.` stops at `\n`, whether
-/// `.*` is greedy.
+/// `\A(?:.*Q)` where Q never matches the empty string: Q (less a trailing `X*`), whether `.`
+/// stops at `\n`, whether `.*` is greedy.
 fn dot_star_rest(hir: &Hir) -> Option<(Hir, bool, bool)> {
     let HirKind::Concat(items) = hir.kind() else { return None };
     let [start, lead, rest @ ..] = items.as_slice() else { return None };
+    // A trailing repetition that may match nothing and captures nothing (the `.*` of
+    // `.*Q.*`) never changes whether Q matches at a start nor what its groups capture there (it
+    // always succeeds after the rest): it is dropped, so the search ends at Q's last literal and
+    // the group is read by the one-pass DFA where Q is one-pass.
+    let rest = match rest {
+        [body @ .., last] if !body.is_empty() && optional_tail(last) => body,
+        rest => rest,
+    };
     let q = Hir::concat(rest.to_vec());
     if *start.kind() != HirKind::Look(Look::Start) || q.properties().minimum_len().is_none_or(|n| n == 0) {
         return None;
@@ -247,6 +255,11 @@ fn dot_star_rest(hir: &Hir) -> Option<(Hir, bool, bool)> {
         return None;
     };
     Some((q, stops_at_newline, rep.greedy))
+}
+
+/// `X*` where X captures nothing: matches (at least) nothing wherever it is tried.
+fn optional_tail(hir: &Hir) -> bool {
+    matches!(hir.kind(), HirKind::Repetition(r) if r.min == 0 && r.max.is_none() && r.sub.properties().explicit_captures_len() == 0)
 }
 
 mod translate;
