@@ -72,7 +72,7 @@ const PATTERNS: &[&str] = &[
     "[^ ]+ step",
     r"(?P<v>\d+) items",
     r".*é²",
-    // Fast-path shapes (src/logrules/pyre/fast.rs): several occurrences of the literal (greedy and
+    // `.*Q` shapes (src/logrules/pyre.rs): several starts of Q (greedy and
     // lazy pick different ones), a trailing `.*`, DOTALL, case-insensitive, a rest without a literal.
     r".*: (\S+).*",
     r".*?: (\S+)",

@@ -111,6 +111,31 @@ fn a_bad_rule_file_exits_64_naming_the_rule_and_field() {
 }
 
 #[test]
+fn a_rules_file_that_is_no_bounded_regular_file_exits_64_at_once() {
+    let dir = TestDir::new("lr-bounds");
+    // A FIFO nobody writes to (a blocking open would wait forever, every signal blocked), an
+    // endless device, a file over 1 MiB, more rules than the limit.
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let many: Vec<String> = (0..101).map(|i| format!(r#"{{"name": "r{i}", "logPattern": ".*step"}}"#)).collect();
+    let cases = [
+        (fifo.to_str().unwrap().to_string(), "fifo: cannot read it: a FIFO (named pipe), expected a regular file"),
+        ("/dev/zero".to_string(), "/dev/zero: cannot read it: a character device"),
+        (dir.write("big.json", &" ".repeat(2 << 20)).to_str().unwrap().to_string(), "big.json: larger than 1 MiB"),
+        (
+            dir.write("many.json", &format!("[{}]", many.join(","))).to_str().unwrap().to_string(),
+            "101 rules: more than 100",
+        ),
+    ];
+    for (path, want) in cases {
+        let out = base(&dir).args(["--log-rules", &path]).sh(&format!("touch {}", q(&dir.file("ran")))).run();
+        out.assert_code(64);
+        assert!(out.stderr.contains(want), "{path}: {}", out.stderr);
+        assert!(!dir.join("ran").exists(), "the child must not start");
+    }
+}
+
+#[test]
 fn a_stdout_nobody_reads_holds_up_neither_signals_nor_the_exit() {
     let dir = TestDir::new("lr-blocked");
     // A rule that never fires: only the TERM below stops the child.

@@ -1,15 +1,12 @@
 //! Log-rule evaluation alone (scripts/bench-log-rules.sh runs it): 10 rules in the AWS examples'
 //! style, 100-byte lines (one in four a training step that several rules match, the others
-//! noise), on one core: in batches of a 64 KiB read's lines at one time to `Evaluator::on_lines`
-//! (what the relay thread does), the same with scripts/bench-log-relay.sh's line only, then one by
-//! one to `Evaluator::on_line` (the replay's entry).
+//! noise), on one core, one by one to `Evaluator::on_line` (the relay thread's entry and the
+//! replay's), then the same with scripts/bench-log-relay.sh's line only.
 //! Prints lines/s and bytes/s of each, by the thread's CPU time (what one core does, whatever else
 //! the machine runs) and by the wall clock. `--write-lines DIR` first writes the lines it evaluates
 //! to DIR/mixed.log and DIR/relay.log (4,096 each), for the HyperPod agent's evaluator to run
 //! beside it (scripts/bench/log_rules_agent.py).
 
-use rankvisor_core::logrules::lines::LineBatch;
-use rankvisor_core::logrules::relay::READ_BYTES;
 use rankvisor_core::logrules::{rules_from_value, Evaluator};
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
@@ -38,20 +35,6 @@ fn main() {
         })
         .collect();
     let bytes_per_pass: usize = lines.iter().map(String::len).sum();
-    // The relay's entry: the lines of one 64 KiB read in a batch, all at one time.
-    let per_read = READ_BYTES / 100;
-    let batched = |lines: &[String]| -> Vec<LineBatch> {
-        lines
-            .chunks(per_read)
-            .map(|c| {
-                let mut b = LineBatch::default();
-                c.iter().for_each(|l| b.push(l.as_bytes()));
-                b.seal();
-                b
-            })
-            .collect()
-    };
-    let batches = batched(&lines);
     // scripts/bench-log-relay.sh's line, every line: three rules match it, two read a value, and
     // it has the case-insensitive rule's `loss`.
     let relay_line =
@@ -74,7 +57,6 @@ fn main() {
             }
         }
     }
-    let relay_batches = batched(&relay_lines);
     let start = Instant::now();
     let passes = 200;
     let lines_n = (passes * lines.len()) as f64;
@@ -90,40 +72,24 @@ fn main() {
             bytes / wall / 1e6,
         );
     };
-    let by_read = |batches: &[LineBatch]| {
+    let by_line = |lines: &[String]| {
         best_of_5(|| {
             let mut ev = Evaluator::new(set.clone(), start);
             let mut now = start;
             // Warm the lazy DFA's cache.
-            batches.iter().for_each(|b| ev.on_lines(b, now, &mut |_| {}));
+            lines.iter().for_each(|l| _ = ev.on_line(l, now));
             measure(|| {
                 for _ in 0..passes {
-                    for b in batches {
+                    for l in lines {
                         now += Duration::from_micros(1);
-                        ev.on_lines(std::hint::black_box(b), now, &mut |ev| {
-                            std::hint::black_box(ev.verdict());
-                        });
+                        std::hint::black_box(ev.on_line(std::hint::black_box(l), now));
                     }
                 }
             })
         })
     };
-    report(&format!("Evaluator::on_lines, {per_read} lines (a 64 KiB read) at one time"), by_read(&batches));
-    report("Evaluator::on_lines, the relay benchmark's line only", by_read(&relay_batches));
-    let by_line = best_of_5(|| {
-        let mut ev = Evaluator::new(set.clone(), start);
-        let mut now = start;
-        lines.iter().for_each(|l| _ = ev.on_line(l, now));
-        measure(|| {
-            for _ in 0..passes {
-                for l in &lines {
-                    now += Duration::from_micros(1);
-                    std::hint::black_box(ev.on_line(l, now));
-                }
-            }
-        })
-    });
-    report("Evaluator::on_line, each line at its own time", by_line);
+    report("Evaluator::on_line, each line at its own time", by_line(&lines));
+    report("Evaluator::on_line, the relay benchmark's line only", by_line(&relay_lines));
 }
 
 /// The smallest CPU time and wall clock of 5 runs of `run`.

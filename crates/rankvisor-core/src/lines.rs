@@ -20,16 +20,6 @@ pub enum LineEnds {
     Universal,
 }
 
-/// What [`LineSplitter::feed_runs`] hands on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lines<'a> {
-    /// One line, as [`LineSplitter::feed`] hands it.
-    One(&'a [u8]),
-    /// Lines as `feed` would hand them one by one, together: each ends in `\n` (which `feed`
-    /// hands on in `Universal` mode, not in `Newline` mode).
-    Run(&'a [u8]),
-}
-
 /// What to do with a line longer than the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlong {
@@ -108,43 +98,6 @@ impl LineSplitter {
             self.after_cr = chunk[pos] == b'\r';
             chunk = &chunk[pos + 1..];
         }
-    }
-
-    /// Like [`LineSplitter::feed`], for a caller that takes many lines together: the lines that
-    /// `feed` would hand on as slices of the chunk, one after the other, come as one
-    /// [`Lines::Run`] (a call for many lines rather than one each); the others (completing what was
-    /// pending, up to the next `\n` after a `\r`, over the limit) one by one, as `feed` hands them.
-    pub fn feed_runs(&mut self, mut chunk: &[u8], on: &mut impl FnMut(Lines<'_>)) -> Result<(), LineTooLong> {
-        while !chunk.is_empty() {
-            let (run, rest) = self.whole_lines(chunk);
-            if !run.is_empty() {
-                on(Lines::Run(run));
-                chunk = rest;
-                continue;
-            }
-            // Up to the next `\n` the usual way (after it nothing is pending: runs may follow),
-            // or what is left when there is none (a stream of `\r`s is fed in one go).
-            let end = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |pos| pos + 1);
-            self.feed(&chunk[..end], &mut |line: &[u8]| on(Lines::One(line)))?;
-            chunk = &chunk[end..];
-        }
-        Ok(())
-    }
-
-    /// The lines at the start of `chunk` that `feed` would hand on as slices of it, each ending in
-    /// `\n`, and the rest: none unless nothing is pending (nor a `\r` just seen, nor a line being
-    /// truncated) and the chunk is within the limit (a line ended in it is then shorter); in
-    /// `Universal` mode they stop before the first `\r`.
-    fn whole_lines<'a>(&self, chunk: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-        if self.after_cr || self.truncated || !self.pending.is_empty() || chunk.len() > self.max {
-            return (&[], chunk);
-        }
-        let plain = match self.ends {
-            LineEnds::Newline => chunk,
-            LineEnds::Universal => memchr::memchr(b'\r', chunk).map_or(chunk, |cr| &chunk[..cr]),
-        };
-        let end = memchr::memrchr(b'\n', plain).map_or(0, |nl| nl + 1);
-        chunk.split_at(end)
     }
 
     /// Where the first line in `chunk` ends (its `\n`, or `\r` in `Universal` mode).
@@ -317,62 +270,5 @@ mod tests {
         let mut seen = Vec::new();
         s.feed(chunk, &mut |l: &[u8]| seen.push(l.as_ptr())).unwrap();
         assert_eq!(seen, [chunk.as_ptr()]);
-    }
-
-    proptest::proptest! {
-        /// `feed_runs`, its runs split at their `\n`s: the lines `feed` hands on, in any
-        /// chunking, in every mode.
-        #[test]
-        fn feed_runs_is_feed(
-            text in proptest::collection::vec(proptest::sample::select(b"ab\n\r\xc3\xa9".to_vec()), 0..200),
-            sizes in proptest::collection::vec(1usize..40, 1..10),
-            max in 1usize..30,
-            universal: bool,
-            overlong in proptest::sample::select(vec![Overlong::Cut, Overlong::Truncate, Overlong::Refuse]),
-        ) {
-            let ends = if universal { LineEnds::Universal } else { LineEnds::Newline };
-            let (mut plain, mut runs) = (LineSplitter::with_ends(max, overlong, ends), LineSplitter::with_ends(max, overlong, ends));
-            let (mut want, mut got) = (Vec::new(), Vec::new());
-            let mut at = 0;
-            for size in sizes.iter().cycle() {
-                if at >= text.len() {
-                    break;
-                }
-                let chunk = &text[at..(at + size).min(text.len())];
-                at += chunk.len();
-                let a = plain.feed(chunk, &mut |l: &[u8]| want.push(l.to_vec()));
-                let b = runs.feed_runs(chunk, &mut |lines| match lines {
-                    Lines::One(l) => got.push(l.to_vec()),
-                    Lines::Run(run) => {
-                        for line in run.split_inclusive(|&b| b == b'\n') {
-                            got.push(if universal { line.to_vec() } else { line[..line.len() - 1].to_vec() });
-                        }
-                    }
-                });
-                proptest::prop_assert_eq!(a, b);
-                if a.is_err() {
-                    break;
-                }
-            }
-            proptest::prop_assert_eq!(&want, &got);
-            proptest::prop_assert_eq!(plain.finish(), runs.finish());
-        }
-    }
-
-    #[test]
-    fn the_whole_lines_of_a_read_are_one_run() {
-        let mut s = LineSplitter::with_ends(16, Overlong::Truncate, LineEnds::Universal);
-        let feed = |s: &mut LineSplitter, chunk: &[u8]| {
-            let mut seen = Vec::new();
-            s.feed_runs(chunk, &mut |l| seen.push(format!("{l:?}"))).unwrap();
-            seen.join(" ")
-        };
-        let one = |l: &str| format!("{:?}", Lines::One(l.as_bytes()));
-        let run = |l: &str| format!("{:?}", Lines::Run(l.as_bytes()));
-        assert_eq!(feed(&mut s, b"one\ntwo\nthr"), run("one\ntwo\n"));
-        assert_eq!(feed(&mut s, b"ee\nfour\nfive\n"), [one("three\n"), run("four\nfive\n")].join(" "));
-        assert_eq!(feed(&mut s, b"a\nb\r\nc\n"), [run("a\n"), one("b\n"), run("c\n")].join(" "));
-        assert_eq!(feed(&mut s, &[b'\n'; 16]), run(&"\n".repeat(16)), "a chunk of the limit");
-        assert_eq!(feed(&mut s, &[b'\n'; 17]), [one("\n"), run(&"\n".repeat(16))].join(" "), "over it: a line first");
     }
 }

@@ -3,12 +3,8 @@
 //! when the rules or the log cannot be used, with the reason.
 
 use crate::exit;
-use crate::logrules::{parse_rules, replay, ReplayError, ReplayOptions};
-use crate::untrusted::files::read_head;
+use crate::logrules::{read_rules_file, replay, ReplayError, ReplayOptions};
 use std::path::Path;
-
-/// The largest rules file read (1 MiB).
-const MAX_RULES_BYTES: u64 = 1 << 20;
 
 /// Run the replay; returns the exit status.
 pub fn test(rules: &Path, log: &Path, opts: ReplayOptions) -> i32 {
@@ -16,18 +12,9 @@ pub fn test(rules: &Path, log: &Path, opts: ReplayOptions) -> i32 {
         eprintln!("rankvisor log-rules test: {msg}");
         exit::CONFIG_ERROR
     };
-    let text = match read_head(rules, MAX_RULES_BYTES + 1) {
-        Ok(t) if t.len() as u64 > MAX_RULES_BYTES => return fail(format!("{}: larger than 1 MiB", rules.display())),
-        Ok(t) => t,
-        Err(e) => return fail(e.to_string()),
-    };
-    let text = match String::from_utf8(text) {
-        Ok(t) => t,
-        Err(_) => return fail(format!("{}: not UTF-8 text", rules.display())),
-    };
-    let rules = match parse_rules(&text) {
+    let rules = match read_rules_file(rules) {
         Ok(r) => r,
-        Err(e) => return fail(format!("{}: {e}", rules.display())),
+        Err(e) => return fail(e.to_string()),
     };
     let input: Box<dyn std::io::Read> = if log.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())

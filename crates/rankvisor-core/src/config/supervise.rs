@@ -276,11 +276,8 @@ pub fn supervise_config(
 
 /// `--log-rules FILE`: the rules, or an error naming the file, the rule and the field.
 fn read_log_rules(path: &std::path::Path) -> Result<std::sync::Arc<crate::logrules::RuleSet>, ConfigError> {
-    let shown = crate::untrusted::escape(&path.to_string_lossy()).into_owned();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES) {shown}: cannot read it: {e}")))?;
-    let rules = crate::logrules::parse_rules(&text)
-        .map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES) {shown}: {e}")))?;
+    let rules =
+        crate::logrules::read_rules_file(path).map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES): {e}")))?;
     Ok(std::sync::Arc::new(rules))
 }
 

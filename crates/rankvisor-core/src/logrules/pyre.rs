@@ -16,42 +16,49 @@
 //!   `~~` are set operations there: class members are written one by one as `\x{..}`;
 //! - group names are dropped (only the first group's value is used), after Python's checks.
 
+//!
+//! The crate's engines decide; this module only chooses how they are asked. A pattern `.*Q`
+//! (`.` with or without DOTALL, greedy or lazy: the shape log rules mostly have) is also compiled
+//! as `Q` alone, unanchored, whose literal prefilters (memchr, Teddy) skip most of a line:
+//! - `.*Q` matches at the start iff Q matches at some start no later than the first `\n` (or
+//!   anywhere, DOTALL), and an unanchored leftmost search finds Q's smallest start;
+//! - Python's greedy `.*` tries the largest start first (the lazy `.*?` the smallest), so group 1
+//!   is what Q captures, anchored, at the largest (smallest) start where it matches. The starts
+//!   are found one search each, at most [`MAX_STARTS`] of them; beyond, `\A(?:.*Q)` answers.
+
+use regex_automata::meta::{self, Regex};
+use regex_automata::util::primitives::NonMaxUsize;
+use regex_automata::{Anchored, Input};
+use regex_syntax::hir::{Dot, Hir, HirKind, Look};
+
+/// The starts of Q tried for a greedy `.*Q`'s group 1 before `\A(?:.*Q)` answers (bounds the
+/// work on a line full of Q's matches).
+const MAX_STARTS: usize = 4;
+
+/// The largest compiled pattern (the crate's NFA size limit), per automaton.
+pub const PATTERN_NFA_LIMIT: usize = 1 << 20;
+/// The lazy DFA's cache, per automaton and direction (forward, reverse), per thread evaluating.
+pub const LAZY_DFA_CACHE: usize = 64 << 10;
+
 /// A pattern with Python's meaning, compiled.
 #[derive(Debug, Clone)]
 pub struct PyRegex {
     source: String,
-    regex: regex::Regex,
+    /// `\A(?:P)`.
+    anchored: Regex,
     groups: usize,
-    /// Text every match contains (case-sensitive): a line without it cannot match, which a
-    /// substring search tells faster than the automaton.
-    required: Option<memchr::memmem::Finder<'static>>,
-    /// The fast path of a `.*Q` pattern (`fast`), when it has that shape.
-    fast: Option<fast::Fast>,
-    /// Without `required`: text every match on an ASCII line contains up to ASCII case
-    /// (`fast::folded_required`), lowercase.
-    folded: Option<Box<[u8]>>,
-    /// What the first occurrence of the searched text (`required` or `folded`) tells the fast
-    /// path, when it is where its candidates start.
-    hint: fast::Hint,
+    /// P is `.*Q`: Q, unanchored.
+    rest: Option<Rest>,
 }
 
-/// What a batch's search looks for ([`PyRegex::needle`]).
-#[derive(Debug, Clone, Copy)]
-pub enum Needle<'a> {
-    /// This text, case-sensitive.
-    Exact(&'a memchr::memmem::Finder<'static>),
-    /// This lowercase text, up to ASCII case, in ASCII text.
-    Folded(&'a [u8]),
-}
-
-impl Needle<'_> {
-    /// The first position at or after `from` where the needle occurs in `hay`.
-    pub fn find(self, hay: &[u8], from: usize) -> Option<usize> {
-        match self {
-            Self::Exact(f) => hay.get(from..).and_then(|h| f.find(h)).map(|p| from + p),
-            Self::Folded(n) => fast::find_folded(hay, n, from),
-        }
-    }
+/// The `Q` of a `.*Q` pattern.
+#[derive(Debug, Clone)]
+struct Rest {
+    search: Regex,
+    /// `.` without DOTALL: Q must start at or before the first `\n`.
+    stops_at_newline: bool,
+    /// `.*` (largest start first) rather than `.*?`.
+    greedy: bool,
 }
 
 /// Why a pattern was refused: a Python syntax error, or a construct whose meaning differs.
@@ -64,21 +71,66 @@ pub struct PatternError {
     pub problem: String,
 }
 
+/// Why [`PyRegex::with_limit`] refused a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The pattern itself.
+    Pattern(PatternError),
+    /// An automaton would be over the limit it was given, in bytes.
+    TooLarge(usize),
+}
+
+impl From<Refused> for PatternError {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Pattern(e) => e,
+            Refused::TooLarge(limit) => PatternError {
+                offset: 0,
+                problem: format!(
+                    "too large: its automaton would take more than {limit} bytes, the limit of one pattern"
+                ),
+            },
+        }
+    }
+}
+
 impl PyRegex {
-    /// Parse `source` as Python `re` syntax and compile its translation.
+    /// Parse `source` as Python `re` syntax and compile its translation, each automaton within
+    /// `nfa_limit` bytes (at most [`PATTERN_NFA_LIMIT`]).
+    pub fn with_limit(source: &str, nfa_limit: usize) -> Result<Self, Refused> {
+        let Translation { pattern, groups } = translate(source).map_err(Refused::Pattern)?;
+        let unsupported = |e: &dyn std::fmt::Display| {
+            Refused::Pattern(PatternError { offset: 0, problem: format!("unsupported by the regex engine: {e}") })
+        };
+        let too_large = |e: meta::BuildError| match e.size_limit() {
+            Some(limit) => Refused::TooLarge(limit),
+            None => unsupported(&e),
+        };
+        let hir = regex_syntax::ParserBuilder::new().build().parse(&pattern).map_err(|e| unsupported(&e))?;
+        let builder = |limit: usize| {
+            let mut b = meta::Builder::new();
+            b.configure(
+                meta::Config::new()
+                    .nfa_size_limit(Some(limit.min(PATTERN_NFA_LIMIT)))
+                    .hybrid_cache_capacity(LAZY_DFA_CACHE),
+            );
+            b
+        };
+        let anchored = builder(nfa_limit).build_from_hir(&hir).map_err(too_large)?;
+        let rest = match dot_star_rest(&hir) {
+            Some((q, stops_at_newline, greedy)) => {
+                let left = nfa_limit.saturating_sub(anchored.memory_usage());
+                let search = builder(left).build_from_hir(&q).map_err(too_large)?;
+                Some(Rest { search, stops_at_newline, greedy })
+            }
+            None => None,
+        };
+        Ok(Self { source: source.to_string(), anchored, groups, rest })
+    }
+
+    /// [`PyRegex::with_limit`] at [`PATTERN_NFA_LIMIT`].
     pub fn new(source: &str) -> Result<Self, PatternError> {
-        let Translation { pattern: translated, groups, required } = translate(source)?;
-        let regex =
-            regex::RegexBuilder::new(&translated).size_limit(4 << 20).dfa_size_limit(4 << 20).build().map_err(|e| {
-                PatternError { offset: 0, problem: format!("too large or unsupported for the regex engine: {e}") }
-            })?;
-        let required = required.map(|r| memchr::memmem::Finder::new(r.as_bytes()).into_owned());
-        let fast = fast::Fast::new(&translated);
-        let folded = if required.is_none() { fast::folded_required(&translated) } else { None };
-        let hint = fast.as_ref().map_or(fast::Hint::Nothing, |f| {
-            f.hint_for(required.as_ref().map(memchr::memmem::Finder::needle), folded.as_deref())
-        });
-        Ok(Self { source: source.to_string(), regex, groups, required, fast, folded, hint })
+        Ok(Self::with_limit(source, PATTERN_NFA_LIMIT)?)
     }
 
     /// The pattern as the user wrote it.
@@ -86,94 +138,132 @@ impl PyRegex {
         &self.source
     }
 
-    /// The translated pattern (anchored at the start), for a `RegexSet`.
-    pub fn translated(&self) -> &str {
-        self.regex.as_str()
-    }
-
     /// The number of capturing groups, as Python's `groups()` counts them.
     pub fn groups(&self) -> usize {
         self.groups
     }
 
+    /// The heap the compiled automata hold (their caches apart: at most [`LAZY_DFA_CACHE`]
+    /// twice, per automaton, per thread evaluating).
+    pub fn memory_usage(&self) -> usize {
+        self.anchored.memory_usage() + self.rest.as_ref().map_or(0, |r| r.search.memory_usage())
+    }
+
+    /// The number of automata compiled (one, or two for a `.*Q`).
+    pub fn automata(&self) -> usize {
+        1 + usize::from(self.rest.is_some())
+    }
+
     /// `re.match(pattern, text) is not None`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.may_match(text) && self.is_match_known(text, fast::Known::default())
-    }
-
-    /// [`PyRegex::is_match`] on one line of a batch (a `\n` at most at its end), without the
-    /// search for the required text: the batch's search `found` its needle
-    /// ([`PyRegex::needle`]), or the pattern has none (`None`).
-    #[inline]
-    pub fn is_match_at(&self, line: &str, found: Option<Found>) -> bool {
-        self.is_match_known(line, self.hint.known(found))
-    }
-
-    /// `re.match(pattern, text) is not None`, `known` of the text.
-    fn is_match_known(&self, text: &str, known: fast::Known) -> bool {
-        match &self.fast {
-            Some(f) => f.is_match(text, known),
-            None => self.regex.is_match(text),
+        match &self.rest {
+            None => self.anchored.is_match(text),
+            Some(rest) => rest.matches(text),
         }
-    }
-
-    /// False when `text` lacks what every match contains (a substring search, much faster than
-    /// the automaton).
-    fn may_match(&self, text: &str) -> bool {
-        let bytes = text.as_bytes();
-        self.required.as_ref().is_none_or(|f| f.find(bytes).is_some())
-            && self.folded.as_deref().is_none_or(|n| !bytes.is_ascii() || fast::contains_folded(bytes, n))
-    }
-
-    /// What to search a batch's text for: every match contains it (case-sensitive, or up to ASCII
-    /// case when the text is `ascii`), so a line without it does not match; `None` when there is
-    /// nothing to search for. Where it occurs in a line is the `found` of
-    /// [`PyRegex::is_match_at`] and [`PyRegex::match_group1_at`].
-    pub fn needle(&self, ascii: bool) -> Option<Needle<'_>> {
-        match (&self.required, &self.folded) {
-            (Some(f), _) => Some(Needle::Exact(f)),
-            (None, Some(n)) if ascii => Some(Needle::Folded(n)),
-            _ => None,
-        }
-    }
-
-    /// The text every match contains, if the pattern has one (at least two characters).
-    pub fn required_text(&self) -> Option<&[u8]> {
-        self.required.as_ref().map(|f| f.needle())
     }
 
     /// `re.match(pattern, text)`: `None` if no match, else what group 1 captured (`None` when the
     /// pattern has no group or group 1 took no part in the match).
     pub fn match_group1<'t>(&self, text: &'t str) -> Option<Option<&'t str>> {
-        if !self.may_match(text) {
-            return None;
-        }
-        self.match_group1_known(text, fast::Known::default())
-    }
-
-    /// [`PyRegex::match_group1`] without the search for the required text (see
-    /// [`PyRegex::is_match_at`]).
-    pub fn match_group1_at<'t>(&self, line: &'t str, found: Option<Found>) -> Option<Option<&'t str>> {
-        self.match_group1_known(line, self.hint.known(found))
-    }
-
-    /// `re.match(pattern, text)` and its group 1, `known` of the text.
-    fn match_group1_known<'t>(&self, text: &'t str, known: fast::Known) -> Option<Option<&'t str>> {
         if self.groups == 0 {
-            return self.is_match_known(text, known).then_some(None);
+            return self.is_match(text).then_some(None);
         }
-        if let Some(Ok(group)) = self.fast.as_ref().map(|f| f.match_group1(text, known)) {
-            return group;
+        let Some(rest) = &self.rest else {
+            return group1(&self.anchored, &Input::new(text), text);
+        };
+        let mut start = rest.first_start(text)?;
+        if rest.greedy {
+            let limit = rest.limit(text);
+            let mut tries = 0;
+            loop {
+                let next = start + text[start..].chars().next().map_or(1, char::len_utf8);
+                match rest.search.search(&Input::new(text).range(next..)) {
+                    Some(m) if m.start() <= limit => start = m.start(),
+                    _ => break,
+                }
+                tries += 1;
+                if tries == MAX_STARTS {
+                    return group1(&self.anchored, &Input::new(text), text);
+                }
+            }
         }
-        let caps = self.regex.captures(text)?;
-        Some(caps.get(1).map(|m| m.as_str()))
+        group1(&rest.search, &Input::new(text).range(start..).anchored(Anchored::Yes), text)
     }
 }
 
-mod fast;
+impl Rest {
+    /// The last position where Q may start: the first `\n`, or the end.
+    fn limit(&self, text: &str) -> usize {
+        if self.stops_at_newline {
+            memchr::memchr(b'\n', text.as_bytes()).unwrap_or(text.len())
+        } else {
+            text.len()
+        }
+    }
+
+    /// Whether Q starts somewhere no later than the limit. On a line (a `\n` at most at its end)
+    /// any match of Q does (Q never matches empty): the search can stop at the first match it
+    /// sees.
+    fn matches(&self, text: &str) -> bool {
+        if !self.search.is_match(text) {
+            return false;
+        }
+        let line = !self.stops_at_newline || memchr::memchr(b'\n', text.as_bytes()).is_none_or(|i| i + 1 == text.len());
+        line || self.first_start(text).is_some()
+    }
+
+    /// Q's smallest start no later than the limit: where `.*Q` lets it start, if anywhere.
+    fn first_start(&self, text: &str) -> Option<usize> {
+        let found = self.search.search(&Input::new(text))?;
+        (found.start() <= self.limit(text)).then_some(found.start())
+    }
+}
+
+/// Group 1 of `re`'s match in `input`, if it matches.
+fn group1<'t>(re: &Regex, input: &Input<'_>, text: &'t str) -> Option<Option<&'t str>> {
+    let mut slots: [Option<NonMaxUsize>; 4] = [None; 4];
+    re.search_slots(input, &mut slots)?;
+    Some(slots[2].zip(slots[3]).map(|(s, e)| &text[s.get()..e.get()]))
+}
+
+/// `\A(?:.*Q)` where Q never matches the empty string: Q (less a trailing `X*`), whether `.`
+/// stops at `\n`, whether `.*` is greedy.
+fn dot_star_rest(hir: &Hir) -> Option<(Hir, bool, bool)> {
+    let HirKind::Concat(items) = hir.kind() else { return None };
+    let [start, lead, rest @ ..] = items.as_slice() else { return None };
+    // A trailing repetition that may match nothing and captures nothing (the `.*` of
+    // `.*Q.*`) never changes whether Q matches at a start nor what its groups capture there (it
+    // always succeeds after the rest): it is dropped, so the search ends at Q's last literal and
+    // the group is read by the one-pass DFA where Q is one-pass.
+    let rest = match rest {
+        [body @ .., last] if !body.is_empty() && optional_tail(last) => body,
+        rest => rest,
+    };
+    let q = Hir::concat(rest.to_vec());
+    if *start.kind() != HirKind::Look(Look::Start) || q.properties().minimum_len().is_none_or(|n| n == 0) {
+        return None;
+    }
+    let HirKind::Repetition(rep) = lead.kind() else { return None };
+    if rep.min != 0 || rep.max.is_some() {
+        return None;
+    }
+    let stops_at_newline = if *rep.sub == Hir::dot(Dot::AnyCharExceptLF) {
+        true
+    } else if *rep.sub == Hir::dot(Dot::AnyChar) {
+        false
+    } else {
+        return None;
+    };
+    Some((q, stops_at_newline, rep.greedy))
+}
+
+/// `X*` where X captures nothing: matches (at least) nothing wherever it is tried.
+fn optional_tail(hir: &Hir) -> bool {
+    matches!(hir.kind(), HirKind::Repetition(r) if r.min == 0 && r.max.is_none() && r.sub.properties().explicit_captures_len() == 0)
+}
+
 mod translate;
 
-pub use fast::Found;
 pub use translate::{translate, Translation};
 
 #[cfg(test)]

@@ -17,8 +17,8 @@
 //! ([`super::lines::LINE_CAP`]). A line that is not UTF-8 is matched as Python would never see it
 //! (the agent's reader stops on it): with U+FFFD in place of each bad sequence.
 
-use super::lines::{python_lines, LineBatch};
-use crate::lines::{LineSplitter, Lines};
+use super::lines::python_lines;
+use crate::lines::LineSplitter;
 use nix::errno::Errno;
 use nix::fcntl::SpliceFFlags;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -58,8 +58,6 @@ pub struct Relay<W: Write> {
     /// The bytes teed so far.
     teed: u64,
     lines: LineSplitter,
-    /// The complete lines of the last read, as text.
-    batch: LineBatch,
     buf: Box<[u8]>,
     /// The bytes of the last read, at the start of `buf`.
     filled: usize,
@@ -79,7 +77,6 @@ impl<W: Write> Relay<W> {
             last_read: 0,
             teed: 0,
             lines: python_lines(),
-            batch: LineBatch::default(),
             buf: vec![0; READ_BYTES].into_boxed_slice(),
             filled: 0,
             out_failed: false,
@@ -172,21 +169,9 @@ impl<W: Write> Relay<W> {
 
     /// The complete lines of the last read, to `on_line` (at most once per read).
     pub fn lines(&mut self, on_line: &mut impl FnMut(&str)) {
-        self.batch().lines().for_each(on_line);
-    }
-
-    /// The complete lines of the last read, as one batch (empty when asked again).
-    pub fn batch(&mut self) -> &LineBatch {
         let chunk = &self.buf[..std::mem::take(&mut self.filled)];
-        let batch = &mut self.batch;
-        batch.clear();
         // Truncating, the splitter never refuses a line.
-        let _ = self.lines.feed_runs(chunk, &mut |lines| match lines {
-            Lines::One(line) => batch.push(line),
-            Lines::Run(run) => batch.push_lines(run),
-        });
-        batch.seal();
-        &self.batch
+        let _ = self.lines.feed(chunk, &mut |line| on_line(&String::from_utf8_lossy(line)));
     }
 
     /// The first error writing to `out`, once (to be logged); writing stopped there.
@@ -196,16 +181,7 @@ impl<W: Write> Relay<W> {
 
     /// The child's stdout ended: hand on its unfinished last line, if any.
     pub fn finish(&mut self, on_line: &mut impl FnMut(&str)) {
-        self.finish_batch().lines().for_each(on_line);
-    }
-
-    /// The child's stdout ended: its unfinished last line, if any, as a batch.
-    pub fn finish_batch(&mut self) -> &LineBatch {
-        let batch = &mut self.batch;
-        batch.clear();
-        self.lines.finish_into(&mut |l: &[u8]| batch.push(l));
-        batch.seal();
-        &self.batch
+        self.lines.finish_into(&mut |line: &[u8]| on_line(&String::from_utf8_lossy(line)));
     }
 
     /// Relay until the child's end is closed, every line to `on_line` (tests; `wake` is never

@@ -272,7 +272,7 @@ impl State {
         }
         self.prev = at;
         self.last_line_at = Some(at);
-        ev.on_line(&body, base + at);
+        let _ = ev.on_line(&body, base + at);
         p.record(ev, Some((self.number, &body)), at)?;
         Ok(())
     }
@@ -298,7 +298,7 @@ fn idle_until<W: Write>(
         if until.is_some_and(|u| tick >= u) {
             return Ok(());
         }
-        ev.on_idle(base + tick);
+        let _ = ev.on_idle(base + tick);
         p.record(ev, None, tick)?;
     }
     Ok(())

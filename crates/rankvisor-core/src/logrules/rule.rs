@@ -2,9 +2,10 @@
 //! YAML and checked field by field: a rule that would not do what it says is refused, naming the
 //! rule and the field.
 
-use super::pynum::py_int;
+use super::pynum::{is_py_int, py_int};
 use super::pyre::PyRegex;
-use super::ruleset::RuleSet;
+use super::ruleset::Budget;
+use crate::untrusted::escape_hidden;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -65,9 +66,12 @@ pub enum RulesError {
     /// The file or body is not JSON or the YAML subset.
     #[error("log rules: {0}")]
     Syntax(String),
-    /// The document is not a list of rules.
+    /// The document is not a list of rules, or over a limit.
     #[error("log rules: {0}")]
     Shape(String),
+    /// The rules file cannot be used: why, and the file (escaped).
+    #[error("log rules: {1}: {0}")]
+    File(String, String),
     /// One rule's field.
     #[error("log rule #{index} ({name}): field {field}: {problem}")]
     Field {
@@ -101,45 +105,6 @@ const MAX_THRESHOLD: i64 = 1 << 53;
 /// The longest timeout accepted: ten years.
 const MAX_SECONDS: i64 = 10 * 366 * 86_400;
 
-/// Read the rules from a file's text: JSON when it starts with `[` or `{`, else the YAML subset.
-pub fn parse_rules(text: &str) -> Result<RuleSet, RulesError> {
-    let t = text.trim_start_matches('\u{FEFF}');
-    let first = t.chars().find(|c| !c.is_whitespace());
-    let value = if matches!(first, Some('[') | Some('{')) {
-        serde_json::from_str(t).map_err(|e| RulesError::Syntax(format!("invalid JSON: {e}")))?
-    } else {
-        super::yaml::parse(t).map_err(RulesError::Syntax)?
-    };
-    rules_from_value(&value)
-}
-
-/// Read the rules from a parsed document: a list of rules, or an object whose
-/// `logMonitoringConfiguration` is that list (as in a job's `runPolicy`). `/start`'s
-/// `log_monitoring_configuration` is read with this too: the same errors (there a 422).
-pub fn rules_from_value(value: &Value) -> Result<RuleSet, RulesError> {
-    let list = match value {
-        Value::Array(a) => a,
-        Value::Object(o) => match o.get("logMonitoringConfiguration") {
-            Some(Value::Array(a)) => a,
-            _ => {
-                return Err(RulesError::Shape(
-                    "expected a list of rules, or an object whose logMonitoringConfiguration is that list".into(),
-                ))
-            }
-        },
-        _ => return Err(RulesError::Shape("expected a list of rules".into())),
-    };
-    let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
-    for (k, v) in list.iter().enumerate() {
-        let rule = rule_from_value(k + 1, v)?;
-        if rules.iter().any(|r| r.name == rule.name) {
-            return Err(field_err(k + 1, v, "name", "another rule has this name: names must be unique"));
-        }
-        rules.push(rule);
-    }
-    Ok(RuleSet::new(rules))
-}
-
 fn rule_name(v: &Value) -> String {
     match v.get("name").and_then(Value::as_str) {
         Some(n) if !n.is_empty() => format!("{:?}", crate::untrusted::escape(n)),
@@ -147,7 +112,7 @@ fn rule_name(v: &Value) -> String {
     }
 }
 
-fn field_err(index: usize, v: &Value, field: &str, problem: impl Into<String>) -> RulesError {
+pub(super) fn field_err(index: usize, v: &Value, field: &str, problem: impl Into<String>) -> RulesError {
     RulesError::Field { index, name: rule_name(v), field: field.into(), problem: problem.into() }
 }
 
@@ -161,7 +126,13 @@ fn show(v: &Value) -> String {
     crate::untrusted::escape(&s).into_owned()
 }
 
-fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
+/// `text` between quotes, as written (its backslashes as they are), hidden characters escaped.
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", escape_hidden(text))
+}
+
+/// Rule `index` (1-based) of a document, its patterns compiled within `budget`.
+pub(super) fn rule_from_value(index: usize, v: &Value, budget: &mut Budget) -> Result<Rule, RulesError> {
     let Value::Object(o) = v else {
         return Err(RulesError::Field {
             index,
@@ -183,19 +154,19 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
     };
     let name =
         string("name")?.filter(|n| !n.is_empty()).ok_or_else(|| err("name", "required: a non-empty string".into()))?;
-    let pattern = |field: &str, text: Option<&str>| -> Result<Option<PyRegex>, RulesError> {
+    let mut pattern = |field: &str, text: Option<&str>| -> Result<Option<PyRegex>, RulesError> {
         let Some(text) = text else { return Ok(None) };
         if text.is_empty() {
             return Err(err(field, "an empty pattern matches every line: give a regular expression".into()));
         }
-        let re = PyRegex::new(text).map_err(|e| err(field, format!("{:?}: {e}", crate::untrusted::escape(text))))?;
+        let re = budget.compile(text).map_err(|e| err(field, format!("{}: {e}", quoted(text))))?;
         if re.is_match("") {
             return Err(err(
                 field,
                 format!(
-                    "{:?} matches an empty line; the agent evaluates an empty line every second the log is \
+                    "{} matches an empty line; the agent evaluates an empty line every second the log is \
                      quiet, so this rule would match then (write .+ where .* would match nothing)",
-                    crate::untrusted::escape(text)
+                    quoted(text)
                 ),
             ));
         }
@@ -206,17 +177,19 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
     let stop_pattern = pattern("stopPattern", string("stopPattern")?)?;
     let integer = |field: &str, min: i64, max: i64| -> Result<Option<i64>, RulesError> {
         let Some(value) = o.get(field) else { return Ok(None) };
+        // `Some(None)`: an integer, beyond i64.
         let n = match value {
             // Python's int() of a JSON number truncates toward zero.
             Value::Number(n) => {
-                n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64))
+                Some(n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64)))
             }
-            Value::String(s) => py_int(s),
+            Value::String(s) => py_int(s).map(Some).or_else(|| is_py_int(s).then_some(None)),
             _ => None,
         };
         match n {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            Some(n) => Err(err(field, format!("{n} is out of range: expected {min} to {max}"))),
+            Some(Some(n)) if (min..=max).contains(&n) => Ok(Some(n)),
+            Some(Some(n)) => Err(err(field, format!("{n} is out of range: expected {min} to {max}"))),
+            Some(None) => Err(err(field, format!("{} is out of range: expected {min} to {max}", show(value)))),
             None => Err(err(
                 field,
                 format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)),
@@ -236,12 +209,7 @@ fn rule_from_value(index: usize, v: &Value) -> Result<Rule, RulesError> {
         Some("lt") => Some(Operator::Lt),
         Some("lteq") => Some(Operator::Lteq),
         Some("eq") => Some(Operator::Eq),
-        Some(other) => {
-            return Err(err(
-                "operator",
-                format!("{:?}: expected gt, gteq, lt, lteq or eq", crate::untrusted::escape(other)),
-            ))
-        }
+        Some(other) => return Err(err("operator", format!("{}: expected gt, gteq, lt, lteq or eq", quoted(other)))),
     };
     let data_points = integer("metricEvaluationDataPoints", 1, u32::MAX as i64)?.unwrap_or(1) as u32;
     let metric = match (threshold, operator) {

@@ -1,12 +1,27 @@
-//! The rules of a job, validated and ready for every attempt's evaluator.
+//! The rules of a job, read, validated and bounded: one entry for every source (a rules file at
+//! PID 1 or in `log-rules test`, the agent API's `log_monitoring_configuration`), so the same
+//! limits hold everywhere.
 //!
-//! Each pattern is checked on its own, lazily (a stop pattern only when the agent would look at
-//! it), and cheaply on the common line that matches nothing: a substring search for the text the
-//! pattern requires (`PyRegex::required_text`) rules most lines out before any automaton runs. A
-//! `RegexSet` of all patterns measured slower: its overlapping search scans the whole line for
-//! every pattern's state at once.
+//! The limits bound what a configuration costs before it is compiled: at most [`MAX_RULES`]
+//! rules, a file of at most [`MAX_RULES_BYTES`], and compiled patterns within [`MAX_COMPILED`]
+//! (each automaton's own heap as the engine counts it, plus its lazy DFA's cache at its bound:
+//! a pattern whose automaton explodes is refused here rather than growing the process).
 
-use super::rule::Rule;
+use super::pyre::{PatternError, PyRegex, Refused, LAZY_DFA_CACHE, PATTERN_NFA_LIMIT};
+use super::rule::{rule_from_value, Rule, RulesError};
+use crate::untrusted::escape;
+use crate::untrusted::files::FileError;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::Path;
+
+/// The most rules one configuration may have.
+pub const MAX_RULES: usize = 100;
+/// The most memory one configuration's compiled patterns may take, caches counted at their bound
+/// (64 MiB).
+pub const MAX_COMPILED: usize = 64 << 20;
+/// The largest rules file read (1 MiB).
+pub const MAX_RULES_BYTES: u64 = 1 << 20;
 
 /// The validated rules, in configuration order.
 #[derive(Debug, Clone)]
@@ -15,13 +30,122 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// The rules, checked (see `rule::rules_from_value`).
-    pub(crate) fn new(rules: Vec<Rule>) -> Self {
-        Self { rules }
-    }
-
     /// The rules, in configuration order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
 }
+
+/// What is left of [`MAX_COMPILED`] while a configuration's patterns are compiled.
+#[derive(Debug)]
+pub(super) struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    /// The whole budget of one configuration.
+    fn new() -> Self {
+        Self { left: MAX_COMPILED }
+    }
+
+    /// Compile `source`, within what is left; `Err` says why it was refused (the budget named).
+    pub(super) fn compile(&mut self, source: &str) -> Result<PyRegex, String> {
+        let over = || {
+            format!(
+                "the compiled patterns would take more than {} MiB, the limit of one configuration \
+                 (simplify this pattern or use fewer rules)",
+                MAX_COMPILED >> 20
+            )
+        };
+        // Each automaton's cache is counted at its bound: two directions of the lazy DFA.
+        let reserve = 2 * 2 * LAZY_DFA_CACHE;
+        let limit = self.left.checked_sub(reserve).ok_or_else(over)?;
+        let re = PyRegex::with_limit(source, limit).map_err(|e| match e {
+            Refused::TooLarge(l) if l < PATTERN_NFA_LIMIT => over(),
+            e => PatternError::from(e).to_string(),
+        })?;
+        let cost = re.memory_usage() + re.automata() * 2 * LAZY_DFA_CACHE;
+        self.left = self.left.checked_sub(cost).ok_or_else(over)?;
+        Ok(re)
+    }
+}
+
+/// Read the rules from a file's text: JSON when it starts with `[` or `{`, else the YAML subset.
+pub fn parse_rules(text: &str) -> Result<RuleSet, RulesError> {
+    if text.len() as u64 > MAX_RULES_BYTES {
+        return Err(RulesError::Shape(format!(
+            "{} bytes: larger than 1 MiB ({MAX_RULES_BYTES} bytes), the limit of a rules document",
+            text.len()
+        )));
+    }
+    let t = text.trim_start_matches('\u{FEFF}');
+    let first = t.chars().find(|c| !c.is_whitespace());
+    let value = if matches!(first, Some('[') | Some('{')) {
+        serde_json::from_str(t).map_err(|e| RulesError::Syntax(format!("invalid JSON: {e}")))?
+    } else {
+        super::yaml::parse(t).map_err(RulesError::Syntax)?
+    };
+    rules_from_value(&value)
+}
+
+/// Read the rules from a parsed document: a list of rules, or an object whose
+/// `logMonitoringConfiguration` is that list (as in a job's `runPolicy`). `/start`'s
+/// `log_monitoring_configuration` is read with this too: the same errors (there a 422).
+pub fn rules_from_value(value: &Value) -> Result<RuleSet, RulesError> {
+    let list = match value {
+        Value::Array(a) => a,
+        Value::Object(o) => match o.get("logMonitoringConfiguration") {
+            Some(Value::Array(a)) => a,
+            _ => {
+                return Err(RulesError::Shape(
+                    "expected a list of rules, or an object whose logMonitoringConfiguration is that list".into(),
+                ))
+            }
+        },
+        _ => return Err(RulesError::Shape("expected a list of rules".into())),
+    };
+    if list.len() > MAX_RULES {
+        return Err(RulesError::Shape(format!(
+            "{} rules: more than {MAX_RULES}, the limit of one configuration",
+            list.len()
+        )));
+    }
+    let mut budget = Budget::new();
+    let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
+    let mut names = HashSet::with_capacity(list.len());
+    for (k, v) in list.iter().enumerate() {
+        let rule = rule_from_value(k + 1, v, &mut budget)?;
+        if !names.insert(rule.name.clone()) {
+            return Err(RulesError::Field {
+                index: k + 1,
+                name: format!("\"{}\"", escape(&rule.name)),
+                field: "name".into(),
+                problem: "another rule has this name: names must be unique".into(),
+            });
+        }
+        rules.push(rule);
+    }
+    Ok(RuleSet { rules })
+}
+
+/// Read and check the rules file at `path`: a regular file (opened without blocking, so a FIFO or
+/// a device is refused rather than waited on), at most [`MAX_RULES_BYTES`], UTF-8. The error
+/// names the file.
+pub fn read_rules_file(path: &Path) -> Result<RuleSet, RulesError> {
+    let shown = escape(&path.to_string_lossy()).into_owned();
+    let bytes = crate::untrusted::files::read_head(path, MAX_RULES_BYTES + 1).map_err(|e| {
+        let problem = match e {
+            FileError::NotRegular { kind, .. } => format!("cannot read it: {kind}, expected a regular file"),
+            FileError::Io { source, .. } => format!("cannot read it: {source}"),
+        };
+        RulesError::File(problem, shown.clone())
+    })?;
+    if bytes.len() as u64 > MAX_RULES_BYTES {
+        return Err(RulesError::File(format!("larger than 1 MiB ({MAX_RULES_BYTES} bytes)"), shown));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| RulesError::File("not UTF-8 text".into(), shown.clone()))?;
+    parse_rules(&text)
+}
+
+#[cfg(test)]
+mod tests;

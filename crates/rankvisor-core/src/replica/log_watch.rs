@@ -8,7 +8,6 @@
 //! machine, which decides what it means (a stop, a FAULTED agent).
 
 use super::child::{escape_line, LogRuleHit};
-use crate::logrules::lines::LineBatch;
 use crate::logrules::relay::READ_BYTES;
 use crate::logrules::{Evaluator, LogState, Relay, RuleSet, Step};
 use crate::status::{LogRuleGauge, LogRuleReport};
@@ -187,10 +186,10 @@ impl RelayThread {
                     if let Some((left, _)) = draining.as_mut() {
                         *left = left.saturating_sub(READ_BYTES.min(*left));
                     }
-                    self.lines(relay.batch(), now);
+                    relay.lines(&mut |line| self.line(line, now));
                 }
                 Ok(Step::Eof) => {
-                    self.lines(relay.finish_batch(), now);
+                    relay.finish(&mut |line| self.line(line, now));
                     self.tell_states();
                     // The end of the output is drained too (a drain asked for may be waiting).
                     let _ = self.news.send(News::Drained);
@@ -263,16 +262,12 @@ impl RelayThread {
         self.tell_states();
     }
 
-    /// The lines of one read, at `now`.
-    fn lines(&mut self, batch: &LineBatch, now: Instant) {
-        let mut fired = None;
-        let reported = self.reported;
-        self.ev.on_lines(batch, now, &mut |ev| {
-            if fired.is_none() && !reported && ev.verdict().state.firing() {
-                fired = hit(ev);
-            }
-        });
-        if let Some(h) = fired {
+    /// One line at `now`.
+    fn line(&mut self, line: &str, now: Instant) {
+        if self.reported || !self.ev.on_line(line, now).state.firing() {
+            return;
+        }
+        if let Some(h) = hit(&self.ev) {
             self.reported = true;
             // States first: the status shows the rule firing when the machine acts on it.
             self.tell_states();

@@ -1,6 +1,5 @@
 use super::*;
-use crate::logrules::lines::LineBatch;
-use crate::logrules::rule::rules_from_value;
+use crate::logrules::ruleset::rules_from_value;
 use serde_json::json;
 
 fn rules(v: serde_json::Value) -> Arc<RuleSet> {
@@ -160,160 +159,23 @@ fn leaving_faulted_stops_the_evaluation_as_the_agent_does() {
     assert_eq!(t.rule(0), Healthy, "nothing is evaluated any more");
 }
 
-/// Rules of every kind for the batch differential: with and without text to search for (one up
-/// to case), a stop pattern, metrics whose capture may not be a number, both timeouts.
-fn batch_rules() -> serde_json::Value {
-    json!([
-        {"name": "start", "logPattern": ".*ready", "expectedStartCutOffInSeconds": 5},
-        {"name": "beat", "logPattern": ".*step", "expectedRecurringFrequencyInSeconds": 3},
-        {"name": "nan", "logPattern": "(?i).*loss[=: ]+nan", "faultOnMatch": true},
-        {"name": "any", "logPattern": r".*(\d)x", "metricThreshold": 5, "operator": "lt", "metricEvaluationDataPoints": 3},
-        {"name": "err", "logPattern": "ERROR", "faultOnMatch": true, "stopPattern": ".*done"},
-        {"name": "stop", "logPattern": ".*tick", "expectedRecurringFrequencyInSeconds": 2, "stopPattern": "(a|b)end"},
-        {"name": "tp", "logPattern": r".*rate (\d+(?:\.\d+)?)", "metricThreshold": 3, "operator": "lteq", "metricEvaluationDataPoints": 2},
-        // Last: a line it abandons may have changed the other rules' states.
-        {"name": "loss", "logPattern": r".*loss: (\S+)", "metricThreshold": 2, "operator": "gt", "metricEvaluationDataPoints": 2},
-    ])
-}
-
-const BATCH_PIECES: &[&str] = &[
-    "ready ",
-    "step ",
-    "loss: 1 ",
-    "loss: 3 ",
-    "loss: x ",
-    "LOSS=NaN ",
-    "3x ",
-    "7x ",
-    "ERROR ",
-    "done ",
-    "tick ",
-    "aend",
-    "bend",
-    "rate 2.5 ",
-    "rate 4 ",
-    "é ",
-    "noise ",
-    "loss ",
-    "rate . ",
-];
-
-/// What an evaluator shows: the verdict, each rule's state and last line, the next deadline.
-fn observed(ev: &Evaluator) -> (Verdict, Vec<LogState>, Vec<Option<String>>, Option<Instant>, bool) {
-    (
-        ev.verdict().clone(),
-        ev.rule_states().collect(),
-        (0..ev.rules().len()).map(|i| ev.last_line(i).map(str::to_string)).collect(),
-        ev.next_deadline(),
-        ev.stopped(),
-    )
-}
-
-proptest::proptest! {
-    /// `on_lines` is `on_line` on each of its lines at its time: the same verdicts, in the same
-    /// order, and the same state after each read.
-    #[test]
-    fn a_batch_is_its_lines_one_by_one(
-        reads in proptest::collection::vec(
-            (0u64..3000, proptest::collection::vec(proptest::collection::vec(0..BATCH_PIECES.len(), 0..4), 0..10)),
-            1..10,
-        ),
-        searchable_only: bool,
-    ) {
-        let base = Instant::now();
-        // Without the rules whose patterns have no text to search for, lines that no rule may
-        // match are skipped.
-        let mut all = batch_rules();
-        if searchable_only {
-            all.as_array_mut().unwrap().retain(|r| r["name"] != "any" && r["name"] != "stop");
-        }
-        let set = rules(all);
-        let mut one = Evaluator::new(set.clone(), base);
-        let mut batched = Evaluator::new(set, base);
-        let mut at = 0;
-        let mut batch = LineBatch::default();
-        for (step, lines) in reads {
-            at += step;
-            let now = base + Duration::from_millis(at);
-            let lines: Vec<String> =
-                lines.iter().map(|l| l.iter().map(|&p| BATCH_PIECES[p]).collect::<String>() + "\n").collect();
-            let mut expected = Vec::new();
-            for l in &lines {
-                let before = one.verdict().state;
-                if one.on_line(l, now).state != before {
-                    expected.push(one.verdict().clone());
-                }
-            }
-            batch.clear();
-            lines.iter().for_each(|l| batch.push(l.as_bytes()));
-            batch.seal();
-            let mut seen = Vec::new();
-            batched.on_lines(&batch, now, &mut |ev| seen.push(ev.verdict().clone()));
-            proptest::prop_assert_eq!(seen, expected);
-            proptest::prop_assert_eq!(observed(&batched), observed(&one));
-            if step % 7 == 0 {
-                one.on_idle(now);
-                batched.on_idle(now);
-            }
-        }
-    }
-}
-
 #[test]
-fn a_batch_of_lines_not_utf8_is_matched_with_replacement_characters() {
-    let mut batch = LineBatch::default();
-    batch.push(b"ok\n");
-    batch.push(b"bad \xff ERROR\n");
-    batch.seal();
-    assert_eq!(batch.lines().collect::<Vec<_>>(), ["ok\n", "bad \u{FFFD} ERROR\n"]);
+fn a_line_not_utf8_is_matched_with_replacement_characters() {
     let mut t = T::new(json!([{"name": "err", "logPattern": ".*ERROR", "faultOnMatch": true}]));
-    t.ev.on_lines(&batch, t.base, &mut |_| {});
-    assert_eq!(t.ev.verdict().state, Faulted);
+    let line = String::from_utf8_lossy(b"bad \xff ERROR\n");
+    assert_eq!(t.ev.on_line(&line, t.base).state, Faulted);
     assert_eq!(t.ev.last_line(0), Some("bad \u{FFFD} ERROR\n"));
 }
 
 #[test]
-fn in_a_batch_the_line_after_an_abandoned_one_takes_the_verdict() {
-    // Every rule has text to search for: a line without it is skipped unless it must take the
-    // verdict.
+fn the_line_after_an_abandoned_one_takes_the_verdict() {
     let mut t = T::new(json!([
         {"name": "beat", "logPattern": ".*step", "expectedRecurringFrequencyInSeconds": 3},
         {"name": "loss", "logPattern": r".*loss: (\S+)", "metricThreshold": 2, "operator": "gt", "metricEvaluationDataPoints": 2},
     ]));
-    let mut batch = LineBatch::default();
-    // Every rule sees the first line; on the second, "step" heals `beat`, then `loss` captures
-    // "x" and abandons the line before the verdict; the third matches nothing but takes the
-    // verdict, as `on_line` would.
-    for l in ["noise\n", "step loss: x\n", "noise\n"] {
-        batch.push(l.as_bytes());
-    }
-    batch.seal();
-    let mut seen = Vec::new();
-    t.ev.on_lines(&batch, t.at(1.0), &mut |ev| seen.push(ev.verdict().state));
-    assert_eq!(seen, [Healthy]);
-    assert_eq!(t.ev.verdict().state, Healthy);
-}
-
-#[test]
-fn the_line_of_a_position_is_found_from_an_earlier_line() {
-    let ends: Vec<usize> = (1..=40).map(|i| i * 3).collect();
-    for pos in 0..125 {
-        let expected = ends.partition_point(|&e| e <= pos);
-        for from in 0..=expected {
-            assert_eq!(line_from(&ends, from, pos), expected, "pos {pos} from {from}");
-        }
-    }
-}
-
-#[test]
-fn the_rules_a_batch_line_is_shown_are_its_marked_ones_once_each_in_order() {
-    // Two bits a rule (log pattern, stop pattern), 64 a word.
-    let marked = |m: &[u64]| {
-        let mut out = vec![7];
-        marked_rules(m, &mut out);
-        out
-    };
-    assert_eq!(marked(&[0b1011, 1 << 63 | 1]), [0, 1, 32, 63]);
-    assert_eq!(marked(&[0, 0b1100]), [33]);
-    assert!(marked(&[0]).is_empty());
+    // On the second line "step" heals `beat`, then `loss` captures "x" and abandons the line
+    // before the verdict; the third matches nothing but takes the verdict.
+    let seen: Vec<LogState> =
+        ["noise\n", "step loss: x\n", "noise\n"].iter().map(|l| t.ev.on_line(l, t.at(1.0)).state).collect();
+    assert_eq!(seen, [Waiting, Waiting, Healthy]);
 }

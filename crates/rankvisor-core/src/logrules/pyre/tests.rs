@@ -1,4 +1,3 @@
-use super::fast;
 use super::*;
 
 fn m(p: &str, text: &str) -> bool {
@@ -117,78 +116,28 @@ fn python_syntax_errors_are_refused() {
 }
 
 #[test]
-fn the_required_text_is_what_every_match_contains() {
-    let req = |p: &str| translate(p).unwrap().required;
-    assert_eq!(req(".*Train Epoch.*").as_deref(), Some("Train Epoch"));
-    assert_eq!(req(r".*\[Epoch 0 Batch \d+.*").as_deref(), Some("[Epoch 0 Batch "));
-    assert_eq!(req("abcd*ef").as_deref(), Some("abc"), "the quantified d is not required");
-    assert_eq!(req(r".*training_loss_step (\d+)").as_deref(), Some("training_loss_step "));
-    assert_eq!(req("(Train Epoch)"), None, "inside a group: not looked at");
-    assert_eq!(req("ab|cd"), None, "an alternative at the top");
-    assert_eq!(req("(?i).*error"), None, "case-insensitive");
-    assert_eq!(req("a.b"), None, "one character is not worth a search");
-    // A line without the text is ruled out before the automaton; with it, the automaton decides.
+fn a_line_without_the_patterns_text_does_not_match() {
     let re = PyRegex::new(".*Train Epoch: (\\d+)").unwrap();
     assert_eq!(re.match_group1("x Train Epoch: 7\n"), Some(Some("7")));
     assert_eq!(re.match_group1("x Train Epoch: x\n"), None);
     assert_eq!(re.match_group1("x Train\n"), None);
 }
 
-/// The general path's answer (the whole pattern's automaton), for comparing the fast path with.
+/// The general path's answer (the whole pattern's automaton), for comparing the `.*Q` path with.
 fn general<'t>(re: &PyRegex, text: &'t str) -> Option<Option<&'t str>> {
-    let caps = re.regex.captures(text)?;
-    Some(caps.get(1).map(|m| m.as_str()))
+    group1(&re.anchored, &Input::new(text), text)
 }
 
-/// The fast path exists for `p` and agrees with the general path on every line.
+/// `p` is a `.*Q` whose Q never matches empty (else it is matched as a whole, and checked all
+/// the same) and agrees with the general path on every line.
 fn agrees(p: &str, lines: &[&str]) {
     let re = PyRegex::new(p).unwrap();
-    assert!(re.fast.is_some(), "{p:?} has a fast path");
+    let q = p.trim_start_matches("(?i)").trim_start_matches("(?s)").trim_start_matches(".*?").trim_start_matches(".*");
+    let empty = ["$", ""].contains(&q);
+    assert_eq!(re.rest.is_some(), !empty, "{p:?} is searched as .*Q");
     for l in lines {
-        assert_eq!(re.is_match(l), re.regex.is_match(l), "{p:?} on {l:?}: is_match");
+        assert_eq!(re.is_match(l), re.anchored.is_match(l), "{p:?} on {l:?}: is_match");
         assert_eq!(re.match_group1(l), general(&re, l), "{p:?} on {l:?}: group 1");
-        // As a batch's search leaves it: the first occurrence of the needle, if any.
-        // As a batch's search leaves a line (a newline only at its end).
-        if l.find('\n').is_some_and(|i| i + 1 < l.len()) {
-            continue;
-        }
-        let found = searched(&re, l);
-        if found == Some(None) {
-            assert!(!re.regex.is_match(l), "{p:?} on {l:?}: a line without the needle matched");
-            continue;
-        }
-        let at = found.flatten();
-        assert_eq!(re.is_match_at(l, at), re.regex.is_match(l), "{p:?} on {l:?}: is_match_at({at:?})");
-        assert_eq!(re.match_group1_at(l, at), general(&re, l), "{p:?} on {l:?}: group 1 at {at:?}");
-    }
-}
-
-/// What a batch's search finds in `line` for `re`: `None` when it has no needle, else where it
-/// occurs, if it does.
-fn searched(re: &PyRegex, line: &str) -> Option<Option<super::Found>> {
-    let bytes = line.as_bytes();
-    let needle = re.needle(line.is_ascii())?;
-    Some(needle.find(bytes, 0).map(|first| super::Found { first, once: needle.find(bytes, first + 1).is_none() }))
-}
-
-#[test]
-fn the_search_up_to_case_finds_what_a_byte_by_byte_one_does() {
-    // Every offset around the sixteen-byte blocks, letters and the bytes one bit from them.
-    let alphabet = b"lLoOsS_@`[{ \x80\xCC\xEC-";
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    for round in 0..5_000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let len = (seed % 70) as usize;
-        let hay: Vec<u8> = (0..len).map(|k| alphabet[((seed >> (k % 50)) as usize + k * 7) % alphabet.len()]).collect();
-        for needle in [&b"loss"[..], b"lo", b"l_s", b"@o", b"s{"] {
-            let from = round % 5;
-            let want = (from..len.saturating_sub(needle.len() - 1))
-                .find(|&p| hay[p..p + needle.len()].eq_ignore_ascii_case(needle));
-            assert_eq!(fast::find_folded(&hay, needle, from), want, "{hay:?} {needle:?} from {from}");
-            assert_eq!(fast::Fast::find_folded_bytewise_of(&hay, needle, from), want, "{hay:?} {needle:?} from {from}");
-        }
     }
 }
 
@@ -251,17 +200,15 @@ fn a_leading_dot_star_takes_the_fast_path_with_pythons_answers() {
     ] {
         agrees(p, LINES);
     }
-    // A line with more failing candidates than the fast path tries goes to the general path.
     let re = PyRegex::new(r".*a: (\d)").unwrap();
-    assert_eq!(
-        re.fast.as_ref().unwrap().match_group1("a: 1 a: x a: x a: x a: x a: x\n", Default::default()),
-        Err(fast::Undecided)
-    );
     assert_eq!(re.match_group1("a: 1 a: x a: x a: x a: x a: x\n"), Some(Some("1")));
-    // Candidates after the last occurrence of the rest's longest literal are not tried.
+    // More starts of Q than are tried one by one: `\A(?:.*Q)` answers, the same.
+    let many = "a: 1 a: 2 a: 3 a: 4 a: 5 a: 6 a: x\n";
+    assert_eq!(re.match_group1(many), Some(Some("6")));
+    assert_eq!(re.match_group1(many), general(&re, many));
     let tflops = PyRegex::new(r".* (.+)TFLOPs.*").unwrap();
     let padded = "speed: 123 TFLOPs, mem 61.2 GiB                 \n";
-    assert_eq!(tflops.fast.as_ref().unwrap().match_group1(padded, Default::default()), Ok(Some(Some("123 "))));
+    assert_eq!(tflops.match_group1(padded), Some(Some("123 ")));
 }
 
 #[test]
@@ -270,7 +217,7 @@ fn other_shapes_keep_the_general_path() {
         ["step", "(.*)x", ".*a|b", "[^x]*y", ".+x", r"\s*x", "(?:.*)*x", ".{0,5}x", "a.*b", ".*", ".*.*", "(?i)x.*"]
     {
         let re = PyRegex::new(p).unwrap();
-        assert!(re.fast.is_none(), "{p:?} has no fast path");
+        assert!(re.rest.is_none(), "{p:?} is not searched as .*Q");
     }
     // A trailing repetition that captures is kept in the rest: group 1 is its.
     let re = PyRegex::new(r".*a(b*)").unwrap();
@@ -279,14 +226,7 @@ fn other_shapes_keep_the_general_path() {
 }
 
 #[test]
-fn case_insensitive_text_rules_out_ascii_lines_only() {
-    let folded = |p: &str| PyRegex::new(p).unwrap().folded.map(|b| String::from_utf8(b.into_vec()).unwrap());
-    assert_eq!(folded("(?i).*loss[=: ]+nan").as_deref(), Some("loss"));
-    assert_eq!(folded("(?i)x.*error: code").as_deref(), Some("error: code"));
-    assert_eq!(folded("(?i).*ab"), None, "two characters are not worth it");
-    assert_eq!(folded(".*Train Epoch"), None, "the case-sensitive required text does it");
-    assert_eq!(folded("(?i)(loss)na"), None, "inside a group: not looked at");
-    assert_eq!(folded("(?i)lo[sx]s"), None, "a class of two letters is no character");
+fn case_insensitive_patterns_match_as_python_does() {
     let nan = "(?i).*loss[=: ]+nan";
     assert!(m(nan, "step 3 LoSs: NaN\n") && m(nan, "step 3 loss=nan\n"));
     assert!(!m(nan, "step 3 loss 1.5\n") && !m(nan, "step 3 los: nan\n"));
@@ -294,33 +234,16 @@ fn case_insensitive_text_rules_out_ascii_lines_only() {
     assert!(m(nan, "é loſs: nan\n") && m("(?i).*kelvin", "\u{212A}elvin\n"));
     assert!(!m(nan, "é loss: 1\n"));
     agrees(nan, &["LOSS: NAN\n", "loss = nan\n", "x\n", "é loſs: nan\n", "é\n", "lossnan\n"]);
-    // The rest starts with case-insensitive text: on an ASCII line it is tried only where that
-    // text occurs; more failing occurrences than the fast path tries go to the search.
-    let re = PyRegex::new(nan).unwrap();
-    assert_eq!(re.fast.as_ref().and_then(|f| f.folded_prefix()), Some(&b"loss"[..]));
     let many = "loss: 1 LOSS: 2 loss=3 loss 4 Loss: NaN\n";
-    assert!(re.fast.as_ref().unwrap().folded_candidates_of(many).is_err());
-    // An occurrence followed by a byte `[=: ]+nan` cannot start with is no try.
     let skipped = "loss_1 LOSS_2 loss_3 loss_4 loss_5 lossy Loss: NaN\n";
-    assert_eq!(re.fast.as_ref().unwrap().folded_candidates_of(skipped), Ok(true));
-    assert_eq!(re.fast.as_ref().unwrap().folded_candidates_of("loss_1 loss\n"), Ok(false));
     agrees(nan, &[many, skipped, "loss_1 loss: nan\n", "loss_1 loss: 1\n", "a\nloss: nan\n", "loss", "loss \n"]);
-    assert!(PyRegex::new("(?i).*lo[sx]s: nan").unwrap().fast.unwrap().folded_prefix().is_none());
+    agrees("(?i).*lo[sx]s: nan", &["LOXS: NAN\n", "loss: nan\n", "los: nan\n"]);
 }
 
 #[test]
-fn what_may_follow_a_folded_prefix_is_known_from_the_syntax_or_not_at_all() {
-    let next = |p: &str| PyRegex::new(p).unwrap().fast.unwrap().folded_next_of();
-    let set = |bytes: &[u8]| bytes.iter().fold(0u128, |s, &b| s | 1 << b);
-    assert_eq!(next("(?i).*loss[=: ]+nan"), Some(set(b"=: ")));
-    assert_eq!(next("(?i).*loss(:|=) nan"), Some(set(b":=")));
-    assert_eq!(next("(?i).*loss(?:x|y)+"), Some(set(b"xXyY")));
-    // A rest that may match nothing, or starts with an assertion: no check.
-    assert_eq!(next("(?i).*loss[=: ]*nan"), None);
-    assert_eq!(next("(?i).*loss\\bnan"), None);
-    assert_eq!(next("(?i).*loss(?:|x)"), None);
-    // Not ASCII: nothing on an ASCII line goes on.
-    assert_eq!(next("(?i).*lossé"), Some(0));
+fn case_insensitive_rests_agree_with_the_general_path() {
+    agrees("(?i).*loss(:|=) nan", &["LOSS: nan\n", "loss= NAN\n", "loss nan\n"]);
+    agrees("(?i).*loss\\bnan", &["lossnan\n", "loss nan\n"]);
     agrees("(?i).*lossé", &["lossé\n", "loss e\n"]);
     agrees("(?i).*loss(?:x|y)+", &["lossx\n", "LOSSY\n", "loss_x lossz lossY\n", "loss\n"]);
 }
@@ -346,23 +269,22 @@ fn a_rest_ending_in_a_literal_is_searched_up_to_its_last_occurrence() {
     agrees(r".*x(\d+) speed (.+)!", &["x1 speed a! x2 speed b!\n", "x1 speed !\n", "x speed a!\n"]);
 }
 
-/// The metric shapes matched without an automaton, with the patterns that have them.
-const SHAPED: &[(&str, fast::Shape)] = &[
-    (r".*training_loss_step (\d+(?:\.\d+)?).*", fast::Shape::Number { fraction: true }),
-    (r".*'samples/sec': (\d+(\.\d+)?).*", fast::Shape::Number { fraction: true }),
-    (r".*: (\d+)", fast::Shape::Number { fraction: false }),
-    (r".*?: (\d+(?:\.\d+)?)", fast::Shape::Number { fraction: true }),
-    (r".* (.+)TFLOPs.*", fast::Shape::UpTo { min: 1, dotall: false }),
-    (r".*: (.*)TF", fast::Shape::UpTo { min: 0, dotall: false }),
-    (r"(?s).* (.+)TF", fast::Shape::UpTo { min: 1, dotall: true }),
-    (r".*?: (.+)TF", fast::Shape::UpTo { min: 1, dotall: false }),
+/// Metric patterns of the `.*Q` shape.
+const SHAPED: &[&str] = &[
+    r".*training_loss_step (\d+(?:\.\d+)?).*",
+    r".*'samples/sec': (\d+(\.\d+)?).*",
+    r".*: (\d+)",
+    r".*?: (\d+(?:\.\d+)?)",
+    r".* (.+)TFLOPs.*",
+    r".*: (.*)TF",
+    r"(?s).* (.+)TF",
+    r".*?: (.+)TF",
 ];
 
 #[test]
-fn metric_shapes_are_recognized_from_the_syntax_tree_only() {
-    for &(p, shape) in SHAPED {
-        let re = PyRegex::new(p).unwrap();
-        assert_eq!(re.fast.as_ref().and_then(|f| f.shape()), Some(shape), "{p:?}");
+fn metric_patterns_give_the_general_paths_group() {
+    for p in SHAPED {
+        agrees(p, &["x: 12 TF\n", "a 'samples/sec': 3.5 training_loss_step 2.25\n", "x: 1\ny: 2 TF\n"]);
     }
     for p in [
         r".*: (\d+)x",
@@ -378,17 +300,14 @@ fn metric_shapes_are_recognized_from_the_syntax_tree_only() {
         r".*: (\d+)(\d)",
         r".*: ((\d+))",
     ] {
-        let re = PyRegex::new(p).unwrap();
-        assert_eq!(re.fast.as_ref().and_then(|f| f.shape()), None, "{p:?}");
+        agrees(p, &["a: 12x b: 3TF\n", "a: 1,5 b: ff\n", "a: \n"]);
     }
     let tp = PyRegex::new(r".*'samples/sec': (\d+(\.\d+)?).*").unwrap();
     assert_eq!(tp.match_group1("x 'samples/sec': 812.5 y\n"), Some(Some("812.5")));
     assert_eq!(tp.match_group1("x 'samples/sec': 812. y\n"), Some(Some("812")));
     assert_eq!(tp.match_group1("x 'samples/sec': 812.5.6\n"), Some(Some("812.5")));
     assert_eq!(tp.match_group1("x 'samples/sec': .5\n"), None);
-    // Not ASCII after the digits: a Unicode digit may go on; the general path decides.
-    let f = tp.fast.as_ref().unwrap();
-    assert_eq!(f.match_group1("'samples/sec': 81٣\n", Default::default()), Err(fast::Undecided));
+    // Not ASCII after the digits: a Unicode digit goes on.
     assert_eq!(tp.match_group1("'samples/sec': 81٣\n"), Some(Some("81٣")));
     // A newline between the literal and the final literal: the general path decides.
     let up_to = PyRegex::new(r"(?s).* (.+)TF").unwrap();
@@ -429,19 +348,11 @@ proptest::proptest! {
             line.push('\n');
         }
         static COMPILED: std::sync::OnceLock<Vec<PyRegex>> = std::sync::OnceLock::new();
-        let compiled = COMPILED.get_or_init(|| SHAPED.iter().map(|(p, _)| PyRegex::new(p).unwrap()).collect());
+        let compiled = COMPILED.get_or_init(|| SHAPED.iter().map(|p| PyRegex::new(p).unwrap()).collect());
         for re in compiled {
             let p = re.source();
             proptest::prop_assert_eq!(re.match_group1(&line), general(re, &line), "{:?} on {:?}", p, line);
-            proptest::prop_assert_eq!(re.is_match(&line), re.regex.is_match(&line), "{:?} on {:?}", p, line);
-            // As a batch line, with what the batch's search found (a line without the needle is
-            // not shown to the pattern).
-            let found = searched(re, &line);
-            if line.find('\n').is_none_or(|i| i + 1 == line.len()) && found != Some(None) {
-                let at = found.flatten();
-                proptest::prop_assert_eq!(re.match_group1_at(&line, at), general(re, &line), "{:?} on {:?} at {:?}", p, line, at);
-                proptest::prop_assert_eq!(re.is_match_at(&line, at), re.regex.is_match(&line), "{:?} on {:?} at {:?}", p, line, at);
-            }
+            proptest::prop_assert_eq!(re.is_match(&line), re.anchored.is_match(&line), "{:?} on {:?}", p, line);
         }
     }
 }

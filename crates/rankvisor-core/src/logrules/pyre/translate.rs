@@ -31,12 +31,6 @@ struct Parser<'a> {
     last: Last,
     /// Nothing but global flags emitted yet (Python allows them only at the start).
     at_start: bool,
-    /// The literal characters just emitted at the top level, in a row.
-    run: String,
-    /// The longest such run so far: every match contains it (unless `|` or `(?i)` at the top).
-    best: String,
-    /// A top-level `|` or a global `(?i)`: no text is required.
-    no_required: bool,
     _src: &'a str,
 }
 
@@ -47,8 +41,6 @@ pub struct Translation {
     pub pattern: String,
     /// The number of capturing groups.
     pub groups: usize,
-    /// Text every match contains, if any (two characters or more).
-    pub required: Option<String>,
 }
 
 /// Translate Python syntax to the crate's.
@@ -62,17 +54,12 @@ pub fn translate(src: &str) -> Result<Translation, PatternError> {
         depth: 0,
         last: Last::Nothing,
         at_start: true,
-        run: String::new(),
-        best: String::new(),
-        no_required: false,
         _src: src,
     };
     p.out.push_str(r"\A(?:");
     p.run()?;
     p.out.push(')');
-    p.commit();
-    let required = (!p.no_required && p.best.chars().count() >= 2).then_some(p.best);
-    Ok(Translation { pattern: p.out, groups: p.groups, required })
+    Ok(Translation { pattern: p.out, groups: p.groups })
 }
 
 fn err<T>(offset: usize, problem: impl Into<String>) -> Result<T, PatternError> {
@@ -110,10 +97,6 @@ impl Parser<'_> {
                 '|' => {
                     self.out.push('|');
                     self.last = Last::Nothing;
-                    self.commit();
-                    if self.depth == 0 {
-                        self.no_required = true;
-                    }
                 }
                 '.' => self.atom("."),
                 '^' => self.anchor("^"),
@@ -138,23 +121,13 @@ impl Parser<'_> {
     }
 
     fn atom(&mut self, text: &str) {
-        self.commit();
         self.out.push_str(text);
         self.last = Last::Atom;
     }
 
     fn anchor(&mut self, text: &str) {
-        self.commit();
         self.out.push_str(text);
         self.last = Last::Anchor;
-    }
-
-    /// End the current run of literal characters, keeping it if it is the longest.
-    fn commit(&mut self) {
-        if self.run.len() > self.best.len() {
-            self.best = std::mem::take(&mut self.run);
-        }
-        self.run.clear();
     }
 
     fn quantifier(&mut self, at: usize, q: &str) -> Result<(), PatternError> {
@@ -163,11 +136,6 @@ impl Parser<'_> {
             Last::Quantified => return err(at, "multiple repeat"),
             Last::Atom => {}
         }
-        // The quantifier applies to the last character only: the ones before it are still needed.
-        if self.last == Last::Atom && self.depth == 0 {
-            self.run.pop();
-        }
-        self.commit();
         self.out.push_str(q);
         match self.peek() {
             Some('?') => {
@@ -265,7 +233,6 @@ impl Parser<'_> {
     }
 
     fn open(&mut self, text: &str) {
-        self.commit();
         self.out.push_str(text);
         self.depth += 1;
         self.last = Last::Nothing;
@@ -317,7 +284,6 @@ impl Parser<'_> {
                     if !on.is_empty() {
                         self.out.push_str(&format!("(?{on})"));
                     }
-                    self.no_required |= on.contains('i');
                     return Ok(());
                 }
                 ':' => {
@@ -364,7 +330,7 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// A literal character: written escaped, and part of the required text at the top level.
+    /// A literal character, written escaped.
     fn literal(&mut self, c: char) {
         if c.is_ascii_alphanumeric() || c == ' ' {
             self.out.push(c);
@@ -372,9 +338,6 @@ impl Parser<'_> {
             hex_char(&mut self.out, c);
         }
         self.last = Last::Atom;
-        if self.depth == 0 {
-            self.run.push(c);
-        }
     }
 
     /// Python's `\ddd` outside a class: three octal digits starting with `first` (1-7) make a
