@@ -3,7 +3,8 @@
 //! event loop that runs the job with one real launcher per replica.
 //!
 //! Module map: `raw` (the manifest as written) -> `webhook_admission` (the CRD schema, the
-//! validating webhook, then the defaulting) -> `manifest` (load and admit; `not_emulated` names
+//! validating webhook, then the defaulting) -> `document` (a file's documents and
+//! [`ManifestError`], under both job kinds' admission) -> `manifest` (load and admit; `not_emulated` names
 //! the fields the dry run leaves out) -> `pytorchjob` (the admitted job) -> `local` (`--command`,
 //! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
 //! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
@@ -37,6 +38,7 @@
 pub mod cli;
 mod cluster;
 mod controller;
+mod document;
 mod env;
 mod event_loop;
 mod injection;
@@ -77,8 +79,9 @@ pub use quantity::QueueCapability;
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
 pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;
+pub use document::ManifestError;
 pub use env::operator_env;
-pub use manifest::{parse_job, ManifestError};
+pub use manifest::parse_job;
 pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
 pub use rows::{JobState, PodStatus};
 pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors};

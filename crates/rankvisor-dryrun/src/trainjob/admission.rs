@@ -13,8 +13,8 @@ use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
     TrainJob, DEFAULT_BACKOFF_LIMIT, NODE, TRAINER_API_VERSION, TRAINJOB_KIND,
 };
+use crate::document::ManifestError;
 use crate::kubelet::too_many_pods;
-use crate::manifest::{json_syntax, yaml_syntax, ManifestError};
 use crate::pytorchjob::Container;
 use crate::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
 use crate::raw::{negative_quantity_problem, pull_policy_problem, RawResources};
@@ -40,21 +40,6 @@ pub(crate) struct LoadedTrainJob {
 /// Whether the file's documents hold a TrainJob (so the file is a Trainer v2 one).
 pub(crate) fn holds_train_job(docs: &[Value]) -> bool {
     docs.iter().any(|d| d["kind"] == TRAINJOB_KIND)
-}
-
-/// Every document of a YAML stream (or one JSON document), as values.
-pub(crate) fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| json_syntax(&e, source_name));
-    }
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| yaml_syntax(&e, source_name))?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
 }
 
 /// Read one document as `T`, naming the document and the field on a type error.

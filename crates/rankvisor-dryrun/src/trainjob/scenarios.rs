@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use rankvisor_core::exit::ExitHow;
 
-use super::admission::{admit_train_job, documents, LoadedTrainJob};
+use super::admission::{admit_train_job, LoadedTrainJob};
 use super::controller::TrainJobController;
 use super::env::{launch_spec, NodePod};
 use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
-use crate::manifest::ManifestError;
+use crate::document::documents;
+use crate::document::ManifestError;
 use crate::pytorchjob::ReplicaId;
 use crate::rows::{PodStatus, Row, WatchEventType};
 
