@@ -41,7 +41,6 @@ use rankvisor_core::signo::Signo;
 
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
 use super::injection::{Fault, Injection};
-use super::kubectl::{render_json, TextRenderer};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
 use super::launcher_process::{
     fail_child, launcher_pid, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT,
@@ -50,12 +49,13 @@ use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
 use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
 use super::pytorchjob::ReplicaId;
-use super::rows::Change;
 use super::run::{Run, RunAction, TEARDOWN_LIMIT};
 use super::setup::{Setup, SetupError};
-use super::timeline::{FaultMark, Recording};
 use super::workdir::{write_atomically, WorkDir};
 use super::workload::Workload;
+use crate::render::kubectl::{render_json, TextRenderer};
+use crate::render::rows::Change;
+use crate::render::timeline::{FaultMark, Recording};
 
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
 /// each SIGCHLD (signals coalesce).

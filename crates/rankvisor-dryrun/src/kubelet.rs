@@ -10,7 +10,7 @@ use rankvisor_core::exit::ExitHow;
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Step};
 use super::pod::{KubeletTick, LauncherEnd, Pod};
 use super::pytorchjob::ReplicaId;
-use super::rows::{Change, Row, WatchEventType};
+use crate::render::rows::{Change, Row, WatchEventType};
 
 /// A local dry run starts one launcher process per pod: a job of more pods than this, whatever its
 /// kind, is refused at admission, before anything starts.

@@ -9,8 +9,8 @@
 //! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
 //! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
 //! the event dispatch every job kind shares; `pod` is one pod as the kubelet runs it) and
-//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `rows` and
-//! `kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
+//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `render` (`rows` and
+//! `kubectl`: what `kubectl get -w` shows; `timeline`: the `--timeline` drawing); the I/O: `options`, `setup`, `ports`, `workdir`,
 //! `launcher_process`, `orphans` (what a killed launcher leaves), `output`, `event_loop`.
 //!
 //! `trainjob` is the same for a Trainer v2 TrainJob (its JobSet and Job); `workload` puts
@@ -42,7 +42,6 @@ mod document;
 mod env;
 mod event_loop;
 mod injection;
-mod kubectl;
 mod kubelet;
 mod launcher;
 mod launcher_process;
@@ -58,12 +57,11 @@ mod ports;
 mod pytorchjob;
 mod quantity;
 mod raw;
-mod rows;
+mod render;
 mod run;
 #[cfg(test)]
 mod scenarios;
 mod setup;
-mod timeline;
 mod trainjob;
 mod webhook_admission;
 mod workdir;
@@ -71,9 +69,9 @@ mod workload;
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
 pub use event_loop::run_dry_run;
-pub use kubectl::WatchKinds;
 pub use options::{DryRunOptions, OutputFormat, OutputFormatError};
 pub use quantity::QueueCapability;
+pub use render::kubectl::WatchKinds;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
@@ -83,5 +81,5 @@ pub use document::ManifestError;
 pub use env::operator_env;
 pub use manifest::parse_job;
 pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
-pub use rows::{JobState, PodStatus};
+pub use render::rows::{JobState, PodStatus};
 pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::pytorchjob::ReplicaId;
-use super::rows::{PodRow, PodStatus, Row};
+use crate::render::rows::{PodRow, PodStatus, Row};
 use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;

@@ -15,10 +15,10 @@ use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
 use super::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
-use super::timeline::TimelineFormat;
 use super::trainjob::TrainJob;
 use super::workdir::{write_atomically, WorkDir};
 use super::workload::AdmittedJob;
+use crate::render::timeline::TimelineFormat;
 
 /// A reason not to start, with the exit status it means.
 #[derive(Debug)]
