@@ -49,7 +49,7 @@ use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
 use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
 use super::pytorchjob::ReplicaId;
-use super::run::{Run, RunAction, TEARDOWN_LIMIT};
+use super::run::{ChildNow, FailNow, Run, RunAction, TEARDOWN_LIMIT};
 use super::setup::{Setup, SetupError};
 use super::workdir::{write_atomically, WorkDir};
 use super::workload::Workload;
@@ -137,9 +137,6 @@ struct DryRunLoop {
     next_instance: u64,
     tx: mpsc::UnboundedSender<LauncherReport>,
     output_tasks: Vec<JoinHandle<()>>,
-    /// `fail:` injections waiting for their replica's child to run.
-    deferred_fails: Vec<ReplicaId>,
-    stop_all: bool,
     /// The run's own decisions: timeout, abort, stops running late, teardown, stragglers.
     run: Run,
     /// What `--timeline` draws: every change and fault (empty without `--timeline`).
@@ -184,8 +181,6 @@ impl DryRunLoop {
             next_instance: 0,
             tx,
             output_tasks: Vec::new(),
-            deferred_fails: Vec::new(),
-            stop_all: false,
             run,
             recorded: (Vec::new(), Vec::new()),
         }
@@ -361,9 +356,7 @@ impl DryRunLoop {
         match what {
             LauncherNews::Status(line) => {
                 let events = launcher.tracker.observe(pod, &line);
-                let child = launcher.tracker.child_pid();
-                if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
-                    self.deferred_fails.remove(i);
+                if let Some(pid) = self.run.child_runs(pod, launcher.tracker.child_pid()) {
                     fail_child(&self.workload.pod_name(pod), pid);
                 }
                 for event in events {
@@ -373,7 +366,7 @@ impl DryRunLoop {
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
-                self.deferred_fails.retain(|p| *p != pod);
+                self.run.launcher_exited(pod);
                 let since = Instant::now();
                 self.pending_exits.push(PendingExit { pod, status, child, since });
                 self.run.tearing_down(self.pending_exits.first().map(|p| p.since));
@@ -467,14 +460,18 @@ impl DryRunLoop {
                     return;
                 }
                 self.start_launcher(pod);
-                if self.stop_all {
-                    self.stop(pod);
+                if let Some(action) =
+                    self.launchers.contains_key(&pod).then(|| self.run.started(pod, Instant::now())).flatten()
+                {
+                    self.act(action);
                 }
             }
             ClusterAction::StopPod { pod } => self.stop(pod),
             ClusterAction::StopAll => {
-                self.stop_all = true;
-                self.stop_every_launcher();
+                let running: Vec<ReplicaId> = self.launchers.keys().copied().collect();
+                for action in self.run.stop_all(running, Instant::now()) {
+                    self.act(action);
+                }
             }
             ClusterAction::Unschedulable { message } | ClusterAction::Note { message } => note(&message),
             ClusterAction::Finish { outcome: _, reason } => {
@@ -531,18 +528,22 @@ impl DryRunLoop {
                 note(&format!("injected: {kind} {} gets {field}: false", self.workload.name()));
                 self.feed(ClusterEvent::Resumed);
             }
-            Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
-                Some((Some(pid), _)) => fail_child(&name, pid),
-                Some((None, false)) => {
-                    note(&format!(
+            Fault::Fail => {
+                let child = match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
+                    Some((Some(pid), _)) => ChildNow::Running(pid),
+                    Some((None, false)) => ChildNow::Coming,
+                    Some((None, true)) | None => ChildNow::Never,
+                };
+                match self.run.fail_due(pod, child) {
+                    FailNow::Kill(pid) => fail_child(&name, pid),
+                    FailNow::OnceRunning => note(&format!(
                         "injection fail:{pod}: {name}'s training process is not running yet: it fails once it runs"
-                    ));
-                    self.deferred_fails.push(pod);
+                    )),
+                    FailNow::Skip => note(&format!(
+                        "injection fail:{pod} skipped: {name} has no training process and will not start one"
+                    )),
                 }
-                Some((None, true)) | None => note(&format!(
-                    "injection fail:{pod} skipped: {name} has no training process and will not start one"
-                )),
-            },
+            }
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
                 self.kill(pod);
