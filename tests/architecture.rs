@@ -340,9 +340,9 @@ fn the_file_level_graph_sees_use_groups_super_and_re_exports() {
     let graph = files.graph();
     let deps = |f: &str| graph.get(f).cloned().unwrap_or_default();
     assert!(deps("trainjob/admission.rs").contains("trainjob/mod.rs"), "{:?}", deps("trainjob/admission.rs"));
-    assert!(deps("event_loop.rs").contains("run.rs"), "{:?}", deps("event_loop.rs"));
+    assert!(deps("runner/event_loop.rs").contains("runner/run.rs"), "{:?}", deps("runner/event_loop.rs"));
     let mut back = graph.clone();
-    back.entry("run.rs".into()).or_default().insert("event_loop.rs".into());
+    back.entry("runner/run.rs".into()).or_default().insert("runner/event_loop.rs".into());
     assert!(cycle(&back).is_some(), "the control: event_loop -> run -> event_loop is a cycle");
 }
 

@@ -10,8 +10,9 @@
 //! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
 //! the event dispatch every job kind shares; `pod` is one pod as the kubelet runs it) and
 //! `controller` (the PyTorchJob's rules: `operator` the training operator's); `render` (`rows` and
-//! `kubectl`: what `kubectl get -w` shows; `timeline`: the `--timeline` drawing); the I/O: `options`, `setup`, `ports`, `workdir`,
-//! `launcher_process`, `orphans` (what a killed launcher leaves), `output`, `event_loop`.
+//! `kubectl`: what `kubectl get -w` shows; `timeline`: the `--timeline` drawing); `options` (the run's options); `runner` the I/O: `event_loop`
+//! and its pure `run`, `setup`, `ports`, `workdir`, `launcher`, `launcher_process`, `orphans` (what a
+//! killed launcher leaves), `output`, `injection`, `local`.
 //!
 //! `trainjob` is the same for a Trainer v2 TrainJob (its JobSet and Job); `workload` puts
 //! either kind behind one face for the event loop.
@@ -40,38 +41,28 @@ mod cluster;
 mod controller;
 mod document;
 mod env;
-mod event_loop;
-mod injection;
 mod kubelet;
-mod launcher;
-mod launcher_process;
-mod local;
 mod manifest;
 mod not_emulated;
 mod operator;
 mod options;
-mod orphans;
-mod output;
 mod pod;
-mod ports;
 mod pytorchjob;
 mod quantity;
 mod raw;
 mod render;
-mod run;
+mod runner;
 #[cfg(test)]
 mod scenarios;
-mod setup;
 mod trainjob;
 mod webhook_admission;
-mod workdir;
 mod workload;
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
-pub use event_loop::run_dry_run;
 pub use options::{DryRunOptions, OutputFormat, OutputFormatError};
 pub use quantity::QueueCapability;
 pub use render::kubectl::WatchKinds;
+pub use runner::event_loop::run_dry_run;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::rows::{Change, WatchEventType};
-use crate::injection::{Fault, Injection};
+use crate::runner::injection::{Fault, Injection};
 
 /// The file kinds `--timeline` writes, from the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,10 +351,10 @@ pub(crate) fn render(rec: &Recording, format: TimelineFormat) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::injection::parse_injection;
     use crate::manifest::parse_job;
     use crate::pytorchjob::ReplicaId;
     use crate::render::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
+    use crate::runner::injection::parse_injection;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -16,13 +16,13 @@ use rankvisor_core::exit::{self, ExitHow};
 use rankvisor_core::process::{signal_group, signal_pid};
 use rankvisor_core::signo::Signo;
 
-use super::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use super::launcher::{is_operator_managed_var, launcher_args, parse_status_line, LauncherFiles, LauncherSettings};
-use super::options::DryRunOptions;
 use super::output::{note, open_log};
 use super::ports::free_loopback_port;
-use super::pytorchjob::ReplicaId;
 use super::workdir::WorkDir;
+use crate::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::options::DryRunOptions;
+use crate::pytorchjob::ReplicaId;
 
 /// How long to wait for a launcher's last status lines and output after it exited.
 pub(super) const DRAIN_LIMIT: Duration = Duration::from_millis(500);

@@ -11,10 +11,10 @@ use nix::unistd::Pid;
 use rankvisor_core::duration::format_duration;
 use rankvisor_core::status::{ExitReason, LocalStatus, ReplicaState};
 
-use super::cluster::ClusterEvent;
-use super::env::LaunchSpec;
 use super::injection::DEFAULT_LABEL_KEY;
-use super::pytorchjob::ReplicaId;
+use crate::cluster::ClusterEvent;
+use crate::env::LaunchSpec;
+use crate::pytorchjob::ReplicaId;
 
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
@@ -250,9 +250,9 @@ pub(crate) fn prefixed(pod: &str, width: usize, line: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::env::launch_spec;
-    use super::super::manifest::parse_job;
     use super::*;
+    use crate::env::launch_spec;
+    use crate::manifest::parse_job;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
     use rankvisor_core::policy::RestartPolicy;
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn args_carry_the_policy_the_limit_the_timing_and_the_command() {
-        let job = parse_job(include_str!("../../../examples/pytorchjob.yaml"), "j.yaml").unwrap();
+        let job = parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "j.yaml").unwrap();
         let spec = launch_spec(&job, MASTER, 23456).unwrap();
         let files = LauncherFiles {
             status_fd: 7,

@@ -39,23 +39,23 @@ use rankvisor_core::exit::{self, ExitHow};
 use rankvisor_core::process::signal_group;
 use rankvisor_core::signo::Signo;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
 use super::injection::{Fault, Injection};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
 use super::launcher_process::{
     fail_child, launcher_pid, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT,
 };
-use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
 use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
-use super::pytorchjob::ReplicaId;
 use super::run::{ChildNow, FailNow, Run, RunAction, TEARDOWN_LIMIT};
 use super::setup::{Setup, SetupError};
 use super::workdir::{write_atomically, WorkDir};
-use super::workload::Workload;
+use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
+use crate::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
+use crate::pytorchjob::ReplicaId;
 use crate::render::kubectl::{render_json, TextRenderer};
 use crate::render::rows::Change;
 use crate::render::timeline::{FaultMark, Recording};
+use crate::workload::Workload;
 
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
 /// each SIGCHLD (signals coalesce).
