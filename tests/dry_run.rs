@@ -3,6 +3,7 @@
 //! interruption.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -841,4 +842,120 @@ fn a_negative_backoff_limit_fails_the_job_at_its_first_reconcile_before_any_pod(
         r.stderr
     );
     assert!(!r.stderr.contains("[rankvisor]"), "no launcher started: {}", r.stderr);
+}
+
+/// Issue 34: the apiserver refuses a pod whose imagePullPolicy it does not know, so the operator
+/// never creates one: refused before anything starts, naming the field and the value.
+#[test]
+fn an_unknown_image_pull_policy_is_refused_naming_field_and_value() {
+    let text =
+        example_text("pytorchjob.yaml").replacen("imagePullPolicy: IfNotPresent", "imagePullPolicy: Sometimes", 1);
+    let r = refused("pull-policy", &text);
+    assert!(
+        r.stderr.contains("cannot create any pod of replica type Master: the apiserver refuses its spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\""),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Issue 34: a job of the largest size the dry run takes (256 pods) is created one pod at a time,
+/// and SIGTERM is heard between two: the dry run stops where it is, starts no further pod, and
+/// leaves no launcher or training process behind.
+///
+/// Handshake: worker 0's log is a FIFO, so the dry run blocks creating worker 0 until the test
+/// opens it; the test sends SIGTERM once the master (created before it) has its log, and only
+/// then opens the FIFO. The signal is pending before worker 0's start can finish, so the dry run
+/// must see it before it creates worker 1.
+#[test]
+fn sigterm_while_creating_pods_stops_at_once_and_leaves_no_launcher() {
+    let tmp = TestDir::new("dry-run-term-creating");
+    let sleep = format!("sleep 43.{}", std::process::id());
+    let text = format!(
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: big\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: busybox\n              command: [\"sh\", \"-c\", \"echo up; exec {sleep}\"]\n    Worker:\n      replicas: 255\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: busybox\n              command: [\"sh\", \"-c\", \"exec {sleep}\"]\n"
+    );
+    let manifest = tmp.write("job.yaml", &text);
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir(&logs).expect("logs dir");
+    let fifo = logs.join("big-worker-0.log");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8 path")).expect("path");
+    // SAFETY: mkfifo takes a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut run = KillOnDrop(
+        Command::new(common::bin())
+            .args(["dry-run", "--timeout", "50s", "--master-port", "0", "--grace-period", "2s", "--logs"])
+            .arg(&logs)
+            .arg(&manifest)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    // The master's log is created as its pod is: the dry run is creating pods.
+    let deadline = Instant::now() + common::HANG_GUARD;
+    while !logs.join("big-master-0.log").exists() {
+        assert!(Instant::now() < deadline, "the master was never created");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(run.0.id() as i32, libc::SIGTERM) };
+    // Only now can worker 0's start finish. Its launcher's few lines fit in the FIFO's buffer;
+    // the read end stays open until the dry run ended.
+    let fifo_reader =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).expect("open the FIFO");
+    let mut stderr = String::new();
+    if let Some(mut e) = run.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    let status = run.0.wait().expect("wait");
+    drop(fifo_reader);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    let stopping = stderr
+        .lines()
+        .find(|l| l.contains("SIGTERM: the dry run ends here"))
+        .unwrap_or_else(|| panic!("no SIGTERM note: {stderr}"));
+    assert!(
+        stopping.contains("stopping 1 launcher(s)") || stopping.contains("stopping 2 launcher(s)"),
+        "the master and at most worker 0: {stderr}"
+    );
+    let created: Vec<String> = std::fs::read_dir(&logs)
+        .expect("logs")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        created.iter().all(|f| f == "big-master-0.log" || f == "big-worker-0.log"),
+        "no pod is created after the signal: {created:?} {stderr}"
+    );
+    assert!(processes_running(&sleep).is_empty(), "no replica is left behind: {stderr}");
+}
+
+/// Issue 34: a launcher that cannot be started is a container that fails to start: the pod
+/// fails and the kubelet restarts it with its backoff (at once, then 1s, 2s... here), never in a
+/// tight loop.
+#[test]
+fn a_launcher_that_cannot_start_fails_its_pod_and_is_retried_with_backoff() {
+    let tmp = TestDir::new("dry-run-spawn-fails");
+    let missing = tmp.path().join("no-such-rankvisor");
+    let manifest =
+        tmp.write("job.yaml", &example_text("pytorchjob.yaml").replace("backoffLimit: 3", "backoffLimit: 100"));
+    let r = json_run(
+        &manifest,
+        &[
+            "--launcher",
+            missing.to_str().expect("utf-8"),
+            "--timeout",
+            "3500ms",
+            "--backoff-initial",
+            "1s",
+            "--backoff-max",
+            "1s",
+        ],
+    );
+    assert_eq!(r.code, 1, "the job never succeeds: {}", r.explain());
+    let starts = r.stderr.matches("cannot start the launcher of pytest-master-0").count();
+    // At 0s, at once again (the kubelet's first restart), then once a second: 5 by 3.5s at most.
+    assert!((2..=5).contains(&starts), "{starts} starts: {}", r.explain());
+    let statuses: Vec<String> = r.pod("pytest-master-0").into_iter().map(|p| p.status).collect();
+    assert!(statuses.iter().any(|s| s == "Error"), "{statuses:?}");
+    assert!(statuses.iter().any(|s| s == "CrashLoopBackOff"), "{statuses:?}");
 }

@@ -306,3 +306,55 @@ fn node_0_serves_the_job_view_and_a_path_map_reaches_every_nodes_command() {
         assert!(logs.contains(&format!("TRAINED node {k}")), "node {k} ran the mapped script: {logs}");
     }
 }
+
+/// Issue 34: what the cluster refuses (or could never run) is refused on the TrainJob path too,
+/// at once, with exit 64, naming the field and the value, before any pod: more nodes than the dry
+/// run's cap shared by every job kind, a TrainingRuntime in another namespace than the TrainJob's,
+/// quantities the CRD's pattern or the pod's validation refuses, a runtime Job's negative
+/// backoffLimit and an imagePullPolicy Kubernetes does not know.
+#[test]
+fn what_the_cluster_refuses_on_the_trainjob_path_exits_64_naming_field_and_value() {
+    let dir = TestDir::new("trainjob-refused");
+    let text = std::fs::read_to_string(example("trainjob.yaml")).expect("example");
+    let (runtime, train_job) = text.split_once("---\n").expect("two documents");
+    let cases: [(&str, String, &str); 6] = [
+        (
+            "cap",
+            text.replace("numNodes: 4", "numNodes: 100000"),
+            "spec.trainer.numNodes is 100000: 100000 pods would start 100000 local processes: must be at most 256",
+        ),
+        (
+            "namespace",
+            format!("{runtime}---\n{}", train_job.replacen("namespace: default", "namespace: team-a", 1)),
+            "denied the request: spec.runtimeRef: Invalid value: \"pytest-runtime\": TrainingRuntime \"pytest-runtime\" not found in namespace \"team-a\", the TrainJob's: the one given is in namespace \"default\"",
+        ),
+        (
+            "lots",
+            text.replace("memory: \"100Mi\"", "memory: \"lots\""),
+            "The TrainJob.trainer.kubeflow.org \"pytest\" is invalid: spec.trainer.resourcesPerNode.limits.memory: Invalid value: \"lots\": spec.trainer.resourcesPerNode.limits.memory in body should match '^(\\+|-)?",
+        ),
+        (
+            "negative-cpu",
+            text.replace("cpu: \"1\"", "cpu: \"-3\""),
+            "cannot create the Job node: the apiserver refuses its spec.template.spec.containers[0].resources.limits.cpu: Invalid value: \"-3\": must be greater than or equal to 0",
+        ),
+        (
+            "backoff-limit",
+            text.replace("backoffLimit: 3", "backoffLimit: -1"),
+            "cannot create the Job node: the apiserver refuses its spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0",
+        ),
+        (
+            "pull-policy",
+            text.replace("- name: node # must be `node`\n", "- name: node\n                      imagePullPolicy: Sometimes\n"),
+            "spec.template.spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\"",
+        ),
+    ];
+    for (name, text, why) in cases {
+        let manifest = dir.write(&format!("{name}.yaml"), &text);
+        let r = dry_run(&manifest, &[]);
+        assert_eq!(r.code, 64, "{name}: {}", r.explain());
+        assert!(r.stderr.contains(why), "{name}: {}", r.explain());
+        assert!(r.stdout.is_empty(), "{name}: nothing is watched: {}", r.explain());
+        assert!(!r.stderr.contains("images are not pulled"), "{name}: nothing is started: {}", r.explain());
+    }
+}

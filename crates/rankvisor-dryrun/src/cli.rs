@@ -10,9 +10,9 @@ use rankvisor_core::logging;
 use rankvisor_core::policy::RestartScope;
 use tracing::Level;
 
-use crate::kubectl::WatchKinds;
 use crate::options::OutputFormat;
 use crate::quantity::QueueCapability;
+use crate::render::kubectl::WatchKinds;
 
 /// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) on this machine: one
 /// rankvisor launcher per replica, the job's objects printed as `kubectl get -w` shows them. Exit 0

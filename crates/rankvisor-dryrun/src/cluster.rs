@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::env::DRY_RUN_NODE;
 use super::pytorchjob::ReplicaId;
 use super::quantity::QueueCapability;
-use super::rows::Change;
+use crate::render::rows::Change;
 use rankvisor_core::exit::ExitHow;
 
 /// How the emulated cluster is set up.

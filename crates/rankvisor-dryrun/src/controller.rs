@@ -30,7 +30,7 @@ use super::operator::{self, Condition};
 use super::pod::{LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::quantity::format_quantity;
-use super::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
+use crate::render::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;
 

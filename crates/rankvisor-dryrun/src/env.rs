@@ -1,7 +1,7 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
-use super::operator::pod_restart_policy;
+use super::pod::pod_restart_policy;
 use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
 use rankvisor_core::policy::RestartPolicy;
 

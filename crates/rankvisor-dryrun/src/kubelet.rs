@@ -10,7 +10,18 @@ use rankvisor_core::exit::ExitHow;
 use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Step};
 use super::pod::{KubeletTick, LauncherEnd, Pod};
 use super::pytorchjob::ReplicaId;
-use super::rows::{Change, Row, WatchEventType};
+use crate::render::rows::{Change, Row, WatchEventType};
+
+/// A local dry run starts one launcher process per pod: a job of more pods than this, whatever its
+/// kind, is refused at admission, before anything starts.
+pub(crate) const MAX_DRY_RUN_PODS: u64 = 256;
+
+/// Why a job whose `field` asks for `pods` pods cannot run here (more than [`MAX_DRY_RUN_PODS`]).
+pub(crate) fn too_many_pods(field: &str, pods: u64) -> Option<String> {
+    (pods > MAX_DRY_RUN_PODS).then(|| {
+        format!("{field} is {pods}: {pods} pods would start {pods} local processes: must be at most {MAX_DRY_RUN_PODS}")
+    })
+}
 
 /// The pods of one job, as the kubelet runs them, with the cluster's setup.
 #[derive(Debug, Clone)]

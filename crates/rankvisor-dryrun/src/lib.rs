@@ -3,14 +3,16 @@
 //! event loop that runs the job with one real launcher per replica.
 //!
 //! Module map: `raw` (the manifest as written) -> `webhook_admission` (the CRD schema, the
-//! validating webhook, then the defaulting) -> `manifest` (load and admit; `not_emulated` names
+//! validating webhook, then the defaulting) -> `document` (a file's documents and
+//! [`ManifestError`], under both job kinds' admission) -> `manifest` (load and admit; `not_emulated` names
 //! the fields the dry run leaves out) -> `pytorchjob` (the admitted job) -> `local` (`--command`,
 //! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
 //! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
 //! the event dispatch every job kind shares; `pod` is one pod as the kubelet runs it) and
-//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `rows` and
-//! `kubectl` (what `kubectl get -w` shows); the I/O: `options`, `setup`, `ports`, `workdir`,
-//! `launcher_process`, `orphans` (what a killed launcher leaves), `output`, `event_loop`.
+//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `render` (`rows` and
+//! `kubectl`: what `kubectl get -w` shows; `timeline`: the `--timeline` drawing); `options` (the run's options); `runner` the I/O: `event_loop`
+//! and its pure `run`, `setup`, `ports`, `workdir`, `launcher`, `launcher_process`, `orphans` (what a
+//! killed launcher leaves), `output`, `injection`, `local`.
 //!
 //! `trainjob` is the same for a Trainer v2 TrainJob (its JobSet and Job); `workload` puts
 //! either kind behind one face for the event loop.
@@ -37,48 +39,38 @@
 pub mod cli;
 mod cluster;
 mod controller;
+mod document;
 mod env;
-mod event_loop;
-mod injection;
-mod kubectl;
 mod kubelet;
-mod launcher;
-mod launcher_process;
-mod local;
 mod manifest;
 mod not_emulated;
 mod operator;
 mod options;
-mod orphans;
-mod output;
 mod pod;
-mod ports;
 mod pytorchjob;
 mod quantity;
 mod raw;
-mod rows;
-mod run;
+mod render;
+mod runner;
 #[cfg(test)]
 mod scenarios;
-mod setup;
-mod timeline;
 mod trainjob;
 mod webhook_admission;
-mod workdir;
 mod workload;
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
-pub use event_loop::run_dry_run;
-pub use kubectl::WatchKinds;
 pub use options::{DryRunOptions, OutputFormat, OutputFormatError};
 pub use quantity::QueueCapability;
+pub use render::kubectl::WatchKinds;
+pub use runner::event_loop::run_dry_run;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
 pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;
+pub use document::ManifestError;
 pub use env::operator_env;
-pub use manifest::{parse_job, ManifestError};
+pub use manifest::parse_job;
 pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
-pub use rows::{JobState, PodStatus};
+pub use render::rows::{JobState, PodStatus};
 pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors};

@@ -90,15 +90,6 @@ pub(super) fn gang_never_forms(job: &PyTorchJob) -> Option<String> {
     })
 }
 
-/// `SetRestartPolicy`: the restart policy of a replica's pod, which the kubelet follows: ExitCode
-/// becomes Never (the operator, not the kubelet, restarts such a pod: it deletes and recreates it).
-pub(super) fn pod_restart_policy(policy: RestartPolicy) -> RestartPolicy {
-    match policy {
-        RestartPolicy::ExitCode => RestartPolicy::Never,
-        p => p,
-    }
-}
-
 /// `ReconcilePods` for a pod in phase Failed: true to delete and recreate it (ExitCode with a
 /// retryable code, OnFailure, Always), false to fail the job (ExitCode with a permanent code);
 /// None under Never (`UpdateJobStatus` decides).

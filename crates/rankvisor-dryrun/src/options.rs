@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::kubectl::WatchKinds;
 use super::quantity::QueueCapability;
+use crate::render::kubectl::WatchKinds;
 
 /// The dry run's first restart delay: a laptop's, not the kubelet's 10s.
 pub(crate) const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(1);

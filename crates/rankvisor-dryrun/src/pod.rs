@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use super::operator::pod_restart_policy;
 use super::pytorchjob::ReplicaId;
-use super::rows::{PodRow, PodStatus, Row};
+use crate::render::rows::{PodRow, PodStatus, Row};
 use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;
@@ -315,5 +314,14 @@ impl Pod {
         if let Some(t) = self.current_termination.take() {
             self.last_termination = Some(t);
         }
+    }
+}
+
+/// `SetRestartPolicy`: the restart policy of a replica's pod, which the kubelet follows: ExitCode
+/// becomes Never (the operator, not the kubelet, restarts such a pod: it deletes and recreates it).
+pub(crate) fn pod_restart_policy(policy: RestartPolicy) -> RestartPolicy {
+    match policy {
+        RestartPolicy::ExitCode => RestartPolicy::Never,
+        p => p,
     }
 }

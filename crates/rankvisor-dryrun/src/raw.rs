@@ -245,6 +245,8 @@ pub(crate) struct RawContainer {
     pub resources: RawResources,
     /// `workingDir`.
     pub working_dir: Option<String>,
+    /// `imagePullPolicy` (no image is pulled here, but the apiserver checks the value).
+    pub image_pull_policy: Option<String>,
 }
 
 /// One `env` entry.
@@ -301,4 +303,30 @@ pub(crate) struct RawResources {
     /// `requests`.
     #[serde(default)]
     pub requests: BTreeMap<String, Scalar>,
+}
+
+/// The values a container's `imagePullPolicy` may take (`validatePullPolicy`).
+pub(crate) const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
+
+/// The apiserver's refusal of a pod whose container `c` has an `imagePullPolicy` it does not know.
+pub(crate) fn pull_policy_problem(c: usize, container: &RawContainer) -> Option<String> {
+    let policy = container.image_pull_policy.as_deref().filter(|p| !PULL_POLICIES.contains(p))?;
+    Some(format!(
+        "spec.containers[{c}].imagePullPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""
+    ))
+}
+
+/// The apiserver's refusal of a pod whose container `c` asks for a negative quantity
+/// (`ValidateResourceRequirements`: `ValidateNonnegativeQuantity`).
+pub(crate) fn negative_quantity_problem(c: usize, resources: &RawResources) -> Option<String> {
+    let all = [("limits", &resources.limits), ("requests", &resources.requests)];
+    all.into_iter().flat_map(|(kind, m)| m.iter().map(move |(name, v)| (kind, name, v.text()))).find_map(
+        |(kind, name, text)| {
+            text.trim_start().starts_with('-').then(|| {
+                format!(
+                    "spec.containers[{c}].resources.{kind}.{name}: Invalid value: {text:?}: must be greater than or equal to 0"
+                )
+            })
+        },
+    )
 }

@@ -7,7 +7,7 @@ use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
 use super::controller::Controller;
 use super::manifest::parse_job;
 use super::pytorchjob::{ReplicaId, ReplicaType};
-use super::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
+use crate::render::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 
 pub(super) const NORMAL: &str = include_str!("../../../examples/pytorchjob.yaml");

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use super::kubelet::too_many_pods;
 use super::pytorchjob::{
     CleanPodPolicy, Container, ElasticPolicy, EnvSource, PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy,
     SchedulingPolicy, DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
@@ -14,10 +15,7 @@ use super::pytorchjob::{
 use super::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
 use rankvisor_core::policy::RestartPolicy;
 
-use super::raw::{RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy, Scalar};
-
-/// A local dry run starts one process per replica; more than this is refused.
-pub(crate) const MAX_DRY_RUN_REPLICAS: u32 = 256;
+use super::raw::{pull_policy_problem, RawContainer, RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy, Scalar};
 
 /// The kind of a field error, as `k8s.io/apimachinery/pkg/util/validation/field` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,10 +344,8 @@ fn defaulted(raw: &RawJob, name: String) -> Result<PyTorchJob, Refusal> {
     if total == 0 {
         return Err(Refusal::Unsupported("the job has no replicas: nothing to run".to_string()));
     }
-    if total > MAX_DRY_RUN_REPLICAS {
-        return Err(Refusal::Unsupported(format!(
-            "{total} replicas would start {total} local processes: at most {MAX_DRY_RUN_REPLICAS} are allowed"
-        )));
+    if let Some(why) = too_many_pods("the replicas of spec.pytorchReplicaSpecs (Master and Worker)", u64::from(total)) {
+        return Err(Refusal::Unsupported(why));
     }
     Ok(job)
 }
@@ -431,6 +427,11 @@ fn pod_refusal(rtype: ReplicaType, raw: &RawReplicaSpec, idx: usize, main: &RawC
         return refused(format!(
             "spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
         ));
+    }
+    for (c, container) in raw.template.spec.containers.iter().enumerate() {
+        if let Some(why) = pull_policy_problem(c, container) {
+            return refused(why);
+        }
     }
     // `validateContainerPorts` (the CRD's schema only says int32).
     for (c, container) in raw.template.spec.containers.iter().enumerate() {

@@ -7,12 +7,12 @@ use std::time::Duration;
 use super::cluster::{ClusterEvent, ControllerConfig, Step};
 use super::controller::Controller;
 use super::env::{launch_spec, LaunchSpec, DRY_RUN_MASTER_ADDR};
-use super::kubectl::{TextRenderer, WatchKinds};
-use super::launcher::{healthy_labels, labels_file_text};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::trainjob::controller::TrainJobController;
 use super::trainjob::{env as trainjob_env, TrainJob};
-use super::workdir::{write_atomically, WorkDir};
+use crate::render::kubectl::{TextRenderer, WatchKinds};
+use crate::runner::launcher::{healthy_labels, labels_file_text};
+use crate::runner::workdir::{write_atomically, WorkDir};
 
 /// An admitted job of either kind.
 #[derive(Debug, Clone)]

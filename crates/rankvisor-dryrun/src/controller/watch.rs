@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::super::cluster::Step;
 use super::super::pod::PodPhase;
-use super::super::rows::{Change, JobRow, PodGroupRow, Row, WatchEventType};
 use super::Controller;
+use crate::render::rows::{Change, JobRow, PodGroupRow, Row, WatchEventType};
 
 impl Controller {
     pub(super) fn job_row(&self, now: Duration) -> Row {

@@ -5,8 +5,8 @@ use std::time::Duration;
 use super::super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
 use super::super::pytorchjob::ReplicaId;
 use super::super::quantity::QueueCapability;
-use super::super::rows::{JobState, PodGroupPhase, PodStatus, Row, WatchEventType};
 use super::*;
+use crate::render::rows::{JobState, PodGroupPhase, PodStatus, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 
 #[test]

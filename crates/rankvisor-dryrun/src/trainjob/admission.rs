@@ -13,10 +13,11 @@ use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
     TrainJob, DEFAULT_BACKOFF_LIMIT, NODE, TRAINER_API_VERSION, TRAINJOB_KIND,
 };
-use crate::manifest::{json_syntax, yaml_syntax, ManifestError};
+use crate::document::ManifestError;
+use crate::kubelet::too_many_pods;
 use crate::pytorchjob::Container;
-use crate::quantity::{parse_quantity, Resources};
-use crate::raw::RawResources;
+use crate::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
+use crate::raw::{negative_quantity_problem, pull_policy_problem, RawResources};
 use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
 
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
@@ -39,21 +40,6 @@ pub(crate) struct LoadedTrainJob {
 /// Whether the file's documents hold a TrainJob (so the file is a Trainer v2 one).
 pub(crate) fn holds_train_job(docs: &[Value]) -> bool {
     docs.iter().any(|d| d["kind"] == TRAINJOB_KIND)
-}
-
-/// Every document of a YAML stream (or one JSON document), as values.
-pub(crate) fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, ManifestError> {
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| json_syntax(&e, source_name));
-    }
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| yaml_syntax(&e, source_name))?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
 }
 
 /// Read one document as `T`, naming the document and the field on a type error.
@@ -153,6 +139,20 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
             "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
         ));
     }
+    // The CRD's quantity pattern on `resourcesPerNode` (a negative amount matches it: the pod's
+    // own validation refuses that one, below).
+    if let Some(res) = trainer.and_then(|t| t.resources_per_node.as_ref()) {
+        for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+            for (name, value) in map {
+                let text = value.text();
+                if !text.trim_start().starts_with('-') && parse_quantity(&text).is_err() {
+                    let path = format!("spec.trainer.resourcesPerNode.{kind}.{name}");
+                    let detail = format!("{path} in body should match '{QUANTITY_SCHEMA_PATTERN}'");
+                    errs.push(field(&path, FieldErrorType::Invalid, Some(BadValue::Str(text)), detail));
+                }
+            }
+        }
+    }
     if let Some(s) = raw.spec.active_deadline_seconds.filter(|s| *s < 0) {
         errs.push(field(
             "spec.activeDeadlineSeconds",
@@ -172,9 +172,21 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
     let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
     let mut not_emulated = Vec::new();
-    let found = runtimes
+    // A TrainingRuntime is namespaced: the Trainer looks it up in the TrainJob's namespace only
+    // (a ClusterTrainingRuntime has none).
+    let namespace = |m: &crate::raw::RawMetadata| m.namespace.clone().unwrap_or_else(|| "default".into());
+    let job_namespace = namespace(&raw.metadata);
+    let named = |(k, r, _): &&(String, RawRuntime, &Value)| {
+        *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str())
+    };
+    let in_scope = |r: &RawRuntime| runtime_kind != "TrainingRuntime" || namespace(&r.metadata) == job_namespace;
+    let found = runtimes.iter().filter(named).find(|(_, r, _)| in_scope(r));
+    let elsewhere: Vec<String> = runtimes
         .iter()
-        .find(|(k, r, _)| *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str()));
+        .filter(named)
+        .filter(|(_, r, _)| !in_scope(r))
+        .map(|(_, r, _)| format!("{:?}", namespace(&r.metadata)))
+        .collect();
     if let Some((_, _, rt_doc)) = found {
         not_emulated.extend(runtime_fields_not_emulated(rt_doc));
     }
@@ -190,6 +202,17 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
             return Err(unsupported(format!(
                 "the built-in ClusterTrainingRuntime {runtime_name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
             )))
+        }
+        (None, kind, _) if !elsewhere.is_empty() => {
+            return Err(denied(vec![field(
+                "spec.runtimeRef",
+                FieldErrorType::Invalid,
+                Some(BadValue::Str(runtime_name.clone())),
+                format!(
+                    "{kind} {runtime_name:?} not found in namespace {job_namespace:?}, the TrainJob's: the one given is in namespace {}, and a TrainingRuntime is looked up in the TrainJob's namespace only",
+                    elsewhere.join(", ")
+                ),
+            )]))
         }
         (None, kind, _) => {
             return Err(denied(vec![field(
@@ -307,7 +330,30 @@ fn merge(
         working_dir: main.working_dir.clone(),
     };
     let resources_raw = trainer.and_then(|t| t.resources_per_node.as_ref()).unwrap_or(&main.resources);
+    // What the apiserver refuses in the Job the JobSet controller creates, or in its pods: the
+    // TrainJob is admitted, but its trainer never runs.
+    let job_refused = |what: String| {
+        format!(
+            "the webhooks admit it, but the JobSet controller cannot create the Job {}: the apiserver refuses its {what}",
+            rj.name
+        )
+    };
+    let c = pod.containers.iter().position(|c| c.name == NODE).unwrap_or_default();
+    let problem = pull_policy_problem(c, main).or_else(|| negative_quantity_problem(c, resources_raw));
+    if let Some(why) = problem {
+        return Err(job_refused(format!("spec.template.{why}")));
+    }
+    if let Some(b) = rj.template.spec.backoff_limit.filter(|b| *b < 0) {
+        return Err(job_refused(format!("spec.backoffLimit: Invalid value: {b}: must be greater than or equal to 0")));
+    }
     let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
+    let nodes_field = match trainer.and_then(|t| t.num_nodes) {
+        Some(_) => "spec.trainer.numNodes".to_string(),
+        None => format!("runtime {runtime_name:?}'s spec.mlPolicy.numNodes"),
+    };
+    if let Some(why) = u64::try_from(num_nodes).ok().and_then(|n| too_many_pods(&nodes_field, n)) {
+        return Err(why);
+    }
     let num_nodes = u32::try_from(num_nodes)
         .ok()
         .filter(|n| *n >= 1)

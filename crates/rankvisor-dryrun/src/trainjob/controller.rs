@@ -27,7 +27,7 @@ use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Ste
 use crate::kubelet::{self, JobRules, Kubelet};
 use crate::pod::{LauncherProcess, Pod, PodPhase};
 use crate::pytorchjob::ReplicaId;
-use crate::rows::{Change, Row, WatchEventType};
+use crate::render::rows::{Change, Row, WatchEventType};
 
 mod watch;
 

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use rankvisor_core::exit::ExitHow;
 
-use super::admission::{admit_train_job, documents, LoadedTrainJob};
+use super::admission::{admit_train_job, LoadedTrainJob};
 use super::controller::TrainJobController;
 use super::env::{launch_spec, NodePod};
 use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
-use crate::manifest::ManifestError;
+use crate::document::documents;
+use crate::document::ManifestError;
 use crate::pytorchjob::ReplicaId;
-use crate::rows::{PodStatus, Row, WatchEventType};
+use crate::render::rows::{PodStatus, Row, WatchEventType};
 
 const EXAMPLE: &str = include_str!("../../../../examples/trainjob.yaml");
 
@@ -141,7 +142,7 @@ fn new_objects_takes_the_runtime_beside_the_train_job_or_a_built_in_one() {
 struct Run {
     c: TrainJobController,
     now: Duration,
-    changes: Vec<crate::rows::Change>,
+    changes: Vec<crate::render::rows::Change>,
     actions: Vec<ClusterAction>,
 }
 

@@ -1,6 +1,7 @@
 //! The webhook's refusals and the defaulting, message by message.
 
-use super::super::manifest::{parse_job, ManifestError};
+use super::super::document::ManifestError;
+use super::super::manifest::parse_job;
 use super::*;
 
 const HEAD: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n";

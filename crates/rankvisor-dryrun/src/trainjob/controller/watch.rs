@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::super::super::cluster::Step;
-use super::super::super::rows::{BatchJobRow, Change, JobSetRow, Row, TrainJobRow, WatchEventType};
 use super::TrainJobController;
+use crate::render::rows::{BatchJobRow, Change, JobSetRow, Row, TrainJobRow, WatchEventType};
 
 impl TrainJobController {
     /// Every existing object's row at `now`.

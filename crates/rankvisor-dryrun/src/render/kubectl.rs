@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::pytorchjob::PyTorchJob;
 use super::rows::{Change, JobState, PodGroupPhase, PodStatus, Row};
+use crate::pytorchjob::PyTorchJob;
 
 /// kubectl's tabwriter: cells are at least this wide...
 const MIN_CELL: usize = 10;
@@ -345,10 +345,10 @@ pub(crate) fn render_json(change: &Change) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest::parse_job;
-    use super::super::pytorchjob::ReplicaId;
-    use super::super::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
     use super::*;
+    use crate::manifest::parse_job;
+    use crate::pytorchjob::ReplicaId;
+    use crate::render::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -396,7 +396,7 @@ mod tests {
     }
 
     fn job() -> PyTorchJob {
-        parse_job(include_str!("../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
+        parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
     }
 
     fn pod_change(status: PodStatus, restarts: u32, ago: Option<u64>, age: u64) -> Change {

@@ -10,8 +10,8 @@ use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use super::injection::{Fault, Injection};
 use super::rows::{Change, WatchEventType};
+use crate::runner::injection::{Fault, Injection};
 
 /// The file kinds `--timeline` writes, from the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,11 +350,11 @@ pub(crate) fn render(rec: &Recording, format: TimelineFormat) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::injection::parse_injection;
-    use super::super::manifest::parse_job;
-    use super::super::pytorchjob::ReplicaId;
-    use super::super::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
     use super::*;
+    use crate::manifest::parse_job;
+    use crate::pytorchjob::ReplicaId;
+    use crate::render::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
+    use crate::runner::injection::parse_injection;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -538,7 +538,7 @@ mod tests {
 
     #[test]
     fn injected_faults_are_marked_on_their_pod() {
-        let job = parse_job(include_str!("../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap();
+        let job = parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap();
         let mut rec = worker_fails();
         for spec in ["fail:worker-0@1s", "label:worker-0@2s=UnschedulablePendingReboot"] {
             let i = parse_injection(spec, &job).unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rankvisor_core::duration::parse_duration;
 
-use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
+use crate::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
 
 /// The HyperPod label a `label:` injection sets when it names no key.
 pub(crate) const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
@@ -113,11 +113,11 @@ fn parse_replica(target: &str, job: &PyTorchJob) -> Result<ReplicaId, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest::parse_job;
     use super::*;
+    use crate::manifest::parse_job;
 
     fn job() -> PyTorchJob {
-        parse_job(include_str!("../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
+        parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()
     }
 
     #[test]

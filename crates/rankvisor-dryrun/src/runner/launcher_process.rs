@@ -6,20 +6,23 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use rankvisor_core::exit::{self, ExitHow};
+use rankvisor_core::process::{signal_group, signal_pid};
+use rankvisor_core::signo::Signo;
 
-use super::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use super::launcher::{is_operator_managed_var, launcher_args, parse_status_line, LauncherFiles, LauncherSettings};
-use super::options::DryRunOptions;
 use super::output::{note, open_log};
 use super::ports::free_loopback_port;
-use super::pytorchjob::ReplicaId;
 use super::workdir::WorkDir;
+use crate::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::options::DryRunOptions;
+use crate::pytorchjob::ReplicaId;
 
 /// How long to wait for a launcher's last status lines and output after it exited.
 pub(super) const DRAIN_LIMIT: Duration = Duration::from_millis(500);
@@ -102,7 +105,7 @@ pub(super) fn spawn_launcher(
                 return Err(std::io::Error::last_os_error());
             }
             // A dry run killed outright still stops its launchers, gracefully.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, Signo::TERM.raw(), 0, 0, 0);
             Ok(())
         });
     }
@@ -127,10 +130,16 @@ fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 }
 
 /// The `fail:` injection: SIGKILL to the training process group, as a crash or the OOM killer.
-pub(super) fn fail_child(pod: &str, pid: i32) {
+pub(super) fn fail_child(pod: &str, pid: Pid) {
     note(&format!("injected: {pod}'s training process fails (SIGKILL to its process group {pid})"));
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    if let Err(e) = signal_group(pid, Signo::KILL) {
+        note(&format!("injection fail: cannot SIGKILL {pod}'s process group {pid}: {e}"));
+    }
+}
+
+/// A launcher's pid, while it is not reaped (None once it is, or if the OS gave none).
+pub(super) fn launcher_pid(child: &Child) -> Option<Pid> {
+    child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw)
 }
 
 /// The task that owns one launcher process.
@@ -162,9 +171,9 @@ impl LauncherTask {
         self,
         mut child: Child,
         status_pipe: OwnedFd,
-        mut signals: mpsc::UnboundedReceiver<i32>,
+        mut signals: mpsc::UnboundedReceiver<Signo>,
     ) {
-        let pid = child.id().and_then(|p| i32::try_from(p).ok());
+        let pid = launcher_pid(&child);
         let mut lines: Option<StatusLines> = match pipe::Receiver::from_owned_fd(status_pipe) {
             Ok(r) => Some(BufReader::new(r).lines()),
             Err(e) => {
@@ -182,8 +191,7 @@ impl LauncherTask {
                 },
                 sig = signals.recv(), if signals_open => match (sig, pid) {
                     // The child has not been reaped (wait() has not returned), so the pid is still ours.
-                    // SAFETY: kill(2) has no memory-safety preconditions.
-                    (Some(sig), Some(pid)) => { unsafe { libc::kill(pid, sig) }; }
+                    (Some(sig), Some(pid)) => { let _ = signal_pid(pid, sig); }
                     (Some(_), None) => {}
                     (None, _) => signals_open = false,
                 },
@@ -201,7 +209,7 @@ impl LauncherTask {
         let exit = match status {
             Ok(s) => match (s.code(), s.signal()) {
                 (Some(code), _) => ExitHow::Exited(code),
-                (None, Some(sig)) => match rankvisor_core::signo::Signo::new(sig) {
+                (None, Some(sig)) => match Signo::new(sig) {
                     Some(sig) => ExitHow::Signaled(sig),
                     None => ExitHow::Exited(exit::EXTERNAL_FAILURE),
                 },

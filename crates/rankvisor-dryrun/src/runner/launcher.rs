@@ -7,13 +7,14 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
+use nix::unistd::Pid;
 use rankvisor_core::duration::format_duration;
 use rankvisor_core::status::{ExitReason, LocalStatus, ReplicaState};
 
-use super::cluster::ClusterEvent;
-use super::env::LaunchSpec;
 use super::injection::DEFAULT_LABEL_KEY;
-use super::pytorchjob::ReplicaId;
+use crate::cluster::ClusterEvent;
+use crate::env::LaunchSpec;
+use crate::pytorchjob::ReplicaId;
 
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
@@ -199,9 +200,11 @@ impl StatusTracker {
         events
     }
 
-    /// The running child's pid (its process group), if one runs.
-    pub(crate) fn child_pid(&self) -> Option<i32> {
-        self.child_pid.filter(|_| self.run.is_some())
+    /// The running child's pid (its process group), if one runs. A line naming pid 0 or 1 (or a
+    /// negative one) names no child: signalling that group would reach the dry run's own group or
+    /// every process.
+    pub(crate) fn child_pid(&self) -> Option<Pid> {
+        self.child_pid.filter(|p| *p > 1 && self.run.is_some()).map(Pid::from_raw)
     }
 
     /// Whether the launcher reported a final state (it will not start its child again).
@@ -247,9 +250,9 @@ pub(crate) fn prefixed(pod: &str, width: usize, line: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::env::launch_spec;
-    use super::super::manifest::parse_job;
     use super::*;
+    use crate::env::launch_spec;
+    use crate::manifest::parse_job;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
     use rankvisor_core::policy::RestartPolicy;
@@ -273,7 +276,7 @@ mod tests {
 
     #[test]
     fn args_carry_the_policy_the_limit_the_timing_and_the_command() {
-        let job = parse_job(include_str!("../../../examples/pytorchjob.yaml"), "j.yaml").unwrap();
+        let job = parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "j.yaml").unwrap();
         let spec = launch_spec(&job, MASTER, 23456).unwrap();
         let files = LauncherFiles {
             status_fd: 7,
@@ -375,7 +378,7 @@ mod tests {
             t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))),
             vec![ClusterEvent::ChildRunning { pod: MASTER, restart_count: 0 }]
         );
-        assert_eq!(t.child_pid(), Some(10));
+        assert_eq!(t.child_pid(), Some(Pid::from_raw(10)));
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10))), vec![], "no change");
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Restarting, 1, e1, None)),
@@ -392,7 +395,7 @@ mod tests {
             t.observe(MASTER, &line(ReplicaState::Running, 1, e1, Some(11))),
             vec![ClusterEvent::ChildRunning { pod: MASTER, restart_count: 1 }]
         );
-        assert_eq!(t.child_pid(), Some(11));
+        assert_eq!(t.child_pid(), Some(Pid::from_raw(11)));
         assert!(!t.ended());
         assert_eq!(
             t.observe(MASTER, &line(ReplicaState::Failed, 1, e1, None)),
@@ -405,6 +408,17 @@ mod tests {
         );
         assert_eq!(t.child_pid(), None);
         assert!(t.ended());
+    }
+
+    /// A status line is input from outside: a child pid of 1, 0 or below would turn the `fail:`
+    /// injection's and the kill's group SIGKILL into one to every process or to the dry run's own.
+    #[test]
+    fn a_status_line_naming_pid_one_zero_or_below_names_no_child() {
+        for pid in [1, 0, -1, -4242] {
+            let mut t = StatusTracker::default();
+            t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(pid)));
+            assert_eq!(t.child_pid(), None, "pid {pid}");
+        }
     }
 
     #[test]
@@ -433,7 +447,7 @@ mod tests {
         let mut t = StatusTracker::default();
         t.observe(MASTER, &line(ReplicaState::Running, 0, None, Some(10)));
         assert_eq!(t.observe(MASTER, &line(ReplicaState::Stopping, 0, None, Some(10))), vec![]);
-        assert_eq!(t.child_pid(), Some(10), "a stopping child is still there to kill");
+        assert_eq!(t.child_pid(), Some(Pid::from_raw(10)), "a stopping child is still there to kill");
         assert_eq!(
             t.observe(
                 MASTER,

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 /// A private directory for the replicas' labels files and termination logs, removed at the end.
 #[derive(Debug)]
-pub(super) struct WorkDir(PathBuf);
+pub(crate) struct WorkDir(PathBuf);
 
 impl WorkDir {
-    pub(super) fn create() -> Result<Self, String> {
+    pub(crate) fn create() -> Result<Self, String> {
         let base = std::env::temp_dir();
         for attempt in 0..100u32 {
             let path = base.join(format!("rankvisor-dry-run-{}-{attempt}", std::process::id()));
@@ -20,11 +20,11 @@ impl WorkDir {
         Err(format!("cannot create a work directory in {}: every name is taken", base.display()))
     }
 
-    pub(super) fn labels(&self, pod: &str) -> PathBuf {
+    pub(crate) fn labels(&self, pod: &str) -> PathBuf {
         self.0.join(format!("{pod}.labels"))
     }
 
-    pub(super) fn termination_log(&self, pod: &str) -> PathBuf {
+    pub(crate) fn termination_log(&self, pod: &str) -> PathBuf {
         self.0.join(format!("{pod}.termination-log"))
     }
 }
@@ -36,7 +36,7 @@ impl Drop for WorkDir {
 }
 
 /// Replace `path` by a file holding `text`, so a reader sees the old or the new file, never half.
-pub(super) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)

@@ -5,9 +5,10 @@
 //! when the run is over. No I/O and no clock: the loop passes `now` and the facts it sees, asks
 //! [`Run::next_wake`], and carries out the [`RunAction`]s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use crate::pytorchjob::ReplicaId;
@@ -58,6 +59,28 @@ pub(crate) enum RunAction {
     NameStragglers,
 }
 
+/// Where a replica's training process is when a `fail:` injection is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildNow {
+    /// Running, with this pid (its process group).
+    Running(Pid),
+    /// Its launcher runs and will start it (starting, or waiting for its restart).
+    Coming,
+    /// No launcher, or one that reported its end: no training process will run.
+    Never,
+}
+
+/// What a `fail:` injection does now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailNow {
+    /// SIGKILL this process group.
+    Kill(Pid),
+    /// Nothing yet: the child fails as soon as its launcher says it runs.
+    OnceRunning,
+    /// Nothing: say the injection is skipped.
+    Skip,
+}
+
 /// The run: its deadlines and whether it was cut short.
 #[derive(Debug)]
 pub(crate) struct Run {
@@ -70,6 +93,10 @@ pub(crate) struct Run {
     straggler_note_at: Option<Instant>,
     /// Since when the oldest launcher exit waits for what it left.
     teardown_since: Option<Instant>,
+    /// Replicas whose `fail:` injection waits for their training process to run.
+    fails_waiting: BTreeSet<ReplicaId>,
+    /// The controller asked to stop every launcher, also those it starts later.
+    stop_all: bool,
 }
 
 impl Run {
@@ -83,6 +110,8 @@ impl Run {
             stopping: BTreeMap::new(),
             straggler_note_at: None,
             teardown_since: None,
+            fails_waiting: BTreeSet::new(),
+            stop_all: false,
         }
     }
 
@@ -111,9 +140,50 @@ impl Run {
         Some(RunAction::Term(pod))
     }
 
+    /// A `fail:` injection for `pod` is due, its training process being `child`: kill it now,
+    /// once it runs (a child that is starting or waiting for its restart), or never.
+    pub(crate) fn fail_due(&mut self, pod: ReplicaId, child: ChildNow) -> FailNow {
+        match child {
+            ChildNow::Running(pid) => FailNow::Kill(pid),
+            ChildNow::Coming => {
+                self.fails_waiting.insert(pod);
+                FailNow::OnceRunning
+            }
+            ChildNow::Never => FailNow::Skip,
+        }
+    }
+
+    /// `pod`'s launcher says its training process `child` runs: the process group to kill now
+    /// if a `fail:` injection waits for it (once).
+    pub(crate) fn child_runs(&mut self, pod: ReplicaId, child: Option<Pid>) -> Option<Pid> {
+        let pid = child?;
+        self.fails_waiting.remove(&pod).then_some(pid)
+    }
+
+    /// The controller asked to stop every launcher: each one running now is asked to stop (the
+    /// returned actions), and each one started later as soon as it starts ([`Run::started`]).
+    pub(crate) fn stop_all(&mut self, running: impl IntoIterator<Item = ReplicaId>, now: Instant) -> Vec<RunAction> {
+        self.stop_all = true;
+        running.into_iter().filter_map(|pod| self.stop(pod, now)).collect()
+    }
+
+    /// `pod`'s launcher started: stopped at once after a [`Run::stop_all`].
+    pub(crate) fn started(&mut self, pod: ReplicaId, now: Instant) -> Option<RunAction> {
+        if self.stop_all {
+            return self.stop(pod, now);
+        }
+        None
+    }
+
     /// `pod`'s launcher was killed or is gone: no deadline for it any more.
     pub(crate) fn forget(&mut self, pod: ReplicaId) {
         self.stopping.remove(&pod);
+    }
+
+    /// `pod`'s launcher exited: a `fail:` injection waiting for its child is dropped (a new
+    /// launcher is a new container).
+    pub(crate) fn launcher_exited(&mut self, pod: ReplicaId) {
+        self.fails_waiting.remove(&pod);
     }
 
     /// The job ended: its stragglers are named a moment later.
@@ -181,6 +251,34 @@ mod tests {
 
     fn pod(i: u32) -> ReplicaId {
         ReplicaId::worker(i)
+    }
+
+    #[test]
+    fn a_fail_injection_kills_a_running_child_waits_for_a_coming_one_and_skips_otherwise() {
+        let t0 = Instant::now();
+        let mut run = Run::new(t0, None, 5 * S);
+        let pid = Pid::from_raw(4242);
+        assert_eq!(run.fail_due(pod(0), ChildNow::Running(pid)), FailNow::Kill(pid));
+        assert_eq!(run.child_runs(pod(0), Some(pid)), None, "nothing waits for a child already killed");
+        assert_eq!(run.fail_due(pod(1), ChildNow::Never), FailNow::Skip);
+        assert_eq!(run.child_runs(pod(1), Some(pid)), None, "a skipped injection is not kept");
+        assert_eq!(run.fail_due(pod(2), ChildNow::Coming), FailNow::OnceRunning);
+        assert_eq!(run.child_runs(pod(2), None), None, "still not running: still waiting");
+        assert_eq!(run.child_runs(pod(2), Some(pid)), Some(pid), "killed as soon as it runs");
+        assert_eq!(run.child_runs(pod(2), Some(pid)), None, "once");
+        assert_eq!(run.fail_due(pod(3), ChildNow::Coming), FailNow::OnceRunning);
+        run.launcher_exited(pod(3));
+        assert_eq!(run.child_runs(pod(3), Some(pid)), None, "a new launcher is a new container");
+    }
+
+    #[test]
+    fn stop_all_stops_the_running_launchers_and_each_one_started_later() {
+        let t0 = Instant::now();
+        let mut run = Run::new(t0, None, 5 * S);
+        assert_eq!(run.started(pod(0), t0), None, "no stop asked yet");
+        assert_eq!(run.stop_all([pod(0), pod(1)], t0), vec![RunAction::Term(pod(0)), RunAction::Term(pod(1))]);
+        assert_eq!(run.started(pod(2), t0 + S), Some(RunAction::Term(pod(2))), "started after: stopped at once");
+        assert_eq!(run.stop_all([pod(0), pod(2)], t0 + S), vec![], "each asked once");
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::time::Duration;
 
+use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -35,23 +36,26 @@ use tokio::time::{sleep_until, Instant};
 
 use rankvisor_core::duration::format_duration;
 use rankvisor_core::exit::{self, ExitHow};
+use rankvisor_core::process::signal_group;
 use rankvisor_core::signo::Signo;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
 use super::injection::{Fault, Injection};
-use super::kubectl::{render_json, TextRenderer};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
-use super::launcher_process::{fail_child, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT};
-use super::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
+use super::launcher_process::{
+    fail_child, launcher_pid, spawn_launcher, LauncherNews, LauncherReport, LauncherTask, DRAIN_LIMIT,
+};
 use super::orphans;
 use super::output::{boxed, note, relay_output, write_timeline};
-use super::pytorchjob::ReplicaId;
-use super::rows::Change;
-use super::run::{Run, RunAction, TEARDOWN_LIMIT};
+use super::run::{ChildNow, FailNow, Run, RunAction, TEARDOWN_LIMIT};
 use super::setup::{Setup, SetupError};
-use super::timeline::{FaultMark, Recording};
 use super::workdir::{write_atomically, WorkDir};
-use super::workload::Workload;
+use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig};
+use crate::options::{DryRunOptions, OutputFormat, LAUNCHERS_READ_NODE_LABELS};
+use crate::pytorchjob::ReplicaId;
+use crate::render::kubectl::{render_json, TextRenderer};
+use crate::render::rows::Change;
+use crate::render::timeline::{FaultMark, Recording};
+use crate::workload::Workload;
 
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
 /// each SIGCHLD (signals coalesce).
@@ -83,9 +87,9 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
 struct LiveLauncher {
     instance: u64,
     /// Its pid (None if the OS did not give one): never reaped here, only by its task.
-    pid: Option<i32>,
+    pid: Option<Pid>,
     tracker: StatusTracker,
-    signals: mpsc::UnboundedSender<i32>,
+    signals: mpsc::UnboundedSender<Signo>,
 }
 
 /// A launcher that exited, reported once what it left is gone.
@@ -94,8 +98,18 @@ struct PendingExit {
     pod: ReplicaId,
     status: ExitHow,
     /// Its training process, as its status lines last named it.
-    child: Option<i32>,
+    child: Option<Pid>,
     since: Instant,
+}
+
+/// One piece of the controller's work the loop carries out in order, between its other wake-ups.
+#[derive(Debug)]
+enum Work {
+    /// One of the controller's actions.
+    Act(ClusterAction),
+    /// An observation made while carrying out an action (a launcher that could not start),
+    /// fed once the actions before it are done.
+    Feed(ClusterEvent),
 }
 
 struct DryRunLoop {
@@ -116,13 +130,13 @@ struct DryRunLoop {
     /// Launchers that exited, while the processes they left are being killed.
     pending_exits: Vec<PendingExit>,
     /// Orphans already named in a note.
-    orphans_noted: BTreeSet<i32>,
+    orphans_noted: BTreeSet<Pid>,
+    /// The controllers' work not yet carried out, oldest first: done one piece at a time, with
+    /// INT and TERM looked at between two pieces, so creating many pods never holds a signal.
+    work: VecDeque<Work>,
     next_instance: u64,
     tx: mpsc::UnboundedSender<LauncherReport>,
     output_tasks: Vec<JoinHandle<()>>,
-    /// `fail:` injections waiting for their replica's child to run.
-    deferred_fails: Vec<ReplicaId>,
-    stop_all: bool,
     /// The run's own decisions: timeout, abort, stops running late, teardown, stragglers.
     run: Run,
     /// What `--timeline` draws: every change and fault (empty without `--timeline`).
@@ -163,11 +177,10 @@ impl DryRunLoop {
             launchers: BTreeMap::new(),
             pending_exits: Vec::new(),
             orphans_noted: BTreeSet::new(),
+            work: VecDeque::new(),
             next_instance: 0,
             tx,
             output_tasks: Vec::new(),
-            deferred_fails: Vec::new(),
-            stop_all: false,
             run,
             recorded: (Vec::new(), Vec::new()),
         }
@@ -193,6 +206,20 @@ impl DryRunLoop {
         self.run = Run::new(self.start, self.opts.timeout, self.opts.grace_period);
         self.feed(ClusterEvent::Submitted);
         while !self.done() {
+            if let Some(work) = self.work.pop_front() {
+                self.carry_out(work);
+                // Let the runtime deliver signals and relay output, then look at INT and TERM
+                // only: launcher reports and timers wait until the controller's work is done, so
+                // they reach it in the order they would have without the pause.
+                tokio::task::yield_now().await;
+                tokio::select! {
+                    biased;
+                    _ = interrupt.recv() => self.on_signal(Signo::INT),
+                    _ = terminate.recv() => self.on_signal(Signo::TERM),
+                    () = std::future::ready(()) => {}
+                }
+                continue;
+            }
             let wake = self.next_wake();
             tokio::select! {
                 Some(report) = reports.recv() => self.on_report(report),
@@ -205,9 +232,10 @@ impl DryRunLoop {
         self.run.exit_code(self.workload.exit_code())
     }
 
-    /// Every launcher is gone, and the job is settled or the run was cut short.
+    /// Every launcher is gone, the controllers' work is done, and the job is settled or the run
+    /// was cut short.
     fn done(&self) -> bool {
-        self.run.done(!self.launchers.is_empty(), self.workload.is_settled())
+        self.work.is_empty() && self.run.done(!self.launchers.is_empty(), self.workload.is_settled())
     }
 
     fn now(&self) -> Duration {
@@ -299,7 +327,7 @@ impl DryRunLoop {
             }
             RunAction::Term(pod) => {
                 if let Some(l) = self.launchers.get(&pod) {
-                    let _ = l.signals.send(libc::SIGTERM);
+                    let _ = l.signals.send(Signo::TERM);
                 }
             }
             RunAction::KillLate(pod) => {
@@ -328,9 +356,7 @@ impl DryRunLoop {
         match what {
             LauncherNews::Status(line) => {
                 let events = launcher.tracker.observe(pod, &line);
-                let child = launcher.tracker.child_pid();
-                if let (Some(pid), Some(i)) = (child, self.deferred_fails.iter().position(|p| *p == pod)) {
-                    self.deferred_fails.remove(i);
+                if let Some(pid) = self.run.child_runs(pod, launcher.tracker.child_pid()) {
                     fail_child(&self.workload.pod_name(pod), pid);
                 }
                 for event in events {
@@ -340,7 +366,7 @@ impl DryRunLoop {
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
-                self.deferred_fails.retain(|p| *p != pod);
+                self.run.launcher_exited(pod);
                 let since = Instant::now();
                 self.pending_exits.push(PendingExit { pod, status, child, since });
                 self.run.tearing_down(self.pending_exits.first().map(|p| p.since));
@@ -352,16 +378,14 @@ impl DryRunLoop {
     /// Kill and collect what ended launchers left (any child of the dry run that is not a live
     /// launcher); once nothing is left, report the launchers' exits to the controller.
     fn tear_down(&mut self) {
-        let launchers: BTreeSet<nix::unistd::Pid> =
-            self.launchers.values().filter_map(|l| l.pid).map(nix::unistd::Pid::from_raw).collect();
+        let launchers: BTreeSet<Pid> = self.launchers.values().filter_map(|l| l.pid).collect();
         let sweep = orphans::sweep(&launchers);
         for &(pid, group) in &sweep.killed {
-            let (pid, group) = (pid.as_raw(), group.map(nix::unistd::Pid::as_raw));
             if !self.orphans_noted.insert(pid) {
                 continue;
             }
             // Whose: the launcher whose training process (and process group) it is, if known.
-            let ours = |child: Option<i32>| child.is_some_and(|c| c == pid || Some(c) == group);
+            let ours = |child: Option<Pid>| child.is_some_and(|c| c == pid || Some(c) == group);
             let pod = self
                 .launchers
                 .iter()
@@ -375,7 +399,7 @@ impl DryRunLoop {
             ));
         }
         for (pid, _) in &sweep.reaped {
-            self.orphans_noted.remove(&pid.as_raw());
+            self.orphans_noted.remove(pid);
         }
         if sweep.clear() {
             self.report_exits();
@@ -393,7 +417,7 @@ impl DryRunLoop {
         }
     }
 
-    /// Hand one observation to the controller; print its changes, carry out its actions.
+    /// Hand one observation to the controller; print its changes, queue its actions.
     fn feed(&mut self, event: ClusterEvent) {
         let step = self.workload.handle(self.now(), event);
         if self.opts.timeline.is_some() {
@@ -402,8 +426,15 @@ impl DryRunLoop {
         for change in &step.changes {
             self.print(change);
         }
-        for action in step.actions {
-            self.perform(action);
+        self.work.extend(step.actions.into_iter().map(Work::Act));
+    }
+
+    /// Carry out one piece of the controllers' work (a cut-short run feeds nothing more).
+    fn carry_out(&mut self, work: Work) {
+        match work {
+            Work::Act(action) => self.perform(action),
+            Work::Feed(event) if !self.run.aborted() => self.feed(event),
+            Work::Feed(_) => {}
         }
     }
 
@@ -429,14 +460,18 @@ impl DryRunLoop {
                     return;
                 }
                 self.start_launcher(pod);
-                if self.stop_all {
-                    self.stop(pod);
+                if let Some(action) =
+                    self.launchers.contains_key(&pod).then(|| self.run.started(pod, Instant::now())).flatten()
+                {
+                    self.act(action);
                 }
             }
             ClusterAction::StopPod { pod } => self.stop(pod),
             ClusterAction::StopAll => {
-                self.stop_all = true;
-                self.stop_every_launcher();
+                let running: Vec<ReplicaId> = self.launchers.keys().copied().collect();
+                for action in self.run.stop_all(running, Instant::now()) {
+                    self.act(action);
+                }
             }
             ClusterAction::Unschedulable { message } | ClusterAction::Note { message } => note(&message),
             ClusterAction::Finish { outcome: _, reason } => {
@@ -467,10 +502,14 @@ impl DryRunLoop {
     fn kill(&mut self, pod: ReplicaId) {
         if let Some(l) = self.launchers.get_mut(&pod) {
             if let Some(pid) = l.tracker.child_pid() {
-                // SAFETY: kill(2) has no memory-safety preconditions.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                if let Err(e) = signal_group(pid, Signo::KILL) {
+                    note(&format!(
+                        "cannot SIGKILL {}'s training process group {pid}: {e}",
+                        self.workload.pod_name(pod)
+                    ));
+                }
             }
-            let _ = l.signals.send(libc::SIGKILL);
+            let _ = l.signals.send(Signo::KILL);
         }
         // Nothing ignores SIGKILL: no later deadline is needed.
         self.run.forget(pod);
@@ -489,18 +528,22 @@ impl DryRunLoop {
                 note(&format!("injected: {kind} {} gets {field}: false", self.workload.name()));
                 self.feed(ClusterEvent::Resumed);
             }
-            Fault::Fail => match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
-                Some((Some(pid), _)) => fail_child(&name, pid),
-                Some((None, false)) => {
-                    note(&format!(
+            Fault::Fail => {
+                let child = match self.launchers.get(&pod).map(|l| (l.tracker.child_pid(), l.tracker.ended())) {
+                    Some((Some(pid), _)) => ChildNow::Running(pid),
+                    Some((None, false)) => ChildNow::Coming,
+                    Some((None, true)) | None => ChildNow::Never,
+                };
+                match self.run.fail_due(pod, child) {
+                    FailNow::Kill(pid) => fail_child(&name, pid),
+                    FailNow::OnceRunning => note(&format!(
                         "injection fail:{pod}: {name}'s training process is not running yet: it fails once it runs"
-                    ));
-                    self.deferred_fails.push(pod);
+                    )),
+                    FailNow::Skip => note(&format!(
+                        "injection fail:{pod} skipped: {name} has no training process and will not start one"
+                    )),
                 }
-                Some((None, true)) | None => note(&format!(
-                    "injection fail:{pod} skipped: {name} has no training process and will not start one"
-                )),
-            },
+            }
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
                 self.kill(pod);
@@ -529,7 +572,9 @@ impl DryRunLoop {
             Ok(None) => return,
             Err(message) => {
                 note(&message);
-                return self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(1) });
+                return self
+                    .work
+                    .push_back(Work::Feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(1) }));
             }
         };
         let name = spec.pod.clone();
@@ -538,7 +583,7 @@ impl DryRunLoop {
         match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {
             Ok((child, status_pipe)) => {
                 let (signals, signal_rx) = mpsc::unbounded_channel();
-                let pid = child.id().and_then(|p| i32::try_from(p).ok());
+                let pid = launcher_pid(&child);
                 self.launchers.insert(pod, LiveLauncher { instance, pid, tracker: StatusTracker::default(), signals });
                 let mut child = child;
                 for out in [child.stdout.take().map(boxed), child.stderr.take().map(boxed)].into_iter().flatten() {
@@ -552,7 +597,10 @@ impl DryRunLoop {
                 note(&format!("cannot start the launcher of {name} ({}): {e}", self.opts.rankvisor.display()));
                 let code =
                     if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_EXECUTABLE };
-                self.feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) });
+                // The container could not start: the pod fails as one whose command ends at once
+                // (the kubelet's backoff, the job's limits), reported after the work queued
+                // before it, as the kubelet reports it after the pods created with it.
+                self.work.push_back(Work::Feed(ClusterEvent::LauncherExited { pod, status: ExitHow::Exited(code) }));
             }
         }
     }

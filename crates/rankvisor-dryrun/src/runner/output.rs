@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use rankvisor_core::lines::{LineSplitter, Overlong};
 
 use super::launcher::{prefixed, MAX_OUTPUT_LINE};
-use super::timeline::{render as render_timeline, Recording, TimelineFormat};
+use crate::render::timeline::{render as render_timeline, Recording, TimelineFormat};
 
 /// One line on stderr from the dry run itself.
 pub(super) fn note(message: &str) {

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::pytorchjob::{Container, EnvSource, PyTorchJob, ReplicaType};
-use super::quantity::format_quantity;
+use crate::pytorchjob::{Container, EnvSource, PyTorchJob, ReplicaType};
+use crate::quantity::format_quantity;
 use rankvisor_core::untrusted::escape::escape;
 
 /// What this machine offers that a manifest written for a cluster may count on: read once at the
@@ -261,8 +261,8 @@ fn missing_file(c: &Container, cwd: &Path, machine: &Machine) -> Option<Missing>
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest::parse_job;
     use super::*;
+    use crate::manifest::parse_job;
 
     /// A scratch directory with a `bin/` of (empty) programs, and a machine whose PATH is it.
     fn machine(name: &str, programs: &[&str]) -> (PathBuf, Machine) {
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn rankvisor_as_the_command_hands_its_child_to_the_launcher() {
-        let text = include_str!("../../../examples/k8s/pytorchjob.yaml");
+        let text = include_str!("../../../../examples/k8s/pytorchjob.yaml");
         let mut job = parse_job(text, "pytorchjob.yaml").unwrap();
         let (dir, here) = machine("rankvisor", &["sh"]);
         let notes = localize(&mut job, &[], &[], Path::new("/"), &here).unwrap();

@@ -10,15 +10,15 @@ use rankvisor_core::exit;
 use super::injection::{parse_injection, Injection};
 use super::launcher::{healthy_labels, labels_file_text};
 use super::local::{localize, parse_command_override, parse_path_map, CommandOverride, Machine, PathMap};
-use super::manifest::{load_manifest, Loaded};
-use super::options::DryRunOptions;
 use super::output::note;
 use super::ports::choose_master_port;
-use super::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
-use super::timeline::TimelineFormat;
-use super::trainjob::TrainJob;
 use super::workdir::{write_atomically, WorkDir};
-use super::workload::AdmittedJob;
+use crate::manifest::{load_manifest, Loaded};
+use crate::options::DryRunOptions;
+use crate::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
+use crate::render::timeline::TimelineFormat;
+use crate::trainjob::TrainJob;
+use crate::workload::AdmittedJob;
 
 /// A reason not to start, with the exit status it means.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl Setup {
         };
         // A TrainJob's nodes are Worker-shaped here: `--command node=...`, `node-K` in injections.
         let as_worker = |s: &String| match (&train, s.split_once('=')) {
-            (Some(_), Some((kind, rest))) if kind.trim() == super::trainjob::NODE => format!("Worker={rest}"),
+            (Some(_), Some((kind, rest))) if kind.trim() == crate::trainjob::NODE => format!("Worker={rest}"),
             _ => s.clone(),
         };
         let commands: Vec<CommandOverride> = opts
@@ -136,7 +136,7 @@ impl Setup {
             })?;
         }
         let (master_port, port_note) = choose_master_port(
-            if train.is_some() { super::trainjob::TRAINER_PORT } else { job.master_port() },
+            if train.is_some() { crate::trainjob::TRAINER_PORT } else { job.master_port() },
             opts.master_port,
         )
         .map_err(|e| SetupError { message: e, code: 1 })?;
