@@ -6,6 +6,7 @@
 //! (lines and time in, states out, and the next deadline), `lines` splits a stream as the agent's reader does, `relay` copies the child's
 //! stdout through to rankvisor's while feeding the rules, `replay` is `rankvisor log-rules test`.
 
+mod budget;
 pub mod eval;
 pub mod lines;
 pub mod pynum;

@@ -2,9 +2,9 @@
 //! YAML and checked field by field: a rule that would not do what it says is refused, naming the
 //! rule and the field.
 
+use super::budget::Budget;
 use super::pynum::{is_py_int, py_int};
 use super::pyre::PyRegex;
-use super::ruleset::Budget;
 use crate::untrusted::escape_hidden;
 use serde_json::Value;
 use std::time::Duration;

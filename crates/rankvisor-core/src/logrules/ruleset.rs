@@ -7,7 +7,8 @@
 //! (each automaton's own heap as the engine counts it, plus its lazy DFA's cache at its bound:
 //! a pattern whose automaton explodes is refused here rather than growing the process).
 
-use super::pyre::{PatternError, PyRegex, Refused, LAZY_DFA_CACHE, PATTERN_NFA_LIMIT};
+use super::budget::Budget;
+pub use super::budget::MAX_COMPILED;
 use super::rule::{rule_from_value, Rule, RulesError};
 use crate::untrusted::escape;
 use crate::untrusted::files::FileError;
@@ -17,9 +18,6 @@ use std::path::Path;
 
 /// The most rules one configuration may have.
 pub const MAX_RULES: usize = 100;
-/// The most memory one configuration's compiled patterns may take, caches counted at their bound
-/// (64 MiB).
-pub const MAX_COMPILED: usize = 64 << 20;
 /// The largest rules file read (1 MiB).
 pub const MAX_RULES_BYTES: u64 = 1 << 20;
 
@@ -33,40 +31,6 @@ impl RuleSet {
     /// The rules, in configuration order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
-    }
-}
-
-/// What is left of [`MAX_COMPILED`] while a configuration's patterns are compiled.
-#[derive(Debug)]
-pub(super) struct Budget {
-    left: usize,
-}
-
-impl Budget {
-    /// The whole budget of one configuration.
-    fn new() -> Self {
-        Self { left: MAX_COMPILED }
-    }
-
-    /// Compile `source`, within what is left; `Err` says why it was refused (the budget named).
-    pub(super) fn compile(&mut self, source: &str) -> Result<PyRegex, String> {
-        let over = || {
-            format!(
-                "the compiled patterns would take more than {} MiB, the limit of one configuration \
-                 (simplify this pattern or use fewer rules)",
-                MAX_COMPILED >> 20
-            )
-        };
-        // Each automaton's cache is counted at its bound: two directions of the lazy DFA.
-        let reserve = 2 * 2 * LAZY_DFA_CACHE;
-        let limit = self.left.checked_sub(reserve).ok_or_else(over)?;
-        let re = PyRegex::with_limit(source, limit).map_err(|e| match e {
-            Refused::TooLarge(l) if l < PATTERN_NFA_LIMIT => over(),
-            e => PatternError::from(e).to_string(),
-        })?;
-        let cost = re.memory_usage() + re.automata() * 2 * LAZY_DFA_CACHE;
-        self.left = self.left.checked_sub(cost).ok_or_else(over)?;
-        Ok(re)
     }
 }
 

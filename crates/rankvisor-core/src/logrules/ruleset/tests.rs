@@ -1,4 +1,5 @@
 use super::*;
+use crate::logrules::pyre::LAZY_DFA_CACHE;
 use serde_json::json;
 
 /// `n` rules named `r0`..`r{n-1}` with `pattern`.
