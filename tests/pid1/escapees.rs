@@ -46,10 +46,11 @@ fn pid1_terms_a_setsid_escapee_before_exiting() {
 fn negative_control_a_pid1_that_just_exits_leaves_no_time_to_clean_up() {
     // Same escapee under `sh` as PID 1: when sh exits, the kernel SIGKILLs the namespace.
     let dir = TestDir::new("escapee-control");
-    let status = sh_as_pid1(&escaping_child(&dir, &got_term_trap(&dir), 0)).status().unwrap();
+    // output() returns once every holder of the stdout and stderr pipes has gone, the escapee
+    // among them: past it, the escapee can no longer write its file.
+    let status = sh_as_pid1(&escaping_child(&dir, &got_term_trap(&dir), 0)).output().unwrap().status;
     assert!(status.success());
     assert!(dir.join("ready").exists());
-    std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!dir.join("got-term").exists(), "the control must lose the escapee's cleanup");
 }
 
