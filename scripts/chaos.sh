@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos soak (tests/chaos.rs, chaos_soak_two_minutes; tests/chaos/soak.rs has the faults and
+# The chaos soak (tests/heavy/chaos.rs, chaos_soak_two_minutes; tests/heavy/chaos/soak.rs has the faults and
 # the checks), for as long as you like: builds the lean rankvisor and the dry run as scripts/test.sh
 # does, then runs that test with its duration and seed.
 # Usage: bash scripts/chaos.sh [--duration SECONDS (default 600, at least 60)] [--seed N (default: random)]
@@ -22,4 +22,4 @@ cp "$target_dir/debug/rankvisor" "$target_dir/debug/rankvisor-dry-run" "$target_
 echo "scripts/chaos.sh: ${duration} s, seed $seed"
 # cargo test rather than nextest: no slow-timeout cuts a long soak short.
 RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor RANKVISOR_TEST_CHAOS_DURATION=$duration RANKVISOR_TEST_CHAOS_SEED=$seed \
-  exec cargo test --quiet -p rankvisor --test chaos -- --exact chaos_soak_two_minutes --nocapture
+  exec cargo test --quiet -p rankvisor --test heavy -- --exact chaos::chaos_soak_two_minutes --nocapture

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs maturin (PyPI) into a venv cached outside the repository, for the wheel that carries the
-# static rankvisor (images/build.sh --wheel; tests/install.rs):
+# static rankvisor (images/build.sh --wheel; tests/heavy/install.rs):
 #   $CACHE/venv-maturin-1.16.0 (about 20 MB; a second run finds it and takes < 1 s)
 # CACHE is $RANKVISOR_CACHE, else /var/cache/rankvisor. Progress goes to stderr; the last line of
 # stdout is the path of the maturin program.

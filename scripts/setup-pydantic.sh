@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs pydantic 2.12.4 (the version hyperpod-elastic-agent 1.1.3 pins) under /var/cache/rankvisor
-# for python3, so tests/hyperpod_agent.rs can validate /start bodies with the agent's own
+# for python3, so tests/pid1/hyperpod_agent.rs can validate /start bodies with the agent's own
 # StartRequest model (server/api_models.py). Idempotent. Prints the directory to put on
 # PYTHONPATH on its last line: RANKVISOR_TEST_PYDANTIC.
 set -euo pipefail

@@ -5,7 +5,7 @@
 # Usage: bash scripts/soak-tests.sh [N] [-- nextest arguments]
 #   N                 how many runs (default 5, or $SOAK_RUNS)
 #   -- ARGS           passed to every run (through scripts/test.sh to `cargo nextest run`),
-#                     e.g. `-- --test signals --test hang` for a subset
+#                     e.g. `-- -E 'test(/^(signals|hang)::/)'` for a subset
 # Environment: SOAK_STRESS_CPU (stress-ng CPU workers, default 2; 0 for no load),
 #              SOAK_LOG_DIR (default target/soak).
 #

@@ -25,7 +25,7 @@ fi
 
 # The PID 1 binary under test, built on its own so that the dry run's and the tests' features
 # (tokio's process and signal drivers, test-util) do not reach it, and the dry run beside it, both
-# copied to <target dir>/pid1 (RANKVISOR_TEST_BIN); tests/lean_build.rs checks that it is lean.
+# copied to <target dir>/pid1 (RANKVISOR_TEST_BIN); tests/pid1/lean_build.rs checks that it is lean.
 t0=$SECONDS
 mkdir -p "$target_dir/pid1"
 if [ "$quick" = 1 ]; then
@@ -40,7 +40,7 @@ if [ "$quick" = 1 ]; then
 else
   # The full tier builds them with the host as an explicit --target, in <target dir>/<host>/debug,
   # apart from <target dir>/debug, where the test build's own rankvisor (features unified) is the
-  # control of tests/lean_build.rs: tests/install.rs `cargo install`s these same builds from there.
+  # control of tests/pid1/lean_build.rs: tests/heavy/install.rs `cargo install`s these same builds from there.
   host=$(rustc -vV | sed -n 's/^host: //p')
   cargo build -p rankvisor --bin rankvisor --target "$host"
   cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
@@ -61,7 +61,7 @@ t0=$SECONDS
 bash scripts/setup-views.sh
 echo "scripts/test.sh: promtool and chromium: $((SECONDS - t0)) s"
 
-# The training smoke tests (tests/training.rs) need libtorch 2.13.0 and a torch 2.13.0 venv, both
+# The training smoke tests (tests/heavy/training.rs) need libtorch 2.13.0 and a torch 2.13.0 venv, both
 # cached outside the repository, and the tch trainer example built with the same LIBTORCH.
 t0=$SECONDS
 torch_env=$(bash scripts/setup-torch.sh)
@@ -72,7 +72,7 @@ cargo build -p rankvisor-trainer --example smoke_train
 export RANKVISOR_SMOKE_TRAIN=$target_dir/debug/examples/smoke_train
 echo "scripts/test.sh: smoke_train build: $((SECONDS - t0)) s"
 
-# The log-rules differential test (tests/log_rules_agent.rs) replays logs through the real HyperPod
+# The log-rules differential test (tests/heavy/log_rules_agent.rs) replays logs through the real HyperPod
 # elastic agent's log evaluator: its source, cached outside the repository.
 t0=$SECONDS
 RANKVISOR_TEST_HYPERPOD_AGENT=$(bash scripts/setup-hyperpod.sh | tail -n 1)
@@ -85,14 +85,14 @@ RANKVISOR_TEST_KUBE_APISERVER=$(bash scripts/k8s/build-apiserver.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_APISERVER
 echo "scripts/test.sh: kube-apiserver: $((SECONDS - t0)) s"
 
-# tests/hyperpod_agent.rs validates /start bodies with the agent's own request models (pydantic, the
+# tests/pid1/hyperpod_agent.rs validates /start bodies with the agent's own request models (pydantic, the
 # version the agent pins; cached outside the repository) and re-encodes /status with its encoder.
 t0=$SECONDS
 RANKVISOR_TEST_PYDANTIC=$(bash scripts/setup-pydantic.sh | tail -n 1)
 export RANKVISOR_TEST_PYDANTIC
 echo "scripts/test.sh: pydantic: $((SECONDS - t0)) s"
 
-# tests/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
+# tests/heavy/real_node.rs runs pods on a real one-node cluster (scripts/k8s/kubelet/): kubelet, kubectl and
 # the pause binary, built once from Debian's kubernetes source (cached outside the repo, like the API
 # server). That test also needs the Docker engine and the image below, and fails without them.
 t0=$SECONDS
@@ -100,14 +100,14 @@ RANKVISOR_TEST_KUBE_NODE_BIN=$(bash scripts/k8s/kubelet/build.sh | tail -n 1)
 export RANKVISOR_TEST_KUBE_NODE_BIN
 echo "scripts/test.sh: kubelet, kubectl: $((SECONDS - t0)) s"
 
-# The lean PID 1 build with the test failpoints (never in an image): tests/config_errors.rs shows
+# The lean PID 1 build with the test failpoints (never in an image): tests/pid1/config_errors.rs shows
 # that the panic hook runs in the image's build (panic = "abort", std rebuilt without the symbolizer).
 t0=$SECONDS
 RANKVISOR_TEST_LEAN_FAILPOINTS_BIN=$(RANKVISOR_FEATURES=failpoints bash images/build.sh --binary-only | tail -n 1)
 export RANKVISOR_TEST_LEAN_FAILPOINTS_BIN
 echo "scripts/test.sh: lean build with failpoints: $((SECONDS - t0)) s"
 
-# The wheel test (tests/install.rs) builds the Python wheel with maturin (PyPI, a venv cached
+# The wheel test (tests/heavy/install.rs) builds the Python wheel with maturin (PyPI, a venv cached
 # outside the repo) from the lean static build, built here so that the test finds it up to date
 # (with a Docker engine the image below is built from it too).
 t0=$SECONDS
@@ -116,7 +116,7 @@ export RANKVISOR_TEST_MATURIN
 bash images/build.sh --binary-only >/dev/null
 echo "scripts/test.sh: maturin and the lean static build: $((SECONDS - t0)) s"
 
-# The container tests (tests/container.rs) need a Docker engine and the image images/build.sh builds
+# The container tests (tests/heavy/container.rs) need a Docker engine and the image images/build.sh builds
 # (FROM scratch, no registry); without an engine they fail, naming what is missing.
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   t1=$SECONDS
@@ -124,7 +124,7 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   export RANKVISOR_TEST_IMAGE
   echo "scripts/test.sh: image $RANKVISOR_TEST_IMAGE built in $((SECONDS - t1)) s"
 else
-  echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/container.rs and tests/real_node.rs will fail"
+  echo "scripts/test.sh: no Docker engine answers \`docker info\`: tests/heavy/container.rs and tests/heavy/real_node.rs will fail"
 fi
 
 t0=$SECONDS

@@ -11,7 +11,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod dry_run;
@@ -97,30 +96,34 @@ pub fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// A scratch directory unique to one test, removed afterwards unless the test failed.
+/// A scratch directory unique to one test (a `tempfile` directory named after it), removed
+/// afterwards unless the test failed.
 pub struct TestDir {
-    path: PathBuf,
+    /// None only while it is dropped.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestDir {
     /// A fresh directory named after the test.
     pub fn new(name: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let path = std::env::temp_dir().join(format!("rankvisor-it-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create test dir");
-        Self { path }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rankvisor-it-{name}-"))
+            .tempdir()
+            .unwrap_or_else(|e| panic!("create a test dir for {name}: {e}"));
+        // The mode a plain mkdir gives (tempfile's is 0700): containers' and pods' processes,
+        // whatever their user, read the bind-mounted files there.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod test dir");
+        Self { dir: Some(dir) }
     }
 
     /// The directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.as_ref().expect("a live test dir").path()
     }
 
     /// A path inside the directory.
     pub fn join(&self, p: &str) -> PathBuf {
-        self.path.join(p)
+        self.path().join(p)
     }
 
     /// The path inside the directory as a string, for shell scripts.
@@ -146,10 +149,11 @@ impl TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
+        // tempfile removes it when dropped; a failed test's stays for inspection.
         if std::thread::panicking() {
-            eprintln!("keeping {} for inspection", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
+            if let Some(dir) = self.dir.take() {
+                eprintln!("keeping {} for inspection", dir.keep().display());
+            }
         }
     }
 }

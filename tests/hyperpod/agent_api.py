@@ -1,4 +1,4 @@
-"""The HyperPod elastic agent's own API code (1.1.3), for tests/hyperpod_agent.rs.
+"""The HyperPod elastic agent's own API code (1.1.3), for tests/pid1/hyperpod_agent.rs.
 
     python3 agent_api.py SRC status < BODY   re-encode a /status body with the agent's encoder
     python3 agent_api.py SRC start  < BODY   validate a /start body with the agent's StartRequest

@@ -74,3 +74,6 @@ pub mod status;
 pub mod termination;
 pub mod untrusted;
 pub mod webhook;
+
+#[cfg(test)]
+mod test_support;

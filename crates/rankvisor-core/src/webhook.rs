@@ -425,7 +425,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let _ = tx.send(crate::net::client::tests::read_request(&mut s).await);
+            let _ = tx.send(crate::test_support::read_request(&mut s).await);
             let _ = s.write_all(&ok).await;
         });
         let cfg = WebhookConfig::new(parse_url(&format!("http://user:s3cret@{addr}/r")).unwrap());
@@ -440,16 +440,15 @@ mod tests {
 
     #[tokio::test]
     async fn https_receivers_work_with_their_ca() {
-        use crate::net::client::tests::{self_signed, tls_server};
+        use crate::test_support::{self_signed, tls_server};
         let (pem, config) = self_signed();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let addr = tls_server(config, tx).await;
-        let dir = std::env::temp_dir().join(format!("rv-webhook-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("ca.crt"), pem).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), pem).unwrap();
         let url = parse_url(&format!("https://{addr}/hook")).unwrap();
         let cfg = WebhookConfig {
-            ca_file: Some(dir.join("ca.crt")),
+            ca_file: Some(dir.path().join("ca.crt")),
             proxy: ProxySettings::default(),
             ..WebhookConfig::new(url)
         };
@@ -461,7 +460,6 @@ mod tests {
         assert_eq!(stats.counts(), WebhookCounts { sent: 1, failed: 0, dropped: 0 });
         let request = rx.recv().await.unwrap();
         assert!(request.starts_with("POST /hook HTTP/1.1\r\n") && request.contains("\"schema_version\""), "{request}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A receiver that accepts the report and answers with a body that never ends: the report
@@ -474,7 +472,7 @@ mod tests {
         let w = written.clone();
         tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            crate::net::client::tests::read_request(&mut s).await;
+            crate::test_support::read_request(&mut s).await;
             let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n";
             s.write_all(head).await.unwrap();
             let block = vec![b'x'; 64 * 1024];
@@ -498,7 +496,7 @@ mod tests {
             let mut n = 0;
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
-                let request = crate::net::client::tests::read_request_or_eof(&mut s).await;
+                let request = crate::test_support::read_request_or_eof(&mut s).await;
                 // The body is all after the head: read_request stops at the announced length.
                 let body = request.and_then(|t| t.split_once("\r\n\r\n").map(|(_, b)| b.to_string()));
                 let Some(body) = body else { continue };

@@ -29,10 +29,10 @@
 //!   [`run_dry_run`];
 //! - for the integration tests: [`parse_job`] (with [`ManifestError`] and the field errors it
 //!   carries) and the admitted [`PyTorchJob`] ([`ReplicaId`], [`ReplicaType`], [`ReplicaSpec`]);
-//!   [`operator_env`], which `tests/real_node.rs` gives a real cluster's pods; and the PyTorchJob's
+//!   [`operator_env`], which `tests/heavy/real_node.rs` gives a real cluster's pods; and the PyTorchJob's
 //!   [`Controller`] with what goes in and out of it ([`ControllerConfig`], [`ClusterEvent`],
 //!   [`ClusterAction`], [`Step`], [`Outcome`], [`JobState`], [`PodStatus`]), which the chaos soak
-//!   (`tests/chaos/soak.rs`) runs to predict a real run's outcome.
+//!   (`tests/heavy/chaos/soak.rs`) runs to predict a real run's outcome.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -5,7 +5,7 @@
 //! Build: `bash scripts/setup-torch.sh` for libtorch, then
 //! `cargo build -p rankvisor-trainer --example smoke_train` (the rankvisor binary never links libtorch).
 //!
-//! Output, for people and for tests/training.rs: a progress line every few steps, one
+//! Output, for people and for tests/heavy/training.rs: a progress line every few steps, one
 //! `RESUMED {json}` line when it continues from a checkpoint, and one `RESULT {json}` line at the
 //! end. With `RANKVISOR_HEARTBEAT_FILE` set it writes `{"step":..,"loss":..,"checkpoint_step":..}`
 //! there after every step. Exit 0 when the final loss is under `--loss-threshold`, 1 when it is not

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the one-node cluster's binaries for tests/real_node.rs: kubelet (with its built-in dockershim)
+# Builds the one-node cluster's binaries for tests/heavy/real_node.rs: kubelet (with its built-in dockershim)
 # and kubectl v1.20.2 from Debian 12's "kubernetes" source package (the same source and Go 1.19 as
 # scripts/k8s/build-apiserver.sh), plus the static `pause` of the pod sandbox image, and caches them
 # OUTSIDE the repository in $CACHE/k8s-node-1.20.2-<hash of this script>/{kubelet,kubectl,pause}.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts a one-node Kubernetes v1.20.2 on loopback for tests/real_node.rs: etcd, kube-apiserver (the
+# Starts a one-node Kubernetes v1.20.2 on loopback for tests/heavy/real_node.rs: etcd, kube-apiserver (the
 # project's cached build), and a kubelet whose built-in dockershim runs pods on the local Docker
 # engine. The node is named 127.0.0.1 (the kubelet rejects a loopback --node-ip but takes an IP given
 # as --hostname-override as its InternalIP). Everything lives in DIR; stop.sh DIR undoes it and

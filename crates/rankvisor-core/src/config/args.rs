@@ -257,7 +257,7 @@ mod tests {
     use super::*;
 
     /// A command with one option that a variable can also set (the variable is never set here: the
-    /// environment-only path is tested end to end, in tests/config_errors.rs).
+    /// environment-only path is tested end to end, in tests/pid1/config_errors.rs).
     fn cmd() -> clap::Command {
         clap::Command::new("t").arg(
             clap::Arg::new("limit").long("limit").env("RANKVISOR_TEST_NEVER_SET_LIMIT").value_parser(decimal::<u32>),

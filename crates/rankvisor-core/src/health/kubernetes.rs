@@ -244,15 +244,7 @@ mod tests {
         /// Applied just before a planned watch's last line is sent (a change the watch misses).
         change_during_watch: Option<String>,
         /// The token's directory, removed when the server (and so the state) goes with the runtime.
-        _dir: Option<DirGuard>,
-    }
-
-    struct DirGuard(std::path::PathBuf);
-
-    impl Drop for DirGuard {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+        _dir: Option<tempfile::TempDir>,
     }
 
     type Shared = Arc<Mutex<State>>;
@@ -374,14 +366,14 @@ mod tests {
     async fn fake(state: State) -> (KubeClient, Shared) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let dir = std::env::temp_dir().join(format!("rv-kube-fake-{}-{}", std::process::id(), addr.port()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("token"), "fake-token\n").unwrap();
-        let shared = Arc::new(Mutex::new(State { _dir: Some(DirGuard(dir.clone())), ..state }));
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "fake-token\n").unwrap();
+        let shared = Arc::new(Mutex::new(State { _dir: Some(dir), ..state }));
         tokio::spawn(serve(listener, shared.clone()));
         let overrides = KubeOverrides {
             api_server: Some(format!("http://{addr}")),
-            token_file: Some(dir.join("token")),
+            token_file: Some(token_file),
             allow_insecure_http: true,
             ..Default::default()
         };

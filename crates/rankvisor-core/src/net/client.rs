@@ -438,4 +438,4 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -1,5 +1,5 @@
 //! The replica machine's decisions, each without a process: paused tokio time, a fake process
-//! layer that turns `Spawn` into `Spawned` and records everything else.
+//! layer that turns `Spawn` into `Spawned` (or a planned spawn failure) and records everything else.
 
 use super::link::{LinkCommand, LinkEvent};
 use super::machine::{Effect, HealthGate, Input, Mode, Note, Replica, ReplicaConfig, SpawnOrder};
@@ -13,6 +13,7 @@ use crate::replica::child::{ChildAction, Event, SupervisorConfig};
 use crate::signo::Signo;
 use crate::status::ReplicaState;
 use nix::unistd::Pid;
+use std::collections::VecDeque;
 
 const SIGKILL: Signo = Signo::KILL;
 const SIGPIPE: Signo = Signo::PIPE;
@@ -73,10 +74,17 @@ struct Fake {
     hold_drains: bool,
     /// What a sweep finds still alive below rankvisor.
     leftovers: usize,
+    /// Answers to the next spawns in place of `Spawned` (a failed fork or exec).
+    spawn_failures: VecDeque<Event>,
 }
 
 impl Fake {
     fn new(cfg: ReplicaConfig) -> Self {
+        Self::with_spawn_failures(cfg, [])
+    }
+
+    /// A replica whose first spawns get `failures`, in order, then `Spawned`.
+    fn with_spawn_failures(cfg: ReplicaConfig, failures: impl IntoIterator<Item = Event>) -> Self {
         let mut f = Self {
             r: Replica::new(cfg),
             next_pid: 100,
@@ -91,6 +99,7 @@ impl Fake {
             drains: 0,
             hold_drains: false,
             leftovers: 0,
+            spawn_failures: failures.into_iter().collect(),
         };
         let effects = f.r.start(Instant::now());
         f.apply(effects);
@@ -107,6 +116,10 @@ impl Fake {
             match e {
                 Effect::Spawn(SpawnOrder { restart_count, generation, .. }) => {
                     self.spawns.push((restart_count, generation));
+                    if let Some(failure) = self.spawn_failures.pop_front() {
+                        self.send(Input::Child(failure));
+                        continue;
+                    }
                     self.next_pid += 1;
                     let pid = Pid::from_raw(self.next_pid);
                     self.send(Input::Child(Event::Spawned { pid }));
@@ -392,31 +405,26 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     tokio::time::advance(1000 * MS).await;
     assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::Exit { code: 0 }]);
     assert!(r.done());
-    let _ = SIGKILL;
 }
 
-/// EMFILE at a restart is the machine's fault: retried under the policy, never a permanent 126.
+/// EMFILE at a restart is the machine's fault: retried under the policy, never a permanent 126. A
+/// command that is not there is permanent: 127 at once, no restart.
 #[tokio::test(start_paused = true)]
 async fn transient_spawn_failures_are_retried() {
+    let emfile = Event::SpawnFailed { code: 126, message: "cannot run: Too many open files".into(), transient: true };
     let mut f = Fake::new(cfg());
+    f.spawn_failures.push_back(emfile);
     f.exit_child(ExitHow::Exited(1));
-    let _ = f.spawns.pop();
-    let _ = f.r.on_input(
-        Input::Child(Event::SpawnFailed {
-            code: 126,
-            message: "cannot run: Too many open files".into(),
-            transient: true,
-        }),
-        Instant::now(),
-    );
+    assert_eq!(f.spawns, [(0, 0), (1, 0)], "the immediate restart's spawn, which fails");
     assert_eq!(f.r.state(), ReplicaState::Restarting);
+    assert_eq!(f.r.supervisor().child_pid(), None);
     f.advance_to_deadline().await;
-    assert!(f.spawns.len() >= 2 && f.exit.is_none());
-    let mut g = Fake::new(cfg());
-    let _ = g.r.on_input(
-        Input::Child(Event::SpawnFailed { code: 127, message: "not found".into(), transient: false }),
-        Instant::now(),
-    );
+    assert_eq!(f.spawns.len(), 3, "retried at the deadline: {:?}", f.spawns);
+    assert!(f.r.supervisor().child_pid().is_some() && f.exit.is_none());
+    let not_found = Event::SpawnFailed { code: 127, message: "not found".into(), transient: false };
+    let g = Fake::with_spawn_failures(cfg(), [not_found]);
+    assert_eq!(g.spawns, [(0, 0)]);
+    assert_eq!(g.exit, Some(127), "a missing command is not restarted");
     assert_eq!(g.r.supervisor().restarts(), 0);
 }
 

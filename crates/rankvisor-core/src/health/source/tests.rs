@@ -1,4 +1,3 @@
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio::time::timeout;
@@ -8,34 +7,6 @@ use crate::health::verdict::NODE_HEALTH_STATUS;
 
 const GUARD: Duration = Duration::from_secs(5);
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "rankvisor-health-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn labels_text(status: &str) -> String {
     format!("kubernetes.io/hostname=\"n1\"\n{NODE_HEALTH_STATUS}=\"{status}\"\n")
@@ -94,33 +65,33 @@ fn auto_resolves() {
 
 #[test]
 fn read_errors_fail_closed_and_name_the_path() {
-    let dir = TempDir::new();
-    let missing = dir.join("missing");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
     let err = read_file_verdict(&missing, false).unwrap_err();
     assert!(matches!(&err, HealthError::Unreadable { path, .. } if path == &missing));
     let msg = err.to_string();
     assert!(msg.starts_with(&format!("node labels file {}: ", missing.display())), "{msg}");
     assert!(msg.contains("No such file"), "{msg}");
 
-    let err = read_file_verdict(&dir.0, false).unwrap_err();
+    let err = read_file_verdict(dir.path(), false).unwrap_err();
     assert!(err.to_string().contains("not a regular file") || err.to_string().contains("directory"), "{err}");
 
-    let fifo = dir.join("fifo");
+    let fifo = dir.path().join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let err = read_file_verdict(&fifo, false).unwrap_err();
     assert!(err.to_string().contains("not a regular file"), "{err}");
 
-    let big = dir.join("big");
+    let big = dir.path().join("big");
     std::fs::write(&big, vec![b'\n'; MAX_FILE_BYTES as usize + 1]).unwrap();
     let err = read_file_verdict(&big, false).unwrap_err();
     assert!(err.to_string().contains("larger than"), "{err}");
 
-    let latin1 = dir.join("latin1");
+    let latin1 = dir.path().join("latin1");
     std::fs::write(&latin1, b"a=\"\xe9\"\n").unwrap();
     let err = read_file_verdict(&latin1, false).unwrap_err();
     assert!(err.to_string().contains("not UTF-8 (at byte 3)"), "{err}");
 
-    let bad = dir.join("bad");
+    let bad = dir.path().join("bad");
     std::fs::write(&bad, "a=\"1\"\nnonsense\n").unwrap();
     let err = read_file_verdict(&bad, false).unwrap_err();
     assert_eq!(
@@ -134,8 +105,8 @@ fn read_errors_fail_closed_and_name_the_path() {
 
 #[test]
 fn read_file_verdict_judges_labels() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("UnschedulablePendingReboot")).unwrap();
     let v = read_file_verdict(&path, false).unwrap();
     assert!(!v.healthy);
@@ -146,8 +117,8 @@ fn read_file_verdict_judges_labels() {
 
 #[tokio::test]
 async fn file_written_later_then_seen() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     assert!(matches!(&*rx.borrow(), Err(HealthError::Unreadable { .. })));
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
@@ -158,8 +129,8 @@ async fn file_written_later_then_seen() {
 
 #[tokio::test]
 async fn rewrite_in_place_seen() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     assert_eq!(status(&rx.borrow()).as_deref(), Some("Schedulable"));
@@ -171,8 +142,8 @@ async fn rewrite_in_place_seen() {
 
 #[tokio::test]
 async fn replace_by_rename_seen() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     replace(&path, &labels_text("Schedulable"));
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     for s in ["Unschedulable", "Schedulable", "UnschedulablePendingReplacement"] {
@@ -186,15 +157,15 @@ async fn replace_by_rename_seen() {
 /// removes the old dir.
 #[tokio::test]
 async fn kubelet_data_symlink_swap_seen() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let write_generation = |name: &str, status: &str| {
-        std::fs::create_dir(dir.join(name)).unwrap();
-        std::fs::write(dir.join(name).join("labels"), labels_text(status)).unwrap();
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+        std::fs::write(dir.path().join(name).join("labels"), labels_text(status)).unwrap();
     };
     write_generation("..2024_01_01_00_00_00.1", "Schedulable");
-    std::os::unix::fs::symlink("..2024_01_01_00_00_00.1", dir.join("..data")).unwrap();
-    std::os::unix::fs::symlink("..data/labels", dir.join("labels")).unwrap();
-    let path = dir.join("labels");
+    std::os::unix::fs::symlink("..2024_01_01_00_00_00.1", dir.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/labels", dir.path().join("labels")).unwrap();
+    let path = dir.path().join("labels");
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     assert_eq!(status(&rx.borrow()).as_deref(), Some("Schedulable"));
 
@@ -202,9 +173,9 @@ async fn kubelet_data_symlink_swap_seen() {
     for (i, s) in ["UnschedulablePendingReboot", "Schedulable"].into_iter().enumerate() {
         let new = format!("..2024_01_01_00_00_0{}.{}", i + 1, i + 2);
         write_generation(&new, s);
-        std::os::unix::fs::symlink(&new, dir.join("..data_tmp")).unwrap();
-        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-        std::fs::remove_dir_all(dir.join(&old)).unwrap();
+        std::os::unix::fs::symlink(&new, dir.path().join("..data_tmp")).unwrap();
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+        std::fs::remove_dir_all(dir.path().join(&old)).unwrap();
         assert_eq!(status(&next(&mut rx).await).as_deref(), Some(s));
         old = new;
     }
@@ -212,11 +183,11 @@ async fn kubelet_data_symlink_swap_seen() {
 
 #[tokio::test]
 async fn symlink_target_elsewhere_rewritten_in_place_seen() {
-    let dir = TempDir::new();
-    let elsewhere = TempDir::new();
-    let target = elsewhere.join("real-labels");
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("real-labels");
     std::fs::write(&target, labels_text("Schedulable")).unwrap();
-    let path = dir.join("labels");
+    let path = dir.path().join("labels");
     std::os::unix::fs::symlink(&target, &path).unwrap();
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     std::fs::write(&target, labels_text("Unschedulable")).unwrap();
@@ -225,8 +196,8 @@ async fn symlink_target_elsewhere_rewritten_in_place_seen() {
 
 #[tokio::test]
 async fn delete_gives_error_then_recovers() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     std::fs::remove_file(&path).unwrap();
@@ -244,8 +215,8 @@ async fn delete_gives_error_then_recovers() {
 
 #[tokio::test]
 async fn malformed_gives_error_naming_the_line() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     replace(&path, "a=\"1\"\nb=oops\n");
@@ -260,8 +231,8 @@ async fn malformed_gives_error_naming_the_line() {
 
 #[tokio::test]
 async fn poll_alone_sees_changes() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let (mut rx, _task) = spawn_watcher(path.clone(), false, Duration::from_millis(20), false);
     std::fs::write(&path, labels_text("Unschedulable")).unwrap();
@@ -270,8 +241,8 @@ async fn poll_alone_sees_changes() {
 
 #[tokio::test]
 async fn parent_directory_created_later_seen_by_poll() {
-    let dir = TempDir::new();
-    let sub = dir.join("podinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("podinfo");
     let path = sub.join("labels");
     let mut rx = spawn_file_watcher(path.clone(), false, Duration::from_millis(20));
     assert!(rx.borrow().is_err());
@@ -288,13 +259,13 @@ async fn parent_directory_created_later_seen_by_poll() {
 /// instantly and deterministically.
 #[tokio::test(start_paused = true)]
 async fn unchanged_verdict_not_republished() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let mut rx = spawn_file_watcher(path.clone(), false, Duration::from_secs(1));
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     replace(&path, &labels_text("Schedulable"));
-    std::fs::write(dir.join("annotations"), "x=\"1\"\n").unwrap();
+    std::fs::write(dir.path().join("annotations"), "x=\"1\"\n").unwrap();
     // A label outside sagemaker.amazonaws.com/ is neither judged nor reported.
     std::fs::write(&path, format!("{}other=\"2\"\n", labels_text("Schedulable"))).unwrap();
     assert!(timeout(Duration::from_secs(60), rx.changed()).await.is_err());
@@ -306,8 +277,8 @@ async fn unchanged_verdict_not_republished() {
 /// asserted: a figure measured on a shared, loaded machine belongs to a benchmark.
 #[tokio::test]
 async fn every_change_is_seen_through_inotify_not_the_poll() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     replace(&path, &labels_text("Schedulable"));
     let mut rx = spawn_file_watcher(path.clone(), false, HOUR);
     let mut samples = Vec::new();
@@ -325,8 +296,8 @@ async fn every_change_is_seen_through_inotify_not_the_poll() {
 
 #[tokio::test]
 async fn task_ends_when_receivers_dropped() {
-    let dir = TempDir::new();
-    let path = dir.join("labels");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels");
     std::fs::write(&path, labels_text("Schedulable")).unwrap();
     let (rx, task) = spawn_watcher(path.clone(), false, HOUR, true);
     let clone = rx.clone();

@@ -1,21 +1,8 @@
 use super::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-/// A directory removed with the guard.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn dir(name: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("rv-http-client-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
-}
+use crate::test_support::{read_request, self_signed, tls_server};
 
 fn plain() -> ClientOptions {
     ClientOptions {
@@ -23,35 +10,6 @@ fn plain() -> ClientOptions {
         proxy: ProxySettings::default(),
         connect_timeout: Duration::from_secs(5),
         bearer_token_file: None,
-    }
-}
-
-/// Reads one request head (and its announced body), returns it as text.
-pub(crate) async fn read_request(s: &mut (impl AsyncReadExt + Unpin)) -> String {
-    read_request_or_eof(s).await.expect("the client closed before a whole request")
-}
-
-/// One request's text (head and announced body), or None when the client closes first.
-pub(crate) async fn read_request_or_eof(s: &mut (impl AsyncReadExt + Unpin)) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).to_string();
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_string))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if body.len() >= len {
-                return Some(text);
-            }
-        }
     }
 }
 
@@ -136,17 +94,17 @@ fn bad_settings_are_named() {
     let opts = ClientOptions { roots: Roots::CaFile("/nonexistent/ca.crt".into()), ..plain() };
     let e = HttpClient::new(opts).unwrap_err().to_string();
     assert!(e.starts_with("CA file /nonexistent/ca.crt: No such file"), "{e}");
-    let d = dir("empty-ca");
-    std::fs::write(d.0.join("ca.crt"), "hello\n").unwrap();
-    let e = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("ca.crt")), ..plain() }).unwrap_err();
-    assert_eq!(e, HttpError::Ca { path: d.0.join("ca.crt"), problem: "no PEM certificate in it".into() });
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("ca.crt"), "hello\n").unwrap();
+    let e = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.path().join("ca.crt")), ..plain() }).unwrap_err();
+    assert_eq!(e, HttpError::Ca { path: d.path().join("ca.crt"), problem: "no PEM certificate in it".into() });
 }
 
 #[test]
 fn token_is_trimmed_and_checked() {
-    let d = dir("tokens");
+    let d = tempfile::tempdir().unwrap();
     let file = |name: &str, content: &[u8]| {
-        let p = d.0.join(name);
+        let p = d.path().join(name);
         std::fs::write(&p, content).unwrap();
         p
     };
@@ -167,8 +125,8 @@ fn token_is_trimmed_and_checked() {
 
 #[tokio::test]
 async fn token_is_reread_before_each_request() {
-    let d = dir("rotate");
-    let token = d.0.join("token");
+    let d = tempfile::tempdir().unwrap();
+    let token = d.path().join("token");
     std::fs::write(&token, "first\n").unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_vec();
@@ -258,61 +216,21 @@ async fn refused_connections_are_connect_errors() {
     assert!(!e.to_string().contains("secret"), "{e}");
 }
 
-/// A self-signed certificate for 127.0.0.1 and localhost: (certificate PEM, server config).
-pub(crate) fn self_signed() -> (String, rustls::ServerConfig) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    let der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], der)
-        .unwrap();
-    (cert.pem(), config)
-}
-
-/// An https server answering every request 200 `{}`; each request's text goes to `tx`.
-pub(crate) async fn tls_server(
-    config: rustls::ServerConfig,
-    tx: tokio::sync::mpsc::UnboundedSender<String>,
-) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = listener.accept().await.unwrap();
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(s).await else { return };
-                let _ = tx.send(read_request(&mut tls).await);
-                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn https_trusts_only_the_given_ca() {
     let (pem, config) = self_signed();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let addr = tls_server(config, tx).await;
-    let d = dir("tls");
-    std::fs::write(d.0.join("ca.crt"), &pem).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("ca.crt"), &pem).unwrap();
     let url = format!("https://{addr}/x");
-    let trusting = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("ca.crt")), ..plain() }).unwrap();
+    let trusting = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.path().join("ca.crt")), ..plain() }).unwrap();
     let resp = trusting.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap();
     assert_eq!((resp.status(), resp.collect(10).await.unwrap().bytes), (200, b"{}".to_vec()));
     // Another CA: refused, and the error says it is the certificate.
     let (other, _) = self_signed();
-    std::fs::write(d.0.join("other.crt"), &other).unwrap();
-    let wary = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.0.join("other.crt")), ..plain() }).unwrap();
+    std::fs::write(d.path().join("other.crt"), &other).unwrap();
+    let wary = HttpClient::new(ClientOptions { roots: Roots::CaFile(d.path().join("other.crt")), ..plain() }).unwrap();
     let e = wary.send(Method::GET, &url, None, Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(&e, HttpError::Tls { problem } if problem.contains("certificate")), "{e}");
 }
