@@ -12,7 +12,7 @@ use crate::common;
 use common::{crashloop_and_hang_running, free_port, http_get, required_tool, wait_until, DryRunHttp, Rv, TestDir};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::http::route;
-use rankvisor_core::rendezvous::{Health, JobView};
+use rankvisor_core::rendezvous::{Health, JobView, NodeHealth};
 use rankvisor_core::status::{ExitReason, Identity, LocalStatus, ReplicaState, Report, Timeline};
 use rankvisor_core::webhook::WebhookCounts;
 use std::io::{BufRead, BufReader, Write};
@@ -185,7 +185,9 @@ fn replicas_at(k: usize) -> [LocalStatus; 3] {
 /// fed the workers' joins and state updates); and the master's own last report.
 fn master_fixture() -> Fixture {
     let now_ms = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
-    let health = Health { healthy: true, verdict: serde_json::json!({"node_health_status": "Schedulable"}) };
+    let mut node = rankvisor_core::kube::NodeSnapshot::default();
+    node.labels.insert(rankvisor_core::health::NODE_HEALTH_STATUS.into(), "Schedulable".into());
+    let health = Health::from(NodeHealth::Verdict(Box::new(rankvisor_core::health::verdict(&node, false))));
     let mut view = JobView::new("pytest", 3, "node-0", &health, now_ms());
     view.joined(1, "node-1", &health, now_ms());
     view.joined(2, "node-2", &health, now_ms());

@@ -119,7 +119,7 @@ proptest! {
     fn frames_read_back(node in "\\PC{0,40}", message in "\\PC{0,40}", g in any::<u64>(), index in any::<u32>()) {
         let frames = [
             Frame::Hello(Hello { job: node.clone(), replica_index: index, replica_count: index, node: node.clone(),
-                healthy: g % 2 == 0, health: serde_json::Value::String(message.clone()), nonce: message.clone() }),
+                healthy: g % 2 == 0, health: rankvisor_core::rendezvous::NodeHealth::Unreadable { error: message.clone() }, nonce: message.clone() }),
             Frame::Rejoin { generation: g },
             Frame::Error { message: message.clone() },
             Frame::Heartbeat,

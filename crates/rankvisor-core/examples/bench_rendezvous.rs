@@ -319,7 +319,7 @@ async fn master(n: u32) {
     let listener = listen("127.0.0.1:0".parse().expect("address")).expect("listen");
     let me = Member { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
     let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
-    let healthy = Health { healthy: true, verdict: serde_json::Value::Null };
+    let healthy = Health::from(rankvisor_core::rendezvous::NodeHealth::Off);
     let (m, _events) = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
     let started = Instant::now();
     let port = m.local_addr().port();
@@ -428,7 +428,7 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
                 replica_count: replicas,
                 node: format!("node-{index}"),
                 healthy: true,
-                health: serde_json::Value::Null,
+                health: rankvisor_core::rendezvous::NodeHealth::Off,
                 nonce: "00".repeat(32),
             });
             let line = encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;

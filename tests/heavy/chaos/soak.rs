@@ -908,7 +908,7 @@ impl Soak {
             replica_count: 8,
             node: "evil\n[rankvisor] ERROR forged".into(),
             healthy: true,
-            health: Value::Object(Default::default()),
+            health: rankvisor_core::rendezvous::NodeHealth::Off,
             nonce: "00".into(),
         };
         match variant {

@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn job_metrics_from_the_masters_view() {
         use crate::rendezvous::{Health, JobView};
-        let health = Health { healthy: true, verdict: serde_json::Value::Null };
+        let health = Health::from(crate::rendezvous::NodeHealth::Off);
         let mut view = JobView::new("pytest", 3, "n0", &health, 0);
         let update = |state| {
             let status = LocalStatus { state, ..LocalStatus::default() };

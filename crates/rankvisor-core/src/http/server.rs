@@ -325,7 +325,7 @@ mod tests {
         assert!(w.body.contains("Worker rank 2") && w.body.contains("served by the master"), "{}", w.body);
         let early = route(&Method::GET, "/job", &r, &none, Some(&None));
         assert_eq!(early.status, StatusCode::SERVICE_UNAVAILABLE);
-        let health = crate::rendezvous::Health { healthy: true, verdict: serde_json::Value::Null };
+        let health = crate::rendezvous::Health::from(crate::rendezvous::NodeHealth::Off);
         let view = JobView::new("j", 2, "n0", &health, 0);
         let m = route(&Method::GET, "/job", &r, &none, Some(&Some(view.clone())));
         assert_eq!((m.status, m.content_type), (StatusCode::OK, JSON));

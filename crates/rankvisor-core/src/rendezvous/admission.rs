@@ -115,7 +115,6 @@ pub fn admit(hello: &Hello, expected: &Expected, holder: impl Fn(u32) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
 
     fn expected() -> Expected {
         Expected { job: "pytest".into(), replica_count: 4 }
@@ -128,7 +127,7 @@ mod tests {
             replica_count: 4,
             node: "node-b".into(),
             healthy: true,
-            health: Value::Null,
+            health: crate::rendezvous::NodeHealth::Off,
             nonce: String::new(),
         }
     }

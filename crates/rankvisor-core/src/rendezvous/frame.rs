@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::health::NodeVerdict;
 use crate::status::Report;
 
 /// The protocol version this rankvisor speaks. Version 2: a `state` frame is the replica's
@@ -17,14 +18,69 @@ pub const PROTOCOL_VERSION: u32 = 2;
 /// The default bound on one frame, in bytes, newline excluded.
 pub const DEFAULT_MAX_FRAME: usize = 64 * 1024;
 
-/// A node-health verdict as the rendezvous carries it: the decision plus the opaque details.
+/// A node-health verdict as the rendezvous carries it: the decision plus its details.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Health {
     /// True when the node may run work; an unhealthy replica holds the barrier.
     pub healthy: bool,
-    /// The verdict's details (labels, fault type and reason), opaque to the rendezvous.
+    /// The verdict's details (labels, fault type and reason).
     #[serde(default)]
-    pub verdict: Value,
+    pub verdict: NodeHealth,
+}
+
+impl From<NodeHealth> for Health {
+    fn from(verdict: NodeHealth) -> Self {
+        Self { healthy: verdict.healthy(), verdict }
+    }
+}
+
+/// What a replica's node-health source says, typed on the wire: the verdict as the source gave
+/// it, `{"error": ...}` when the source cannot be read, `null` when there is no source. Anything
+/// else is a malformed frame.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NodeHealth {
+    /// The source's verdict, with the labels, fault type and reason.
+    Verdict(Box<NodeVerdict>),
+    /// The source cannot be read: the node counts as unhealthy.
+    Unreadable {
+        /// Why it cannot be read.
+        error: String,
+    },
+    /// No node-health source: the node counts as healthy.
+    #[default]
+    Off,
+}
+
+impl NodeHealth {
+    /// Whether the node may run work.
+    pub fn healthy(&self) -> bool {
+        match self {
+            Self::Verdict(v) => v.healthy,
+            Self::Unreadable { .. } => false,
+            Self::Off => true,
+        }
+    }
+}
+
+#[cfg(test)]
+impl NodeHealth {
+    /// The verdict on a node whose `node-health-status` label is `status` (test fixtures).
+    pub(crate) fn labelled(status: &str) -> Self {
+        let mut snapshot = crate::kube::NodeSnapshot::default();
+        snapshot.labels.insert(crate::health::NODE_HEALTH_STATUS.into(), status.into());
+        Self::Verdict(Box::new(crate::health::verdict(&snapshot, false)))
+    }
+}
+
+impl std::fmt::Display for NodeHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Verdict(v) => f.write_str(&crate::health::summary(v)),
+            Self::Unreadable { error } => write!(f, "node health unknown: {}", crate::untrusted::Escaped(error)),
+            Self::Off => f.write_str("no node-health source"),
+        }
+    }
 }
 
 /// The first frame a worker sends: who it is and how its node is.
@@ -40,9 +96,9 @@ pub struct Hello {
     pub node: String,
     /// The node-health decision.
     pub healthy: bool,
-    /// The node-health details, opaque.
+    /// The node-health details.
     #[serde(default)]
-    pub health: Value,
+    pub health: NodeHealth,
     /// The worker's nonce for the token challenge, hex.
     pub nonce: String,
 }
@@ -312,7 +368,6 @@ mod tests {
     use super::*;
     use crate::exit::ExitHow;
     use crate::status::{Identity, LocalStatus, ReplicaState, Timeline};
-    use serde_json::json;
     use std::time::UNIX_EPOCH;
 
     fn report(status: LocalStatus) -> Report {
@@ -328,7 +383,7 @@ mod tests {
                 replica_count: 4,
                 node: "node-a".into(),
                 healthy: false,
-                health: json!({"labels": {"sagemaker.amazonaws.com/node-health-status": "Unschedulable"}}),
+                health: NodeHealth::labelled("Unschedulable"),
                 nonce: "ab".repeat(32),
             }),
             Frame::Challenge { nonce: "cd".repeat(32) },
@@ -338,7 +393,9 @@ mod tests {
             Frame::Release { generation: 7 },
             Frame::Error { message: "replica_index 9 is out of range".into() },
             Frame::Heartbeat,
-            Frame::Health(Health { healthy: true, verdict: json!({"status": "Schedulable"}) }),
+            Frame::Health(Health::from(NodeHealth::labelled("Schedulable"))),
+            Frame::Health(Health::from(NodeHealth::Unreadable { error: "labels file: gone".into() })),
+            Frame::Health(Health::from(NodeHealth::Off)),
             Frame::State(Box::new(report(LocalStatus {
                 state: ReplicaState::Restarting,
                 restart_count: 2,
@@ -445,6 +502,25 @@ mod tests {
         assert!(e.starts_with("malformed hello frame: invalid value: integer `-1`"), "{e}");
         let e = decode(br#"{"v":2,"type":"hello","job":"j"}"#, DEFAULT_MAX_FRAME).unwrap_err().to_string();
         assert!(e.contains("missing field `replica_index`"), "{e}");
+    }
+
+    #[test]
+    fn node_health_is_typed_a_verdict_an_error_or_null_and_nothing_else() {
+        let health = |h: &str| format!(r#"{{"v":2,"type":"health","healthy":false,"verdict":{h}}}"#);
+        let off = decode(health("null").as_bytes(), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(off, Frame::Health(Health { healthy: false, verdict: NodeHealth::Off }));
+        let missing = decode(br#"{"v":2,"type":"health","healthy":true}"#, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(missing, Frame::Health(Health::from(NodeHealth::Off)));
+        let error = decode(health(r#"{"error":"x"}"#).as_bytes(), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(error, Frame::Health(Health::from(NodeHealth::Unreadable { error: "x".into() })));
+        for untyped in [r#"{"status":"Schedulable"}"#, r#""Schedulable""#, "7", r#"{"healthy":true}"#] {
+            let e = decode(health(untyped).as_bytes(), DEFAULT_MAX_FRAME).unwrap_err().to_string();
+            assert!(e.starts_with("malformed health frame"), "{untyped}: {e}");
+        }
+        let hello = br#"{"v":2,"type":"hello","job":"j","replica_index":1,"replica_count":4,"node":"n","healthy":true,"health":{"labels":{}},"nonce":""}"#;
+        let e = decode(hello, DEFAULT_MAX_FRAME).unwrap_err().to_string();
+        assert!(e.starts_with("malformed hello frame"), "{e}");
+        assert_eq!(NodeHealth::Unreadable { error: "a\nb".into() }.to_string(), "node health unknown: a\\nb");
     }
 
     #[test]

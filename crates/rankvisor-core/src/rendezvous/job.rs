@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::Value;
 
 use super::frame::Health;
 use crate::status::{LastExit, ReplicaState, Report};
@@ -270,7 +269,7 @@ impl JobView {
 }
 
 fn unknown_health() -> Health {
-    Health { healthy: true, verdict: Value::Null }
+    Health::from(crate::rendezvous::NodeHealth::Off)
 }
 
 fn gave_up(state: ReplicaState) -> bool {
@@ -296,12 +295,13 @@ mod tests {
     use crate::exit::ExitHow;
     use crate::signo::Signo;
     use crate::status::{Identity, LocalStatus, Timeline};
+    use serde_json::Value;
     use serde_json::json;
     use std::time::UNIX_EPOCH;
     use ReplicaState::*;
 
     fn healthy() -> Health {
-        Health { healthy: true, verdict: json!({"status": "Schedulable"}) }
+        Health::from(crate::rendezvous::NodeHealth::labelled("Schedulable"))
     }
 
     fn report(status: LocalStatus) -> Box<Report> {
@@ -407,7 +407,7 @@ mod tests {
             ..LocalStatus::default()
         });
         v.state(1, u.clone(), 5000);
-        let sick = Health { healthy: false, verdict: json!({"fault": "GpuError"}) };
+        let sick = Health::from(crate::rendezvous::NodeHealth::Unreadable { error: "GpuError".into() });
         v.health(1, &sick, 4000);
         v.seen(1, 6000);
         v.lost(1, "silent for 15s");
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(j["replicas"]["0"]["state"], "Running");
         assert_eq!(j["replicas"]["3"]["node"], "node-3");
         assert_eq!(j["replicas"]["3"]["last_seen_unix_ms"], 1003);
-        assert_eq!(j["replicas"]["3"]["health"]["status"], "Schedulable");
+        assert_eq!(j["replicas"]["3"]["health"]["node_health_status"], "Schedulable");
         assert_eq!(j["replicas"]["3"]["report"], Value::Null, "not reported yet");
         let keys = |r: &Value| r.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         let shape = [

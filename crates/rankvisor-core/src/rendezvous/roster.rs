@@ -297,7 +297,6 @@ impl Roster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
 
     fn roster(count: u32) -> Roster {
         Roster::new(Expected { job: "j".into(), replica_count: count }, true).allowing_new_generations(true)
@@ -310,7 +309,7 @@ mod tests {
             replica_count: r.expected.replica_count,
             node: node.into(),
             healthy,
-            health: Value::Null,
+            health: crate::rendezvous::NodeHealth::Off,
             nonce: String::new(),
         }
     }

@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -33,14 +32,11 @@ fn identity(index: u32, count: u32) -> Member {
 }
 
 fn healthy() -> Health {
-    Health { healthy: true, verdict: json!({"sagemaker.amazonaws.com/node-health-status": "Schedulable"}) }
+    Health::from(NodeHealth::labelled("Schedulable"))
 }
 
 fn unhealthy() -> Health {
-    Health {
-        healthy: false,
-        verdict: json!({"sagemaker.amazonaws.com/node-health-status": "UnschedulablePendingReboot"}),
-    }
+    Health::from(NodeHealth::labelled("UnschedulablePendingReboot"))
 }
 
 fn cfg() -> RendezvousConfig {
@@ -164,7 +160,7 @@ fn raw_hello(index: u32, count: u32) -> Frame {
         replica_count: count,
         node: format!("raw-{index}"),
         healthy: true,
-        health: json!(null),
+        health: NodeHealth::Off,
         nonce: "00".repeat(32),
     })
 }

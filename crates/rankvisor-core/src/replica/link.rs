@@ -7,7 +7,8 @@
 use crate::health::Observation;
 use crate::rank::Role;
 use crate::rendezvous::{
-    self, ControlEvent, Health, JobView, MasterHandle, Member, Order, RendezvousConfig, RendezvousError, WorkerSession,
+    self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
+    WorkerSession,
 };
 use crate::status::Report;
 use std::future::Future;
@@ -139,12 +140,12 @@ pub struct Link {
 pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch::Receiver<Health> {
     fn health_of(obs: &Observation) -> Health {
         match obs {
-            Ok(v) => Health { healthy: v.healthy, verdict: serde_json::to_value(v).unwrap_or_default() },
-            Err(e) => Health { healthy: false, verdict: serde_json::json!({ "error": e.to_string() }) },
+            Ok(v) => Health::from(NodeHealth::Verdict(Box::new(v.clone()))),
+            Err(e) => Health::from(NodeHealth::Unreadable { error: e.to_string() }),
         }
     }
     let Some(mut source) = source else {
-        return Health { healthy: true, verdict: serde_json::Value::Null }.fixed();
+        return Health::from(NodeHealth::Off).fixed();
     };
     let (tx, rx) = watch::channel(health_of(&source.borrow_and_update()));
     tokio::spawn(async move {
