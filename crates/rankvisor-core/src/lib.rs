@@ -48,6 +48,9 @@
 //! rules: evaluator, stdout relay, `log-rules test`). The dry run is the
 //! `rankvisor-dryrun` crate and the trainer helpers `rankvisor-trainer`.
 
+#![warn(unreachable_pub)]
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod app;
 pub mod backoff;

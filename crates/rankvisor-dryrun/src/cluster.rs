@@ -152,6 +152,7 @@ pub enum ClusterAction {
 
 /// The result of one event: rows that changed, and actions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "the rows and actions are the cluster loop's to apply"]
 pub struct Step {
     /// Watch lines, in order.
     pub(crate) changes: Vec<Change>,

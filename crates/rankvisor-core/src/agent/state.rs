@@ -32,6 +32,7 @@ impl AgentState {
     }
 
     /// `PLR_VALID_TRANSITIONS`: may the agent go from `self` to `to`?
+    #[must_use]
     pub fn may_become(self, to: AgentState) -> bool {
         use AgentState::*;
         matches!(

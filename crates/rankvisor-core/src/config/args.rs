@@ -64,6 +64,7 @@ pub struct CheckNodeArgs {
     /// Treat a node without the node-health-status label as unhealthy.
     #[arg(long, env = "RANKVISOR_REQUIRE_HEALTH_LABEL")]
     pub require_health_label: bool,
+    /// Where the Kubernetes node-health source finds the API server and this pod's node.
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -167,6 +168,7 @@ pub struct SuperviseArgs {
     /// Where the agent's API listens (IP:PORT).
     #[arg(long, env = "RANKVISOR_AGENT_ADDR", default_value = "0.0.0.0:8080")]
     pub agent_addr: std::net::SocketAddr,
+    /// Where the Kubernetes node-health source finds the API server and this pod's node.
     #[command(flatten)]
     pub kube: KubeArgs,
 }

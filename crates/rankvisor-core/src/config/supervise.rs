@@ -285,7 +285,7 @@ fn read_log_rules(path: &std::path::Path) -> Result<std::sync::Arc<crate::logrul
 /// `LOCAL_WORLD_SIZE=1` where unset (a program started without torchrun is one process per
 /// replica), the heartbeat file's path, and without the job token (a secret meant for rankvisor
 /// alone). The per-start counters are the loop's ([`crate::replica::event_loop`]).
-pub fn child_command(
+pub(super) fn child_command(
     program: &OsString,
     args: &[OsString],
     heartbeat_file: Option<&std::path::Path>,

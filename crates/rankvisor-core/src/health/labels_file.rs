@@ -90,7 +90,7 @@ const MAX_PREFIX: usize = 253;
 /// A Kubernetes label (or annotation) key: an optional DNS-subdomain prefix and '/', then a name
 /// of at most 63 of `[A-Za-z0-9._-]` that starts and ends alphanumeric. Anything else (a BOM or
 /// zero-width space before a real key, say) would make a different key silently, so it is refused.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub(super) fn check_key(key: &str) -> Result<(), String> {
     let bad = |what: String| Err(format!("key {key:?} is not a Kubernetes label key: {what}"));
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),

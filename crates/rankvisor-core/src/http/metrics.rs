@@ -14,7 +14,7 @@ use std::fmt::Write;
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
-pub const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
+pub(super) const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
 const EXIT_REASONS: [ExitReason; 6] = [
     ExitReason::Exited,

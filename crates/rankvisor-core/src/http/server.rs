@@ -32,10 +32,10 @@ const ALLOW: &str = "GET, HEAD";
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once (the port is unauthenticated): a newcomer beyond this closes the
 /// oldest connection, so a flood of slow clients cannot lock out a well-behaved probe.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(super) const MAX_CONNECTIONS: usize = 64;
 /// Bytes of request head buffered per connection (hyper's floor is 8 KiB; its default ~400 KiB
 /// let 1,000 connections hold 400 MiB).
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub(super) const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// The longest any one connection lives, keep-alive included: every request here is tiny.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// How long a closing server lets its connections finish the replies they are writing.

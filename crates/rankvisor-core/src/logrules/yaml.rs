@@ -11,7 +11,7 @@
 use serde_json::{Map, Number, Value};
 
 /// Parse `text` (the subset above) into the JSON value it denotes.
-pub fn parse(text: &str) -> Result<Value, String> {
+pub(super) fn parse(text: &str) -> Result<Value, String> {
     let mut lines: Vec<(usize, usize, &str)> = Vec::new();
     for (k, raw) in text.lines().enumerate() {
         let no = k + 1;

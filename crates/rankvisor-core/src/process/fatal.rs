@@ -21,8 +21,8 @@ pub fn install_panic_hook(termination_log: Option<PathBuf>) {
     std::panic::set_hook(Box::new(move |info| {
         let pgid = CHILD_GROUP.swap(0, Ordering::SeqCst);
         if pgid > 0 {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            // Best effort: the group may be gone already, and a panic hook has no one to tell.
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
         }
         let what = info
             .payload()

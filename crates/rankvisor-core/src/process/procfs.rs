@@ -18,7 +18,7 @@ pub struct ProcEntry {
 }
 
 /// Parse the fields we need from a /proc/PID/stat line; `comm` may hold spaces and parentheses.
-pub fn parse_stat(line: &str) -> Option<ProcEntry> {
+pub(super) fn parse_stat(line: &str) -> Option<ProcEntry> {
     let (head, rest) = line.rsplit_once(')')?;
     let pid = Pid::from_raw(head.split_once(' ')?.0.trim().parse().ok()?);
     let mut fields = rest.split_whitespace();

@@ -89,18 +89,18 @@ pub enum ForkReason {
 pub const LIBC_INTERNAL: &[i32] = &[32, 33, 34];
 /// See the musl variant.
 #[cfg(not(target_env = "musl"))]
-pub const LIBC_INTERNAL: &[i32] = &[32, 33];
+pub(super) const LIBC_INTERNAL: &[i32] = &[32, 33];
 
 /// The signals the child gets SIG_DFL for before `exec`: those rankvisor inherited ignored (`exec`
 /// keeps SIG_IGN, while it resets every caught signal by itself), plus on the `posix_spawn` path
 /// the libc's own (`libc_internal`), which its `posix_spawn` would otherwise leave ignored.
 /// SIGKILL and SIGSTOP cannot be changed and are never in the set.
-pub fn signals_to_default(ignored_at_start: SignalMask, libc_internal: &[i32]) -> SignalMask {
+pub(super) fn signals_to_default(ignored_at_start: SignalMask, libc_internal: &[i32]) -> SignalMask {
     libc_internal.iter().fold(ignored_at_start, |m, &s| m.with(s)).without(libc::SIGKILL).without(libc::SIGSTOP)
 }
 
 /// Whether PATH lookup in the child would see another PATH than rankvisor's own.
-pub fn path_lookup_changed(cmd: &ChildCommand) -> bool {
+pub(super) fn path_lookup_changed(cmd: &ChildCommand) -> bool {
     let searched = !cmd.program.as_bytes().contains(&b'/');
     searched && (cmd.env.iter().any(|(k, _)| k == "PATH") || cmd.env_remove.iter().any(|k| k == "PATH"))
 }
@@ -140,7 +140,7 @@ pub fn spawn_child(cmd: &ChildCommand, signals: &Signals) -> Result<nix::unistd:
 
 /// A libc `sigset_t` holding exactly `mask`, or None when libc's own `sigismember` does not agree
 /// with the bits written (a layout this code does not know: then the fork path is taken).
-pub fn sigset_from_mask(mask: SignalMask) -> Option<libc::sigset_t> {
+pub(super) fn sigset_from_mask(mask: SignalMask) -> Option<libc::sigset_t> {
     // SAFETY: an all-zero sigset_t is the empty set in glibc and musl; sigemptyset makes sure.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: sigemptyset writes only `set`.

@@ -35,11 +35,11 @@ const LISTEN_BACKLOG: u32 = 8192;
 const EVENTS: usize = 4096;
 const INBOUND: usize = 1024;
 
-/// What the master's control channel reports to the supervisor loop. The job view is the
-/// authoritative state; events are hints to look at it (they are dropped if never read).
 /// The reason of a `Lost` event for a replica that reported a final state before it closed.
 pub const FINISHED: &str = "finished";
 
+/// What the master's control channel reports to the supervisor loop. The job view is the
+/// authoritative state; events are hints to look at it (they are dropped if never read).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ControlEvent {
     /// A worker was admitted.

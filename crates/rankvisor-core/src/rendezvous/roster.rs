@@ -192,6 +192,7 @@ impl Roster {
     }
 
     /// A worker's node health changed; false if `conn` does not hold `index`.
+    #[must_use = "the master acts on the roster's answer"]
     pub fn set_health(&mut self, index: u32, conn: ConnId, healthy: bool) -> bool {
         self.update(index, conn, |s| s.healthy = healthy)
     }
@@ -204,6 +205,7 @@ impl Roster {
     /// A worker is ready for `generation`; None if `conn` does not hold `index`. Asking for a
     /// newer generation is allowed only when new generations are (scope `job`), and only for the
     /// next one; a refused rejoin changes nothing.
+    #[must_use = "the master acts on the roster's answer"]
     pub fn rejoin(&mut self, index: u32, conn: ConnId, generation: u64) -> Option<Rejoin> {
         let current = self.phase.generation();
         self.slots.get(&index).filter(|s| s.conn == conn)?;
@@ -243,6 +245,7 @@ impl Roster {
 
     /// Who to release now: everyone when the barrier just completed, or the replica at `changed`
     /// when it became ready after its generation was released.
+    #[must_use = "the master acts on the roster's answer"]
     pub fn take_release(&mut self, changed: Option<u32>) -> Option<Release> {
         match self.phase {
             Phase::Gathering(g) => {
@@ -283,6 +286,7 @@ impl Roster {
     }
 
     /// The barrier failed: drop every waiting worker, returning (index, conn) to tell them.
+    #[must_use = "the master acts on the roster's answer"]
     pub fn fail(&mut self) -> Vec<(u32, ConnId)> {
         if let Phase::Released(_) = self.phase {
             return Vec::new();
@@ -428,7 +432,7 @@ mod tests {
         assert!(r.leave(2, 2));
         join(&mut r, 5, 2, false).unwrap();
         assert_eq!(r.take_release(Some(2)), None, "not while unhealthy");
-        r.set_health(2, 5, true);
+        assert!(r.set_health(2, 5, true));
         assert_eq!(conns(r.take_release(Some(2))), Some((0, vec![5])));
         assert_eq!(r.take_release(Some(2)), None, "once");
     }
@@ -460,7 +464,7 @@ mod tests {
         assert_eq!(r.take_release(Some(2)), None);
         assert_eq!(r.gather(1), Ok(true));
         assert_eq!(r.shortfall().missing, vec![1], "2 already acknowledged");
-        r.rejoin(1, 1, 1);
+        assert_eq!(r.rejoin(1, 1, 1), Some(Rejoin::Current));
         assert!(r.take_release(Some(1)).is_some());
     }
 

@@ -32,7 +32,7 @@ const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// What the relay thread tells the loop, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum News {
+pub(super) enum News {
     /// The attempt's first firing verdict (one per attempt).
     Hit(LogRuleHit),
     /// Each rule's state changed.
@@ -42,7 +42,7 @@ pub enum News {
 }
 
 /// One attempt's watch over the child's stdout.
-pub struct LogWatch {
+pub(super) struct LogWatch {
     /// Hits and drain answers, in order.
     news: mpsc::UnboundedReceiver<News>,
     /// The latest rule states (only the latest matters: a flapping rule queues nothing).
@@ -59,7 +59,7 @@ pub struct LogWatch {
 
 /// A pipe for the child's stdout: its read end (nonblocking, for the relay thread) and its write
 /// end, both close-on-exec (the spawn dups the write end to the child's fd 1).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(io::Error::from)?;
@@ -70,7 +70,12 @@ impl LogWatch {
     /// Watch the attempt whose child started at `started` with `rules`, reading `rx` (from
     /// [`pipe`]). The relay thread first waits for `previous`'s to finish relaying what the last
     /// attempt left in its pipe, so the output keeps its order.
-    pub fn start(rules: Arc<RuleSet>, rx: OwnedFd, started: Instant, previous: Option<Self>) -> io::Result<Self> {
+    pub(super) fn start(
+        rules: Arc<RuleSet>,
+        rx: OwnedFd,
+        started: Instant,
+        previous: Option<Self>,
+    ) -> io::Result<Self> {
         // Nonblocking: the loop's write never waits (a full wake pipe already asks).
         let flags = nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK;
         let (wake_rx, wake) = nix::unistd::pipe2(flags).map_err(io::Error::from)?;
@@ -105,7 +110,7 @@ impl LogWatch {
     /// The child exited: ask the relay thread, without waiting, to relay and evaluate what the
     /// pipe holds and then say [`News::Drained`]; its idle evaluations end (the child is gone).
     /// False when the thread is gone (its output ended): there is nothing left to drain.
-    pub fn drain(&self) -> bool {
+    pub(super) fn drain(&self) -> bool {
         let Some(wake) = &self.wake else { return false };
         match nix::unistd::write(wake, &[1]) {
             // A full wake pipe already holds a request, which this one joins.
@@ -117,7 +122,7 @@ impl LogWatch {
     /// The attempt is over and rankvisor exits: relay what the pipe holds and wait for that, at
     /// most [`FINISH_WAIT`] (a stdout nobody reads does not hold the exit up). The loop has
     /// ended: nothing else waits on this thread.
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         // Dropping the wake pipe's writer tells the thread to stop; its handle detaches.
         let Self { ended, .. } = self;
         if ended.recv_timeout(FINISH_WAIT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
@@ -126,7 +131,7 @@ impl LogWatch {
     }
 
     /// The relay thread's next news; forever when there is no watch or its thread is gone.
-    pub async fn next(watch: &mut Option<Self>) -> News {
+    pub(super) async fn next(watch: &mut Option<Self>) -> News {
         let Some(w) = watch.as_mut().filter(|w| !w.closed) else { return std::future::pending().await };
         tokio::select! {
             biased;
@@ -319,6 +324,6 @@ fn hit(ev: &Evaluator) -> Option<LogRuleHit> {
 }
 
 /// The status's account of a hit: the line escaped and bounded.
-pub fn report(hit: &LogRuleHit) -> LogRuleReport {
+pub(super) fn report(hit: &LogRuleHit) -> LogRuleReport {
     LogRuleReport { reason: hit.reason.clone(), rule: hit.rule().to_string(), line: hit.line().map(escape_line) }
 }

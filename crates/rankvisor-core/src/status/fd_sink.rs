@@ -7,10 +7,11 @@
 //! is async (`flushed`), so it never blocks the runtime's thread.
 
 use super::LocalStatus;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -96,13 +97,12 @@ impl StatusSink {
         if fd < 3 {
             return Err(err("expected a descriptor >= 3 (0-2 are stdio)".into()));
         }
-        // SAFETY: fcntl on an integer descriptor has no memory-safety preconditions.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-        if flags < 0 {
-            return Err(err(std::io::Error::last_os_error().to_string()));
-        }
-        // SAFETY: as above.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+        let os_error = |e: nix::Error| err(std::io::Error::from(e).to_string());
+        // SAFETY: the borrow lasts only for the two fcntl calls, which touch no memory; on a
+        // descriptor that is not open the kernel answers EBADF, reported as the error.
+        let probe = unsafe { BorrowedFd::borrow_raw(fd) };
+        let flags = FdFlag::from_bits_retain(fcntl(probe, FcntlArg::F_GETFD).map_err(os_error)?);
+        fcntl(probe, FcntlArg::F_SETFD(flags | FdFlag::FD_CLOEXEC)).map_err(os_error)?;
         // SAFETY: the descriptor is open (checked above) and from here on owned only by this File.
         let file = unsafe { File::from_raw_fd(fd) };
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), ready: Condvar::new() });
@@ -180,6 +180,28 @@ mod tests {
     fn pipe() -> (File, RawFd) {
         let (r, w) = nix::unistd::pipe().unwrap();
         (File::from(r), std::os::fd::IntoRawFd::into_raw_fd(w))
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_open_is_refused_with_the_kernels_reason() {
+        // Above any open-file limit, so never open in this process.
+        let fd = i32::MAX;
+        let Err(e) = StatusSink::from_fd(fd) else { panic!("descriptor {fd} is not open, yet taken") };
+        assert_eq!(e.fd, fd);
+        assert_eq!(e.problem, std::io::Error::from_raw_os_error(libc::EBADF).to_string());
+    }
+
+    #[tokio::test]
+    async fn the_sinks_descriptor_is_closed_on_exec() {
+        let (_reader, w) = pipe();
+        let flags = |fd: RawFd| {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+            let octal = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap().trim().to_string();
+            u32::from_str_radix(&octal, 8).unwrap()
+        };
+        assert_eq!(flags(w) & libc::O_CLOEXEC as u32, 0, "a pipe end starts inheritable");
+        let _sink = StatusSink::from_fd(w).unwrap();
+        assert_ne!(flags(w) & libc::O_CLOEXEC as u32, 0);
     }
 
     #[tokio::test]

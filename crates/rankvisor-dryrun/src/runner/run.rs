@@ -132,6 +132,7 @@ impl Run {
     }
 
     /// Ask `pod`'s launcher to stop (once: a second ask keeps the first deadline).
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn stop(&mut self, pod: ReplicaId, now: Instant) -> Option<RunAction> {
         if self.stopping.contains_key(&pod) {
             return None;
@@ -142,6 +143,7 @@ impl Run {
 
     /// A `fail:` injection for `pod` is due, its training process being `child`: kill it now,
     /// once it runs (a child that is starting or waiting for its restart), or never.
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn fail_due(&mut self, pod: ReplicaId, child: ChildNow) -> FailNow {
         match child {
             ChildNow::Running(pid) => FailNow::Kill(pid),
@@ -155,6 +157,7 @@ impl Run {
 
     /// `pod`'s launcher says its training process `child` runs: the process group to kill now
     /// if a `fail:` injection waits for it (once).
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn child_runs(&mut self, pod: ReplicaId, child: Option<Pid>) -> Option<Pid> {
         let pid = child?;
         self.fails_waiting.remove(&pod).then_some(pid)
@@ -162,12 +165,14 @@ impl Run {
 
     /// The controller asked to stop every launcher: each one running now is asked to stop (the
     /// returned actions), and each one started later as soon as it starts ([`Run::started`]).
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn stop_all(&mut self, running: impl IntoIterator<Item = ReplicaId>, now: Instant) -> Vec<RunAction> {
         self.stop_all = true;
         running.into_iter().filter_map(|pod| self.stop(pod, now)).collect()
     }
 
     /// `pod`'s launcher started: stopped at once after a [`Run::stop_all`].
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn started(&mut self, pod: ReplicaId, now: Instant) -> Option<RunAction> {
         if self.stop_all {
             return self.stop(pod, now);
@@ -197,6 +202,7 @@ impl Run {
     }
 
     /// INT or TERM reached the dry run.
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn on_signal(&mut self, signal: Signo) -> RunAction {
         match self.abort {
             Some(Abort { by_signal: true, .. }) => RunAction::KillAll { signal },
@@ -209,6 +215,7 @@ impl Run {
 
     /// The deadlines that passed by `now`, in order: a teardown given up, the stragglers named,
     /// the timeout (with the job's exit status, `job_exit_code`), the launchers running late.
+    #[must_use = "the actions are the loop's to perform"]
     pub(crate) fn on_wake(&mut self, now: Instant, job_exit_code: i32) -> Vec<RunAction> {
         let mut out = Vec::new();
         if self.teardown_since.is_some_and(|since| since + TEARDOWN_LIMIT <= now) {

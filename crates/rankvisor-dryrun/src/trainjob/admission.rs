@@ -63,31 +63,7 @@ fn field(path: &str, kind: FieldErrorType, value: Option<BadValue>, detail: impl
 
 /// Admit the TrainJob in `docs` (the file's documents, then `--runtime` files' documents).
 pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<LoadedTrainJob, ManifestError> {
-    let mut train_jobs = Vec::new();
-    let mut runtimes: Vec<(String, RawRuntime, &Value)> = Vec::new();
-    for doc in docs {
-        match kind_of(doc) {
-            (v, k) if v == TRAINER_API_VERSION && k == TRAINJOB_KIND => train_jobs.push(doc),
-            (v, k) if v == TRAINER_API_VERSION && (k == "ClusterTrainingRuntime" || k == "TrainingRuntime") => {
-                runtimes.push((k.clone(), typed(doc, &k, source_name)?, doc));
-            }
-            (api_version, kind) => {
-                return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind })
-            }
-        }
-    }
-    let doc = match train_jobs.as_slice() {
-        [one] => *one,
-        other => {
-            return Err(ManifestError::Unsupported {
-                source_name: source_name.to_string(),
-                reason: format!(
-                    "{} TrainJob documents: expected exactly one (with any ClusterTrainingRuntime or TrainingRuntime documents beside it)",
-                    other.len()
-                ),
-            })
-        }
-    };
+    let (doc, runtimes) = documents(docs, source_name)?;
     let raw: RawTrainJob = typed(doc, TRAINJOB_KIND, source_name)?;
     let name = raw.metadata.name.clone().unwrap_or_default();
     let invalid = |errors: Vec<FieldError>| ManifestError::InvalidObject {
@@ -95,75 +71,13 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
         name: name.clone(),
         errors: FieldErrors(errors),
     };
-    // The CRD's schema and CEL rules.
-    let mut errs = Vec::new();
-    if name.is_empty() {
-        errs.push(field("metadata.name", FieldErrorType::Required, None, "name or generateName is required"));
-    } else if !dns1035_problems(&name).is_empty() {
-        let v = Some(BadValue::Str(name.clone()));
-        errs.push(field(
-            "metadata.name",
-            FieldErrorType::Invalid,
-            v,
-            "metadata.name must match RFC 1035 DNS label format",
-        ));
-    }
-    let runtime_ref = raw.spec.runtime_ref.as_ref();
-    if let Some(group) = runtime_ref.and_then(|r| r.api_group.as_deref()).filter(|g| *g != "trainer.kubeflow.org") {
-        let detail = "supported values: \"trainer.kubeflow.org\"";
-        errs.push(field(
-            "spec.runtimeRef.apiGroup",
-            FieldErrorType::NotSupported,
-            Some(BadValue::Str(group.into())),
-            detail,
-        ));
-    }
-    let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
-    if runtime_name.is_empty() {
-        errs.push(field("spec.runtimeRef.name", FieldErrorType::Required, None, ""));
-    }
-    let trainer = raw.spec.trainer.as_ref();
-    if let Some(n) = trainer.and_then(|t| t.num_nodes).filter(|n| *n < 1) {
-        errs.push(field(
-            "spec.trainer.numNodes",
-            FieldErrorType::Invalid,
-            Some(BadValue::Int(n)),
-            "should be greater than or equal to 1",
-        ));
-    }
-    if let Some(m) = raw.spec.managed_by.as_ref().filter(|m| !MANAGERS.contains(&m.as_str())) {
-        errs.push(field(
-            "spec.managedBy",
-            FieldErrorType::Invalid,
-            Some(BadValue::Str(m.clone())),
-            "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
-        ));
-    }
-    // The CRD's quantity pattern on `resourcesPerNode` (a negative amount matches it: the pod's
-    // own validation refuses that one, below).
-    if let Some(res) = trainer.and_then(|t| t.resources_per_node.as_ref()) {
-        for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
-            for (name, value) in map {
-                let text = value.text();
-                if !text.trim_start().starts_with('-') && parse_quantity(&text).is_err() {
-                    let path = format!("spec.trainer.resourcesPerNode.{kind}.{name}");
-                    let detail = format!("{path} in body should match '{QUANTITY_SCHEMA_PATTERN}'");
-                    errs.push(field(&path, FieldErrorType::Invalid, Some(BadValue::Str(text)), detail));
-                }
-            }
-        }
-    }
-    if let Some(s) = raw.spec.active_deadline_seconds.filter(|s| *s < 0) {
-        errs.push(field(
-            "spec.activeDeadlineSeconds",
-            FieldErrorType::Invalid,
-            Some(BadValue::Int(s)),
-            "should be greater than or equal to 0",
-        ));
-    }
+    let errs = schema_errors(&raw, &name);
     if !errs.is_empty() {
         return Err(invalid(errs));
     }
+    let runtime_ref = raw.spec.runtime_ref.as_ref();
+    let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
+    let trainer = raw.spec.trainer.as_ref();
     let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied {
         source_name: source_name.to_string(),
         errors: FieldErrors(errors),
@@ -297,6 +211,110 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     }
     let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
     Ok(LoadedTrainJob { job, not_emulated })
+}
+
+/// A runtime document: its kind, the typed runtime, and the document itself (for the fields
+/// the dry run does not emulate).
+type RuntimeDoc<'a> = (String, RawRuntime, &'a Value);
+
+/// The one TrainJob among `docs`, and the runtimes beside it; any other kind, or not exactly one
+/// TrainJob, is refused.
+fn documents<'a>(docs: &'a [Value], source_name: &str) -> Result<(&'a Value, Vec<RuntimeDoc<'a>>), ManifestError> {
+    let mut train_jobs = Vec::new();
+    let mut runtimes: Vec<RuntimeDoc<'a>> = Vec::new();
+    for doc in docs {
+        match kind_of(doc) {
+            (v, k) if v == TRAINER_API_VERSION && k == TRAINJOB_KIND => train_jobs.push(doc),
+            (v, k) if v == TRAINER_API_VERSION && (k == "ClusterTrainingRuntime" || k == "TrainingRuntime") => {
+                runtimes.push((k.clone(), typed(doc, &k, source_name)?, doc));
+            }
+            (api_version, kind) => {
+                return Err(ManifestError::WrongKind { source_name: source_name.to_string(), api_version, kind })
+            }
+        }
+    }
+    match train_jobs.as_slice() {
+        [one] => Ok((*one, runtimes)),
+        other => {
+            Err(ManifestError::Unsupported {
+                source_name: source_name.to_string(),
+                reason: format!(
+                    "{} TrainJob documents: expected exactly one (with any ClusterTrainingRuntime or TrainingRuntime documents beside it)",
+                    other.len()
+                ),
+            })
+        }
+    }
+}
+
+/// The CRD's schema and CEL rules on the TrainJob named `name`: every field they refuse.
+fn schema_errors(raw: &RawTrainJob, name: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if name.is_empty() {
+        errs.push(field("metadata.name", FieldErrorType::Required, None, "name or generateName is required"));
+    } else if !dns1035_problems(name).is_empty() {
+        let v = Some(BadValue::Str(name.to_string()));
+        errs.push(field(
+            "metadata.name",
+            FieldErrorType::Invalid,
+            v,
+            "metadata.name must match RFC 1035 DNS label format",
+        ));
+    }
+    let runtime_ref = raw.spec.runtime_ref.as_ref();
+    if let Some(group) = runtime_ref.and_then(|r| r.api_group.as_deref()).filter(|g| *g != "trainer.kubeflow.org") {
+        let detail = "supported values: \"trainer.kubeflow.org\"";
+        errs.push(field(
+            "spec.runtimeRef.apiGroup",
+            FieldErrorType::NotSupported,
+            Some(BadValue::Str(group.into())),
+            detail,
+        ));
+    }
+    let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
+    if runtime_name.is_empty() {
+        errs.push(field("spec.runtimeRef.name", FieldErrorType::Required, None, ""));
+    }
+    let trainer = raw.spec.trainer.as_ref();
+    if let Some(n) = trainer.and_then(|t| t.num_nodes).filter(|n| *n < 1) {
+        errs.push(field(
+            "spec.trainer.numNodes",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(n)),
+            "should be greater than or equal to 1",
+        ));
+    }
+    if let Some(m) = raw.spec.managed_by.as_ref().filter(|m| !MANAGERS.contains(&m.as_str())) {
+        errs.push(field(
+            "spec.managedBy",
+            FieldErrorType::Invalid,
+            Some(BadValue::Str(m.clone())),
+            "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
+        ));
+    }
+    // The CRD's quantity pattern on `resourcesPerNode` (a negative amount matches it: the pod's
+    // own validation refuses that one, below).
+    if let Some(res) = trainer.and_then(|t| t.resources_per_node.as_ref()) {
+        for (kind, map) in [("limits", &res.limits), ("requests", &res.requests)] {
+            for (name, value) in map {
+                let text = value.text();
+                if !text.trim_start().starts_with('-') && parse_quantity(&text).is_err() {
+                    let path = format!("spec.trainer.resourcesPerNode.{kind}.{name}");
+                    let detail = format!("{path} in body should match '{QUANTITY_SCHEMA_PATTERN}'");
+                    errs.push(field(&path, FieldErrorType::Invalid, Some(BadValue::Str(text)), detail));
+                }
+            }
+        }
+    }
+    if let Some(s) = raw.spec.active_deadline_seconds.filter(|s| *s < 0) {
+        errs.push(field(
+            "spec.activeDeadlineSeconds",
+            FieldErrorType::Invalid,
+            Some(BadValue::Int(s)),
+            "should be greater than or equal to 0",
+        ));
+    }
+    errs
 }
 
 /// The runtime's trainer ReplicatedJob with the TrainJob's overrides, and every default.

@@ -374,7 +374,9 @@ impl Master {
                 if !health.healthy {
                     warn!(%peer, replica = index, verdict = %health.verdict, "replica's node became unhealthy");
                 }
-                self.roster.set_health(index, conn, health.healthy);
+                let held = self.roster.set_health(index, conn, health.healthy);
+                // Every connection in `conns` holds its index in the roster (both change together).
+                debug_assert!(held, "connection {conn:?} of replica {index} is not in the roster");
                 self.view().health(index, &health, now_ms());
                 self.emit(ControlEvent::Health { index, health });
                 self.release(Some(index));
