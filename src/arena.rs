@@ -9,7 +9,7 @@
 //! temporaries and growing vectors), grows the most recent block in place, and never returns
 //! pages. When it is full every further allocation goes to the system allocator, so it costs at
 //! most its size in memory ([`ARENA_BYTES`]); blocks larger than [`ARENA_MAX_BLOCK`] go there
-//! directly.
+//! directly. `bash scripts/miri-arena.sh` runs the tests below under Miri (strict provenance).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -45,12 +45,12 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
     }
 
     fn base(&self) -> usize {
-        self.mem.get() as usize
+        self.mem.get().addr()
     }
 
     /// Whether `ptr` is one of the arena's blocks.
     pub fn owns(&self, ptr: *const u8) -> bool {
-        let p = ptr as usize;
+        let p = ptr.addr();
         p >= self.base() && p < self.base() + N
     }
 
@@ -75,7 +75,9 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
                 return None;
             }
             match self.next.compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some((base + start) as *mut u8),
+                // From the arena's own pointer, not from an integer: the block keeps the arena's
+                // provenance (scripts/miri-arena.sh checks it under Miri).
+                Ok(_) => return Some(self.mem.get().cast::<u8>().wrapping_add(start)),
                 Err(now) => cur = now,
             }
         }
@@ -84,7 +86,7 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
     /// Move the end of the block at `ptr` from `old_end` to `new_end` bytes past its start, if it
     /// is the most recent block (nothing lies after it).
     fn resize_last(&self, ptr: *mut u8, old_size: usize, new_size: usize) -> bool {
-        let off = ptr as usize - self.base();
+        let off = ptr.addr() - self.base();
         let Some(new_end) = off.checked_add(new_size).filter(|&e| e <= N) else {
             return false;
         };
