@@ -9,7 +9,7 @@
 //! temporaries and growing vectors), grows the most recent block in place, and never returns
 //! pages. When it is full every further allocation goes to the system allocator, so it costs at
 //! most its size in memory ([`ARENA_BYTES`]); blocks larger than [`ARENA_MAX_BLOCK`] go there
-//! directly.
+//! directly. `bash scripts/miri-arena.sh` runs the tests below under Miri (strict provenance).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -45,12 +45,12 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
     }
 
     fn base(&self) -> usize {
-        self.mem.get() as usize
+        self.mem.get().addr()
     }
 
     /// Whether `ptr` is one of the arena's blocks.
     pub fn owns(&self, ptr: *const u8) -> bool {
-        let p = ptr as usize;
+        let p = ptr.addr();
         p >= self.base() && p < self.base() + N
     }
 
@@ -75,7 +75,9 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
                 return None;
             }
             match self.next.compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some((base + start) as *mut u8),
+                // From the arena's own pointer, not from an integer: the block keeps the arena's
+                // provenance (scripts/miri-arena.sh checks it under Miri).
+                Ok(_) => return Some(self.mem.get().cast::<u8>().wrapping_add(start)),
                 Err(now) => cur = now,
             }
         }
@@ -84,7 +86,7 @@ impl<const N: usize, const MAX: usize> Arena<N, MAX> {
     /// Move the end of the block at `ptr` from `old_end` to `new_end` bytes past its start, if it
     /// is the most recent block (nothing lies after it).
     fn resize_last(&self, ptr: *mut u8, old_size: usize, new_size: usize) -> bool {
-        let off = ptr as usize - self.base();
+        let off = ptr.addr() - self.base();
         let Some(new_end) = off.checked_add(new_size).filter(|&e| e <= N) else {
             return false;
         };
@@ -147,6 +149,9 @@ unsafe impl<const N: usize, const MAX: usize> GlobalAlloc for Arena<N, MAX> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// max_block of the edge tests' arenas.
+    const ARENA_MAX: usize = 1024;
 
     fn layout(size: usize, align: usize) -> Layout {
         Layout::from_size_align(size, align).unwrap()
@@ -226,6 +231,116 @@ mod tests {
             assert!(std::slice::from_raw_parts(moved, 1000).iter().all(|&b| b == 7));
             a.dealloc(moved, layout(3000, 8));
             a.dealloc(blocks[4], layout(1000, 8));
+        }
+    }
+
+    #[test]
+    fn the_largest_block_is_the_arenas_and_one_byte_more_is_the_systems() {
+        let a = Arena::<4096, 1024>::new();
+        // SAFETY: as above.
+        unsafe {
+            let largest = a.alloc(layout(ARENA_MAX, 1));
+            assert!(a.owns(largest), "a block of exactly max_block comes from the arena");
+            assert_eq!(a.used(), ARENA_MAX);
+            let over = a.alloc(layout(ARENA_MAX + 1, 1));
+            assert!(!over.is_null() && !a.owns(over), "max_block + 1 goes to the system allocator");
+            assert_eq!(a.used(), ARENA_MAX, "a system block takes nothing from the arena");
+            a.dealloc(over, layout(ARENA_MAX + 1, 1));
+            // Growing the arena's block to exactly max_block stays in place; one byte more moves.
+            a.dealloc(largest, layout(ARENA_MAX, 1));
+            let p = a.alloc(layout(8, 1));
+            let grown = a.realloc(p, layout(8, 1), ARENA_MAX);
+            assert_eq!(grown, p, "grown to max_block in place");
+            let moved = a.realloc(grown, layout(ARENA_MAX, 1), ARENA_MAX + 1);
+            assert!(!a.owns(moved), "grown past max_block: moved to the system allocator");
+            assert_eq!(a.used(), 0, "the moved block was the most recent: its bytes came back");
+            a.dealloc(moved, layout(ARENA_MAX + 1, 1));
+        }
+    }
+
+    #[test]
+    fn a_block_that_ends_at_the_arenas_end_fits_and_then_the_system_takes_over() {
+        let a = Arena::<4096, 4096>::new();
+        // SAFETY: as above; every block is freed with its own layout.
+        unsafe {
+            let head = a.alloc(layout(4000, 8));
+            // 96 bytes remain: a block of exactly that ends at the arena's last byte.
+            let tail = a.alloc(layout(96, 8));
+            assert!(a.owns(tail) && a.owns(tail.add(95)), "the last 96 bytes are the arena's");
+            assert_eq!(a.used(), 4096);
+            // Exhausted: every block from here is the system's, and is usable and freed there.
+            let spilled: Vec<_> = (0..64).map(|i| (a.alloc(layout(8 + i, 8)), 8 + i)).collect();
+            for &(p, size) in &spilled {
+                assert!(!p.is_null() && !a.owns(p), "a full arena falls back to the system allocator");
+                std::ptr::write_bytes(p, 0xa5, size);
+            }
+            assert_eq!(a.used(), 4096, "the system's blocks leave the offset alone");
+            for (p, size) in spilled {
+                a.dealloc(p, layout(size, 8));
+            }
+            // Freeing the most recent arena block makes room again.
+            a.dealloc(tail, layout(96, 8));
+            assert_eq!(a.used(), 4000);
+            let again = a.alloc(layout(64, 8));
+            assert!(a.owns(again), "the freed tail is handed out again");
+            a.dealloc(again, layout(64, 8));
+            a.dealloc(head, layout(4000, 8));
+            assert_eq!(a.used(), 0);
+        }
+    }
+
+    #[test]
+    fn an_alignment_that_would_pass_the_end_falls_back_to_the_system_allocator() {
+        let a = Arena::<4096, 4096>::new();
+        // SAFETY: as above.
+        unsafe {
+            let head = a.alloc(layout(4000, 1));
+            // 96 bytes remain, but aligning to 256 puts the block's start at 4096: it cannot fit.
+            let p = a.alloc(layout(8, 256));
+            assert!(!a.owns(p), "no arena block may start at or past its end");
+            assert_eq!(p as usize % 256, 0);
+            assert_eq!(a.used(), 4000);
+            a.dealloc(p, layout(8, 256));
+            a.dealloc(head, layout(4000, 1));
+        }
+    }
+
+    #[test]
+    fn realloc_across_the_arenas_end_moves_the_block_with_its_bytes() {
+        let a = Arena::<4096, 4096>::new();
+        // SAFETY: as above.
+        unsafe {
+            let head = a.alloc(layout(4000, 8));
+            let last = a.alloc(layout(64, 8));
+            for i in 0..64 {
+                *last.add(i) = i as u8;
+            }
+            // Growing the most recent block to exactly the arena's end keeps it in place.
+            let at_end = a.realloc(last, layout(64, 8), 96);
+            assert_eq!(at_end, last);
+            assert_eq!(a.used(), 4096);
+            // One byte past the end: it moves to the system allocator, keeps its bytes, and the
+            // arena takes its old bytes back (it was the most recent block).
+            let across = a.realloc(at_end, layout(96, 8), 97);
+            assert!(!across.is_null() && !a.owns(across), "moved out of the arena");
+            assert!((0..64).all(|i| *across.add(i) == i as u8), "the bytes moved with it");
+            assert_eq!(a.used(), 4000);
+            // Shrinking it again leaves it with the system allocator (realloc of a system block).
+            let shrunk = a.realloc(across, layout(97, 8), 32);
+            assert!(!a.owns(shrunk));
+            assert!((0..32).all(|i| *shrunk.add(i) == i as u8));
+            a.dealloc(shrunk, layout(32, 8));
+            // An older block grown across the end moves too, and its bytes stay used in the arena.
+            let older = a.alloc(layout(16, 8));
+            let newest = a.alloc(layout(16, 8));
+            std::ptr::write_bytes(older, 3, 16);
+            let older_moved = a.realloc(older, layout(16, 8), 200);
+            assert!(!a.owns(older_moved), "no room left at the arena's end for 200 bytes");
+            assert!(std::slice::from_raw_parts(older_moved, 16).iter().all(|&b| b == 3));
+            assert_eq!(a.used(), 4032, "the older block's old bytes are not reused");
+            a.dealloc(older_moved, layout(200, 8));
+            a.dealloc(newest, layout(16, 8));
+            a.dealloc(head, layout(4000, 8));
         }
     }
 

@@ -12,9 +12,9 @@ use rankvisor_core::config::{self, EnvSnapshot};
 use rankvisor_core::{app, exit, logging, process, termination};
 
 /// Start-up's allocations come from a bump arena (see `arena.rs`): no `mmap`/`munmap` per page of
-/// musl's allocator while clap, tracing and the runtime set up. Without it launch + exit takes about
-/// 17% more CPU time than `tini -s` (with it, the same), past the 10% that PID 1 is allowed
-/// (side by side in scripts/bench.sh).
+/// musl's allocator while clap, tracing and the runtime set up. Without it launch + exit takes
+/// 25-32% more CPU time than `tini -s` (with it 5-10%), past the 10% that PID 1 is allowed (side by
+/// side in scripts/bench.sh; docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: arena::Arena<{ arena::ARENA_BYTES }, { arena::ARENA_MAX_BLOCK }> = arena::Arena::new();
 
