@@ -295,8 +295,8 @@ mod tests {
     use crate::exit::ExitHow;
     use crate::signo::Signo;
     use crate::status::{Identity, LocalStatus, Timeline};
-    use serde_json::Value;
     use serde_json::json;
+    use serde_json::Value;
     use std::time::UNIX_EPOCH;
     use ReplicaState::*;
 
