@@ -58,7 +58,8 @@ fn main() {
         }
     }
     let start = Instant::now();
-    let passes = 200;
+    // RANKVISOR_BENCH_PASSES: fewer passes, for an instruction count under callgrind.
+    let passes = std::env::var("RANKVISOR_BENCH_PASSES").ok().and_then(|p| p.parse().ok()).unwrap_or(200);
     let lines_n = (passes * lines.len()) as f64;
     let bytes = (passes * bytes_per_pass) as f64;
     let report = |entry: &str, (cpu, wall): (f64, f64)| {

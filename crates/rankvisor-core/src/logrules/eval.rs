@@ -20,6 +20,7 @@
 use super::pynum::py_float;
 use super::rule::Rule;
 use super::ruleset::RuleSet;
+use regex_automata::{PatternID, PatternSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -96,6 +97,8 @@ pub struct Evaluator {
     /// abandoned before the verdict was taken).
     settled: bool,
     stopped: bool,
+    /// The rules that can match the line being evaluated (a buffer reused).
+    candidates: PatternSet,
 }
 
 impl Evaluator {
@@ -112,8 +115,9 @@ impl Evaluator {
                 last_match: None,
                 slow_count: 0,
             })
-            .collect();
+            .collect::<Vec<_>>();
         Self {
+            candidates: PatternSet::new(runs.len()),
             rules,
             runs,
             start: attempt_start,
@@ -206,10 +210,15 @@ impl Evaluator {
         }
         self.last_eval = self.last_eval.max(now);
         let rules = self.rules.rules();
+        let screened = line.is_some_and(|l| self.rules.screen(l, &mut self.candidates));
         let mut changed = false;
-        for (rule, run) in rules.iter().zip(&mut self.runs) {
+        for (i, (rule, run)) in rules.iter().zip(&mut self.runs).enumerate() {
             let before = run.state;
-            let outcome = evaluate_rule(rule, run, self.start, line, now);
+            let candidate = match screened {
+                true => Some(self.candidates.contains(PatternID::new_unchecked(i))),
+                false => None,
+            };
+            let outcome = evaluate_rule(rule, run, self.start, line, candidate, now);
             changed |= run.state != before;
             if outcome.is_err() {
                 // The agent's loop catches the exception and goes on to the next line.
@@ -245,12 +254,14 @@ impl Evaluator {
 /// The captured value was not a number for Python's `float()`.
 struct NotANumber;
 
-/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation).
+/// One rule's `LogEvaluator.evaluate(line)` at `now` (`None`: an idle evaluation); `candidate`
+/// is what the rule set's screen said of the line (`None`: not screened).
 fn evaluate_rule(
     rule: &Rule,
     run: &mut RuleRun,
     start: Instant,
     seen: Option<&str>,
+    candidate: Option<bool>,
     now: Instant,
 ) -> Result<(), NotANumber> {
     if !run.active {
@@ -259,10 +270,11 @@ fn evaluate_rule(
     }
     // One search per line: the first group's value is taken with the match when a metric needs it
     // (the agent reads it further down; matching has no side effect, so when does not matter).
-    let matched = match seen {
-        None => None,
-        Some(l) if rule.metric.is_some() => rule.log_pattern.match_group1(l),
-        Some(l) => rule.log_pattern.is_match(l).then_some(None),
+    let matched = match (seen, candidate) {
+        (None, _) | (_, Some(false)) => None,
+        (Some(l), _) if rule.metric.is_some() => rule.log_pattern.match_group1(l),
+        (Some(l), Some(true)) => rule.log_pattern.is_match_screened(l).then_some(None),
+        (Some(l), None) => rule.log_pattern.is_match(l).then_some(None),
     };
     let line = seen.filter(|_| matched.is_some());
     if let Some(l) = line {

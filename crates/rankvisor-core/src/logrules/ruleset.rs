@@ -12,6 +12,7 @@ pub use super::budget::MAX_COMPILED;
 use super::rule::{rule_from_value, Rule, RulesError};
 use crate::untrusted::escape;
 use crate::untrusted::files::FileError;
+use regex_automata::{meta, Input, PatternSet};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -25,12 +26,25 @@ pub const MAX_RULES_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     rules: Vec<Rule>,
+    /// One automaton over every rule's `logPattern` screen (pattern `i` is rule `i`'s): one pass
+    /// over a line names the rules that can match it, so the others are not asked. `None` when
+    /// it did not fit the compile budget.
+    screen: Option<meta::Regex>,
 }
 
 impl RuleSet {
     /// The rules, in configuration order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// Into `candidates`, the rules whose `logPattern` can match `line` (every other rule's
+    /// cannot); `false` when there is no screen and every rule is a candidate.
+    pub fn screen(&self, line: &str, candidates: &mut PatternSet) -> bool {
+        candidates.clear();
+        let Some(screen) = &self.screen else { return false };
+        screen.which_overlapping_matches(&Input::new(line), candidates);
+        true
     }
 }
 
@@ -89,7 +103,9 @@ pub fn rules_from_value(value: &Value) -> Result<RuleSet, RulesError> {
         }
         rules.push(rule);
     }
-    Ok(RuleSet { rules })
+    let screens: Vec<_> = rules.iter().map(|r| r.log_pattern.screen()).collect();
+    let screen = budget.screen(&screens);
+    Ok(RuleSet { rules, screen })
 }
 
 /// Read and check the rules file at `path`: a regular file (opened without blocking, so a FIFO or

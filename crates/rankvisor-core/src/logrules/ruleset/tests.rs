@@ -1,5 +1,6 @@
 use super::*;
 use crate::logrules::pyre::LAZY_DFA_CACHE;
+use regex_automata::PatternSet;
 use serde_json::json;
 
 /// `n` rules named `r0`..`r{n-1}` with `pattern`.
@@ -105,4 +106,63 @@ fn a_pattern_is_quoted_once_in_errors() {
     let v = json!([{"name": "b", "logPattern": "a\u{1b}[2J(?<=x)"}]);
     let e = rules_from_value(&v).unwrap_err().to_string();
     assert!(e.contains(r#""a\u{1b}[2J(?<=x)""#), "{e}");
+}
+
+#[test]
+fn the_screen_names_exactly_the_rules_that_can_match_a_line() {
+    let mut v: Value = serde_json::from_str(include_str!("../../../../../scripts/bench/log-rules-10.json")).unwrap();
+    // Beside the benchmark's rules: DOTALL, a lazy `.*?` with a group, an anchored pattern with
+    // `$`, a pattern that is not `.*Q`.
+    for (name, pattern) in
+        [("dotall", "(?s).*finished"), ("lazy", ".*?step (\\d+)"), ("end", "done$"), ("alt", "(?:a|.*b)c")]
+    {
+        v.as_array_mut().unwrap().push(json!({"name": name, "logPattern": pattern}));
+    }
+    let set = rules_from_value(&v).unwrap();
+    let lines = [
+        "[default0] Train Epoch: 1 [640/60000 (1%)] training_loss_step 1.9001 'samples/sec': 812.5\n",
+        "[default0]:2025-06-17 05:51:29,301 [INFO] data: fetched shard 1 from s3://bucket/x.tar\n",
+        "perf: step 7 speed: 102 TFLOPs, mem 61.2 GiB\n",
+        "RuntimeError: CUDA out of memory\n",
+        "Traceback (most recent call last)\n",
+        "LOSS = NaN\n",
+        "done\n",
+        "xbc\n",
+        "ac",
+        "",
+        // Q after a newline inside the text: the screen names the rule, the rule does not match
+        // (`.` stops at the newline), except with DOTALL.
+        "first\nTrain Epoch 2 step 3 finished\n",
+    ];
+    let mut candidates = PatternSet::new(set.rules().len());
+    let mut named_any = false;
+    for line in lines {
+        assert!(set.screen(line, &mut candidates), "the rules fit the budget: there is a screen");
+        let mut left_out = 0;
+        for (i, rule) in set.rules().iter().enumerate() {
+            let p = &rule.log_pattern;
+            let screened = candidates.contains(regex_automata::PatternID::must(i));
+            if p.is_match(line) {
+                assert!(screened, "{:?} matches {line:?} but the screen left it out", p.source());
+            }
+            if screened {
+                assert_eq!(p.is_match_screened(line), p.is_match(line), "{:?} on {line:?}", p.source());
+                named_any = true;
+            } else {
+                left_out += 1;
+            }
+            if !line.trim_end_matches('\n').contains('\n') {
+                assert_eq!(screened, p.is_match(line), "{:?} on the line {line:?}", p.source());
+            }
+        }
+        assert!(left_out > 0, "every rule named for {line:?}");
+    }
+    assert!(named_any);
+    let rule = |name: &str| set.rules().iter().position(|r| r.name == name).unwrap();
+    set.screen(lines[10], &mut candidates);
+    for name in ["JobHang", "lazy", "dotall"] {
+        assert!(candidates.contains(regex_automata::PatternID::must(rule(name))), "{name}");
+    }
+    assert!(!set.rules()[rule("JobHang")].log_pattern.is_match(lines[10]));
+    assert!(set.rules()[rule("dotall")].log_pattern.is_match(lines[10]));
 }
