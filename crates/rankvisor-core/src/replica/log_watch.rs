@@ -267,16 +267,10 @@ impl RelayThread {
         self.tell_states();
     }
 
-    /// One line at `now`.
+    /// One line at `now`: every line is evaluated, also after the attempt's verdict fired.
     fn line(&mut self, line: &str, now: Instant) {
-        if self.reported || !self.ev.on_line(line, now).state.firing() {
-            return;
-        }
-        if let Some(h) = hit(&self.ev) {
-            self.reported = true;
-            // States first: the status shows the rule firing when the machine acts on it.
-            self.tell_states();
-            let _ = self.news.send(News::Hit(h));
+        if self.ev.on_line(line, now).state.firing() {
+            self.report();
         }
     }
 
@@ -287,6 +281,7 @@ impl RelayThread {
         }
         if let Some(h) = hit(&self.ev) {
             self.reported = true;
+            // States first: the status shows the rule firing when the machine acts on it.
             self.tell_states();
             let _ = self.news.send(News::Hit(h));
         }
