@@ -23,6 +23,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rankvisor_core::policy::RestartScope;
 use rankvisor_core::rendezvous::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
 use rankvisor_core::rendezvous::{listen, start_master, Health, Member, RendezvousConfig};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -320,7 +321,7 @@ async fn master(n: u32) {
     let me = Member { job: "bench".into(), replica_index: 0, replica_count: n + 1, node: "node-0".into() };
     let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(300), ..RendezvousConfig::default() };
     let healthy = Health::from(rankvisor_core::rendezvous::NodeHealth::Off);
-    let (m, _events) = start_master(listener, me, healthy.fixed(), cfg).expect("start master");
+    let (m, _events) = start_master(listener, me, healthy.fixed(), cfg, RestartScope::Job).expect("start master");
     let started = Instant::now();
     let port = m.local_addr().port();
     // Waiting in a blocking thread keeps this runtime serving the barrier (and writing the

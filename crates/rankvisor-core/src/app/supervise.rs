@@ -14,6 +14,7 @@ use crate::agent;
 use crate::config::{EnvSnapshot, KubeEventsTarget, SuperviseConfig};
 use crate::health::{self, NodeHealthSource};
 use crate::kube::{KubeClient, KubeConfig};
+use crate::policy::RestartScope;
 use crate::process::{self, Signals};
 use crate::replica::{
     self, link, AgentChannels, HealthGate, HealthSource, LinkParts, LinkStarter, LoopConfig, ReplicaConfig, Sources,
@@ -126,7 +127,7 @@ async fn supervise(
         },
         None => None,
     };
-    let link = cfg.link.clone().map(|lc| link_starter(lc, &reporting));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, cfg.supervisor.scope, &reporting));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -200,12 +201,12 @@ async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Res
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-fn link_starter(lc: link::JobLinkConfig, reporting: &Reporting) -> LinkStarter {
+fn link_starter(lc: link::JobLinkConfig, scope: RestartScope, reporting: &Reporting) -> LinkStarter {
     let reports = reporting.subscribe();
     let job_views = reporting.job_view_slot();
     Box::new(move |health| {
         let upstream = link::Upstream::new(reports);
-        let l = link::start(lc, link::rendezvous_health(health), upstream)
+        let l = link::start(lc, scope, link::rendezvous_health(health), upstream)
             .map_err(|e| format!("rendezvous failed: {e}"))?;
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);

@@ -239,7 +239,7 @@ pub fn supervise_config(
     // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
     let link = match a.agent {
         Some(_) => None,
-        None => link_config(a, env, &rank, &identity, supervisor.scope, &mut inferred, &mut warnings)?,
+        None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
     };
     let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
@@ -337,7 +337,6 @@ fn link_config(
     env: &EnvSnapshot,
     rank: &RankEnv,
     identity: &Identity,
-    scope: RestartScope,
     inferred: &mut Vec<String>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<JobLinkConfig>, ConfigError> {
@@ -423,9 +422,6 @@ fn link_config(
         rendezvous: rendezvous::RendezvousConfig {
             barrier_timeout: a.rendezvous_timeout,
             token,
-            // The supervisor's scope (the one read of --restart-scope): the master admits a new
-            // generation under job scope only.
-            scope,
             ..rendezvous::RendezvousConfig::default()
         },
     }))

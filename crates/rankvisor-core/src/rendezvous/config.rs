@@ -7,7 +7,6 @@ use tokio::sync::watch;
 
 use super::error::RendezvousError;
 use super::frame::{Health, DEFAULT_MAX_FRAME};
-use crate::policy::RestartScope;
 
 /// The largest replica count accepted: far above any real job, low enough to bound the roster.
 pub const MAX_REPLICAS: u32 = 1 << 20;
@@ -73,9 +72,6 @@ pub struct RendezvousConfig {
     pub token: Option<Vec<u8>>,
     /// The largest frame accepted or sent, in bytes.
     pub max_frame: usize,
-    /// The job's restart scope (`--restart-scope`): on the master, only scope `job` lets a
-    /// worker's `rejoin` start a new generation; under `replica` (the default) it is refused.
-    pub scope: RestartScope,
 }
 
 impl Default for RendezvousConfig {
@@ -86,7 +82,6 @@ impl Default for RendezvousConfig {
             heartbeat: Duration::from_secs(5),
             token: None,
             max_frame: DEFAULT_MAX_FRAME,
-            scope: RestartScope::Replica,
         }
     }
 }
@@ -99,7 +94,6 @@ impl fmt::Debug for RendezvousConfig {
             .field("heartbeat", &self.heartbeat)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("max_frame", &self.max_frame)
-            .field("scope", &self.scope)
             .finish()
     }
 }

@@ -132,12 +132,15 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener, RendezvousError> {
 
 /// Start the master (replica 0) on an already-bound listener; must run inside a tokio runtime.
 /// Returns the handle (barriers, orders, the job view) and the master's events (state updates,
-/// health changes, rejoin requests, lost workers), which the caller must keep draining.
+/// health changes, rejoin requests, lost workers), which the caller must keep draining. Only
+/// restart scope `job` lets a worker's `rejoin` start a new generation; under `replica` it is
+/// refused.
 pub fn start_master(
     listener: TcpListener,
     me: Member,
     health: watch::Receiver<Health>,
     cfg: RendezvousConfig,
+    scope: RestartScope,
 ) -> Result<(MasterHandle, mpsc::Receiver<ControlEvent>), RendezvousError> {
     me.check_master()?;
     cfg.check()?;
@@ -166,7 +169,7 @@ pub fn start_master(
     }
     let master = Master {
         roster: Roster::new(Expected { job: me.job.clone(), replica_count: me.replica_count }, own_health.healthy)
-            .allowing_new_generations(cfg.scope == RestartScope::Job),
+            .allowing_new_generations(scope == RestartScope::Job),
         conns: HashMap::new(),
         contested: HashMap::new(),
         refusals,

@@ -46,8 +46,6 @@ fn cfg() -> RendezvousConfig {
         heartbeat: Duration::from_millis(300),
         token: None,
         max_frame: DEFAULT_MAX_FRAME,
-        // These tests drive job-scope restarts (workers asking for a new generation).
-        scope: RestartScope::Job,
     }
 }
 
@@ -65,8 +63,18 @@ impl std::ops::Deref for TestMaster {
 }
 
 async fn master_with(count: u32, health: watch::Receiver<Health>, cfg: RendezvousConfig) -> TestMaster {
+    // These tests drive job-scope restarts (workers asking for a new generation).
+    master_scoped(count, health, cfg, RestartScope::Job).await
+}
+
+async fn master_scoped(
+    count: u32,
+    health: watch::Receiver<Health>,
+    cfg: RendezvousConfig,
+    scope: RestartScope,
+) -> TestMaster {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (handle, events) = start_master(listener, identity(0, count), health, cfg).unwrap();
+    let (handle, events) = start_master(listener, identity(0, count), health, cfg, scope).unwrap();
     TestMaster { handle, events }
 }
 
@@ -198,7 +206,7 @@ async fn four_replicas_meet_even_when_workers_dial_first() {
         assert!(failure.contains("cannot connect"), "{failure}");
     }
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    let (m, _events) = start_master(listener, identity(0, 4), healthy().fixed(), cfg()).unwrap();
+    let (m, _events) = start_master(listener, identity(0, 4), healthy().fixed(), cfg(), RestartScope::Job).unwrap();
     let released = guard("the barrier", m.barrier(0)).await.unwrap();
     assert_eq!(released.generation, 0);
     for w in workers {
@@ -692,8 +700,7 @@ async fn a_replica_recreated_on_another_node_takes_the_place_of_a_silent_holder(
 
 #[tokio::test]
 async fn under_replica_scope_a_rejoin_restarts_nothing() {
-    let replica = RendezvousConfig { scope: RestartScope::Replica, ..cfg() };
-    let mut m = master(2, replica).await;
+    let mut m = master_scoped(2, healthy().fixed(), cfg(), RestartScope::Replica).await;
     let mut w = admitted_raw(&at(&m), 1, 2).await;
     guard("the barrier", m.barrier(0)).await.unwrap();
     assert_eq!(w.recv().await, Some(Frame::Release { generation: 0 }));

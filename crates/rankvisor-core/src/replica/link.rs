@@ -5,6 +5,7 @@
 //! Long operations (a barrier, a rejoin) run beside the stream, never inside a `select!` arm.
 
 use crate::health::Observation;
+use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
@@ -34,7 +35,7 @@ pub struct JobLinkConfig {
     pub master: (String, u16),
     /// Where the master listens.
     pub listen: SocketAddr,
-    /// Timeouts, token, frame limit, and the restart scope the master applies.
+    /// Timeouts, token, frame limit.
     pub rendezvous: RendezvousConfig,
 }
 
@@ -185,14 +186,19 @@ impl Upstream {
 
 /// Start this replica's side (inside the runtime): the master listens at once and runs the first
 /// barrier; a worker starts dialling. The first `Released` (or `Failed`) is the start gate.
-pub fn start(cfg: JobLinkConfig, health: watch::Receiver<Health>, upstream: Upstream) -> Result<Link, RendezvousError> {
+pub fn start(
+    cfg: JobLinkConfig,
+    scope: RestartScope,
+    health: watch::Receiver<Health>,
+    upstream: Upstream,
+) -> Result<Link, RendezvousError> {
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let job_view = match cfg.role() {
         Role::Master => {
             let listener = rendezvous::listen(cfg.listen)?;
             let (master, control) =
-                rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone())?;
+                rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone(), scope)?;
             let (view_tx, view_rx) = watch::channel(None);
             (Some(view_rx), tokio::spawn(run_master(master, control, upstream, cmd_rx, ev_tx, view_tx)))
         }

@@ -263,8 +263,6 @@ pub struct Replica {
     cfg: ReplicaConfig,
     health: Health,
     gate: Gate,
-    /// Master: a barrier for this generation runs.
-    barrier_pending: Option<u64>,
     /// Worker: a link command to send once the child is gone.
     after_child: Option<LinkCommand>,
     /// Master: every worker has finished or disconnected.
@@ -306,7 +304,6 @@ impl Replica {
             cfg,
             health,
             gate,
-            barrier_pending: None,
             after_child: None,
             workers_done: false,
             shutdown_deadline: None,
@@ -539,7 +536,6 @@ impl Replica {
         let scope = self.cfg.supervisor.scope;
         match ev {
             LinkEvent::Released { generation } => {
-                self.barrier_pending = None;
                 if self.gate == Gate::Pending {
                     self.gate = Gate::Passed;
                     self.feed(Event::Released { generation }, now, out);
@@ -550,7 +546,6 @@ impl Replica {
                 }
             }
             LinkEvent::Failed { message } => {
-                self.barrier_pending = None;
                 self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
             }
             LinkEvent::RejoinAsked { generation } => self.on_rejoin_asked(generation, now, out),
@@ -624,7 +619,7 @@ impl Replica {
             ))));
             return;
         }
-        let current = self.barrier_pending.unwrap_or(self.sup.target_generation());
+        let current = self.sup.target_generation();
         if generation <= current {
             return;
         }
@@ -650,7 +645,7 @@ impl Replica {
             out.push(Effect::Link(LinkCommand::StopWorkers { reason }));
             return;
         }
-        self.barrier_pending = Some(generation);
+        // The supervisor holds the generation the job moves to (its child's stop, then its wait).
         self.feed(Event::NewGeneration { generation }, now, out);
         out.push(Effect::Link(LinkCommand::Barrier { generation }));
     }
@@ -692,7 +687,7 @@ impl Replica {
 
     /// Job scope: this replica's child failed and the job must move on together.
     fn request_generation(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let next = self.barrier_pending.unwrap_or(self.sup.target_generation()) + 1;
+        let next = self.sup.target_generation() + 1;
         match self.cfg.mode.link() {
             Some(Role::Master) => self.new_generation(next, now, out),
             Some(Role::Worker) => out.push(Effect::Link(LinkCommand::Rejoin { generation: next })),

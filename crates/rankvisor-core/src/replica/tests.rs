@@ -348,6 +348,8 @@ async fn master_rejoin_requests() {
     f.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
     assert_eq!(f.links.len(), 1, "a barrier already runs for it");
     f.exit_child(ExitHow::Signaled(SIGTERM));
+    f.send(Input::Link(LinkEvent::RejoinAsked { generation: 1 }));
+    assert_eq!(f.links.len(), 1, "and still once the child is gone: the wait holds the generation");
     f.send(Input::Link(LinkEvent::Released { generation: 1 }));
     assert_eq!(f.spawns, [(0, 0), (1, 1)]);
 

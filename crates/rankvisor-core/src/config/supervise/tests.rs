@@ -223,14 +223,15 @@ fn the_child_gets_local_rank_defaults_only_where_unset_and_never_the_token() {
     assert_eq!(vars(&c), [("RANKVISOR_HEARTBEAT_FILE".into(), "/tmp/beat".into())]);
 }
 
-/// The restart scope is read once, into the supervisor; the master's rendezvous applies the same.
+/// The restart scope is read once, into the supervisor (the link is handed the same when it
+/// starts: the rendezvous settings have no copy of it).
 #[test]
-fn the_rendezvous_applies_the_supervisors_restart_scope() {
+fn the_restart_scope_is_read_once_into_the_supervisor() {
     let env = EnvSnapshot::of(SEED_WORKER).with_hostname("ignored");
     for (flag, want) in [(None, RestartScope::Replica), (Some("job"), RestartScope::Job)] {
         let extra: Vec<&str> = flag.map(|f| vec!["--restart-scope", f]).unwrap_or_default();
         let c = supervise_config(&args(&extra), &cmd(), &env).unwrap();
         assert_eq!(c.supervisor.scope, want);
-        assert_eq!(c.link.expect("barrier").rendezvous.scope, want);
+        assert!(c.link.is_some(), "the seed's worker meets the others");
     }
 }

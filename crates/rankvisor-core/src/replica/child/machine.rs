@@ -93,9 +93,8 @@ impl Supervisor {
     /// owner.
     pub fn target_generation(&self) -> u64 {
         match &self.phase {
-            Phase::Stopping { cause: StopCause::NewGeneration { generation }, .. } => {
-                (*generation).max(self.generation)
-            }
+            Phase::Stopping { cause: StopCause::NewGeneration { generation }, .. }
+            | Phase::AwaitingGeneration { next: Some(generation) } => (*generation).max(self.generation),
             _ => self.generation,
         }
     }
@@ -124,7 +123,7 @@ impl Supervisor {
             Phase::Pending => ReplicaState::Pending,
             Phase::Running { .. } => ReplicaState::Running,
             Phase::Stopping { .. } => ReplicaState::Stopping,
-            Phase::Backoff { .. } | Phase::AwaitingGeneration => ReplicaState::Restarting,
+            Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => ReplicaState::Restarting,
             Phase::Finished { state, .. } => *state,
         }
     }
@@ -190,7 +189,7 @@ impl Supervisor {
                     self.generation = generation;
                     ChildSteps::default()
                 }
-                Phase::AwaitingGeneration => {
+                Phase::AwaitingGeneration { .. } => {
                     self.generation = generation;
                     vec![ChildAction::Spawn { restart_count: self.restarts, generation }].into()
                 }
@@ -212,15 +211,29 @@ impl Supervisor {
                 let (pid, started) = (*pid, *started);
                 self.stop(pid, started, StopCause::NewGeneration { generation }, Signo::TERM, now + self.cfg.grace)
             }
-            Phase::Stopping { cause, .. } if matches!(cause, StopCause::Hung | StopCause::LogRule(_)) => {
-                *cause = StopCause::NewGeneration { generation };
+            // Stopped for a failure, or for an earlier generation: the stop is for this one now.
+            Phase::Stopping { cause, .. } => {
+                let earlier = match cause {
+                    StopCause::Hung | StopCause::LogRule(_) => true,
+                    StopCause::NewGeneration { generation: g } => *g < generation,
+                    _ => false,
+                };
+                if earlier {
+                    *cause = StopCause::NewGeneration { generation };
+                }
                 ChildSteps::default()
             }
             Phase::Backoff { .. } => {
-                self.phase = Phase::AwaitingGeneration;
+                self.phase = Phase::AwaitingGeneration { next: Some(generation) };
                 ChildSteps::default()
             }
-            _ => ChildSteps::default(),
+            Phase::AwaitingGeneration { next } => {
+                if next.is_none_or(|g| g < generation) {
+                    *next = Some(generation);
+                }
+                ChildSteps::default()
+            }
+            Phase::Pending | Phase::Finished { .. } => ChildSteps::default(),
         }
     }
 
@@ -261,7 +274,7 @@ impl Supervisor {
                 *deadline = (*deadline).min(now + self.cfg.grace);
                 vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
             }
-            Phase::Backoff { .. } | Phase::AwaitingGeneration => {
+            Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
                 let code = self.last_exit.map_or(ExitHow::Signaled(signal).code(), ExitHow::code);
                 let msg = format!(
                     "stopped by {} while waiting to restart; last child {}",
@@ -291,7 +304,7 @@ impl Supervisor {
                 };
                 ChildSteps::default()
             }
-            Phase::Pending | Phase::Backoff { .. } | Phase::AwaitingGeneration => {
+            Phase::Pending | Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
                 self.finish_as(exit::EXTERNAL_FAILURE, give_up.state, Some(give_up.message))
             }
             Phase::Finished { .. } => ChildSteps::default(),
@@ -359,7 +372,7 @@ impl Supervisor {
                     return self.finish(how.code(), Some(msg));
                 }
                 self.restarts += 1;
-                self.phase = Phase::AwaitingGeneration;
+                self.phase = Phase::AwaitingGeneration { next: Some(generation) };
                 let mut actions = vec![ChildAction::KillLeftovers { pid }];
                 if let Some(g) = self.early_release.take().filter(|g| *g == generation) {
                     self.generation = g;
@@ -438,7 +451,7 @@ impl Supervisor {
         if self.cfg.scope == RestartScope::Job {
             // torchrun's behaviour: the whole worker group restarts together, in a new generation.
             self.restarts += 1;
-            self.phase = Phase::AwaitingGeneration;
+            self.phase = Phase::AwaitingGeneration { next: None };
             return ChildSteps { actions, outcome: Some(ChildOutcome::RequestGeneration) };
         }
         if now.saturating_duration_since(started) >= self.cfg.backoff.reset {

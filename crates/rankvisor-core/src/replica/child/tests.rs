@@ -407,6 +407,32 @@ async fn new_generation_stops_a_healthy_child_and_counts_a_restart() {
     assert!(h.messages[0].contains("gave up after 1 restarts"), "{:?}", h.messages);
 }
 
+/// The generation a replica moves to is held by its phase: the stop's, then the wait's.
+#[tokio::test(start_paused = true)]
+async fn the_phase_holds_the_generation_the_replica_moves_to() {
+    let mut h = Harness::new(job_cfg(3));
+    h.send(Event::Start);
+    h.send(Event::NewGeneration { generation: 1 });
+    assert_eq!(h.sup.target_generation(), 1, "stopping for it");
+    h.send(Event::NewGeneration { generation: 2 });
+    assert_eq!(h.sup.target_generation(), 2, "a later generation replaces the stop's");
+    h.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(h.sup.phase(), &Phase::AwaitingGeneration { next: Some(2) });
+    assert_eq!((h.sup.generation(), h.sup.target_generation()), (0, 2), "still moving to it once the child is gone");
+    h.send(Event::Released { generation: 2 });
+    assert_eq!((h.sup.generation(), h.sup.target_generation()), (2, 2));
+
+    // Its own failure: the job tells it the next generation (the master's barrier).
+    h.exit_child(ExitHow::Exited(1));
+    assert_eq!(h.sup.phase(), &Phase::AwaitingGeneration { next: None });
+    assert_eq!(h.sup.target_generation(), 2);
+    h.send(Event::NewGeneration { generation: 3 });
+    assert_eq!(h.sup.target_generation(), 3);
+    h.send(Event::NewGeneration { generation: 3 });
+    h.send(Event::NewGeneration { generation: 1 });
+    assert_eq!(h.sup.phase(), &Phase::AwaitingGeneration { next: Some(3) }, "never backwards");
+}
+
 #[tokio::test(start_paused = true)]
 async fn stale_generations_and_early_releases_are_ignored() {
     let mut h = Harness::new(job_cfg(3));

@@ -143,7 +143,12 @@ pub enum Phase {
         until: Instant,
     },
     /// Job scope: the child is gone; waiting for the next generation's barrier to release us.
-    AwaitingGeneration,
+    AwaitingGeneration {
+        /// The generation this replica is moving to, once known: the one its child was stopped
+        /// for, or the one whose barrier the master runs (None: a worker waits for the job to
+        /// tell it, after its own failure or a lost master).
+        next: Option<u64>,
+    },
     /// Done; rankvisor exits with `code`.
     Finished {
         /// rankvisor's exit status.
