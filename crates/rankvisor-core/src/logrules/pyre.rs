@@ -43,9 +43,9 @@ pub const PATTERN_NFA_LIMIT: usize = 1 << 20;
 pub const LAZY_DFA_CACHE: usize = 64 << 10;
 /// The most states of a pattern's automaton (its Thompson NFA). Where the lazy DFA gives up
 /// (its cache thrashes on a pattern like `[a-z]{1,6000}`), the crate falls back to an engine whose
-/// work on a line grows with both the states and the line's length: 2,048 states bound one line
-/// (at most [`super::lines::LINE_CAP`] bytes) to a fraction of a second, while log-rule patterns
-/// have tens to a few hundred (the AWS examples under 100).
+/// work on a line grows with both the states and the line's length: at 2,048 states one line (at
+/// most [`super::lines::LINE_CAP`] bytes) takes about a second at worst (release build), while
+/// log-rule patterns have tens to a few hundred (the AWS examples under 100).
 pub const MAX_STATES: usize = 2048;
 
 /// A pattern with Python's meaning, compiled.
