@@ -802,8 +802,9 @@ impl Replica {
         let (n, waiting) = (pass.now.len(), pass.waiting);
         if pass.first {
             out.push(Effect::Note(Note::Info(format!(
-                "{} to the child and the programs below it ({n} processes); {waiting} forked helpers get it once their parent has exited",
-                signal.name()
+                "{} to the child and the programs below it ({n} of the {} processes below rankvisor); {waiting} forked helpers get it once their parent has exited",
+                signal.name(),
+                tree.members.len()
             ))));
         } else if n > 0 {
             out.push(Effect::Note(Note::Info(format!(

@@ -504,7 +504,9 @@ async fn a_shell_child_and_its_program_get_the_signal_together() {
     f.send(Input::Signal { signal: SIGTERM, own: false });
     assert_eq!(f.each, [(vec![pid, python.pid], SIGTERM)]);
     assert!(
-        f.notes.iter().any(|n| matches!(n, Note::Info(i) if i.contains("(2 processes); 2 forked helpers"))),
+        f.notes.iter().any(
+            |n| matches!(n, Note::Info(i) if i.contains("(2 of the 4 processes below rankvisor); 2 forked helpers"))
+        ),
         "{:?}",
         f.notes
     );
