@@ -19,7 +19,7 @@ const HOW_TO: &str = "run `bash scripts/test.sh`, which installs libtorch and to
                       builds the smoke_train example and exports these variables";
 
 /// An environment variable naming an existing path, or a loud failure saying how to set it up.
-fn required_path(var: &str) -> PathBuf {
+pub(crate) fn required_path(var: &str) -> PathBuf {
     let value = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: {HOW_TO}"));
     let path = PathBuf::from(value);
     assert!(path.exists(), "{var}={} does not exist: {HOW_TO}", path.display());
@@ -38,7 +38,7 @@ fn tch_setup() {
 }
 
 /// Everything the Python tests need.
-fn torch_venv_setup() {
+pub(crate) fn torch_venv_setup() {
     let venv = required_path("RANKVISOR_TORCH_VENV");
     for exe in ["bin/python", "bin/torchrun"] {
         assert!(venv.join(exe).exists(), "RANKVISOR_TORCH_VENV={}: no {exe}: {HOW_TO}", venv.display());
@@ -355,7 +355,7 @@ fn kubeflow_examples() -> PathBuf {
 }
 
 /// PATH with the torch venv's bin/ first, and no numpy warning from torch's import.
-fn venv_env() -> Vec<(&'static str, String)> {
+pub(crate) fn venv_env() -> Vec<(&'static str, String)> {
     torch_venv_setup();
     let venv = required_path("RANKVISOR_TORCH_VENV");
     let path = std::env::var("PATH").unwrap_or_default();

@@ -27,6 +27,7 @@ mod log_rules;
 mod log_rules_pid1;
 mod node_health_file;
 mod parser_properties;
+mod preemption;
 mod rank_env;
 mod reaping;
 mod rendezvous;

@@ -20,7 +20,9 @@
 //!   edge (`agent::server`) are `Agent` orders; the loop publishes the agent's `/status` view.
 //!
 //! `replica::Replica::on_input` is a plain synchronous function from (state, input, now) to
-//! effects (spawn, signal the group, write the termination message, a link command, sweep, exit);
+//! effects (spawn, signal the group, or on a shutdown each process below in order: the programs
+//! first, forked helpers once their parent is gone; write the termination message, a link
+//! command, sweep, exit);
 //! it owns every decision and is unit-tested with paused time and no processes. It delegates the
 //! child's own lifecycle to `replica::child::Supervisor`. The loop performs the effects and publishes
 //! one `status::LocalStatus` on a watch channel; every sink follows it: `--status-fd` and the

@@ -141,6 +141,10 @@ pub async fn run(
     beat_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Escapees are not our children, so no SIGCHLD tells us they are gone: poll while sweeping.
     let mut sweep_poll = tokio::time::interval(Duration::from_millis(10));
+    // A shutdown's helpers get the signal once their parent has exited, and their parent need not
+    // be our child (a torchrun worker's DataLoader workers): poll the tree while they wait.
+    let mut order_poll = tokio::time::interval(ORDER_POLL);
+    order_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while l.exit_code.is_none() {
         let deadline = l.replica.next_deadline();
         tokio::select! {
@@ -178,6 +182,7 @@ pub async fn run(
             },
             _ = beat_timer.tick(), if l.heartbeat.is_some() => l.check_beat(),
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
+            _ = order_poll.tick(), if l.replica.ordering() => l.scan_tree(),
         }
     }
     // The last child's last output (it may have ended just before the exit was decided).
@@ -219,6 +224,11 @@ async fn next_link_event(rx: &mut Option<mpsc::UnboundedReceiver<LinkEvent>>) ->
     }
 }
 
+/// How often a shutdown's order looks at the tree while helpers wait for their parent to exit:
+/// the delay between a parent's exit and its helpers' signal, at most (a parent that is our own
+/// child is seen at once, by its SIGCHLD).
+const ORDER_POLL: Duration = Duration::from_millis(25);
+
 /// How often to look at the heartbeat file: often enough for progress and a timely hang verdict.
 fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
     let base = cfg.hang.map_or(Duration::from_secs(1), |h| h.timeout / 4);
@@ -233,6 +243,9 @@ impl Loop {
                     info!(pid = pid.as_raw(), "child {how}");
                 }
                 self.feed(Input::Child(Event::Exited { pid, how }));
+            }
+            if self.replica.ordering() {
+                self.scan_tree();
             }
             if self.replica.sweeping() {
                 self.count_descendants();
@@ -304,6 +317,9 @@ impl Loop {
             Effect::Child(ChildAction::Spawn { .. }) => {
                 error!("internal error: a spawn without its attempt's order; the machine sends Effect::Spawn");
             }
+            Effect::Child(ChildAction::SignalPrograms { .. }) => {
+                error!("internal error: a shutdown's signal without its order; the machine sends Effect::ScanTree");
+            }
             Effect::DrainOutput => {
                 if !self.log.as_ref().is_some_and(LogWatch::drain) {
                     self.feed(Input::OutputDrained);
@@ -340,6 +356,15 @@ impl Loop {
             Effect::Note(Note::Info(line)) => info!("{line}"),
             Effect::Note(Note::Warn(line)) => warn!("{line}"),
             Effect::SweepTerm => self.sweep_signal(Signo::TERM),
+            Effect::ScanTree => self.scan_tree(),
+            Effect::SignalEach { pids, signal } => {
+                info!(count = pids.len(), signal = %signal.name(), "signalling processes below rankvisor");
+                for pid in pids {
+                    if let Err(e) = process::signal_pid(pid, signal) {
+                        warn!(pid = pid.as_raw(), signal = %signal.name(), "cannot signal: {e}");
+                    }
+                }
+            }
             Effect::SweepKill => self.sweep_signal(Signo::KILL),
             Effect::Exit { code } => self.exit_code = Some(code),
         }
@@ -387,6 +412,19 @@ impl Loop {
             }
         }
         self.feed(Input::Descendants { alive: left.len() });
+    }
+
+    /// The processes below us, for the shutdown's order. Nothing is reaped here (the child may
+    /// still run: its exit is the SIGCHLD path's); zombies are not in the tree.
+    fn scan_tree(&mut self) {
+        let root = Pid::this();
+        // The common case costs one syscall instead of a scan of /proc.
+        let tree = if process::has_children() {
+            process::tree_below(root).map_err(|e| e.to_string())
+        } else {
+            Ok(process::Tree { root, members: Vec::new() })
+        };
+        self.feed(Input::Tree(tree));
     }
 
     fn count_descendants(&mut self) {

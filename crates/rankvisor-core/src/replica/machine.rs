@@ -3,16 +3,19 @@
 //! every decision of supervision: the child's lifecycle (delegated to `child::Supervisor`), the
 //! node-health gate, the rendezvous gate, what an order from the master or a lost master means,
 //! how a master whose child finished waits for its workers, the leftover sweep, and the one
-//! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
+//! shutdown deadline with its order (programs first, forked helpers once their parent is gone:
+//! `shutdown_order`). No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
 use super::child::{
     ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, Supervisor, SupervisorConfig, KILL_WAIT,
 };
 use super::link::{LinkCommand, LinkEvent};
+use super::shutdown_order::ShutdownOrder;
 use crate::agent::{AgentRecord, Assignment, Order};
 use crate::health::{self, Observation};
 use crate::logrules::RuleSet;
 use crate::policy::RestartScope;
+use crate::process::Tree;
 use crate::rank::Role;
 use crate::signo::Signo;
 use crate::status::ReplicaState;
@@ -146,6 +149,9 @@ pub enum Input {
         /// The count.
         alive: usize,
     },
+    /// The processes below rankvisor, asked for by `Effect::ScanTree` and polled while a
+    /// shutdown's order waits on helpers; an error when /proc cannot be read.
+    Tree(Result<Tree, String>),
     /// An order from the HyperPod operator (agent mode).
     Agent(Order),
     /// A log rule fired on the running child's output (the first firing verdict of its attempt).
@@ -180,6 +186,15 @@ pub enum Effect {
     Note(Note),
     /// SIGTERM every process still below rankvisor, then report `Descendants`.
     SweepTerm,
+    /// Read the processes below rankvisor (`process::tree_below`), then report `Tree`.
+    ScanTree,
+    /// Send `signal` to each of these processes (one that ended meanwhile is skipped).
+    SignalEach {
+        /// The processes.
+        pids: Vec<nix::unistd::Pid>,
+        /// The signal.
+        signal: Signo,
+    },
     /// SIGKILL every process still below rankvisor, then report `Descendants`.
     SweepKill,
     /// Processes below rankvisor outlived SIGKILL and are given up on: log `message` and add it
@@ -279,6 +294,9 @@ pub struct Replica {
     workers_done: bool,
     /// The first TERM/INT fixed the shutdown deadline.
     shutdown_deadline: Option<Instant>,
+    /// The shutdown's order while it waits on processes (programs first, helpers once their
+    /// parent is gone), until the shutdown deadline.
+    shutdown_order: Option<ShutdownOrder>,
     end: End,
     /// The current attempt's stdout goes through the log rules (its spawn carried rules).
     output_watched: bool,
@@ -317,6 +335,7 @@ impl Replica {
             after_child: None,
             workers_done: false,
             shutdown_deadline: None,
+            shutdown_order: None,
             end: End::No,
             output_watched: false,
             held_exit: None,
@@ -363,6 +382,12 @@ impl Replica {
         matches!(self.end, End::Sweeping { .. }) || self.clearing.is_some()
     }
 
+    /// True while a shutdown's order waits on processes (the loop brings `Tree` every few tens
+    /// of milliseconds then, and after every reaped process).
+    pub fn ordering(&self) -> bool {
+        self.shutdown_order.is_some()
+    }
+
     /// True once the machine decided to exit.
     pub fn done(&self) -> bool {
         self.end == End::Done
@@ -400,6 +425,11 @@ impl Replica {
             }
             Input::OutputDrained => self.release_exit(now, &mut out),
             Input::Tick => {
+                // The grace is over: what is left is KILLed (the child's group here, the rest by
+                // the sweep), in no order.
+                if self.shutdown_deadline.is_some_and(|d| now >= d) {
+                    self.shutdown_order = None;
+                }
                 if self.held_exit.is_some_and(|h| now >= h.until) {
                     out.push(Effect::Note(Note::Warn(
                         "log rules: the child's last output is not evaluated yet (stdout is not being read); its exit goes on without it".into(),
@@ -426,6 +456,7 @@ impl Replica {
                     self.attempt_cleared(now);
                 }
             }
+            Input::Tree(tree) => self.on_tree(tree, &mut out),
             Input::Agent(order) => self.on_order(order, now, &mut out),
             Input::LogRule(hit) => {
                 if matches!(self.sup.phase(), Phase::Running { .. }) {
@@ -484,6 +515,7 @@ impl Replica {
                 self.sweep(code, now, out);
             }
             End::Sweeping { code, deadline, killed: false } if now >= deadline => {
+                self.shutdown_order = None;
                 out.push(Effect::SweepKill);
                 self.end = End::Sweeping { code, deadline: now + KILL_WAIT, killed: true };
             }
@@ -676,6 +708,11 @@ impl Replica {
                 ChildAction::Spawn { restart_count, generation } => {
                     Effect::Spawn(self.spawn_order(restart_count, generation))
                 }
+                // A shutdown: a new order (a second signal starts over), which looks at the tree.
+                ChildAction::SignalPrograms { signal, .. } => {
+                    self.shutdown_order = Some(ShutdownOrder::new(signal));
+                    Effect::ScanTree
+                }
                 a => Effect::Child(a),
             };
             out.push(effect);
@@ -756,7 +793,58 @@ impl Replica {
         let grace = self.cfg.supervisor.grace;
         let deadline = self.shutdown_deadline.unwrap_or(now + grace).max(now + grace.min(Duration::from_secs(1)));
         self.end = End::Sweeping { code, deadline, killed: false };
-        out.push(Effect::SweepTerm);
+        // A shutdown's order goes on: the processes left get the signal as their parent exits.
+        if self.shutdown_order.is_some() && self.shutdown_deadline.is_some_and(|d| now < d) {
+            out.push(Effect::ScanTree);
+        } else {
+            self.shutdown_order = None;
+            out.push(Effect::SweepTerm);
+        }
+    }
+
+    /// The tree below rankvisor, for the shutdown's order: who gets its signal now; the end of a
+    /// sweep once nobody is left.
+    fn on_tree(&mut self, tree: Result<Tree, String>, out: &mut Vec<Effect>) {
+        let Some(order) = self.shutdown_order.as_mut() else { return };
+        let signal = order.signal();
+        let tree = match tree {
+            Ok(tree) => tree,
+            // Fail closed: no order without the tree; everything gets the signal now.
+            Err(e) => {
+                self.shutdown_order = None;
+                out.push(Effect::Note(Note::Warn(format!(
+                    "cannot read the processes below rankvisor ({e}); {} to the child's whole process group",
+                    signal.name()
+                ))));
+                if let Some(pid) = self.sup.child_pid() {
+                    out.push(Effect::Child(ChildAction::SignalGroup { pid, signal }));
+                }
+                if matches!(self.end, End::Sweeping { .. }) {
+                    out.push(Effect::SweepTerm);
+                }
+                return;
+            }
+        };
+        let pass = order.step(&tree);
+        let (n, waiting) = (pass.now.len(), pass.waiting);
+        if pass.first {
+            out.push(Effect::Note(Note::Info(format!(
+                "{} to the child and the programs below it ({n} of the {} processes below rankvisor); {waiting} forked helpers get it once their parent has exited",
+                signal.name(),
+                tree.members.len()
+            ))));
+        } else if n > 0 {
+            out.push(Effect::Note(Note::Info(format!(
+                "{} to {n} processes whose parent has exited ({waiting} still wait)",
+                signal.name()
+            ))));
+        }
+        if n > 0 {
+            out.push(Effect::SignalEach { pids: pass.now, signal });
+        }
+        if let (true, End::Sweeping { code, .. }) = (tree.members.is_empty(), self.end) {
+            self.finish(code, out);
+        }
     }
 
     fn finish(&mut self, code: i32, out: &mut Vec<Effect>) {

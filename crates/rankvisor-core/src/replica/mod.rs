@@ -1,5 +1,6 @@
 //! One replica: the decision machine (`machine`), the event loop that feeds it (`event_loop`),
-//! and the rendezvous link it talks to (`link`).
+//! the rendezvous link it talks to (`link`), and the order in which a shutdown signals the
+//! processes below rankvisor (`shutdown_order`).
 
 pub mod child;
 pub mod event_loop;
@@ -8,6 +9,7 @@ mod log_watch;
 pub mod machine;
 #[cfg(test)]
 mod properties;
+pub mod shutdown_order;
 #[cfg(test)]
 mod tests;
 

@@ -3,7 +3,8 @@
 //! lives, a `Tick` comes at the named deadline or later), under every policy, scope, gate and
 //! role, and in agent mode (`--agent hyperpod`: the operator's orders). After every step: at most one live child, never a `Spawn` while a child lives, never a
 //! signal to a process that is not the live child, at most one `Exit`, and no deadline in the
-//! past; in agent mode, a child starts only while the agent is RUNNING. Then a TERM and the loop's driving must end in exactly one `Exit`.
+//! past; a shutdown's order signals only processes of the tree it was given, and never the
+//! child's forked worker while the child lives; in agent mode, a child starts only while the agent is RUNNING. Then a TERM and the loop's driving must end in exactly one `Exit`.
 
 use super::child::{ChildAction, Event, HangConfig, SupervisorConfig};
 use super::link::LinkEvent;
@@ -15,6 +16,7 @@ use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, Observation};
 use crate::kube::NodeSnapshot;
 use crate::policy::{RestartPolicy, RestartScope};
+use crate::process::{Member, Tree};
 use crate::rank::Role;
 use crate::signo::Signo;
 use nix::unistd::Pid;
@@ -47,6 +49,8 @@ enum Step {
     NextSpawnFails { transient: bool },
     /// While sweeping: how many processes are left.
     Descendants { alive: usize },
+    /// While a shutdown's order waits: the loop's poll of the tree.
+    PollTree,
     /// An order from the HyperPod operator (ignored outside agent mode).
     Agent { which: u8, graceful: bool, timeout: Option<u8>, fault_count: u8 },
 }
@@ -65,6 +69,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0u8..8, 0u64..4).prop_map(|(which, generation)| Step::Link { which, generation }),
         1 => any::<bool>().prop_map(|transient| Step::NextSpawnFails { transient }),
         1 => (0usize..3).prop_map(|alive| Step::Descendants { alive }),
+        2 => Just(Step::PollTree),
         4 => (0u8..4, any::<bool>(), prop::option::of(0u8..3), 0u8..3)
             .prop_map(|(which, graceful, timeout, fault_count)| Step::Agent { which, graceful, timeout, fault_count }),
     ]
@@ -125,7 +130,14 @@ struct Harness {
     link_started: bool,
     exits: u32,
     sweeping: bool,
+    /// A forked worker of the child's, found by the first look at the tree; its parent is the
+    /// live child, or rankvisor once the child is gone. None once the leftovers are gone.
+    worker: Option<Pid>,
+    /// The pids of the last tree given.
+    last_tree: Vec<Pid>,
 }
+
+const ROOT: Pid = Pid::from_raw(1);
 
 impl Harness {
     fn new(cfg: ReplicaConfig) -> Result<Self, TestCaseError> {
@@ -141,6 +153,8 @@ impl Harness {
             link_started: false,
             exits: 0,
             sweeping: false,
+            worker: None,
+            last_tree: vec![],
         };
         let effects = h.r.start(now);
         h.apply(effects)?;
@@ -195,13 +209,40 @@ impl Harness {
                 Effect::Link(_) => {}
                 Effect::DrainOutput => self.send(Input::OutputDrained)?,
                 Effect::Child(ChildAction::Spawn { .. }) => prop_assert!(false, "a spawn without its order"),
+                Effect::Child(ChildAction::SignalPrograms { .. }) => {
+                    prop_assert!(false, "a shutdown's signal without its order: the machine sends ScanTree")
+                }
                 Effect::SweepTerm | Effect::SweepKill => self.sweeping = true,
                 // Given up on (it outlived SIGKILL): the machine no longer counts it, and exits.
                 Effect::NameStuck { .. } => self.live = None,
+                Effect::ScanTree => self.give_tree()?,
+                Effect::SignalEach { pids, .. } => {
+                    for pid in pids {
+                        prop_assert!(self.last_tree.contains(&pid), "{} is not in the tree {:?}", pid, self.last_tree);
+                        let parent_lives = self.live.is_some();
+                        prop_assert!(
+                            !(Some(pid) == self.worker && parent_lives),
+                            "a forked worker signalled while its parent lives"
+                        );
+                    }
+                }
                 Effect::Exit { .. } => self.exits += 1,
             }
         }
         Ok(())
+    }
+
+    /// The loop's answer to `ScanTree` (and its poll): the live child, and its forked worker.
+    fn give_tree(&mut self) -> Result<(), TestCaseError> {
+        if self.worker.is_none() {
+            self.worker = self.live.map(|p| Pid::from_raw(p.as_raw() + 50_000));
+        }
+        let child = self.live.map(|pid| Member { pid, ppid: ROOT, forked: false, cmdline: b"train\0".to_vec() });
+        let worker =
+            self.worker.map(|pid| Member { pid, ppid: self.live.unwrap_or(ROOT), forked: true, cmdline: vec![] });
+        let members: Vec<Member> = child.into_iter().chain(worker).collect();
+        self.last_tree = members.iter().map(|m| m.pid).collect();
+        self.send(Input::Tree(Ok(Tree { root: ROOT, members })))
     }
 
     fn link_event(&self, which: u8, generation: u64) -> Option<LinkEvent> {
@@ -264,8 +305,15 @@ impl Harness {
                 self.fail_next_spawn = Some(transient);
                 Ok(())
             }
-            Step::Descendants { alive } if self.sweeping => self.send(Input::Descendants { alive }),
+            Step::Descendants { alive } if self.sweeping || self.r.sweeping() => {
+                if alive == 0 {
+                    self.worker = None;
+                }
+                self.send(Input::Descendants { alive })
+            }
             Step::Descendants { .. } => Ok(()),
+            Step::PollTree if self.r.ordering() => self.give_tree(),
+            Step::PollTree => Ok(()),
             Step::Agent { which, graceful, timeout, fault_count } => {
                 let assignment = Assignment {
                     rank: 0,
@@ -299,7 +347,11 @@ impl Harness {
             }
             if self.live.is_some() {
                 self.child_exits(143, false)?;
-            } else if self.sweeping {
+            } else if self.r.ordering() {
+                // The worker got its signal and is gone.
+                self.worker = None;
+                self.give_tree()?;
+            } else if self.sweeping || self.r.sweeping() {
                 self.send(Input::Descendants { alive: 0 })?;
             } else if let Some(d) = self.r.next_deadline() {
                 self.now = self.now.max(d);

@@ -8,6 +8,7 @@ use crate::exit::ExitHow;
 use crate::health::{verdict, HealthError, Observation};
 use crate::kube::NodeSnapshot;
 use crate::policy::{RestartPolicy, RestartScope};
+use crate::process::{Member, Tree};
 use crate::rank::Role;
 use crate::replica::child::{ChildAction, Event, SupervisorConfig, KILL_WAIT};
 use crate::signo::Signo;
@@ -78,6 +79,19 @@ struct Fake {
     spawn_failures: VecDeque<Event>,
     /// `NameStuck` messages.
     stuck: Vec<String>,
+    /// What a `ScanTree` finds below rankvisor besides the live child (which it always finds).
+    below: Vec<Member>,
+    /// The `SignalEach`es, in order (each pid is also in `signals`).
+    each: Vec<(Vec<Pid>, Signo)>,
+}
+
+/// rankvisor's pid in these tests.
+const ROOT: Pid = Pid::from_raw(1);
+
+/// A process below rankvisor: a forked copy (a DataLoader worker) or an exec'd program.
+fn member(pid: i32, ppid: Pid, forked: bool) -> Member {
+    let cmdline = if forked { vec![] } else { b"python\0train.py\0".to_vec() };
+    Member { pid: Pid::from_raw(pid), ppid, forked, cmdline }
 }
 
 impl Fake {
@@ -103,6 +117,8 @@ impl Fake {
             leftovers: 0,
             spawn_failures: failures.into_iter().collect(),
             stuck: vec![],
+            below: vec![],
+            each: vec![],
         };
         let effects = f.r.start(Instant::now());
         f.apply(effects);
@@ -139,6 +155,14 @@ impl Fake {
                 }
                 Effect::SweepKill => self.sweeps.push("KILL"),
                 Effect::NameStuck { message } => self.stuck.push(message),
+                Effect::ScanTree => {
+                    let tree = self.tree();
+                    self.send(Input::Tree(Ok(tree)));
+                }
+                Effect::SignalEach { pids, signal } => {
+                    self.signals.extend(pids.iter().map(|p| (*p, signal)));
+                    self.each.push((pids, signal));
+                }
                 Effect::DrainOutput => {
                     self.drains += 1;
                     if !self.hold_drains {
@@ -152,6 +176,17 @@ impl Fake {
 
     fn pid(&self) -> Pid {
         self.r.supervisor().child_pid().expect("a child runs")
+    }
+
+    /// The live child (if any) and `below`.
+    fn tree(&self) -> Tree {
+        let child = self.r.supervisor().child_pid().map(|pid| Member {
+            pid,
+            ppid: ROOT,
+            forked: false,
+            cmdline: b"sh\0-c\0python train.py\0".to_vec(),
+        });
+        Tree { root: ROOT, members: child.into_iter().chain(self.below.iter().cloned()).collect() }
     }
 
     fn exit_child(&mut self, how: ExitHow) {
@@ -388,11 +423,11 @@ async fn signals_forwarded_ignored_or_stopping() {
     assert_eq!(f.exit, Some(143));
 }
 
-/// The sweep: TERM to the leftovers, KILL at the shutdown deadline, then exit regardless, naming
-/// what outlived the KILL.
+/// The sweep after a child that ended on its own: TERM to every leftover at once, KILL after the
+/// grace, then exit regardless, naming what outlived the KILL.
 #[tokio::test(start_paused = true)]
-async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
-    let mut r = Replica::new(cfg());
+async fn leftover_sweep_terms_then_kills_after_the_grace() {
+    let mut r = Replica::new(ReplicaConfig { supervisor: sup(RestartPolicy::Never, RestartScope::Replica), ..cfg() });
     let t0 = Instant::now();
     let mut effects = r.start(t0);
     let pid = match effects.remove(0) {
@@ -400,12 +435,11 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
         e => panic!("{e:?}"),
     };
     let _ = r.on_input(Input::Child(Event::Spawned { pid }), t0);
-    let _ = r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
     tokio::time::advance(300 * MS).await;
     let out = r.on_input(Input::Child(Event::Exited { pid, how: ExitHow::Exited(0) }), Instant::now());
     assert_eq!(out, [Effect::SweepTerm]);
+    assert!(!r.ordering(), "no shutdown: no order");
     assert!(r.on_input(Input::Descendants { alive: 2 }, Instant::now()).is_empty());
-    // The later of the TERM's deadline and a second for the leftovers.
     assert_eq!(r.next_deadline(), Some(t0 + 1300 * MS));
     tokio::time::advance(1000 * MS).await;
     assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::SweepKill]);
@@ -436,6 +470,113 @@ async fn a_child_that_outlives_sigkill_is_given_up_at_the_grace_plus_the_kill_wa
     // Its late exit changes nothing.
     f.send(Input::Child(Event::Exited { pid, how: ExitHow::Signaled(SIGKILL) }));
     assert_eq!(f.exit, Some(137));
+}
+
+/// A shutdown's order: TERM to the child (a program), not to its forked workers; the child exits,
+/// the workers are orphans now and get TERM; the one deadline KILLs what is left, then exit.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_signals_the_programs_first_and_the_forked_workers_once_their_parent_exited() {
+    let mut f = Fake::new(cfg());
+    let (t0, pid) = (Instant::now(), f.pid());
+    f.below = vec![member(500, pid, true), member(501, pid, true)];
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(f.each, [(vec![pid], SIGTERM)], "the child alone: its workers are forked copies");
+    assert!(f.sweeps.is_empty() && f.signals == [(pid, SIGTERM)], "no group signal: {:?}", f.signals);
+    assert!(f.r.ordering(), "the loop polls the tree while the workers wait");
+    // Still saving: nothing new.
+    f.send(Input::Tree(Ok(f.tree())));
+    assert_eq!(f.each.len(), 1);
+    // It saved and exited: its workers are rankvisor's now; the sweep goes on in the same order.
+    tokio::time::advance(300 * MS).await;
+    f.below = vec![member(500, ROOT, true), member(501, ROOT, true)];
+    f.exit_child(ExitHow::Exited(0));
+    let workers = vec![Pid::from_raw(500), Pid::from_raw(501)];
+    assert_eq!(f.each.last(), Some(&(workers.clone(), SIGTERM)));
+    assert!(f.sweeps.is_empty(), "no TERM to everything: {:?}", f.sweeps);
+    f.send(Input::Tree(Ok(f.tree())));
+    assert_eq!(f.each.len(), 2, "each gets the signal once");
+    // One ignores it: KILL at the later of the shutdown's deadline and a second for the leftovers.
+    f.below.pop();
+    f.send(Input::Tree(Ok(f.tree())));
+    assert_eq!(f.r.next_deadline(), Some(t0 + 1300 * MS));
+    f.advance_to_deadline().await;
+    assert_eq!((f.sweeps.as_slice(), f.r.ordering()), (["KILL"].as_slice(), false));
+    f.advance_to_deadline().await;
+    assert_eq!(f.exit, Some(0), "the child's own status");
+}
+
+/// The sweep ends as soon as the order finds nobody left.
+#[tokio::test(start_paused = true)]
+async fn an_ordered_sweep_ends_once_the_tree_is_empty() {
+    let mut f = Fake::new(cfg());
+    let pid = f.pid();
+    f.below = vec![member(500, pid, true)];
+    f.send(Input::Signal { signal: Signo::INT, own: false });
+    f.below = vec![member(500, ROOT, true)];
+    f.exit_child(ExitHow::Signaled(Signo::INT));
+    assert_eq!(f.each, [(vec![pid], Signo::INT), (vec![Pid::from_raw(500)], Signo::INT)]);
+    assert_eq!(f.exit, None);
+    f.below.clear();
+    f.send(Input::Tree(Ok(f.tree())));
+    assert_eq!(f.exit, Some(130));
+}
+
+/// A shell that does not forward signals: it and its python are both programs and get TERM at
+/// once; python's forked workers wait for python, not for the shell.
+#[tokio::test(start_paused = true)]
+async fn a_shell_child_and_its_program_get_the_signal_together() {
+    let mut f = Fake::new(cfg());
+    let pid = f.pid();
+    let python = member(300, pid, false);
+    f.below = vec![python.clone(), member(301, python.pid, true), member(302, python.pid, true)];
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(f.each, [(vec![pid, python.pid], SIGTERM)]);
+    assert!(
+        f.notes.iter().any(
+            |n| matches!(n, Note::Info(i) if i.contains("(2 of the 4 processes below rankvisor); 2 forked helpers"))
+        ),
+        "{:?}",
+        f.notes
+    );
+    // The shell dies of it; python, saving, is rankvisor's now: its workers still wait.
+    f.below[0].ppid = ROOT;
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.each.len(), 1);
+    assert_eq!(f.exit, None, "python and its workers are still there");
+    f.below = vec![member(301, ROOT, true), member(302, ROOT, true)];
+    f.send(Input::Tree(Ok(f.tree())));
+    assert_eq!(f.each.last(), Some(&(vec![Pid::from_raw(301), Pid::from_raw(302)], SIGTERM)));
+    f.below.clear();
+    f.send(Input::Descendants { alive: 0 });
+    assert_eq!(f.exit, Some(143), "the shell's status");
+}
+
+/// Fail closed: without the tree, the signal goes to the whole group at once, as without an order.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_proc_signals_the_whole_group() {
+    let mut r = Replica::new(cfg());
+    let t0 = Instant::now();
+    let _ = r.start(t0);
+    let pid = Pid::from_raw(42);
+    let _ = r.on_input(Input::Child(Event::Spawned { pid }), t0);
+    let out = r.on_input(Input::Signal { signal: SIGTERM, own: false }, t0);
+    assert_eq!(out.last(), Some(&Effect::ScanTree));
+    let out = r.on_input(Input::Tree(Err("/proc: permission denied".into())), t0);
+    assert!(out.contains(&Effect::Child(ChildAction::SignalGroup { pid, signal: SIGTERM })), "{out:?}");
+    assert!(!r.ordering());
+    let out = r.on_input(Input::Child(Event::Exited { pid, how: ExitHow::Signaled(SIGTERM) }), t0);
+    assert_eq!(out.last(), Some(&Effect::SweepTerm));
+}
+
+/// A stop that is not a shutdown (a hang, a log rule, a new generation) signals the group at
+/// once: the child is restarted, nothing waits.
+#[tokio::test(start_paused = true)]
+async fn a_log_rule_stop_signals_the_group_at_once() {
+    let mut f = Fake::new(cfg());
+    let pid = f.pid();
+    f.below = vec![member(500, pid, true)];
+    f.send(Input::LogRule(super::child::LogRuleHit { reason: "LogHang_x".into(), named: vec![("x".into(), None)] }));
+    assert_eq!((f.signals.as_slice(), f.each.len(), f.r.ordering()), ([(pid, SIGTERM)].as_slice(), 0, false));
 }
 
 /// EMFILE at a restart is the machine's fault: retried under the policy, never a permanent 126. A

@@ -110,7 +110,7 @@ mod tests {
     use super::*;
 
     fn p(pid: i32, state: char, pgrp: i32) -> ProcEntry {
-        ProcEntry { pid: Pid::from_raw(pid), ppid: Pid::from_raw(100), state, pgrp: Pid::from_raw(pgrp) }
+        ProcEntry { pid: Pid::from_raw(pid), ppid: Pid::from_raw(100), state, pgrp: Pid::from_raw(pgrp), forked: false }
     }
 
     fn pids<const N: usize>(ns: [i32; N]) -> BTreeSet<Pid> {

@@ -261,7 +261,9 @@ impl Supervisor {
             ),
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::Shutdown { signal }, signal, now + self.cfg.grace)
+                let (cause, deadline) = (StopCause::Shutdown { signal }, now + self.cfg.grace);
+                self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
+                vec![ChildAction::SignalPrograms { pid, signal }].into()
             }
             Phase::Stopping { pid, cause, deadline, .. } => {
                 // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
@@ -272,7 +274,7 @@ impl Supervisor {
                     *cause = StopCause::Shutdown { signal };
                 }
                 *deadline = (*deadline).min(now + self.cfg.grace);
-                vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
+                vec![ChildAction::SignalPrograms { pid: *pid, signal }].into()
             }
             Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
                 let code = self.last_exit.map_or(ExitHow::Signaled(signal).code(), ExitHow::code);

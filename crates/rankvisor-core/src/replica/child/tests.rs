@@ -34,7 +34,10 @@ struct Harness {
     sup: Supervisor,
     next_pid: i32,
     spawns: Vec<(Instant, u32)>,
+    /// Every signal sent, to the group or programs first.
     signals: Vec<(Pid, Signo)>,
+    /// The shutdowns' signals (`SignalPrograms`), also in `signals`.
+    programs_first: Vec<(Pid, Signo)>,
     messages: Vec<String>,
     exit: Option<i32>,
     generations: Vec<u64>,
@@ -49,6 +52,7 @@ impl Harness {
             next_pid: 100,
             spawns: vec![],
             signals: vec![],
+            programs_first: vec![],
             messages: vec![],
             exit: None,
             generations: vec![],
@@ -69,6 +73,10 @@ impl Harness {
                     self.send(Event::Spawned { pid });
                 }
                 ChildAction::SignalGroup { pid, signal } => self.signals.push((pid, signal)),
+                ChildAction::SignalPrograms { pid, signal } => {
+                    self.signals.push((pid, signal));
+                    self.programs_first.push((pid, signal));
+                }
                 ChildAction::KillLeftovers { .. } => {}
                 ChildAction::TerminationMessage(m) => self.messages.push(m),
             }
@@ -226,9 +234,11 @@ async fn term_forwards_then_kills_after_grace() {
     let pid = h.pid();
     h.send(Event::Shutdown { signal: SIGTERM });
     assert_eq!(h.signals, [(pid, SIGTERM)]);
+    assert_eq!(h.programs_first, [(pid, SIGTERM)], "a shutdown signals the programs first, not the group");
     assert_eq!(h.sup.state(), ReplicaState::Stopping);
     assert_eq!(h.advance_to_deadline().await, 1000 * MS);
-    assert_eq!(h.signals, [(pid, SIGTERM), (pid, SIGKILL)]);
+    assert_eq!(h.signals, [(pid, SIGTERM), (pid, SIGKILL)], "the grace's end KILLs the whole group");
+    assert_eq!(h.programs_first.len(), 1);
     assert_eq!(h.sup.next_deadline(), Some(Instant::now() + KILL_WAIT), "how long the KILL may take");
     h.exit_child(ExitHow::Signaled(SIGKILL));
     assert_eq!(h.exit, Some(137));
@@ -267,6 +277,8 @@ async fn preempted_child_exits_143_and_a_trapping_child_keeps_its_code() {
     t.send(Event::Start);
     t.send(Event::Shutdown { signal: SIGINT });
     t.send(Event::Shutdown { signal: SIGTERM });
+    let pid = t.pid();
+    assert_eq!(t.programs_first, [(pid, SIGINT), (pid, SIGTERM)], "a second signal goes out too, programs first");
     t.exit_child(ExitHow::Exited(0));
     assert_eq!(t.exit, Some(0));
     assert_eq!(t.sup.state(), ReplicaState::Succeeded);
@@ -358,6 +370,7 @@ async fn hang_detection_uses_startup_then_timeout() {
     h.advance_to_deadline().await;
     assert_eq!(h.sup.state(), ReplicaState::Stopping);
     assert_eq!(h.signals, [(pid, SIGTERM)]);
+    assert!(h.programs_first.is_empty(), "a hang's stop is not a shutdown: the whole group at once");
     assert_eq!(h.sup.hang_detections(), 1);
     h.exit_child(ExitHow::Signaled(SIGTERM));
     assert_eq!(h.sup.state(), ReplicaState::Running, "the first restart is immediate");

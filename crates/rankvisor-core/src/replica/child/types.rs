@@ -232,6 +232,14 @@ pub enum ChildAction {
         /// The signal.
         signal: Signo,
     },
+    /// A shutdown (`signal`: TERM or INT): the child and the other programs below rankvisor get
+    /// `signal` first, their forked helpers once their parent is gone (`replica::shutdown_order`).
+    SignalPrograms {
+        /// The child's pid.
+        pid: Pid,
+        /// The signal.
+        signal: Signo,
+    },
     /// SIGKILL whatever is left of a finished child's process group before the next start, as a
     /// container runtime does when a container's main process exits.
     KillLeftovers {
