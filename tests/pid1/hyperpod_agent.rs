@@ -272,11 +272,16 @@ fn a_bad_log_rule_on_start_is_refused_naming_it_and_nothing_starts() {
     assert!(out.stderr.contains("/start refused (422)"), "{}", out.stderr);
 }
 
+/// Issue 35 item 3: as `hyperpodrun`, a firing rule makes the agent FAULTED and leaves the child
+/// running until the operator's `/stop`; a graceful one reaches the child as SIGUSR1 (its chance
+/// to save a checkpoint), SIGKILL after the timeout, then READY.
 #[test]
-fn a_hang_rule_on_start_makes_the_agent_faulted_with_its_reason_and_stops_the_child() {
+fn a_hang_rule_on_start_makes_the_agent_faulted_and_leaves_the_child_to_a_graceful_stop() {
     let dir = TestDir::new("hyperpod-hang");
     let port = free_port();
-    let rv = agent_rv(&dir, port, &[], "echo 'Epoch 1 step 1'; touch started; exec sleep 30");
+    let script = "trap 'echo usr1 >> got' USR1; echo 'Epoch 1 step 1'; touch started; \
+                  while :; do sleep 0.01; [ -e faulted ] && touch alive-after; done";
+    let rv = agent_rv(&dir, port, &[], script);
     wait_state(port, "ready");
     let body = r#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,
         "log_monitoring_configuration":[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":1}]}"#;
@@ -286,10 +291,18 @@ fn a_hang_rule_on_start_makes_the_agent_faulted_with_its_reason_and_stops_the_ch
     let message = faulted["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("The job is hanging (not receiving required logs)"), "{message}");
     assert!(message.ends_with("{'Step': 'Epoch 1 step 1\\n'}"), "{message}");
+    // The child still runs: it sees the file the test writes now.
+    std::fs::write(dir.join("faulted"), "").unwrap();
+    wait_file(&dir.join("alive-after"));
+    let (code, _) = request(port, "POST", "/stop", r#"{"restart_mode":"plr","is_graceful":true,"timeout":1}"#);
+    assert_eq!(code, 200);
+    wait_state(port, "ready");
+    assert!(read(&dir.join("got")).starts_with("usr1"), "the child saw SIGUSR1");
     assert_eq!(request(port, "POST", "/shutdown", "").0, 200);
     let out = rv.wait();
-    assert_eq!(out.stdout, "Epoch 1 step 1\n", "the child's output reached rankvisor's stdout");
-    out.assert_code(128 + libc::SIGTERM);
+    assert!(out.stdout.starts_with("Epoch 1 step 1\n"), "the child's output reached rankvisor's stdout");
+    assert!(out.stderr.contains("the child keeps running until /stop or /shutdown"), "{}", out.stderr);
+    out.assert_code(128 + libc::SIGKILL);
 }
 
 /// A firing log verdict's `/status` reason and message against the agent's own

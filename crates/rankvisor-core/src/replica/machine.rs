@@ -458,6 +458,7 @@ impl Replica {
             }
             Input::Tree(tree) => self.on_tree(tree, &mut out),
             Input::Agent(order) => self.on_order(order, now, &mut out),
+            Input::LogRule(hit) if self.agent.is_some() => self.agent_log_fault(hit, now, &mut out),
             Input::LogRule(hit) => {
                 if matches!(self.sup.phase(), Phase::Running { .. }) {
                     out.push(Effect::Note(Note::Warn(format!("{}: stopping the child", hit.describe()))));

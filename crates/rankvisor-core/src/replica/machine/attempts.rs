@@ -54,7 +54,26 @@ impl Replica {
     /// True while an attempt's end leaves rankvisor running (agent mode, no shutdown under way).
     pub(super) fn attempt_goes_on(&self) -> bool {
         let state = self.agent_state();
-        self.shutdown_deadline.is_none() && matches!(state, Some(AgentState::Running | AgentState::Stopping))
+        self.shutdown_deadline.is_none()
+            && matches!(state, Some(AgentState::Running | AgentState::Stopping | AgentState::Faulted))
+    }
+
+    /// A log rule fired on the running attempt: the agent is FAULTED with the rule's reason and
+    /// message and, as `hyperpodrun` does, leaves the child running: the operator's `/stop`
+    /// (SIGUSR1 when graceful: the training code's chance to save) or `/shutdown` stops it.
+    pub(super) fn agent_log_fault(&mut self, hit: LogRuleHit, now: Instant, out: &mut Vec<Effect>) {
+        let running = self.sup.child_pid().is_some();
+        let Some(rec) = self.agent.as_mut().map(|a| &mut a.record) else { return };
+        if !running || rec.state() != AgentState::Running {
+            return;
+        }
+        let message = log_rule_message(&hit);
+        out.push(Effect::Note(Note::Warn(format!(
+            "agent: FAULTED ({}): {}; the child keeps running until /stop or /shutdown",
+            hit.reason,
+            hit.describe()
+        ))));
+        let _ = rec.set(AgentState::Faulted, Some(hit.reason), Some(message), now);
     }
 
     pub(super) fn on_order(&mut self, order: Order, now: Instant, out: &mut Vec<Effect>) {
@@ -135,14 +154,7 @@ impl Replica {
             out.push(Effect::Child(ChildAction::KillLeftovers { pid }));
         }
         let (hung, how) = (self.sup.last_exit_hung(), self.sup.last_exit());
-        let log_rule = self.sup.last_exit_log_rule().cloned();
         let Some(rec) = self.agent.as_mut().map(|a| &mut a.record) else { return };
-        if let (AgentState::Running, Some(hit)) = (rec.state(), log_rule) {
-            out.push(Effect::Note(Note::Warn(format!("agent: FAULTED ({}): child exited with {code}", hit.reason))));
-            let message = log_rule_message(&hit);
-            let _ = rec.set(AgentState::Faulted, Some(hit.reason), Some(message), now);
-            return;
-        }
         match rec.state() {
             AgentState::Running if code == 0 && !hung => {
                 let _ = rec.set(AgentState::Completed, None, None, now);

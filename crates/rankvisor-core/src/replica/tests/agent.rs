@@ -153,16 +153,14 @@ async fn a_hung_attempt_faults_as_unhealthy() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_firing_log_rule_faults_the_agent_with_its_reason_and_stops_the_child() {
+async fn a_firing_log_rule_faults_the_agent_and_leaves_the_child_to_the_operators_stop() {
     use crate::replica::child::LogRuleHit;
     let mut f = Fake::new(agent_cfg());
     f.order(Order::Start(assignment(0)));
     let pid = f.pid();
     let hit = LogRuleHit { reason: "LogHang_Step".into(), named: vec![("Step".into(), Some("it's step 3\n".into()))] };
-    f.send(Input::LogRule(hit));
-    assert_eq!(f.signals, [(pid, SIGTERM)]);
-    assert_eq!(f.agent(), AgentState::Running, "until the child is gone");
-    f.exit_child(ExitHow::Signaled(SIGTERM));
+    f.send(Input::LogRule(hit.clone()));
+    assert!(f.signals.is_empty(), "as hyperpodrun: the child keeps running");
     assert_eq!((f.agent(), f.reason().as_deref()), (AgentState::Faulted, Some("LogHang_Step")));
     let msg = f.r.agent_status(|_| std::time::UNIX_EPOCH).and_then(|v| v.message).unwrap();
     assert_eq!(
@@ -171,6 +169,22 @@ async fn a_firing_log_rule_faults_the_agent_with_its_reason_and_stops_the_child(
          last matched log lines: {'Step': \"it's step 3\\n\"}"
     );
     assert_eq!((f.spawns.len(), f.exit), (1, None), "the operator decides what follows");
+    // A second firing changes nothing; the graceful /stop reaches the child with SIGUSR1.
+    f.send(Input::LogRule(hit));
+    f.order(Order::Stop(StopOrder { graceful: true, timeout: Some(Duration::from_secs(5)) }));
+    assert_eq!(f.signals, [(pid, SIGUSR1)]);
+    assert_eq!(f.agent(), AgentState::Stopping);
+    f.exit_child(ExitHow::Exited(0));
+    f.send(Input::Descendants { alive: 0 });
+    assert_eq!(f.agent(), AgentState::Ready);
+
+    // One that ends on its own while FAULTED: still FAULTED, rankvisor stays for the operator.
+    let mut g = Fake::new(agent_cfg());
+    g.order(Order::Start(assignment(0)));
+    g.send(Input::LogRule(LogRuleHit { reason: "LogFault_Err".into(), named: vec![("Err".into(), None)] }));
+    g.exit_child(ExitHow::Exited(1));
+    g.send(Input::Descendants { alive: 0 });
+    assert_eq!((g.agent(), g.reason().as_deref(), g.exit), (AgentState::Faulted, Some("LogFault_Err"), None));
 }
 
 /// Issue 34 item 6: SIGTERM while `/stop` runs with a long timeout is the pod's deletion: TERM,
