@@ -7,7 +7,7 @@ use rankvisor_core::policy::RestartPolicy;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::raw::{RawHead, RawReplicatedJob, RawRuntime, RawTrainJob};
+use super::raw::{RawFailurePolicy, RawHead, RawJobSpec, RawReplicatedJob, RawRuntime, RawTrainJob, RawTrainer};
 use super::runtime;
 use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
@@ -17,7 +17,7 @@ use crate::document::ManifestError;
 use crate::kubelet::too_many_pods;
 use crate::pytorchjob::Container;
 use crate::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
-use crate::raw::{negative_quantity_problem, pull_policy_problem, RawResources};
+use crate::raw::{negative_quantity_problem, pull_policy_problem, RawContainer, RawResources};
 use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
 
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
@@ -331,51 +331,10 @@ fn merge(
         return Err(format!("runtime {runtime_name:?}'s ReplicatedJob {} has no container named {NODE}", rj.name));
     };
     let trainer = raw.spec.trainer.as_ref();
-    // The JobSet plugin's Trainer(): image, command, args replaced; env upserted by name.
-    let mut env = env_sources(&main.env);
-    for (k, v) in trainer.map(|t| env_sources(&t.env)).unwrap_or_default() {
-        match env.iter_mut().find(|(n, _)| *n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
-    }
-    let container = Container {
-        image: trainer.and_then(|t| t.image.clone()).unwrap_or_else(|| main.image.clone()),
-        command: trainer.and_then(|t| t.command.clone()).unwrap_or_else(|| main.command.clone()),
-        args: trainer.and_then(|t| t.args.clone()).unwrap_or_else(|| main.args.clone()),
-        env,
-        port: Some(super::TRAINER_PORT),
-        working_dir: main.working_dir.clone(),
-    };
+    let container = trainer_container(main, trainer);
     let resources_raw = trainer.and_then(|t| t.resources_per_node.as_ref()).unwrap_or(&main.resources);
-    // What the apiserver refuses in the Job the JobSet controller creates, or in its pods: the
-    // TrainJob is admitted, but its trainer never runs.
-    let job_refused = |what: String| {
-        format!(
-            "the webhooks admit it, but the JobSet controller cannot create the Job {}: the apiserver refuses its {what}",
-            rj.name
-        )
-    };
-    let c = pod.containers.iter().position(|c| c.name == NODE).unwrap_or_default();
-    let problem = pull_policy_problem(c, main).or_else(|| negative_quantity_problem(c, resources_raw));
-    if let Some(why) = problem {
-        return Err(job_refused(format!("spec.template.{why}")));
-    }
-    if let Some(b) = rj.template.spec.backoff_limit.filter(|b| *b < 0) {
-        return Err(job_refused(format!("spec.backoffLimit: Invalid value: {b}: must be greater than or equal to 0")));
-    }
-    let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
-    let nodes_field = match trainer.and_then(|t| t.num_nodes) {
-        Some(_) => "spec.trainer.numNodes".to_string(),
-        None => format!("runtime {runtime_name:?}'s spec.mlPolicy.numNodes"),
-    };
-    if let Some(why) = u64::try_from(num_nodes).ok().and_then(|n| too_many_pods(&nodes_field, n)) {
-        return Err(why);
-    }
-    let num_nodes = u32::try_from(num_nodes)
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))?;
+    job_refusal(rj, main, resources_raw)?;
+    let num_nodes = num_nodes(trainer, rt, runtime_name)?;
     let nproc_per_node = match trainer.and_then(|t| t.num_proc_per_node.as_ref()) {
         Some(n) => n.text(),
         None => nproc_from_resources(resources_raw),
@@ -391,56 +350,8 @@ fn merge(
     if job_spec.completion_mode.as_deref().is_some_and(|m| m != "Indexed") {
         return Err("the trainer Job's completionMode is not Indexed: PET_NODE_RANK reads the completion index".into());
     }
-    let mut pod_failure_policy = Vec::new();
-    for (i, r) in job_spec.pod_failure_policy.iter().flat_map(|p| p.rules.iter()).enumerate() {
-        let action = match r.action.as_str() {
-            "FailJob" => PodFailureAction::FailJob,
-            "Ignore" => PodFailureAction::Ignore,
-            "Count" => PodFailureAction::Count,
-            other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
-        };
-        if restart_policy != RestartPolicy::Never {
-            return Err(
-                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
-            );
-        }
-        let Some(codes) = &r.on_exit_codes else { continue };
-        pod_failure_policy.push(PodFailurePolicyRule {
-            action,
-            container_name: codes.container_name.clone(),
-            operator_in: codes.operator == "In",
-            values: codes.values.iter().filter_map(|v| i32::try_from(*v).ok()).collect(),
-        });
-    }
-    let failure_policy = match &js.failure_policy {
-        None => None,
-        Some(fp) => {
-            if fp.restart_strategy.as_deref().is_some_and(|s| s == "InPlaceRestart") {
-                return Err("failurePolicy.restartStrategy InPlaceRestart is behind a JobSet feature gate the dry run does not emulate".into());
-            }
-            let mut rules = Vec::new();
-            for (i, r) in fp.rules.iter().enumerate() {
-                let action = match r.action.as_str() {
-                    "FailJobSet" => FailurePolicyAction::FailJobSet,
-                    "RestartJobSet" => FailurePolicyAction::RestartJobSet,
-                    "RestartJobSetAndIgnoreMaxRestarts" => FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts,
-                    other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
-                };
-                if !r.on_job_failure_message_patterns.is_empty() {
-                    return Err(format!(
-                        "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
-                    ));
-                }
-                rules.push(FailurePolicyRule {
-                    name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
-                    action,
-                    on_job_failure_reasons: r.on_job_failure_reasons.clone(),
-                    target_replicated_jobs: r.target_replicated_jobs.clone(),
-                });
-            }
-            Some(FailurePolicy { max_restarts: i32::try_from(fp.max_restarts.unwrap_or(0)).unwrap_or(i32::MAX), rules })
-        }
-    };
+    let pod_failure_policy = pod_failure_policy(job_spec, restart_policy)?;
+    let failure_policy = js.failure_policy.as_ref().map(failure_policy).transpose()?;
     let success_policy = SuccessPolicy {
         any: js.success_policy.as_ref().and_then(|s| s.operator.as_deref()) == Some("Any"),
         target_replicated_jobs: js
@@ -449,7 +360,6 @@ fn merge(
             .map(|s| s.target_replicated_jobs.clone())
             .unwrap_or_default(),
     };
-    let _ = runtime_kind;
     Ok(TrainJob {
         name: raw.metadata.name.clone().unwrap_or_default(),
         namespace: raw.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -472,6 +382,124 @@ fn merge(
             .filter(|s| *s > 0),
         managed_by: raw.spec.managed_by.clone().filter(|m| m != MANAGERS[0]),
     })
+}
+
+/// The JobSet plugin's Trainer(): the runtime's `node` container with the TrainJob's image,
+/// command and args in place of its own, and its env upserted by name.
+fn trainer_container(main: &RawContainer, trainer: Option<&RawTrainer>) -> Container {
+    let mut env = env_sources(&main.env);
+    for (k, v) in trainer.map(|t| env_sources(&t.env)).unwrap_or_default() {
+        match env.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    Container {
+        image: trainer.and_then(|t| t.image.clone()).unwrap_or_else(|| main.image.clone()),
+        command: trainer.and_then(|t| t.command.clone()).unwrap_or_else(|| main.command.clone()),
+        args: trainer.and_then(|t| t.args.clone()).unwrap_or_else(|| main.args.clone()),
+        env,
+        port: Some(super::TRAINER_PORT),
+        working_dir: main.working_dir.clone(),
+    }
+}
+
+/// What the apiserver refuses in the Job the JobSet controller creates, or in its pods: the
+/// TrainJob is admitted, but its trainer never runs.
+fn job_refusal(rj: &RawReplicatedJob, main: &RawContainer, resources: &RawResources) -> Result<(), String> {
+    let job_refused = |what: String| {
+        format!(
+            "the webhooks admit it, but the JobSet controller cannot create the Job {}: the apiserver refuses its {what}",
+            rj.name
+        )
+    };
+    let c = rj.template.spec.template.spec.containers.iter().position(|c| c.name == NODE).unwrap_or_default();
+    let problem = pull_policy_problem(c, main).or_else(|| negative_quantity_problem(c, resources));
+    if let Some(why) = problem {
+        return Err(job_refused(format!("spec.template.{why}")));
+    }
+    if let Some(b) = rj.template.spec.backoff_limit.filter(|b| *b < 0) {
+        return Err(job_refused(format!("spec.backoffLimit: Invalid value: {b}: must be greater than or equal to 0")));
+    }
+    Ok(())
+}
+
+/// The trainer's node count: the TrainJob's, else the runtime's, else 1; at least 1, and no more
+/// pods than the dry run runs.
+fn num_nodes(trainer: Option<&RawTrainer>, rt: &RawRuntime, runtime_name: &str) -> Result<u32, String> {
+    let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
+    let nodes_field = match trainer.and_then(|t| t.num_nodes) {
+        Some(_) => "spec.trainer.numNodes".to_string(),
+        None => format!("runtime {runtime_name:?}'s spec.mlPolicy.numNodes"),
+    };
+    if let Some(why) = u64::try_from(num_nodes).ok().and_then(|n| too_many_pods(&nodes_field, n)) {
+        return Err(why);
+    }
+    u32::try_from(num_nodes)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))
+}
+
+/// The trainer Job's `podFailurePolicy`: its rules on exit codes (those on pod conditions never
+/// match here); it needs the pods' restartPolicy Never.
+fn pod_failure_policy(
+    job_spec: &RawJobSpec,
+    restart_policy: RestartPolicy,
+) -> Result<Vec<PodFailurePolicyRule>, String> {
+    let mut out = Vec::new();
+    for (i, r) in job_spec.pod_failure_policy.iter().flat_map(|p| p.rules.iter()).enumerate() {
+        let action = match r.action.as_str() {
+            "FailJob" => PodFailureAction::FailJob,
+            "Ignore" => PodFailureAction::Ignore,
+            "Count" => PodFailureAction::Count,
+            other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
+        };
+        if restart_policy != RestartPolicy::Never {
+            return Err(
+                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
+            );
+        }
+        let Some(codes) = &r.on_exit_codes else { continue };
+        out.push(PodFailurePolicyRule {
+            action,
+            container_name: codes.container_name.clone(),
+            operator_in: codes.operator == "In",
+            values: codes.values.iter().filter_map(|v| i32::try_from(*v).ok()).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The JobSet's `failurePolicy`: its JobSet-wide actions, on failure reasons only.
+fn failure_policy(fp: &RawFailurePolicy) -> Result<FailurePolicy, String> {
+    if fp.restart_strategy.as_deref().is_some_and(|s| s == "InPlaceRestart") {
+        return Err(
+            "failurePolicy.restartStrategy InPlaceRestart is behind a JobSet feature gate the dry run does not emulate"
+                .into(),
+        );
+    }
+    let mut rules = Vec::new();
+    for (i, r) in fp.rules.iter().enumerate() {
+        let action = match r.action.as_str() {
+            "FailJobSet" => FailurePolicyAction::FailJobSet,
+            "RestartJobSet" => FailurePolicyAction::RestartJobSet,
+            "RestartJobSetAndIgnoreMaxRestarts" => FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts,
+            other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
+        };
+        if !r.on_job_failure_message_patterns.is_empty() {
+            return Err(format!(
+                "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
+            ));
+        }
+        rules.push(FailurePolicyRule {
+            name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
+            action,
+            on_job_failure_reasons: r.on_job_failure_reasons.clone(),
+            target_replicated_jobs: r.target_replicated_jobs.clone(),
+        });
+    }
+    Ok(FailurePolicy { max_restarts: i32::try_from(fp.max_restarts.unwrap_or(0)).unwrap_or(i32::MAX), rules })
 }
 
 /// What one node asks for: requests, limits where no request.
