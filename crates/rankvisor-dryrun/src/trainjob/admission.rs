@@ -66,18 +66,16 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     let (doc, runtimes) = documents(docs, source_name)?;
     let raw: RawTrainJob = typed(doc, TRAINJOB_KIND, source_name)?;
     let name = raw.metadata.name.clone().unwrap_or_default();
-    let invalid = |errors: Vec<FieldError>| ManifestError::InvalidObject {
-        kind: "TrainJob.trainer.kubeflow.org".into(),
-        name: name.clone(),
-        errors: FieldErrors(errors),
-    };
     let errs = schema_errors(&raw, &name);
     if !errs.is_empty() {
-        return Err(invalid(errs));
+        return Err(ManifestError::InvalidObject {
+            kind: "TrainJob.trainer.kubeflow.org".into(),
+            name,
+            errors: FieldErrors(errs),
+        });
     }
     let runtime_ref = raw.spec.runtime_ref.as_ref();
     let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
-    let trainer = raw.spec.trainer.as_ref();
     let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied {
         source_name: source_name.to_string(),
         errors: FieldErrors(errors),
@@ -85,93 +83,21 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     // The runtime: in this file (or --runtime), else one a v2.3.0 install ships.
     let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
     let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
-    let mut not_emulated = Vec::new();
-    // A TrainingRuntime is namespaced: the Trainer looks it up in the TrainJob's namespace only
-    // (a ClusterTrainingRuntime has none).
-    let namespace = |m: &crate::raw::RawMetadata| m.namespace.clone().unwrap_or_else(|| "default".into());
-    let job_namespace = namespace(&raw.metadata);
-    let named = |(k, r, _): &&(String, RawRuntime, &Value)| {
-        *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str())
-    };
-    let in_scope = |r: &RawRuntime| runtime_kind != "TrainingRuntime" || namespace(&r.metadata) == job_namespace;
-    let found = runtimes.iter().filter(named).find(|(_, r, _)| in_scope(r));
-    let elsewhere: Vec<String> = runtimes
-        .iter()
-        .filter(named)
-        .filter(|(_, r, _)| !in_scope(r))
-        .map(|(_, r, _)| format!("{:?}", namespace(&r.metadata)))
-        .collect();
-    if let Some((_, _, rt_doc)) = found {
-        not_emulated.extend(runtime_fields_not_emulated(rt_doc));
-    }
+    let mut builtin = None;
+    let wanted = RuntimeWanted { kind: &runtime_kind, name: &runtime_name, job_namespace: &namespace(&raw.metadata) };
+    let (rt, rt_doc) = wanted.find(&runtimes, &mut builtin, source_name)?;
+    let mut not_emulated: Vec<String> = rt_doc.map(runtime_fields_not_emulated).unwrap_or_default();
     not_emulated.extend(train_job_fields_not_emulated(doc));
-    let builtin: RawRuntime;
-    let rt = match (found, runtime_kind.as_str(), runtime::builtin(&runtime_name)) {
-        (Some((_, r, _)), ..) => r,
-        (None, "ClusterTrainingRuntime", Some(Ok(text))) => {
-            builtin = serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
-            &builtin
-        }
-        (None, "ClusterTrainingRuntime", Some(Err(why))) => {
-            return Err(unsupported(format!(
-                "the built-in ClusterTrainingRuntime {runtime_name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
-            )))
-        }
-        (None, kind, _) if !elsewhere.is_empty() => {
-            return Err(denied(vec![field(
-                "spec.runtimeRef",
-                FieldErrorType::Invalid,
-                Some(BadValue::Str(runtime_name.clone())),
-                format!(
-                    "{kind} {runtime_name:?} not found in namespace {job_namespace:?}, the TrainJob's: the one given is in namespace {}, and a TrainingRuntime is looked up in the TrainJob's namespace only",
-                    elsewhere.join(", ")
-                ),
-            )]))
-        }
-        (None, kind, _) => {
-            return Err(denied(vec![field(
-                "spec.runtimeRef",
-                FieldErrorType::Invalid,
-                Some(BadValue::Str(runtime_name.clone())),
-                format!("{kind} {runtime_name:?} not found: expected one in this file, in --runtime FILE, or a built-in ClusterTrainingRuntime (torch-distributed)"),
-            )]))
-        }
-    };
     if rt.spec.ml_policy.torch.is_none() {
         let what = if rt.spec.ml_policy.mpi.is_some() { "MPI (sshd, hostfile)" } else { "no torch policy" };
         return Err(unsupported(format!(
             "runtime {runtime_name:?} has mlPolicy {what}: the dry run emulates the Torch plugin only (mlPolicy.torch)"
         )));
     }
-    // The Torch plugin's Validate.
-    let mut reserved: Vec<&str> = trainer
-        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
-        .unwrap_or_default();
-    reserved.sort_unstable();
-    reserved.dedup();
-    if !reserved.is_empty() {
-        return Err(denied(vec![field(
-            "spec.trainer.env",
-            FieldErrorType::Invalid,
-            None,
-            format!("must not have reserved envs, invalid envs configured: [{}]", reserved.join(" ")),
-        )]));
+    if let Some(error) = reserved_env(raw.spec.trainer.as_ref()) {
+        return Err(denied(vec![error]));
     }
-    if raw.spec.initializer.is_some() {
-        not_emulated.push(
-            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
-                .into(),
-        );
-    }
-    if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
-        not_emulated.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
-    }
-    if rt.spec.pod_group_policy.is_some() {
-        not_emulated.push(
-            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
-                .into(),
-        );
-    }
+    not_emulated.extend(spec_not_emulated(&raw, rt));
     let js = &rt.spec.template.spec;
     let trainer_rj = js
         .replicated_jobs
@@ -182,8 +108,111 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
             "runtime {runtime_name:?} has no ReplicatedJob labelled {ANCESTOR_LABEL}: trainer"
         )));
     };
+    not_emulated.extend(trainer_not_emulated(js, rj));
+    let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
+    Ok(LoadedTrainJob { job, not_emulated })
+}
+
+/// An object's namespace, `default` when unset.
+fn namespace(m: &crate::raw::RawMetadata) -> String {
+    m.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+/// The runtime a TrainJob names: its kind and name, and the TrainJob's namespace.
+struct RuntimeWanted<'a> {
+    kind: &'a str,
+    name: &'a str,
+    job_namespace: &'a str,
+}
+
+impl RuntimeWanted<'_> {
+    /// The runtime among `runtimes` (and its document), else the built-in one (read into
+    /// `builtin`), else a refusal naming it. A TrainingRuntime is namespaced: the Trainer looks it
+    /// up in the TrainJob's namespace only (a ClusterTrainingRuntime has none).
+    fn find<'b, 'd>(
+        &self,
+        runtimes: &'b [RuntimeDoc<'d>],
+        builtin: &'b mut Option<RawRuntime>,
+        source_name: &str,
+    ) -> Result<(&'b RawRuntime, Option<&'d Value>), ManifestError> {
+        let (kind, name, job_namespace) = (self.kind, self.name, self.job_namespace);
+        let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
+        let named = |(k, r, _): &&RuntimeDoc<'d>| k == kind && r.metadata.name.as_deref() == Some(name);
+        let in_scope = |r: &RawRuntime| kind != "TrainingRuntime" || namespace(&r.metadata) == job_namespace;
+        if let Some((_, r, doc)) = runtimes.iter().filter(named).find(|(_, r, _)| in_scope(r)) {
+            return Ok((r, Some(*doc)));
+        }
+        let elsewhere: Vec<String> = runtimes
+            .iter()
+            .filter(named)
+            .filter(|(_, r, _)| !in_scope(r))
+            .map(|(_, r, _)| format!("{:?}", namespace(&r.metadata)))
+            .collect();
+        let detail = match (kind, runtime::builtin(name)) {
+            ("ClusterTrainingRuntime", Some(Ok(text))) => {
+                let parsed =
+                    serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
+                return Ok((builtin.insert(parsed), None));
+            }
+            ("ClusterTrainingRuntime", Some(Err(why))) => {
+                return Err(unsupported(format!(
+                    "the built-in ClusterTrainingRuntime {name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
+                )))
+            }
+            _ if !elsewhere.is_empty() => format!(
+                "{kind} {name:?} not found in namespace {job_namespace:?}, the TrainJob's: the one given is in namespace {}, and a TrainingRuntime is looked up in the TrainJob's namespace only",
+                elsewhere.join(", ")
+            ),
+            _ => format!("{kind} {name:?} not found: expected one in this file, in --runtime FILE, or a built-in ClusterTrainingRuntime (torch-distributed)"),
+        };
+        let error = field("spec.runtimeRef", FieldErrorType::Invalid, Some(BadValue::Str(name.to_string())), detail);
+        Err(ManifestError::TrainJobDenied { source_name: source_name.to_string(), errors: FieldErrors(vec![error]) })
+    }
+}
+
+/// The Torch plugin's Validate: the trainer's env must not set the variables it owns.
+fn reserved_env(trainer: Option<&RawTrainer>) -> Option<FieldError> {
+    let mut reserved: Vec<&str> = trainer
+        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
+        .unwrap_or_default();
+    reserved.sort_unstable();
+    reserved.dedup();
+    (!reserved.is_empty()).then(|| {
+        field(
+            "spec.trainer.env",
+            FieldErrorType::Invalid,
+            None,
+            format!("must not have reserved envs, invalid envs configured: [{}]", reserved.join(" ")),
+        )
+    })
+}
+
+/// What the TrainJob's and the runtime's specs ask that the dry run does not do.
+fn spec_not_emulated(raw: &RawTrainJob, rt: &RawRuntime) -> Vec<String> {
+    let mut out = Vec::new();
+    if raw.spec.initializer.is_some() {
+        out.push(
+            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
+                .into(),
+        );
+    }
+    if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
+        out.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
+    }
+    if rt.spec.pod_group_policy.is_some() {
+        out.push(
+            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
+                .into(),
+        );
+    }
+    out
+}
+
+/// What the JobSet holds beside the trainer ReplicatedJob `rj`, or `rj` asks, that is not run.
+fn trainer_not_emulated(js: &super::raw::RawJobSetSpec, rj: &RawReplicatedJob) -> Vec<String> {
+    let mut out = Vec::new();
     for other in js.replicated_jobs.iter().filter(|o| o.name != rj.name) {
-        not_emulated.push(format!(
+        out.push(format!(
             "ReplicatedJob {} of the runtime ({} {}: counted as complete, never run)",
             other.name,
             ANCESTOR_LABEL,
@@ -191,10 +220,10 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
         ));
     }
     for d in &rj.depends_on {
-        not_emulated.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
+        out.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
     }
     if !rj.template.spec.template.spec.init_containers.is_empty() {
-        not_emulated.push("the trainer pods' initContainers (not run)".into());
+        out.push("the trainer pods' initContainers (not run)".into());
     }
     let on_conditions = rj
         .template
@@ -205,12 +234,11 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
         .filter(|r| r.on_pod_conditions.is_some())
         .count();
     if on_conditions > 0 {
-        not_emulated.push(format!(
+        out.push(format!(
             "{on_conditions} podFailurePolicy rule(s) on pod conditions (no pod gets a DisruptionTarget condition here: they never match)"
         ));
     }
-    let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
-    Ok(LoadedTrainJob { job, not_emulated })
+    out
 }
 
 /// A runtime document: its kind, the typed runtime, and the document itself (for the fields
