@@ -360,87 +360,64 @@ fn the_file_level_graph_sees_use_groups_super_and_re_exports() {
 fn code_only(code: &str) -> String {
     let chars: Vec<char> = code.chars().collect();
     let mut out = String::with_capacity(code.len());
-    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
     let ident = |c: char| c.is_alphanumeric() || c == '_';
     let mut i = 0;
     while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
         let starts_word = i == 0 || !ident(chars[i - 1]);
-        if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                out.push(' ');
-                i += 1;
-            }
+        let end = if c == '/' && next == Some('/') {
+            chars[i..].iter().position(|c| *c == '\n').map_or(chars.len(), |n| i + n)
         } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    out.push_str("  ");
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    out.push_str("  ");
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    out.push(blank(chars[i]));
-                    i += 1;
-                }
-            }
-        } else if starts_word
-            && (c == 'r' || (c == 'b' && next == Some('r')))
-            && raw_string_start(&chars[i..]).is_some()
-        {
+            block_comment_end(&chars, i)
+        } else if let Some((prefix, hashes)) = raw_string_start(&chars[i..]).filter(|_| starts_word) {
             // r"..", r#".."#, br#".."#: no escapes, ends at the quote and as many hashes.
-            let (prefix, hashes) = raw_string_start(&chars[i..]).unwrap();
-            let end: String = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
-            let end: Vec<char> = end.chars().collect();
-            out.push('"');
-            out.extend(std::iter::repeat_n(' ', prefix - 1));
-            i += prefix;
-            while i < chars.len() && !chars[i..].starts_with(&end) {
-                out.push(blank(chars[i]));
-                i += 1;
-            }
-            out.extend(std::iter::repeat_n(' ', end.len().min(chars.len() - i)));
-            i += end.len();
+            let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+            let inside = i + prefix;
+            (inside..chars.len()).find(|&k| chars[k..].starts_with(&close)).map_or(chars.len(), |k| k + close.len())
         } else if c == '"' {
-            out.push('"');
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                let n = if chars[i] == '\\' { 2 } else { 1 };
-                for k in i..(i + n).min(chars.len()) {
-                    out.push(blank(chars[k]));
-                }
-                i += n;
-            }
-            out.push('"');
-            i += 1;
+            quoted_end(&chars, i, '"')
         } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
             // A character literal ('{', '\'', '\u{7b}'); a lifetime ('a) has no closing quote.
-            out.push('\'');
-            i += 1;
-            if chars[i] == '\\' {
-                // The backslash and the character it escapes (perhaps a quote).
-                out.push_str("  ");
-                i += 2;
-            }
-            while i < chars.len() && chars[i] != '\'' {
-                out.push(' ');
-                i += 1;
-            }
-            out.push('\'');
-            i += 1;
+            quoted_end(&chars, i, '\'')
         } else {
             out.push(c);
             i += 1;
-        }
+            continue;
+        };
+        // The comment or literal, blanked: its lines stay, nothing in it is code.
+        out.extend(chars[i..end].iter().map(|c| if *c == '\n' { '\n' } else { ' ' }));
+        i = end;
     }
     out
+}
+
+/// Just past the block comment (perhaps nested) that starts at `at`.
+fn block_comment_end(chars: &[char], at: usize) -> usize {
+    let (mut depth, mut i) = (0, at);
+    while i < chars.len() {
+        if chars[i..].starts_with(&['/', '*']) {
+            depth += 1;
+            i += 2;
+        } else if chars[i..].starts_with(&['*', '/']) {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return i;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    chars.len()
+}
+
+/// Just past the string or character literal that starts with `quote` at `at` (escapes skipped).
+fn quoted_end(chars: &[char], at: usize, quote: char) -> usize {
+    let mut i = at + 1;
+    while i < chars.len() && chars[i] != quote {
+        i += if chars[i] == '\\' { 2 } else { 1 };
+    }
+    (i + 1).min(chars.len())
 }
 
 /// At a raw string (`r"`, `r#"`, `br##"`): the length of its opening and its number of hashes.
@@ -606,15 +583,28 @@ fn no_function_is_longer_than_80_lines() {
 
 #[test]
 fn the_function_counter_sees_a_long_function_past_braces_in_strings_and_comments() {
+    // Ten lines, braces in a doc comment, strings, characters, a raw string, a nested block
+    // comment and a string over two lines.
+    let short = r##"/// fn not_code() {
+fn short(a: [u8; 4]) -> u8 {
+    let s = "}"; // }
+    let c = '}';
+    let q = '\'';
+    let r = r#"}"#;
+    /* { /* } */ { */
+    let m = "{
+    ";
+    a[0]
+}
+"##;
     let body: String = (0..85).map(|i| format!("    let x{i} = {i};\n")).collect();
-    let code = format!(
-        "/// fn not_code() {{\nfn short(a: [u8; 4]) -> u8 {{\n    let s = \"}}\"; // }}\n    let c = '}}';\n    let q = '\\'';\n    \
-         let r = r#\"}}\"#;\n    a[0]\n}}\n\npub(crate) async fn long<'a>(x: &'a str)\nwhere\n    \
-         'a: 'static,\n{{\n{body}}}\n\ntrait T {{\n    fn declared(&self);\n}}\n\n#[cfg(test)]\nmod tests {{\n    \
-         fn long_test() {{\n{body}    }}\n}}\n"
-    );
+    // 90 lines: signature (3), brace, body, brace.
+    let long = format!("pub(crate) async fn long<'a>(x: &'a str)\nwhere\n    'a: 'static,\n{{\n{body}}}\n");
+    let declared = "trait T {\n    fn declared(&self);\n}\n";
+    let unit_tests = format!("#[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{body}    }}\n}}\n");
+    let code = [short, &long, declared, &unit_tests].join("\n");
     let found = function_lengths(&code);
-    assert_eq!(found, [("short".to_string(), 7), ("long".to_string(), 90)], "{code}");
+    assert_eq!(found, [("short".to_string(), 10), ("long".to_string(), 90)], "{code}");
     let long: Vec<_> = found.iter().filter(|(_, n)| *n > MAX_FUNCTION_LINES).collect();
     assert_eq!(long, [&("long".to_string(), 90)], "the control: one function over the limit is reported");
     assert_eq!(test_module_files("#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod kubelet_tests {}\n"), ["tests"]);
