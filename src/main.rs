@@ -41,6 +41,11 @@ fn main() {
         Err(e) => std::process::exit(usage_error(&e, &env)),
     };
     logging::init(cli.global.log_format, cli.global.log_level);
+    if cli.sub.is_some() {
+        // The subcommands are ordinary programs: a TERM or a ^C stops them as it stops any.
+        let original = Some(&signals.original);
+        let _ = nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, original, None);
+    }
     let termination_log = app::termination_path(cli.sup.termination_log.clone(), &env);
     let code = match cli.sub {
         Some(Sub::Env { json }) => app::env::run(json, &env),

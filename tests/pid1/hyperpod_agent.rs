@@ -257,6 +257,13 @@ fn a_bad_log_rule_on_start_is_refused_naming_it_and_nothing_starts() {
     assert_eq!(code, 422, "{reply}");
     assert!(reply.contains("log_monitoring_configuration"), "{reply}");
     assert!(reply.contains(r#"log rule #1 (\"Loss\"): field operator"#), "{reply}");
+    // A metric pattern whose automaton would take minutes over one 64 KiB line (issue 34).
+    let slow = r#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":23456,
+        "log_monitoring_configuration":[{"name":"Loss","logPattern":"(?:loss|[a-z]{1,6000}|\\s)*?loss (\\d+)",
+        "metricThreshold":2,"operator":"gt","metricEvaluationDataPoints":3}]}"#;
+    let (code, reply) = request(port, "POST", "/start", slow);
+    assert_eq!(code, 422, "{reply}");
+    assert!(reply.contains("too complex: its automaton has 12050 states, more than 2048"), "{reply}");
     assert_eq!(state_of(port)["status"], "ready");
     assert!(!dir.join("started").exists(), "no attempt without its rules");
     assert_eq!(request(port, "POST", "/shutdown", "").0, 200);

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{rankvisor, repo_file, TestDir};
+use common::{rankvisor, repo_file, wait_until, TestDir};
 use std::io::Write;
 use std::process::{Output, Stdio};
 
@@ -94,6 +94,33 @@ fn the_log_can_come_from_standard_input() {
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(last["state"], "FAULTED");
     assert_eq!(last["named"][0]["line"], "RuntimeError: CUDA out of memory\n");
+}
+
+/// `log-rules test` is an ordinary program: a TERM stops it (it ran with PID 1's blocked signals
+/// once, and a log that never ended kept it forever).
+#[test]
+fn a_term_stops_log_rules_test_while_it_waits_for_the_log() {
+    let mut child = rankvisor()
+        .args(["log-rules", "test"])
+        .arg(repo_file("examples/log-rules/gpu-error.yaml"))
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"ok\n").unwrap();
+    // The first line's state is out: it is reading the log.
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("| ok") {
+        line.clear();
+        assert_ne!(std::io::BufRead::read_line(&mut out, &mut line).unwrap(), 0, "stdout ended early");
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = wait_until("log-rules test to stop on TERM", || child.try_wait().unwrap());
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGTERM));
+    drop(stdin);
 }
 
 #[test]

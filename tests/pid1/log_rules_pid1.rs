@@ -126,6 +126,14 @@ fn a_rules_file_that_is_no_bounded_regular_file_exits_64_at_once() {
             dir.write("many.json", &format!("[{}]", many.join(","))).to_str().unwrap().to_string(),
             "101 rules: more than 100",
         ),
+        // A pattern whose automaton would take minutes over one 64 KiB line (issue 34).
+        (
+            dir.write("slow.json", r#"[{"name": "Loss", "logPattern": "(?:loss|[a-z]{1,6000}|\\s)*?loss (\\d+)"}]"#)
+                .to_str()
+                .unwrap()
+                .to_string(),
+            "too complex: its automaton has 12050 states, more than 2048",
+        ),
     ];
     for (path, want) in cases {
         let out = base(&dir).args(["--log-rules", &path]).sh(&format!("touch {}", q(&dir.file("ran")))).run();

@@ -36,4 +36,5 @@ mod restart_policies;
 mod signal_mask;
 mod signals;
 mod spawn_paths;
+mod stuck;
 mod termination_log;

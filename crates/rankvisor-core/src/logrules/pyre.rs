@@ -41,6 +41,12 @@ const MAX_STARTS: usize = 16;
 pub const PATTERN_NFA_LIMIT: usize = 1 << 20;
 /// The lazy DFA's cache, per automaton and direction (forward, reverse), per thread evaluating.
 pub const LAZY_DFA_CACHE: usize = 64 << 10;
+/// The most states of a pattern's automaton (its Thompson NFA). Where the lazy DFA gives up
+/// (its cache thrashes on a pattern like `[a-z]{1,6000}`), the crate falls back to an engine whose
+/// work on a line grows with both the states and the line's length: at 2,048 states one line (at
+/// most [`super::lines::LINE_CAP`] bytes) takes about a second at worst (release build), while
+/// log-rule patterns have tens to a few hundred (the AWS examples under 100).
+pub const MAX_STATES: usize = 2048;
 
 /// A pattern with Python's meaning, compiled.
 #[derive(Debug, Clone)]
@@ -111,6 +117,7 @@ impl PyRegex {
             None => unsupported(&e),
         };
         let hir = regex_syntax::ParserBuilder::new().build().parse(&pattern).map_err(|e| unsupported(&e))?;
+        check_states(&hir, nfa_limit.min(PATTERN_NFA_LIMIT))?;
         let builder = |limit: usize| {
             let mut b = meta::Builder::new();
             b.configure(
@@ -231,6 +238,27 @@ impl Rest {
         let found = self.search.search(&Input::new(text))?;
         (found.start() <= self.limit(text)).then_some(found.start())
     }
+}
+
+/// Refuse a pattern whose automaton has more than [`MAX_STATES`] states (or is over `limit`
+/// bytes: `Refused::TooLarge`).
+fn check_states(hir: &Hir, limit: usize) -> Result<(), Refused> {
+    use regex_automata::nfa::thompson;
+    let nfa = thompson::Compiler::new()
+        .configure(thompson::Config::new().nfa_size_limit(Some(limit)).shrink(false))
+        .build_from_hir(hir)
+        .map_err(|_| Refused::TooLarge(limit))?;
+    let states = nfa.states().len();
+    if states > MAX_STATES {
+        return Err(Refused::Pattern(PatternError {
+            offset: 0,
+            problem: format!(
+                "too complex: its automaton has {states} states, more than {MAX_STATES}, the limit that bounds \
+                 the work on one line (a bounded repetition like {{1,6000}} is the usual cause)"
+            ),
+        }));
+    }
+    Ok(())
 }
 
 /// Group 1 of `re`'s match in `input`, if it matches.

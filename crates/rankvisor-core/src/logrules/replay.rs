@@ -204,6 +204,9 @@ pub fn replay(
         };
         // Truncating, the splitter never refuses a line.
         let _ = lines.feed(&buf[..n], &mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
+        // What each read decided is out before the next read waits: a live log (`tail -f ... |
+        // rankvisor log-rules test RULES -`) shows its lines' states as they come.
+        printer.out.flush()?;
     }
     lines.finish_into(&mut |l: &[u8]| handle(l, &mut ev, &mut state, &mut printer));
     if let Some(e) = io_error {

@@ -7,7 +7,7 @@ mod signals;
 mod spawn;
 
 pub use fatal::{install_panic_hook, set_child_group};
-pub use procfs::{alive_descendants, children_of, ProcEntry};
+pub use procfs::{alive_descendants, children_of, describe_stuck, stuck_below, ProcEntry, Stuck};
 pub use reaper::{has_children, reap, reap_all};
 pub use signals::{
     block_signals, parse_sig_ign, signal_group, signal_pid, SignalInfo, SignalMask, SignalStream, Signals,

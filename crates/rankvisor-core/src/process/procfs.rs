@@ -75,9 +75,70 @@ fn descendants_of(root: Pid, procs: &[ProcEntry]) -> Vec<Pid> {
     out
 }
 
+/// What /proc says of a process that will not die: its name, its state (`D (disk sleep)`) and
+/// the kernel function it waits in (`wchan`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// Its pid.
+    pub pid: Pid,
+    /// Its command name (`comm`), as the process set it.
+    pub name: String,
+    /// Its state, letter and word.
+    pub state: String,
+    /// Where in the kernel it sleeps; empty when /proc does not say.
+    pub wchan: String,
+}
+
+/// Every living descendant of `root`, as [`Stuck`] describes it (one that ended meanwhile is left out).
+pub fn stuck_below(root: Pid) -> Vec<Stuck> {
+    alive_descendants(root)
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |key: &str| {
+                status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_default()
+            };
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            let wchan = if wchan.trim() == "0" { String::new() } else { wchan.trim().to_string() };
+            Some(Stuck { pid, name: field("Name:"), state: field("State:"), wchan })
+        })
+        .collect()
+}
+
+/// One line naming each stuck process: `pid 42 (sleep) D (disk sleep) in hrtimer_nanosleep`; the
+/// names are the processes' own, escaped.
+pub fn describe_stuck(stuck: &[Stuck]) -> String {
+    if stuck.is_empty() {
+        return "none is left".to_string();
+    }
+    let one = |s: &Stuck| {
+        let name = crate::untrusted::escape(&s.name);
+        let state = crate::untrusted::escape(&s.state);
+        let wchan =
+            if s.wchan.is_empty() { String::new() } else { format!(" in {}", crate::untrusted::escape(&s.wchan)) };
+        format!("pid {} ({name}) {state}{wchan}", s.pid)
+    };
+    stuck.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stuck_processes_are_named_with_state_and_wait_channel_escaped() {
+        let s = |pid, name: &str, wchan: &str| Stuck {
+            pid: Pid::from_raw(pid),
+            name: name.into(),
+            state: "D (disk sleep)".into(),
+            wchan: wchan.into(),
+        };
+        assert_eq!(
+            describe_stuck(&[s(42, "sleep", "hrtimer_nanosleep"), s(43, "evil\nname", "")]),
+            "pid 42 (sleep) D (disk sleep) in hrtimer_nanosleep, pid 43 (evil\\nname) D (disk sleep)"
+        );
+        assert_eq!(describe_stuck(&[]), "none is left");
+    }
 
     #[test]
     fn parses_odd_command_names() {

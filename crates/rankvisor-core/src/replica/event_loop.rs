@@ -103,6 +103,8 @@ struct Loop {
     exit_code: Option<i32>,
     /// The current attempt's log rules over its stdout, when it has rules.
     log: Option<LogWatch>,
+    /// The last termination message written: what stuck processes add to.
+    last_message: Option<String>,
 }
 
 /// Run the replica until the machine decides to exit.
@@ -130,6 +132,7 @@ pub async fn run(
         link_task: None,
         exit_code: None,
         log: None,
+        last_message: None,
     };
     let mut health_source = sources.health;
     let effects = l.replica.start(Instant::now());
@@ -315,13 +318,17 @@ impl Loop {
             Effect::Child(ChildAction::KillLeftovers { pid }) => {
                 let _ = process::signal_group(pid, Signo::KILL);
             }
-            Effect::Child(ChildAction::TerminationMessage(msg)) => {
-                error!("{msg}");
-                if let Some(path) = &self.cfg.termination_log {
-                    if let Err(e) = crate::termination::write_message(path, &msg) {
-                        warn!(path = %path.display(), "cannot write the termination message: {e}");
-                    }
-                }
+            Effect::Child(ChildAction::TerminationMessage(msg)) => self.termination_message(msg),
+            Effect::NameStuck { message } => {
+                process::reap_all();
+                let stuck = process::describe_stuck(&process::stuck_below(Pid::this()));
+                let line = format!("{message}: {stuck}");
+                // After the child's own message, when it wrote one (the child ended, its escapees did not).
+                let msg = match self.last_message.take() {
+                    Some(first) => format!("{first}; {line}"),
+                    None => line,
+                };
+                self.termination_message(msg);
             }
             Effect::StartLink => self.start_link(),
             Effect::Link(cmd) => match &self.link_commands {
@@ -336,6 +343,16 @@ impl Loop {
             Effect::SweepKill => self.sweep_signal(Signo::KILL),
             Effect::Exit { code } => self.exit_code = Some(code),
         }
+    }
+
+    fn termination_message(&mut self, msg: String) {
+        error!("{msg}");
+        if let Some(path) = &self.cfg.termination_log {
+            if let Err(e) = crate::termination::write_message(path, &msg) {
+                warn!(path = %path.display(), "cannot write the termination message: {e}");
+            }
+        }
+        self.last_message = Some(msg);
     }
 
     fn start_link(&mut self) {

@@ -133,8 +133,12 @@ impl LogWatch {
     /// The relay thread's next news; forever when there is no watch or its thread is gone.
     pub(super) async fn next(watch: &mut Option<Self>) -> News {
         let Some(w) = watch.as_mut().filter(|w| !w.closed) else { return std::future::pending().await };
+        // States first: the thread sets them before it sends a hit or "drained", so the loop
+        // publishes the rules as they were when the machine acts on the news (a news-first choice
+        // let a restart replace this watch before a HANGING state was ever published).
         tokio::select! {
             biased;
+            Ok(()) = w.states.changed() => News::States(w.states.borrow_and_update().clone()),
             news = w.news.recv() => match news {
                 Some(news) => news,
                 None => {
@@ -143,7 +147,6 @@ impl LogWatch {
                     News::States(w.states.borrow_and_update().clone())
                 }
             },
-            Ok(()) = w.states.changed() => News::States(w.states.borrow_and_update().clone()),
         }
     }
 }

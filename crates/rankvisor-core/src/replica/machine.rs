@@ -5,7 +5,9 @@
 //! how a master whose child finished waits for its workers, the leftover sweep, and the one
 //! shutdown deadline. No I/O, no clock: the event loop passes `now` and asks `next_deadline`.
 
-use super::child::{ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, Supervisor, SupervisorConfig};
+use super::child::{
+    ChildAction, ChildOutcome, Event, GiveUp, LogRuleHit, Phase, Supervisor, SupervisorConfig, KILL_WAIT,
+};
 use super::link::{LinkCommand, LinkEvent};
 use crate::agent::{AgentRecord, Assignment, Order};
 use crate::health::{self, Observation};
@@ -180,6 +182,13 @@ pub enum Effect {
     SweepTerm,
     /// SIGKILL every process still below rankvisor, then report `Descendants`.
     SweepKill,
+    /// Processes below rankvisor outlived SIGKILL and are given up on: log `message` and add it
+    /// to the termination message, each such process named with its state and wait channel
+    /// (from /proc, read by the loop).
+    NameStuck {
+        /// What was given up, without the processes.
+        message: String,
+    },
     /// Exit with `code`: nothing is left to do.
     Exit {
         /// rankvisor's exit status.
@@ -225,7 +234,8 @@ enum End {
         /// When to stop waiting.
         until: Instant,
     },
-    /// TERM went to the leftovers; KILL at `deadline` (or, once `killed`, give up waiting then).
+    /// TERM went to the leftovers; KILL at `deadline` (or, once `killed`, give up waiting then,
+    /// naming those left).
     Sweeping {
         /// The exit status to return.
         code: i32,
@@ -475,9 +485,13 @@ impl Replica {
             }
             End::Sweeping { code, deadline, killed: false } if now >= deadline => {
                 out.push(Effect::SweepKill);
-                self.end = End::Sweeping { code, deadline: now + Duration::from_secs(1), killed: true };
+                self.end = End::Sweeping { code, deadline: now + KILL_WAIT, killed: true };
             }
-            End::Sweeping { code, deadline, killed: true } if now >= deadline => self.finish(code, out),
+            End::Sweeping { code, deadline, killed: true } if now >= deadline => {
+                let message = format!("processes below rankvisor outlived SIGKILL by {KILL_WAIT:?}; gave up waiting");
+                out.push(Effect::NameStuck { message });
+                self.finish(code, out);
+            }
             _ => {}
         }
     }
@@ -670,6 +684,7 @@ impl Replica {
             Some(ChildOutcome::Exit { code }) if self.agent.is_some() => self.attempt_done(code, pid, now, out),
             Some(ChildOutcome::RequestGeneration) => self.request_generation(now, out),
             Some(ChildOutcome::Exit { code }) => self.child_done(code, now, out),
+            Some(ChildOutcome::Unkillable { pid, code }) => self.unkillable(pid, code, out),
             None => {}
         }
     }
@@ -721,6 +736,18 @@ impl Replica {
             }
             _ => self.sweep(code, now, out),
         }
+    }
+
+    /// The child outlived SIGKILL: nothing can be started beside it, and waiting longer ends
+    /// nothing. Everything else below rankvisor is KILLed and rankvisor exits, naming what is
+    /// stuck (whatever the mode: an agent's READY would offer a node whose process holds on).
+    fn unkillable(&mut self, pid: nix::unistd::Pid, code: i32, out: &mut Vec<Effect>) {
+        self.after_child = None;
+        self.clearing = None;
+        let message = format!("the child (pid {pid}) outlived SIGKILL by {KILL_WAIT:?}; gave up waiting");
+        out.push(Effect::SweepKill);
+        out.push(Effect::NameStuck { message });
+        self.finish(code, out);
     }
 
     /// TERM every process still below us (group leftovers, setsid escapees), KILL at the deadline.

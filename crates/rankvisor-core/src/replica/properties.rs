@@ -196,6 +196,8 @@ impl Harness {
                 Effect::DrainOutput => self.send(Input::OutputDrained)?,
                 Effect::Child(ChildAction::Spawn { .. }) => prop_assert!(false, "a spawn without its order"),
                 Effect::SweepTerm | Effect::SweepKill => self.sweeping = true,
+                // Given up on (it outlived SIGKILL): the machine no longer counts it, and exits.
+                Effect::NameStuck { .. } => self.live = None,
                 Effect::Exit { .. } => self.exits += 1,
             }
         }

@@ -9,7 +9,7 @@ use crate::health::{verdict, HealthError, Observation};
 use crate::kube::NodeSnapshot;
 use crate::policy::{RestartPolicy, RestartScope};
 use crate::rank::Role;
-use crate::replica::child::{ChildAction, Event, SupervisorConfig};
+use crate::replica::child::{ChildAction, Event, SupervisorConfig, KILL_WAIT};
 use crate::signo::Signo;
 use crate::status::ReplicaState;
 use nix::unistd::Pid;
@@ -76,6 +76,8 @@ struct Fake {
     leftovers: usize,
     /// Answers to the next spawns in place of `Spawned` (a failed fork or exec).
     spawn_failures: VecDeque<Event>,
+    /// `NameStuck` messages.
+    stuck: Vec<String>,
 }
 
 impl Fake {
@@ -100,6 +102,7 @@ impl Fake {
             hold_drains: false,
             leftovers: 0,
             spawn_failures: failures.into_iter().collect(),
+            stuck: vec![],
         };
         let effects = f.r.start(Instant::now());
         f.apply(effects);
@@ -135,6 +138,7 @@ impl Fake {
                     self.send(Input::Descendants { alive: self.leftovers });
                 }
                 Effect::SweepKill => self.sweeps.push("KILL"),
+                Effect::NameStuck { message } => self.stuck.push(message),
                 Effect::DrainOutput => {
                     self.drains += 1;
                     if !self.hold_drains {
@@ -384,7 +388,8 @@ async fn signals_forwarded_ignored_or_stopping() {
     assert_eq!(f.exit, Some(143));
 }
 
-/// The sweep: TERM to the leftovers, KILL at the shutdown deadline, then exit regardless.
+/// The sweep: TERM to the leftovers, KILL at the shutdown deadline, then exit regardless, naming
+/// what outlived the KILL.
 #[tokio::test(start_paused = true)]
 async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     let mut r = Replica::new(cfg());
@@ -404,9 +409,33 @@ async fn leftover_sweep_terms_then_kills_at_the_one_deadline() {
     assert_eq!(r.next_deadline(), Some(t0 + 1300 * MS));
     tokio::time::advance(1000 * MS).await;
     assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::SweepKill]);
-    tokio::time::advance(1000 * MS).await;
-    assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::Exit { code: 0 }]);
+    tokio::time::advance(KILL_WAIT).await;
+    let message = "processes below rankvisor outlived SIGKILL by 5s; gave up waiting".to_string();
+    assert_eq!(r.on_input(Input::Tick, Instant::now()), [Effect::NameStuck { message }, Effect::Exit { code: 0 }]);
     assert!(r.done());
+}
+
+/// Issue 36: a child that outlives SIGKILL (uninterruptible sleep, a frozen cgroup) does not
+/// keep rankvisor: at the grace plus [`KILL_WAIT`] it gives up with the KILL's status, KILLs
+/// everything else and names what is stuck.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_outlives_sigkill_is_given_up_at_the_grace_plus_the_kill_wait() {
+    let mut f = Fake::new(cfg());
+    let pid = f.pid();
+    let t0 = Instant::now();
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    f.advance_to_deadline().await;
+    assert_eq!(f.signals, [(pid, SIGTERM), (pid, SIGKILL)]);
+    assert_eq!(f.exit, None);
+    f.advance_to_deadline().await;
+    assert_eq!(Instant::now() - t0, cfg().supervisor.grace + KILL_WAIT);
+    assert_eq!(f.exit, Some(137));
+    assert_eq!(f.sweeps, ["KILL"]);
+    assert_eq!(f.stuck, [format!("the child (pid {pid}) outlived SIGKILL by 5s; gave up waiting")]);
+    assert!(f.r.done());
+    // Its late exit changes nothing.
+    f.send(Input::Child(Event::Exited { pid, how: ExitHow::Signaled(SIGKILL) }));
+    assert_eq!(f.exit, Some(137));
 }
 
 /// EMFILE at a restart is the machine's fault: retried under the policy, never a permanent 126. A

@@ -356,3 +356,15 @@ proptest::proptest! {
         }
     }
 }
+
+/// Issue 34 (hostile input): a pattern whose automaton has thousands of states makes the crate's
+/// fallback engine take minutes on one long line; it is refused at compile time, naming the count.
+#[test]
+fn a_pattern_with_too_many_states_is_refused_naming_them() {
+    let e = refused(r"(?:loss|[a-z]{1,6000}|\s)*?loss (\d+)");
+    assert!(e.starts_with("too complex: its automaton has 12050 states, more than 2048"), "{e}");
+    // The AWS examples' shapes and a bounded repetition of a few hundred are far below.
+    for p in [r".*training_loss_step (\d+(?:\.\d+)?).*", r".*[0-9a-f]{32}.*", r"(?:loss|[a-z]{1,600}|\s)*?loss (\d+)"] {
+        PyRegex::new(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    }
+}

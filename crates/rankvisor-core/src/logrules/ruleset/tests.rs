@@ -23,9 +23,12 @@ fn patterns_whose_automata_exceed_the_budget_are_refused_naming_it() {
     // A pattern over the limit of one pattern (60 of them took 417 MB of RSS once evaluated).
     let e = rules_from_value(&rules(1, r".*\w{60}x")).unwrap_err().to_string();
     assert!(e.contains("too large: its automaton would take more than 1048576 bytes, the limit of one pattern"), "{e}");
-    // One pattern of about 1 MB fits; sixty do not.
-    assert!(rules_from_value(&rules(1, r".*\w{10}x")).is_ok());
-    let e = rules_from_value(&rules(60, r".*\w{10}x")).unwrap_err().to_string();
+    // One within the bytes but over the states.
+    let e = rules_from_value(&rules(1, r".*\w{10}x")).unwrap_err().to_string();
+    assert!(e.contains("too complex: its automaton has"), "{e}");
+    // One pattern of about 0.8 MB (caches counted) fits; a hundred do not.
+    assert!(rules_from_value(&rules(1, r".*\w{5}x")).is_ok());
+    let e = rules_from_value(&rules(MAX_RULES, r".*\w{5}x")).unwrap_err().to_string();
     assert!(e.contains("more than 64 MiB, the limit of one configuration"), "{e}");
     assert!(e.contains("field logPattern"), "{e}");
 }

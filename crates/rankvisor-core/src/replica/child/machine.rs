@@ -132,7 +132,7 @@ impl Supervisor {
     pub fn next_deadline(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Backoff { until } => Some(*until),
-            Phase::Stopping { deadline, killed: false, .. } => Some(*deadline),
+            Phase::Stopping { deadline, .. } => Some(*deadline),
             Phase::Running { started, .. } => self.hang_deadline(*started),
             _ => None,
         }
@@ -318,7 +318,14 @@ impl Supervisor {
             }
             Phase::Stopping { pid, deadline, killed: killed @ false, .. } if now >= *deadline => {
                 *killed = true;
+                *deadline = now + KILL_WAIT;
                 vec![ChildAction::SignalGroup { pid: *pid, signal: Signo::KILL }].into()
+            }
+            Phase::Stopping { pid, deadline, killed: true, .. } if now >= *deadline => {
+                let (pid, how) = (*pid, ExitHow::Signaled(Signo::KILL));
+                self.last_exit = Some(how);
+                self.phase = Phase::Finished { code: how.code(), state: ReplicaState::Failed };
+                ChildSteps { actions: Vec::new(), outcome: Some(ChildOutcome::Unkillable { pid, code: how.code() }) }
             }
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);

@@ -39,6 +39,7 @@ struct Harness {
     exit: Option<i32>,
     generations: Vec<u64>,
     requests: u32,
+    unkillable: u32,
 }
 
 impl Harness {
@@ -52,6 +53,7 @@ impl Harness {
             exit: None,
             generations: vec![],
             requests: 0,
+            unkillable: 0,
         }
     }
 
@@ -74,6 +76,10 @@ impl Harness {
         match steps.outcome {
             Some(ChildOutcome::RequestGeneration) => self.requests += 1,
             Some(ChildOutcome::Exit { code }) => self.exit = Some(code),
+            Some(ChildOutcome::Unkillable { code, .. }) => {
+                self.exit = Some(code);
+                self.unkillable += 1;
+            }
             None => {}
         }
     }
@@ -223,11 +229,31 @@ async fn term_forwards_then_kills_after_grace() {
     assert_eq!(h.sup.state(), ReplicaState::Stopping);
     assert_eq!(h.advance_to_deadline().await, 1000 * MS);
     assert_eq!(h.signals, [(pid, SIGTERM), (pid, SIGKILL)]);
-    assert_eq!(h.sup.next_deadline(), None);
+    assert_eq!(h.sup.next_deadline(), Some(Instant::now() + KILL_WAIT), "how long the KILL may take");
     h.exit_child(ExitHow::Signaled(SIGKILL));
     assert_eq!(h.exit, Some(137));
     assert_eq!(h.spawns.len(), 1, "no restart after a shutdown");
     assert_eq!(h.messages, ["stopped by SIGTERM: child killed by signal 9 (SIGKILL)"]);
+}
+
+/// A child that outlives SIGKILL (uninterruptible sleep, a frozen cgroup) is given up on at the
+/// KILL plus [`KILL_WAIT`], with the KILL's status, whatever stopped it (a hang here: no restart
+/// beside it).
+#[tokio::test(start_paused = true)]
+async fn a_child_that_outlives_sigkill_is_given_up_after_the_kill_wait() {
+    let mut h = Harness::new(SupervisorConfig {
+        hang: Some(HangConfig { timeout: 1000 * MS, startup: 1000 * MS }),
+        ..cfg(OnFailure, 6)
+    });
+    h.send(Event::Start);
+    h.advance_to_deadline().await;
+    assert_eq!(h.sup.state(), ReplicaState::Stopping, "stopped as hung");
+    h.advance_to_deadline().await;
+    assert_eq!(h.advance_to_deadline().await, KILL_WAIT);
+    assert_eq!((h.exit, h.unkillable), (Some(137), 1));
+    assert_eq!(h.sup.state(), ReplicaState::Failed);
+    assert_eq!(h.sup.next_deadline(), None);
+    assert_eq!(h.spawns.len(), 1, "nothing starts beside it");
 }
 
 #[tokio::test(start_paused = true)]

@@ -124,7 +124,8 @@ pub enum Phase {
         /// When it started.
         started: Instant,
     },
-    /// The child was signalled and has until `deadline` before SIGKILL.
+    /// The child was signalled and has until `deadline` before SIGKILL (once `killed`, until
+    /// `deadline` before rankvisor gives up waiting for it).
     Stopping {
         /// Its pid.
         pid: Pid,
@@ -241,6 +242,10 @@ pub enum ChildAction {
     TerminationMessage(String),
 }
 
+/// How long a child may take to die after SIGKILL before rankvisor stops waiting for it: one that
+/// outlives it is in uninterruptible sleep or a frozen cgroup, and no signal will end it.
+pub const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the child's lifecycle leaves to the replica to decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildOutcome {
@@ -248,6 +253,14 @@ pub enum ChildOutcome {
     RequestGeneration,
     /// The child is done for good; rankvisor's exit status would be `code`.
     Exit {
+        /// rankvisor's exit status.
+        code: i32,
+    },
+    /// The child outlived SIGKILL by [`KILL_WAIT`]: it is given up on, with the status its KILL
+    /// gives (`code`); nothing will be started beside it.
+    Unkillable {
+        /// The child's pid.
+        pid: Pid,
         /// rankvisor's exit status.
         code: i32,
     },
