@@ -6,6 +6,9 @@
 //! name (`use` groups expanded, the root's re-exports followed; `mod` declarations are the tree,
 //! not a dependency), and no files of the dry run, the trainer or the binary import each other
 //! round.
+//!
+//! And no function of any crate is longer than 80 lines (signature to closing brace, unit tests
+//! left out): a longer one is split by concern into named pieces.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -350,4 +353,259 @@ fn the_file_level_graph_sees_use_groups_super_and_re_exports() {
     let mut back = graph.clone();
     back.entry("runner/run.rs".into()).or_default().insert("runner/event_loop.rs".into());
     assert!(cycle(&back).is_some(), "the control: event_loop -> run -> event_loop is a cycle");
+}
+
+/// `code` with comments and the insides of string and character literals blanked (newlines kept),
+/// so braces and `fn` are found only in code.
+fn code_only(code: &str) -> String {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
+        let starts_word = i == 0 || !ident(chars[i - 1]);
+        let end = if c == '/' && next == Some('/') {
+            chars[i..].iter().position(|c| *c == '\n').map_or(chars.len(), |n| i + n)
+        } else if c == '/' && next == Some('*') {
+            block_comment_end(&chars, i)
+        } else if let Some((prefix, hashes)) = raw_string_start(&chars[i..]).filter(|_| starts_word) {
+            // r"..", r#".."#, br#".."#: no escapes, ends at the quote and as many hashes.
+            let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+            let inside = i + prefix;
+            (inside..chars.len()).find(|&k| chars[k..].starts_with(&close)).map_or(chars.len(), |k| k + close.len())
+        } else if c == '"' {
+            quoted_end(&chars, i, '"')
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A character literal ('{', '\'', '\u{7b}'); a lifetime ('a) has no closing quote.
+            quoted_end(&chars, i, '\'')
+        } else {
+            out.push(c);
+            i += 1;
+            continue;
+        };
+        // The comment or literal, blanked: its lines stay, nothing in it is code.
+        out.extend(chars[i..end].iter().map(|c| if *c == '\n' { '\n' } else { ' ' }));
+        i = end;
+    }
+    out
+}
+
+/// Just past the block comment (perhaps nested) that starts at `at`.
+fn block_comment_end(chars: &[char], at: usize) -> usize {
+    let (mut depth, mut i) = (0, at);
+    while i < chars.len() {
+        if chars[i..].starts_with(&['/', '*']) {
+            depth += 1;
+            i += 2;
+        } else if chars[i..].starts_with(&['*', '/']) {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return i;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    chars.len()
+}
+
+/// Just past the string or character literal that starts with `quote` at `at` (escapes skipped).
+fn quoted_end(chars: &[char], at: usize, quote: char) -> usize {
+    let mut i = at + 1;
+    while i < chars.len() && chars[i] != quote {
+        i += if chars[i] == '\\' { 2 } else { 1 };
+    }
+    (i + 1).min(chars.len())
+}
+
+/// At a raw string (`r"`, `r#"`, `br##"`): the length of its opening and its number of hashes.
+fn raw_string_start(chars: &[char]) -> Option<(usize, usize)> {
+    let r = if chars.first() == Some(&'b') { 1 } else { 0 };
+    if chars.get(r) != Some(&'r') {
+        return None;
+    }
+    let hashes = chars[r + 1..].iter().take_while(|c| **c == '#').count();
+    (chars.get(r + 1 + hashes) == Some(&'"')).then_some((r + 2 + hashes, hashes))
+}
+
+/// The index just past the brace that closes the one at `open` (or the end of `code`).
+fn matching_brace(code: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, b) in code.iter().enumerate().skip(open) {
+        match b {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// `code` (already `code_only`) with every `#[cfg(test)] mod name { ... }` block blanked.
+fn without_test_modules(code: &str) -> String {
+    let mut bytes = code.as_bytes().to_vec();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("#[cfg(test)]").map(|i| i + from) {
+        from = at + 1;
+        let rest = code[at + "#[cfg(test)]".len()..].trim_start();
+        let rest = rest.strip_prefix("pub(crate)").or_else(|| rest.strip_prefix("pub")).unwrap_or(rest).trim_start();
+        let Some(rest) = rest.strip_prefix("mod ") else { continue };
+        let name_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        if !rest[name_end..].trim_start().starts_with('{') {
+            continue;
+        }
+        let open = code.len() - rest[name_end..].trim_start().len();
+        let end = matching_brace(code.as_bytes(), open);
+        for b in &mut bytes[at..end] {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+        from = end;
+    }
+    String::from_utf8(bytes).expect("only ASCII bytes were replaced, by ASCII")
+}
+
+/// The names of the modules `code` declares as unit-test files: `#[cfg(test)] mod name;`.
+fn test_module_files(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("#[cfg(test)]") {
+        let rest = code[at + "#[cfg(test)]".len()..].trim_start();
+        let rest = rest.strip_prefix("pub(crate)").or_else(|| rest.strip_prefix("pub")).unwrap_or(rest).trim_start();
+        let Some(rest) = rest.strip_prefix("mod ") else { continue };
+        let name_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        if rest[name_end..].trim_start().starts_with(';') {
+            out.push(rest[..name_end].to_string());
+        }
+    }
+    out
+}
+
+/// Every function with a body in `code` (source text, unit-test modules included or not): its name
+/// and its length in lines, from the line of `fn` to the line of its closing brace.
+fn function_lengths(code: &str) -> Vec<(String, usize)> {
+    let code = without_test_modules(&code_only(code));
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && (ident(bytes[at - 1]) || bytes[at - 1] == b'$') {
+            continue;
+        }
+        let rest = code[at + 3..].trim_start();
+        let name_len = rest.bytes().take_while(|b| ident(*b)).count();
+        if name_len == 0 || rest.as_bytes()[0].is_ascii_digit() {
+            continue;
+        }
+        let name = rest[..name_len].to_string();
+        // The body's brace: the first `{` outside the signature's parentheses and brackets
+        // (`[u8; 4]`); a `;` there first is a declaration without a body.
+        let mut depth = 0i32;
+        let mut open = None;
+        for (i, b) in bytes.iter().enumerate().skip(code.len() - rest.len() + name_len) {
+            match b {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'{' if depth == 0 => {
+                    open = Some(i);
+                    break;
+                }
+                b';' if depth == 0 => break,
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let close = matching_brace(bytes, open);
+        let lines = code[at..close].matches('\n').count() + 1;
+        out.push((name, lines));
+    }
+    out
+}
+
+/// The longest a function may be, in lines.
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// Functions that read better whole, with why: (file, function, reason). Keep it very short.
+const LONG_FUNCTIONS_ALLOWED: [(&str, &str, &str); 0] = [];
+
+/// Every non-test source file of `src`: unit-test files (`tests.rs`, files under a `tests/`
+/// directory, and the files of `#[cfg(test)] mod name;` declarations) left out.
+fn non_test_sources(src: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut test_files = BTreeSet::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let stem = f.file_stem().unwrap().to_string_lossy();
+        let dir = f.parent().unwrap();
+        let dir = if ["mod", "lib", "main"].contains(&stem.as_ref()) { dir.to_path_buf() } else { dir.join(&*stem) };
+        for name in test_module_files(&code_only(&text)) {
+            test_files.insert(dir.join(format!("{name}.rs")));
+            test_files.insert(dir.join(name));
+        }
+    }
+    files.retain(|f| {
+        let rel = f.strip_prefix(src).unwrap();
+        f.file_name() != Some("tests.rs".as_ref())
+            && !rel.iter().any(|c| c == "tests")
+            && !test_files.iter().any(|t| f.starts_with(t))
+    });
+    files
+}
+
+#[test]
+fn no_function_is_longer_than_80_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut long = Vec::new();
+    let mut counted = 0;
+    for krate in FILE_LEVEL_CRATES {
+        for f in non_test_sources(&root.join(krate)) {
+            let rel = f.strip_prefix(root).unwrap().display().to_string();
+            for (name, lines) in function_lengths(&std::fs::read_to_string(&f).unwrap()) {
+                counted += 1;
+                let allowed = LONG_FUNCTIONS_ALLOWED.iter().any(|(file, func, _)| rel == *file && name == *func);
+                if lines > MAX_FUNCTION_LINES && !allowed {
+                    long.push(format!("{rel}: fn {name} is {lines} lines"));
+                }
+            }
+        }
+    }
+    assert!(counted > 500, "counted too few functions: {counted}");
+    assert!(long.is_empty(), "functions over {MAX_FUNCTION_LINES} lines (split them by concern):\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_function_counter_sees_a_long_function_past_braces_in_strings_and_comments() {
+    // Ten lines, braces in a doc comment, strings, characters, a raw string, a nested block
+    // comment and a string over two lines.
+    let short = r##"/// fn not_code() {
+fn short(a: [u8; 4]) -> u8 {
+    let s = "}"; // }
+    let c = '}';
+    let q = '\'';
+    let r = r#"}"#;
+    /* { /* } */ { */
+    let m = "{
+    ";
+    a[0]
+}
+"##;
+    let body: String = (0..85).map(|i| format!("    let x{i} = {i};\n")).collect();
+    // 90 lines: signature (3), brace, body, brace.
+    let long = format!("pub(crate) async fn long<'a>(x: &'a str)\nwhere\n    'a: 'static,\n{{\n{body}}}\n");
+    let declared = "trait T {\n    fn declared(&self);\n}\n";
+    let unit_tests = format!("#[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{body}    }}\n}}\n");
+    let code = [short, &long, declared, &unit_tests].join("\n");
+    let found = function_lengths(&code);
+    assert_eq!(found, [("short".to_string(), 10), ("long".to_string(), 90)], "{code}");
+    let long: Vec<_> = found.iter().filter(|(_, n)| *n > MAX_FUNCTION_LINES).collect();
+    assert_eq!(long, [&("long".to_string(), 90)], "the control: one function over the limit is reported");
+    assert_eq!(test_module_files("#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod kubelet_tests {}\n"), ["tests"]);
 }

@@ -1,7 +1,7 @@
 //! The PID 1 binary's black-box tests, one test binary: each module is one area (signals, reaping,
 //! rendezvous, ...) and runs the real `rankvisor` (`tests/common`); beside them the property tests
-//! of the parsers it runs on outside input, and the core library's module graph. None needs a heavy
-//! part but the few tests the quick tier's filter names (`.config/nextest.toml`).
+//! of the parsers it runs on outside input, and the crates' module graphs and function lengths.
+//! None needs a heavy part but the few tests the quick tier's filter names (`.config/nextest.toml`).
 
 #[path = "../common/mod.rs"]
 mod common;

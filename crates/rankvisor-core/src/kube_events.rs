@@ -74,15 +74,36 @@ fn child_failed(r: &Report) -> bool {
 /// The transitions between two consecutive reports that deserve an Event. Reports may be skipped
 /// (the channel keeps only the latest), so counters are compared as well as states.
 pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
-    use EventType::{Normal, Warning};
-    use ReplicaState::{Failed, Pending, Rendezvous, Succeeded};
-    let (p_state, p_restarts, p_hangs, p_unhealthy) = match prev {
-        Some(p) => (p.state, p.restart_count, p.hang_detections, node_unhealthy(p)),
-        None => (Pending, 0, 0, false),
+    use ReplicaState::{Failed, Pending, Succeeded};
+    let (p_state, p_restarts, p_unhealthy) = match prev {
+        Some(p) => (p.state, p.restart_count, node_unhealthy(p)),
+        None => (Pending, 0, false),
     };
     let entered = |s: ReplicaState| next.state == s && p_state != s;
     let mut out = Vec::new();
-    if !p_unhealthy && node_unhealthy(next) {
+    out.extend(node_health_changed(p_unhealthy, next));
+    out.extend(stopped_by_rankvisor(prev, next));
+    // Every restart since the previous report ended a run (Restarting already counts its
+    // restart), and so does entering Failed: reports skipped in between (the first restart after a
+    // crash is immediate, and the channel keeps only the latest) are counted, not lost.
+    let restarted = next.restart_count.saturating_sub(p_restarts);
+    out.extend(runs_ended(restarted, restarted + u32::from(entered(Failed)), next));
+    if entered(Succeeded) {
+        out.push(transition(
+            "Succeeded",
+            EventType::Normal,
+            format!("the training process succeeded after {} restarts", next.restart_count),
+        ));
+    }
+    if entered(Failed) {
+        out.push(gave_up(p_state, next));
+    }
+    out
+}
+
+/// The node turned unhealthy (with the verdict's reasons) or healthy again.
+fn node_health_changed(was_unhealthy: bool, next: &Report) -> Option<Transition> {
+    if !was_unhealthy && node_unhealthy(next) {
         let why = next
             .node_health
             .as_ref()
@@ -90,14 +111,25 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
             .filter(|v| !v.reasons.is_empty())
             .map(|v| format!(": {}", v.reasons.join("; ")))
             .unwrap_or_default();
-        out.push(transition("NodeUnhealthy", Warning, format!("the node's health labels mark it unhealthy{why}")));
-    } else if p_unhealthy && !node_unhealthy(next) {
-        out.push(transition("NodeHealthy", Normal, "the node is healthy again".into()));
+        Some(transition(
+            "NodeUnhealthy",
+            EventType::Warning,
+            format!("the node's health labels mark it unhealthy{why}"),
+        ))
+    } else if was_unhealthy && !node_unhealthy(next) {
+        Some(transition("NodeHealthy", EventType::Normal, "the node is healthy again".into()))
+    } else {
+        None
     }
-    if next.hang_detections > p_hangs {
+}
+
+/// rankvisor stopped the training process since `prev`: a new hang, a log rule newly fired.
+fn stopped_by_rankvisor(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
+    let mut out = Vec::new();
+    if next.hang_detections > prev.map_or(0, |p| p.hang_detections) {
         out.push(transition(
             "Hung",
-            Warning,
+            EventType::Warning,
             format!("the training process stopped beating and was stopped (hang {})", next.hang_detections),
         ));
     }
@@ -106,20 +138,22 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
             hit.line.as_deref().map_or_else(|| "no line matched".into(), |l| format!("last matched line: \"{l}\""));
         out.push(transition(
             "LogRule",
-            Warning,
+            EventType::Warning,
             format!("a log rule fired ({}; {line}); the training process was stopped", hit.reason),
         ));
     }
-    // Every restart since the previous report ended a run (Restarting already counts its
-    // restart), and so does entering Failed: reports skipped in between (the first restart after a
-    // crash is immediate, and the channel keeps only the latest) are counted, not lost.
-    let restarted = next.restart_count.saturating_sub(p_restarts);
-    let ended = restarted + u32::from(entered(Failed));
+    out
+}
+
+/// `ended` runs ended since the previous report, `restarted` of them followed by a restart: a
+/// `ChildFailed` for each when the child itself failed, a `ChildRestarted` for each restart.
+fn runs_ended(restarted: u32, ended: u32, next: &Report) -> Vec<Transition> {
+    let mut out = Vec::new();
     if child_failed(next) {
         for _ in 0..ended {
             out.push(transition(
                 "ChildFailed",
-                Warning,
+                EventType::Warning,
                 format!("the training process {} (restarts so far: {})", exit_text(next), next.restart_count),
             ));
         }
@@ -127,33 +161,29 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
     for _ in 0..restarted {
         out.push(transition(
             "ChildRestarted",
-            Normal,
+            EventType::Normal,
             format!("restarted the training process (restart {}, generation {})", next.restart_count, next.generation),
         ));
     }
-    if entered(Succeeded) {
-        out.push(transition(
-            "Succeeded",
-            Normal,
-            format!("the training process succeeded after {} restarts", next.restart_count),
-        ));
-    }
-    if entered(Failed) {
-        if next.last_exit.is_none() && matches!(p_state, Pending | Rendezvous) {
-            out.push(transition(
-                "RendezvousTimeout",
-                Warning,
-                "gave up before the training process started: the replicas did not meet at the rendezvous".into(),
-            ));
-        } else {
-            out.push(transition(
-                "Failed",
-                Warning,
-                format!("gave up after {} restarts; the last training process {}", next.restart_count, exit_text(next)),
-            ));
-        }
-    }
     out
+}
+
+/// Entering Failed: before any training process ran (from Pending or Rendezvous), the replicas
+/// did not meet; else rankvisor gave up after its restarts.
+fn gave_up(p_state: ReplicaState, next: &Report) -> Transition {
+    if next.last_exit.is_none() && matches!(p_state, ReplicaState::Pending | ReplicaState::Rendezvous) {
+        transition(
+            "RendezvousTimeout",
+            EventType::Warning,
+            "gave up before the training process started: the replicas did not meet at the rendezvous".into(),
+        )
+    } else {
+        transition(
+            "Failed",
+            EventType::Warning,
+            format!("gave up after {} restarts; the last training process {}", next.restart_count, exit_text(next)),
+        )
+    }
 }
 
 /// The Pod condition's content, without its transition time.

@@ -241,87 +241,120 @@ pub fn parse_assignment(body: &[u8]) -> Result<Assignment, Invalid> {
     }
     let v = parse_json(body)?;
     let Some(obj) = v.as_object() else { return Err(not_an_object(v)) };
-    let mut errors = Vec::new();
-    let mut int = |field: &str| match obj.get(field) {
-        None => {
-            errors.push(error("missing", field, "Field required", &v));
-            0
-        }
-        Some(x) => lax_int(x).unwrap_or_else(|e| {
-            errors.push(error(e.kind(), field, e.msg(), x));
-            0
-        }),
-    };
-    let (rank, nnodes, fault_count) = (int("rank"), int("nnodes"), int("faultCount"));
-    let master_addr = match obj.get("master_addr") {
-        None => {
-            errors.push(error("missing", "master_addr", "Field required", &v));
-            String::new()
-        }
-        Some(x @ Value::String(s)) if s.is_empty() => {
-            let msg = "Value error, Empty master_addr received from operator";
-            errors.push(error("value_error", "master_addr", msg, x));
-            String::new()
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(x) => {
-            errors.push(error("string_type", "master_addr", "Input should be a valid string", x));
-            String::new()
-        }
-    };
-    let master_port = match obj.get("master_port") {
-        None => {
-            errors.push(error("missing", "master_port", "Field required", &v));
-            0
-        }
-        Some(Value::String(s)) if s.is_empty() => 0,
-        // `int(v)`: surrounding whitespace is fine, any size parses (the contract bounds it).
-        Some(x @ Value::String(s)) => lax_int(x).unwrap_or_else(|e| {
-            match e {
-                NotInt::Range { .. } => errors.push(error(e.kind(), "master_port", e.msg(), x)),
-                NotInt::Pydantic(..) => {
-                    let msg = format!("Value error, invalid literal for int() with base 10: '{s}'");
-                    errors.push(error("value_error", "master_port", msg, x));
-                }
-            }
-            0
-        }),
-        Some(x @ Value::Number(n)) if n.is_i64() => x.as_i64().unwrap_or_default(),
-        Some(x) => {
-            errors.push(error("int_type", "master_port", "Input should be a valid integer", x));
-            0
-        }
-    };
-    let rules = match obj.get("log_monitoring_configuration") {
-        None | Some(Value::Null) => AttemptRules::none(),
-        Some(x @ Value::Array(items)) => match super::rules::check(items) {
-            Ok(r) => r,
-            Err(msg) => {
-                errors.push(error("value_error", "log_monitoring_configuration", msg, x));
-                AttemptRules::none()
-            }
-        },
-        Some(x) => {
-            errors.push(error("list_type", "log_monitoring_configuration", "Input should be a valid list", x));
-            AttemptRules::none()
-        }
-    };
-    let ip_version = match obj.get("ipVersion") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(x) => {
-            errors.push(error("string_type", "ipVersion", "Input should be a valid string", x));
-            None
-        }
-    };
-    if !errors.is_empty() {
-        return Err(Invalid(errors));
+    let mut fields = Fields { body: &v, obj, errors: Vec::new() };
+    let (rank, nnodes, fault_count) = (fields.int("rank"), fields.int("nnodes"), fields.int("faultCount"));
+    let master_addr = fields.master_addr();
+    let master_port = fields.master_port();
+    let rules = fields.rules();
+    let ip_version = fields.ip_version();
+    if !fields.errors.is_empty() {
+        return Err(Invalid(fields.errors));
     }
     let assignment = Assignment { rank, nnodes, fault_count, master_addr, master_port, ip_version, rules };
     // Stricter than the agent, which starts a child with whatever it was given (docs/hyperpod.md):
     // only a body the agent's models accept reaches the rank contract.
     check_contract(&assignment, obj)?;
     Ok(assignment)
+}
+
+/// An assignment's fields read one by one as pydantic validates them: each gives its value, or
+/// records its error (every field's, in the models' order) and gives a placeholder.
+struct Fields<'a> {
+    /// The whole body: the input a missing field's error echoes.
+    body: &'a Value,
+    obj: &'a serde_json::Map<String, Value>,
+    errors: Vec<FieldError>,
+}
+
+impl Fields<'_> {
+    /// A required lax `int`.
+    fn int(&mut self, field: &str) -> i64 {
+        match self.obj.get(field) {
+            None => self.missing(field, 0),
+            Some(x) => lax_int(x).unwrap_or_else(|e| {
+                self.errors.push(error(e.kind(), field, e.msg(), x));
+                0
+            }),
+        }
+    }
+
+    /// A required, non-empty string (the agent's validator rejects an empty one).
+    fn master_addr(&mut self) -> String {
+        match self.obj.get("master_addr") {
+            None => self.missing("master_addr", String::new()),
+            Some(x @ Value::String(s)) if s.is_empty() => {
+                let msg = "Value error, Empty master_addr received from operator";
+                self.errors.push(error("value_error", "master_addr", msg, x));
+                String::new()
+            }
+            Some(Value::String(s)) => s.clone(),
+            Some(x) => {
+                self.errors.push(error("string_type", "master_addr", "Input should be a valid string", x));
+                String::new()
+            }
+        }
+    }
+
+    /// A required port: an integer, or a string the agent's validator passes through `int(v)`
+    /// (an empty one is 0: the port left unset, see `rank::check_assignment`).
+    fn master_port(&mut self) -> i64 {
+        match self.obj.get("master_port") {
+            None => self.missing("master_port", 0),
+            Some(Value::String(s)) if s.is_empty() => 0,
+            // `int(v)`: surrounding whitespace is fine, any size parses (the contract bounds it).
+            Some(x @ Value::String(s)) => lax_int(x).unwrap_or_else(|e| {
+                match e {
+                    NotInt::Range { .. } => self.errors.push(error(e.kind(), "master_port", e.msg(), x)),
+                    NotInt::Pydantic(..) => {
+                        let msg = format!("Value error, invalid literal for int() with base 10: '{s}'");
+                        self.errors.push(error("value_error", "master_port", msg, x));
+                    }
+                }
+                0
+            }),
+            Some(x @ Value::Number(n)) if n.is_i64() => x.as_i64().unwrap_or_default(),
+            Some(x) => {
+                self.errors.push(error("int_type", "master_port", "Input should be a valid integer", x));
+                0
+            }
+        }
+    }
+
+    /// The optional `log_monitoring_configuration`, checked by the log-rules engine's seam.
+    fn rules(&mut self) -> AttemptRules {
+        match self.obj.get("log_monitoring_configuration") {
+            None | Some(Value::Null) => AttemptRules::none(),
+            Some(x @ Value::Array(items)) => match super::rules::check(items) {
+                Ok(r) => r,
+                Err(msg) => {
+                    self.errors.push(error("value_error", "log_monitoring_configuration", msg, x));
+                    AttemptRules::none()
+                }
+            },
+            Some(x) => {
+                self.errors.push(error("list_type", "log_monitoring_configuration", "Input should be a valid list", x));
+                AttemptRules::none()
+            }
+        }
+    }
+
+    /// The optional `ipVersion` string.
+    fn ip_version(&mut self) -> Option<String> {
+        match self.obj.get("ipVersion") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(x) => {
+                self.errors.push(error("string_type", "ipVersion", "Input should be a valid string", x));
+                None
+            }
+        }
+    }
+
+    /// A required field that is absent: pydantic's `missing`, echoing the whole body.
+    fn missing<T>(&mut self, field: &str, placeholder: T) -> T {
+        self.errors.push(error("missing", field, "Field required", self.body));
+        placeholder
+    }
 }
 
 /// The rank contract's checks (`rank::check_assignment`) on a typed assignment, and a restart

@@ -343,31 +343,59 @@ fn link_config(
     if a.rendezvous == OnOff::Off {
         return Ok(None);
     }
-    let count = match rank.replica_count {
-        ReplicaCount::Fixed { count } if count > 1 => count,
-        ReplicaCount::Fixed { .. } => return Ok(None),
-        ReplicaCount::Elastic { min, max } => {
-            inferred.push(format!(
-                "elastic job (PET_NNODES={}): torchrun's own rendezvous owns membership, rankvisor's barrier is off",
-                if min == max { min.to_string() } else { format!("{min}:{max}") }
-            ));
-            return Ok(None);
-        }
-    };
+    let Some(count) = barrier_replica_count(rank, inferred) else { return Ok(None) };
     if a.rendezvous_timeout.is_zero() {
         return Err(err("--rendezvous-timeout is 0s: expected a positive duration"));
     }
     if a.rendezvous_port == Some(0) {
         return Err(err("--rendezvous-port 0 is invalid: expected a TCP port from 1 to 65535"));
     }
-    // The job's name, checked at the barrier: the PyTorchJob's, else (a local multi-process run)
-    // the master's address, which every replica shares.
-    let job = match (&identity.job, &rank.master_addr, rank.master_port) {
-        (Some(job), ..) => job.clone(),
+    let Some(job) = barrier_job(rank, identity, inferred, warnings) else { return Ok(None) };
+    let (leader, port) = barrier_address(a, rank, &job, inferred)?;
+    let token = job_token(env, &format!("{leader}:{port}"), count, warnings)?;
+    let node = identity.node.clone().or_else(|| env.hostname().map(str::to_string)).unwrap_or_else(|| "unknown".into());
+    Ok(Some(JobLinkConfig {
+        identity: rendezvous::Member { job, replica_index: rank.replica_index, replica_count: count, node },
+        master: (leader, port),
+        listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
+        rendezvous: rendezvous::RendezvousConfig {
+            barrier_timeout: a.rendezvous_timeout,
+            token,
+            ..rendezvous::RendezvousConfig::default()
+        },
+    }))
+}
+
+/// How many replicas meet at rankvisor's barrier: a fixed count above one; None for one replica
+/// or an elastic job (torchrun's own rendezvous owns membership).
+fn barrier_replica_count(rank: &RankEnv, inferred: &mut Vec<String>) -> Option<u32> {
+    match rank.replica_count {
+        ReplicaCount::Fixed { count } if count > 1 => Some(count),
+        ReplicaCount::Fixed { .. } => None,
+        ReplicaCount::Elastic { min, max } => {
+            inferred.push(format!(
+                "elastic job (PET_NNODES={}): torchrun's own rendezvous owns membership, rankvisor's barrier is off",
+                if min == max { min.to_string() } else { format!("{min}:{max}") }
+            ));
+            None
+        }
+    }
+}
+
+/// The job's name, checked at the barrier: the PyTorchJob's, else (a local multi-process run) the
+/// master's address, which every replica shares; None (the barrier off, with a warning) without.
+fn barrier_job(
+    rank: &RankEnv,
+    identity: &Identity,
+    inferred: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    match (&identity.job, &rank.master_addr, rank.master_port) {
+        (Some(job), ..) => Some(job.clone()),
         (None, Some(addr), Some(port)) => {
             let job = format!("{addr}:{port}");
             inferred.push(format!("job identity {job:?} from MASTER_ADDR:MASTER_PORT (not a Kubeflow pod name)"));
-            job
+            Some(job)
         }
         (None, ..) => {
             warnings.push(format!(
@@ -375,9 +403,19 @@ fn link_config(
                  not set; the barrier is off (set --job-name and --rendezvous-port to turn it on)",
                 identity.pod.clone().unwrap_or_default()
             ));
-            return Ok(None);
+            None
         }
-    };
+    }
+}
+
+/// Where the barrier's leader listens: host and port, each from its option, else the rank
+/// environment, else Kubeflow's defaults (noted in `inferred` unless both came from MASTER_*).
+fn barrier_address(
+    a: &SuperviseArgs,
+    rank: &RankEnv,
+    job: &str,
+    inferred: &mut Vec<String>,
+) -> Result<(String, u16), ConfigError> {
     // The barrier's leader is replica 0: the Master, or without one Worker 0 (`<job>-worker-0`, the
     // headless Service of its pod), unless named (a run outside a cluster's DNS, as the dry run's).
     let (leader, leader_from) = match (&a.rendezvous_host, &rank.master_addr) {
@@ -401,30 +439,28 @@ fn link_config(
     if a.rendezvous_host.is_some() || rank.master_addr.is_none() || rank.master_port.is_none() {
         inferred.push(format!("rankvisor's barrier at {leader}:{port} ({leader_from}, port {port_from})"));
     }
-    let token = match env.get("RANKVISOR_JOB_TOKEN") {
-        Some(t) if t.is_empty() => {
-            return Err(err("RANKVISOR_JOB_TOKEN is set but empty: expected a secret, or unset"));
-        }
-        Some(t) => Some(t.into_bytes()),
+    Ok((leader, port))
+}
+
+/// `RANKVISOR_JOB_TOKEN`, the secret every replica proves at the barrier (`at`): set and empty is
+/// an error; unset is a warning (anyone who reaches the barrier can join).
+fn job_token(
+    env: &EnvSnapshot,
+    at: &str,
+    count: u32,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Vec<u8>>, ConfigError> {
+    match env.get("RANKVISOR_JOB_TOKEN") {
+        Some(t) if t.is_empty() => Err(err("RANKVISOR_JOB_TOKEN is set but empty: expected a secret, or unset")),
+        Some(t) => Ok(Some(t.into_bytes())),
         None => {
             warnings.push(format!(
-                "no RANKVISOR_JOB_TOKEN: anyone who reaches {leader}:{port} can join this {count}-replica job's barrier; \
+                "no RANKVISOR_JOB_TOKEN: anyone who reaches {at} can join this {count}-replica job's barrier; \
                  set the same secret on every replica"
             ));
-            None
+            Ok(None)
         }
-    };
-    let node = identity.node.clone().or_else(|| env.hostname().map(str::to_string)).unwrap_or_else(|| "unknown".into());
-    Ok(Some(JobLinkConfig {
-        identity: rendezvous::Member { job, replica_index: rank.replica_index, replica_count: count, node },
-        master: (leader, port),
-        listen: std::net::SocketAddr::from(([0, 0, 0, 0], port)),
-        rendezvous: rendezvous::RendezvousConfig {
-            barrier_timeout: a.rendezvous_timeout,
-            token,
-            ..rendezvous::RendezvousConfig::default()
-        },
-    }))
+    }
 }
 
 /// How long a master whose child succeeded keeps the control channel for its workers: under job

@@ -141,101 +141,27 @@ pub(super) fn rule_from_value(index: usize, v: &Value, budget: &mut Budget) -> R
             problem: format!("expected an object with the rule's fields, got {}", show(v)),
         });
     };
-    let err = |field: &str, problem: String| field_err(index, v, field, problem);
+    let f = RuleFields { index, v, o };
     if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(err(k, format!("unknown field; the fields are {}", FIELDS.join(", "))));
+        return Err(f.err(k, format!("unknown field; the fields are {}", FIELDS.join(", "))));
     }
-    let string = |field: &str| -> Result<Option<&str>, RulesError> {
-        match o.get(field) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(err(field, format!("expected a string, got {}", show(other)))),
-        }
-    };
-    let name =
-        string("name")?.filter(|n| !n.is_empty()).ok_or_else(|| err("name", "required: a non-empty string".into()))?;
-    let mut pattern = |field: &str, text: Option<&str>| -> Result<Option<PyRegex>, RulesError> {
-        let Some(text) = text else { return Ok(None) };
-        if text.is_empty() {
-            return Err(err(field, "an empty pattern matches every line: give a regular expression".into()));
-        }
-        let re = budget.compile(text).map_err(|e| err(field, format!("{}: {e}", quoted(text))))?;
-        if re.is_match("") {
-            return Err(err(
-                field,
-                format!(
-                    "{} matches an empty line; the agent evaluates an empty line every second the log is \
-                     quiet, so this rule would match then (write .+ where .* would match nothing)",
-                    quoted(text)
-                ),
-            ));
-        }
-        Ok(Some(re))
-    };
-    let log_pattern = pattern("logPattern", string("logPattern")?)?
-        .ok_or_else(|| err("logPattern", "required: a regular expression".into()))?;
-    let stop_pattern = pattern("stopPattern", string("stopPattern")?)?;
-    let integer = |field: &str, min: i64, max: i64| -> Result<Option<i64>, RulesError> {
-        let Some(value) = o.get(field) else { return Ok(None) };
-        // `Some(None)`: an integer, beyond i64.
-        let n = match value {
-            // Python's int() of a JSON number truncates toward zero.
-            Value::Number(n) => {
-                Some(n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64)))
-            }
-            Value::String(s) => py_int(s).map(Some).or_else(|| is_py_int(s).then_some(None)),
-            _ => None,
-        };
-        match n {
-            Some(Some(n)) if (min..=max).contains(&n) => Ok(Some(n)),
-            Some(Some(n)) => Err(err(field, format!("{n} is out of range: expected {min} to {max}"))),
-            Some(None) => Err(err(field, format!("{} is out of range: expected {min} to {max}", show(value)))),
-            None => Err(err(
-                field,
-                format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)),
-            )),
-        }
-    };
-    let seconds = |field: &str| -> Result<Option<Duration>, RulesError> {
-        Ok(integer(field, 0, MAX_SECONDS)?.map(|s| Duration::from_secs(s as u64)))
-    };
-    let start_cutoff = seconds("expectedStartCutOffInSeconds")?;
-    let recurring = seconds("expectedRecurringFrequencyInSeconds")?;
-    let threshold = integer("metricThreshold", -MAX_THRESHOLD, MAX_THRESHOLD)?;
-    let operator = match string("operator")? {
-        None => None,
-        Some("gt") => Some(Operator::Gt),
-        Some("gteq") => Some(Operator::Gteq),
-        Some("lt") => Some(Operator::Lt),
-        Some("lteq") => Some(Operator::Lteq),
-        Some("eq") => Some(Operator::Eq),
-        Some(other) => return Err(err("operator", format!("{}: expected gt, gteq, lt, lteq or eq", quoted(other)))),
-    };
-    let data_points = integer("metricEvaluationDataPoints", 1, u32::MAX as i64)?.unwrap_or(1) as u32;
-    let metric = match (threshold, operator) {
-        (Some(t), Some(op)) => Some((op, t)),
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(err("operator", "required with metricThreshold: gt, gteq, lt, lteq or eq".into()))
-        }
-        (None, Some(_)) => return Err(err("metricThreshold", "required with operator".into())),
-    };
-    if metric.is_some() && log_pattern.groups() == 0 {
-        return Err(err(
-            "logPattern",
-            "metricThreshold needs a capturing group in logPattern: its first group is the value".into(),
-        ));
-    }
-    if metric.is_none() && o.contains_key("metricEvaluationDataPoints") {
-        return Err(err(
-            "metricEvaluationDataPoints",
-            "counts matches meeting metricThreshold: give metricThreshold and operator".into(),
-        ));
-    }
+    let name = f
+        .string("name")?
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| f.err("name", "required: a non-empty string".into()))?;
+    let log_pattern =
+        f.pattern("logPattern", budget)?.ok_or_else(|| f.err("logPattern", "required: a regular expression".into()))?;
+    let stop_pattern = f.pattern("stopPattern", budget)?;
+    let start_cutoff = f.seconds("expectedStartCutOffInSeconds")?;
+    let recurring = f.seconds("expectedRecurringFrequencyInSeconds")?;
+    let threshold = f.integer("metricThreshold", -MAX_THRESHOLD, MAX_THRESHOLD)?;
+    let operator = f.operator()?;
+    let data_points = f.integer("metricEvaluationDataPoints", 1, u32::MAX as i64)?.unwrap_or(1) as u32;
+    let metric = f.metric(threshold, operator, &log_pattern)?;
     let fault_on_match = match o.get("faultOnMatch") {
         None => false,
         Some(Value::Bool(b)) => *b,
-        Some(other) => return Err(err("faultOnMatch", format!("expected true or false, got {}", show(other)))),
+        Some(other) => return Err(f.err("faultOnMatch", format!("expected true or false, got {}", show(other)))),
     };
     Ok(Rule {
         name: name.to_string(),
@@ -247,4 +173,118 @@ pub(super) fn rule_from_value(index: usize, v: &Value, budget: &mut Budget) -> R
         data_points,
         fault_on_match,
     })
+}
+
+/// One rule's fields, each read and checked by its kind; an error names the rule and the field.
+struct RuleFields<'a> {
+    index: usize,
+    v: &'a Value,
+    o: &'a serde_json::Map<String, Value>,
+}
+
+impl<'a> RuleFields<'a> {
+    fn err(&self, field: &str, problem: String) -> RulesError {
+        field_err(self.index, self.v, field, problem)
+    }
+
+    fn string(&self, field: &str) -> Result<Option<&'a str>, RulesError> {
+        match self.o.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(self.err(field, format!("expected a string, got {}", show(other)))),
+        }
+    }
+
+    /// A regular expression, compiled within `budget`, that does not match an empty line.
+    fn pattern(&self, field: &str, budget: &mut Budget) -> Result<Option<PyRegex>, RulesError> {
+        let Some(text) = self.string(field)? else { return Ok(None) };
+        if text.is_empty() {
+            return Err(self.err(field, "an empty pattern matches every line: give a regular expression".into()));
+        }
+        let re = budget.compile(text).map_err(|e| self.err(field, format!("{}: {e}", quoted(text))))?;
+        if re.is_match("") {
+            return Err(self.err(
+                field,
+                format!(
+                    "{} matches an empty line; the agent evaluates an empty line every second the log is \
+                     quiet, so this rule would match then (write .+ where .* would match nothing)",
+                    quoted(text)
+                ),
+            ));
+        }
+        Ok(Some(re))
+    }
+
+    /// Python's `int()` of a number (truncated) or a string of digits, from `min` to `max`.
+    fn integer(&self, field: &str, min: i64, max: i64) -> Result<Option<i64>, RulesError> {
+        let Some(value) = self.o.get(field) else { return Ok(None) };
+        // `Some(None)`: an integer, beyond i64.
+        let n = match value {
+            // Python's int() of a JSON number truncates toward zero.
+            Value::Number(n) => {
+                Some(n.as_i64().or_else(|| n.as_f64().filter(|f| f.abs() < 9.2e18).map(|f| f.trunc() as i64)))
+            }
+            Value::String(s) => py_int(s).map(Some).or_else(|| is_py_int(s).then_some(None)),
+            _ => None,
+        };
+        match n {
+            Some(Some(n)) if (min..=max).contains(&n) => Ok(Some(n)),
+            Some(Some(n)) => Err(self.err(field, format!("{n} is out of range: expected {min} to {max}"))),
+            Some(None) => Err(self.err(field, format!("{} is out of range: expected {min} to {max}", show(value)))),
+            None => Err(self.err(
+                field,
+                format!("expected an integer (a number, truncated, or a string of digits), got {}", show(value)),
+            )),
+        }
+    }
+
+    /// A whole number of seconds, up to ten years.
+    fn seconds(&self, field: &str) -> Result<Option<Duration>, RulesError> {
+        Ok(self.integer(field, 0, MAX_SECONDS)?.map(|s| Duration::from_secs(s as u64)))
+    }
+
+    fn operator(&self) -> Result<Option<Operator>, RulesError> {
+        Ok(match self.string("operator")? {
+            None => None,
+            Some("gt") => Some(Operator::Gt),
+            Some("gteq") => Some(Operator::Gteq),
+            Some("lt") => Some(Operator::Lt),
+            Some("lteq") => Some(Operator::Lteq),
+            Some("eq") => Some(Operator::Eq),
+            Some(other) => {
+                return Err(self.err("operator", format!("{}: expected gt, gteq, lt, lteq or eq", quoted(other))))
+            }
+        })
+    }
+
+    /// The metric condition: threshold and operator both or neither; with one, `logPattern`
+    /// captures the value, and without, `metricEvaluationDataPoints` has nothing to count.
+    fn metric(
+        &self,
+        threshold: Option<i64>,
+        operator: Option<Operator>,
+        log_pattern: &PyRegex,
+    ) -> Result<Option<(Operator, i64)>, RulesError> {
+        let metric = match (threshold, operator) {
+            (Some(t), Some(op)) => Some((op, t)),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(self.err("operator", "required with metricThreshold: gt, gteq, lt, lteq or eq".into()))
+            }
+            (None, Some(_)) => return Err(self.err("metricThreshold", "required with operator".into())),
+        };
+        if metric.is_some() && log_pattern.groups() == 0 {
+            return Err(self.err(
+                "logPattern",
+                "metricThreshold needs a capturing group in logPattern: its first group is the value".into(),
+            ));
+        }
+        if metric.is_none() && self.o.contains_key("metricEvaluationDataPoints") {
+            return Err(self.err(
+                "metricEvaluationDataPoints",
+                "counts matches meeting metricThreshold: give metricThreshold and operator".into(),
+            ));
+        }
+        Ok(metric)
+    }
 }

@@ -134,12 +134,10 @@ fn serve(
         let Some(mut outbox) = Box::pin(admission(&mut reader, &mut write, peer, conn, &ctx, &inbound)).await else {
             return;
         };
-        // One timer per connection: it fires at the earlier of the heartbeat (nothing written for a
-        // heartbeat) and the silence limit (nothing read for `silence`), and is told which one it was
-        // by the two deadlines, which are plain instants.
-        let now = tokio::time::Instant::now();
-        let (mut silent_at, mut idle_at) = (now + ctx.silence, now + ctx.heartbeat);
-        let timer = tokio::time::sleep_until(silent_at.min(idle_at));
+        // One timer per connection: it fires at the earlier of the two deadlines, which tell it
+        // which one it was.
+        let mut deadlines = Deadlines::new(tokio::time::Instant::now(), &ctx);
+        let timer = tokio::time::sleep_until(deadlines.next());
         tokio::pin!(timer);
         let reason = loop {
             // Unbiased: a busy outbox must not starve reading, nor a chatty peer starve writing.
@@ -150,23 +148,19 @@ fn serve(
                     Some(line) => Step::Write(line),
                     None => return,
                 },
-                () = &mut timer => {
-                    let now = tokio::time::Instant::now();
-                    if now >= silent_at {
-                        break format!("silent for {}", format_duration(ctx.silence));
-                    }
-                    if now < idle_at {
-                        // Woken for a silence limit that was pushed back since: wait again.
-                        timer.as_mut().reset(silent_at.min(idle_at));
+                () = &mut timer => match deadlines.fired(tokio::time::Instant::now()) {
+                    Fired::Silent => break format!("silent for {}", format_duration(ctx.silence)),
+                    Fired::Early => {
+                        timer.as_mut().reset(deadlines.next());
                         continue;
                     }
-                    Step::Write(heartbeat_line())
-                }
+                    Fired::Heartbeat => Step::Write(heartbeat_line()),
+                },
                 read = reader.next() => match read {
                     Ok(Some(frame)) => {
                         // The timer is not re-armed here: it fires at the old limit, sees the new one
                         // and waits again (one timer update per silence window, not per frame).
-                        silent_at = tokio::time::Instant::now() + ctx.silence;
+                        deadlines.silent_at = tokio::time::Instant::now() + ctx.silence;
                         match tell(&inbound, Inbound::Frame { conn, frame }) {
                             Told::Sent(true) => continue,
                             Told::Sent(false) => return,
@@ -183,8 +177,8 @@ fn serve(
                     if let Err(reason) = write_line(&mut write, &line, ctx.silence).await {
                         break reason;
                     }
-                    idle_at = tokio::time::Instant::now() + ctx.heartbeat;
-                    timer.as_mut().reset(silent_at.min(idle_at));
+                    deadlines.idle_at = tokio::time::Instant::now() + ctx.heartbeat;
+                    timer.as_mut().reset(deadlines.next());
                 }
                 Step::Wait(send) => {
                     if !send.await {
@@ -199,6 +193,46 @@ fn serve(
         };
         if let Told::Wait(send) = tell(&inbound, Inbound::Closed { conn, reason }) {
             send.await;
+        }
+    }
+}
+
+/// An admitted connection's two deadlines, plain instants its one timer fires at the earlier of:
+/// nothing read by `silent_at` (the silence limit) drops the peer; nothing written by `idle_at`
+/// (a heartbeat) sends one.
+struct Deadlines {
+    silent_at: tokio::time::Instant,
+    idle_at: tokio::time::Instant,
+}
+
+/// What the timer firing means.
+#[derive(Debug, PartialEq, Eq)]
+enum Fired {
+    /// The peer said nothing within the silence limit.
+    Silent,
+    /// Woken for a silence limit that was pushed back since (a frame came): wait again.
+    Early,
+    /// Nothing written for a heartbeat: send one.
+    Heartbeat,
+}
+
+impl Deadlines {
+    fn new(now: tokio::time::Instant, ctx: &ConnContext) -> Self {
+        Self { silent_at: now + ctx.silence, idle_at: now + ctx.heartbeat }
+    }
+
+    /// When the timer fires next.
+    fn next(&self) -> tokio::time::Instant {
+        self.silent_at.min(self.idle_at)
+    }
+
+    fn fired(&self, now: tokio::time::Instant) -> Fired {
+        if now >= self.silent_at {
+            Fired::Silent
+        } else if now < self.idle_at {
+            Fired::Early
+        } else {
+            Fired::Heartbeat
         }
     }
 }
@@ -355,6 +389,32 @@ mod tests {
         let size = std::mem::size_of_val(&task);
         // 408 bytes of future make a 512-byte task (tokio aligns a task to 128 bytes).
         assert!(size <= 408, "the connection task's future grew to {size} bytes");
+    }
+
+    #[test]
+    fn the_timer_tells_silence_from_a_heartbeat_and_a_pushed_back_limit() {
+        let ctx = ConnContext {
+            token: None,
+            hello_timeout: Duration::from_secs(1),
+            heartbeat: Duration::from_secs(1),
+            silence: Duration::from_secs(3),
+            max_frame: 65536,
+            refusals: Arc::new(Mutex::new(Throttle::new(REFUSAL_WARN_WINDOW))),
+            handshakes: Gauge::default(),
+        };
+        let t0 = tokio::time::Instant::now();
+        let mut d = Deadlines::new(t0, &ctx);
+        assert_eq!(d.next(), t0 + ctx.heartbeat);
+        assert_eq!(d.fired(t0 + ctx.heartbeat), Fired::Heartbeat);
+        // Written just now: the next wake before the heartbeat is early; past the silence, silent.
+        d.idle_at = t0 + Duration::from_secs(2);
+        assert_eq!(d.fired(t0 + ctx.heartbeat), Fired::Early);
+        assert_eq!(d.fired(t0 + ctx.silence), Fired::Silent);
+        // A frame pushes the silence limit back; the timer wakes at the old one and waits again.
+        d.silent_at = t0 + Duration::from_secs(5);
+        d.idle_at = t0 + Duration::from_secs(6);
+        assert_eq!(d.fired(t0 + ctx.silence), Fired::Early);
+        assert_eq!(d.next(), t0 + Duration::from_secs(5));
     }
 
     #[test]

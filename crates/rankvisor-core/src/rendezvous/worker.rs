@@ -158,6 +158,9 @@ fn tell(out: &mpsc::Sender<Line>, max: usize, message: &str) {
     }
 }
 
+/// One connection to the master until it releases this replica: introduce ourselves, prove the
+/// job token, check the master's proof, keep the master told of our health; the released
+/// connection becomes the session.
 #[allow(clippy::too_many_arguments)]
 async fn meet(
     stream: TcpStream,
@@ -175,111 +178,172 @@ async fn meet(
     let (out, outbox) = mpsc::channel(OUTBOX);
     let writer = tokio::spawn(write_loop(write, outbox, cfg.heartbeat));
     let mut reader = FrameReader::new(read, cfg.max_frame);
-    let max = cfg.max_frame;
-    let fatal = |e: RendezvousError| Step::Fatal(e);
-    let nonce = auth::new_nonce().map_err(|e| fatal(RendezvousError::Random(e.to_string())))?;
-    let mut sent = health.borrow_and_update().clone();
-    let hello = Hello {
-        job: me.job.clone(),
-        replica_index: me.replica_index,
-        replica_count: me.replica_count,
-        node: me.node.clone(),
-        healthy: sent.healthy,
-        health: sent.verdict.clone(),
-        nonce: nonce.clone(),
+    let nonce = auth::new_nonce().map_err(|e| Step::Fatal(RendezvousError::Random(e.to_string())))?;
+    let sent = health.borrow_and_update().clone();
+    let mut meeting = Meeting {
+        cfg,
+        master,
+        out,
+        health,
+        health_live,
+        sent,
+        nonce,
+        server_nonce: None,
+        admitted: false,
+        admitted_flag,
+        progress,
     };
-    push(&out, &Frame::Hello(hello), max, master)?;
-    *progress = "connected, waiting for the master to admit this replica".to_string();
-    let mut server_nonce: Option<String> = None;
-    let mut admitted = false;
-    let silence = cfg.silence();
+    meeting.hello(me)?;
     loop {
-        let frame = tokio::select! {
-            read = tokio::time::timeout(silence, reader.next()) => match read {
-                Err(_) => return Err(Step::Retry(format!("master silent for {}", format_duration(silence)))),
-                Ok(Ok(None)) => return Err(Step::Retry("master closed the connection".to_string())),
-                Ok(Ok(Some(frame))) => {
-                    if let Err(detail) = generation_in_bounds(&frame) {
-                        tell(&out, max, &detail);
-                        return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
-                    }
-                    frame
-                }
-                Ok(Err(ReadError::Frame(e))) => {
-                    let detail = format!("bad frame: {e}");
-                    tell(&out, max, &detail);
-                    return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
-                }
-                Ok(Err(e)) => return Err(Step::Retry(e.to_string())),
-            },
-            changed = health.changed(), if *health_live && admitted => {
-                match changed {
-                    Ok(()) => {
-                        sent = health.borrow_and_update().clone();
-                        push(&out, &Frame::Health(sent.clone()), max, master)?;
-                    }
-                    Err(_) => *health_live = false,
-                }
-                continue;
-            }
+        let frame = meeting.next_frame(&mut reader).await?;
+        if let Some(generation) = meeting.on_frame(frame)? {
+            info!(%master, generation, "released by the rendezvous master");
+            let Meeting { out, health, health_live, .. } = meeting;
+            let mut session = WorkerSession::start(master, generation, out, reader, health.clone(), *health_live, cfg);
+            session.waited = started.elapsed();
+            session.writer = Some(writer);
+            return Ok(session);
+        }
+    }
+}
+
+/// A worker's wait at the barrier on one connection: what it sent the master and learnt from it.
+struct Meeting<'a> {
+    cfg: &'a RendezvousConfig,
+    master: &'a str,
+    out: mpsc::Sender<Line>,
+    health: &'a mut watch::Receiver<Health>,
+    health_live: &'a mut bool,
+    /// The health the master was last told.
+    sent: Health,
+    /// Our nonce, sent in the hello.
+    nonce: String,
+    /// The master's nonce, once it challenged us.
+    server_nonce: Option<String>,
+    admitted: bool,
+    /// `admitted`, seen by `join_observed`'s deadline.
+    admitted_flag: &'a AtomicBool,
+    /// What `join_observed` reports if the barrier times out.
+    progress: &'a mut String,
+}
+
+impl Meeting<'_> {
+    fn hello(&mut self, me: &Member) -> Result<(), Step> {
+        let hello = Hello {
+            job: me.job.clone(),
+            replica_index: me.replica_index,
+            replica_count: me.replica_count,
+            node: me.node.clone(),
+            healthy: self.sent.healthy,
+            health: self.sent.verdict.clone(),
+            nonce: self.nonce.clone(),
         };
+        push(&self.out, &Frame::Hello(hello), self.cfg.max_frame, self.master)?;
+        *self.progress = "connected, waiting for the master to admit this replica".to_string();
+        Ok(())
+    }
+
+    /// The master's next frame, its generation in bounds; once admitted, a change of this
+    /// replica's health goes up meanwhile.
+    async fn next_frame(&mut self, reader: &mut FrameReader<OwnedReadHalf>) -> Result<Frame, Step> {
+        let silence = self.cfg.silence();
+        loop {
+            tokio::select! {
+                read = tokio::time::timeout(silence, reader.next()) => return match read {
+                    Err(_) => Err(Step::Retry(format!("master silent for {}", format_duration(silence)))),
+                    Ok(Ok(None)) => Err(Step::Retry("master closed the connection".to_string())),
+                    Ok(Ok(Some(frame))) => match generation_in_bounds(&frame) {
+                        Ok(()) => Ok(frame),
+                        Err(detail) => Err(self.protocol_error(detail)),
+                    },
+                    Ok(Err(ReadError::Frame(e))) => Err(self.protocol_error(format!("bad frame: {e}"))),
+                    Ok(Err(e)) => Err(Step::Retry(e.to_string())),
+                },
+                changed = self.health.changed(), if *self.health_live && self.admitted => match changed {
+                    Ok(()) => {
+                        let now = self.health.borrow_and_update().clone();
+                        self.send_health(now)?;
+                    }
+                    Err(_) => *self.health_live = false,
+                },
+            }
+        }
+    }
+
+    /// Act on a frame of the master before the release; the generation released into, once.
+    fn on_frame(&mut self, frame: Frame) -> Result<Option<u64>, Step> {
         match frame {
             Frame::Heartbeat => {}
-            Frame::Challenge { nonce: theirs } => {
-                let Some(token) = &cfg.token else {
-                    let detail = "the master requires a job token, but RANKVISOR_JOB_TOKEN is not set on this replica"
-                        .to_string();
-                    tell(&out, max, &detail);
-                    return Err(fatal(RendezvousError::Token { master: master.to_string(), detail }));
-                };
-                let proof = auth::prove(token, Role::Worker, &theirs, &nonce).map_err(|e| {
-                    fatal(RendezvousError::Protocol {
-                        master: master.to_string(),
-                        detail: format!("bad challenge: {e}"),
-                    })
-                })?;
-                server_nonce = Some(theirs);
-                push(&out, &Frame::Auth { proof }, max, master)?;
-            }
-            Frame::Admitted { generation, proof } => {
-                if let Some(token) = &cfg.token {
-                    let checked = match (&server_nonce, &proof) {
-                        (Some(theirs), Some(proof)) => {
-                            auth::verify(token, Role::Master, theirs, &nonce, proof).map_err(|e| e.to_string())
-                        }
-                        _ => Err("the master admitted this replica without checking the job token, but RANKVISOR_JOB_TOKEN is set here".to_string()),
-                    };
-                    if let Err(detail) = checked {
-                        tell(&out, max, &detail);
-                        return Err(fatal(RendezvousError::Token { master: master.to_string(), detail }));
-                    }
-                }
-                admitted = true;
-                admitted_flag.store(true, Ordering::Relaxed);
-                *progress = format!("admitted, waiting at the barrier for generation {generation}");
-                let now = health.borrow_and_update().clone();
-                if now != sent {
-                    sent = now;
-                    push(&out, &Frame::Health(sent.clone()), max, master)?;
-                }
-            }
-            Frame::Release { generation } if admitted => {
-                info!(%master, generation, "released by the rendezvous master");
-                let mut session =
-                    WorkerSession::start(master, generation, out, reader, health.clone(), *health_live, cfg);
-                session.waited = started.elapsed();
-                session.writer = Some(writer);
-                return Ok(session);
-            }
+            Frame::Challenge { nonce: theirs } => self.answer_challenge(theirs)?,
+            Frame::Admitted { generation, proof } => self.admitted(generation, proof)?,
+            Frame::Release { generation } if self.admitted => return Ok(Some(generation)),
             Frame::Error { message } => {
-                return Err(fatal(RendezvousError::MasterError { master: master.to_string(), message }));
+                return Err(Step::Fatal(RendezvousError::MasterError { master: self.master.to_string(), message }));
             }
             other => {
                 let detail = format!("unexpected {} frame while waiting for the release", other.kind());
-                tell(&out, max, &detail);
-                return Err(fatal(RendezvousError::Protocol { master: master.to_string(), detail }));
+                return Err(self.protocol_error(detail));
             }
         }
+        Ok(None)
+    }
+
+    /// Prove the job token against the master's nonce and ours.
+    fn answer_challenge(&mut self, theirs: String) -> Result<(), Step> {
+        let Some(token) = &self.cfg.token else {
+            let detail =
+                "the master requires a job token, but RANKVISOR_JOB_TOKEN is not set on this replica".to_string();
+            return Err(self.token_error(detail));
+        };
+        let proof = auth::prove(token, Role::Worker, &theirs, &self.nonce).map_err(|e| {
+            Step::Fatal(RendezvousError::Protocol {
+                master: self.master.to_string(),
+                detail: format!("bad challenge: {e}"),
+            })
+        })?;
+        self.server_nonce = Some(theirs);
+        push(&self.out, &Frame::Auth { proof }, self.cfg.max_frame, self.master)
+    }
+
+    /// Admitted: with a job token here, only by a master that proved it too; then tell the master
+    /// of a health changed since the hello.
+    fn admitted(&mut self, generation: u64, proof: Option<String>) -> Result<(), Step> {
+        if let Some(token) = &self.cfg.token {
+            let checked = match (&self.server_nonce, &proof) {
+                (Some(theirs), Some(proof)) => {
+                    auth::verify(token, Role::Master, theirs, &self.nonce, proof).map_err(|e| e.to_string())
+                }
+                _ => Err("the master admitted this replica without checking the job token, but RANKVISOR_JOB_TOKEN is set here".to_string()),
+            };
+            if let Err(detail) = checked {
+                return Err(self.token_error(detail));
+            }
+        }
+        self.admitted = true;
+        self.admitted_flag.store(true, Ordering::Relaxed);
+        *self.progress = format!("admitted, waiting at the barrier for generation {generation}");
+        let now = self.health.borrow_and_update().clone();
+        if now != self.sent {
+            self.send_health(now)?;
+        }
+        Ok(())
+    }
+
+    fn send_health(&mut self, now: Health) -> Result<(), Step> {
+        self.sent = now;
+        push(&self.out, &Frame::Health(self.sent.clone()), self.cfg.max_frame, self.master)
+    }
+
+    /// Give up on a master that broke the protocol, telling it why.
+    fn protocol_error(&self, detail: String) -> Step {
+        tell(&self.out, self.cfg.max_frame, &detail);
+        Step::Fatal(RendezvousError::Protocol { master: self.master.to_string(), detail })
+    }
+
+    /// Give up on a job token that does not match, telling the master why.
+    fn token_error(&self, detail: String) -> Step {
+        tell(&self.out, self.cfg.max_frame, &detail);
+        Step::Fatal(RendezvousError::Token { master: self.master.to_string(), detail })
     }
 }
 

@@ -115,26 +115,9 @@ pub async fn run(
     sources: Sources,
 ) -> std::io::Result<Finished> {
     let mut stream = SignalStream::new(&signals)?;
-    let heartbeat = cfg.heartbeat_file.clone().map(HeartbeatFile::new);
     let poll = heartbeat_poll(&cfg.replica.supervisor);
-    let mut l = Loop {
-        replica: Replica::new(cfg.replica.clone()),
-        cfg,
-        signals,
-        heartbeat,
-        status,
-        health: None,
-        link_starter: sources.link,
-        link_commands: None,
-        link_events: None,
-        agent: sources.agent,
-        anchor: (Instant::now(), SystemTime::now()),
-        link_task: None,
-        exit_code: None,
-        log: None,
-        last_message: None,
-    };
     let mut health_source = sources.health;
+    let mut l = Loop::new(cfg, signals, status, sources.link, sources.agent);
     let effects = l.replica.start(Instant::now());
     l.perform(effects);
     let mut beat_timer = tokio::time::interval(poll);
@@ -236,6 +219,33 @@ fn heartbeat_poll(cfg: &SupervisorConfig) -> Duration {
 }
 
 impl Loop {
+    /// The loop before its first step: no health, link, log watch or exit yet.
+    fn new(
+        cfg: LoopConfig,
+        signals: Signals,
+        status: watch::Sender<LocalStatus>,
+        link_starter: Option<LinkStarter>,
+        agent: Option<AgentChannels>,
+    ) -> Self {
+        Loop {
+            replica: Replica::new(cfg.replica.clone()),
+            heartbeat: cfg.heartbeat_file.clone().map(HeartbeatFile::new),
+            cfg,
+            signals,
+            status,
+            health: None,
+            link_starter,
+            link_commands: None,
+            link_events: None,
+            agent,
+            anchor: (Instant::now(), SystemTime::now()),
+            link_task: None,
+            exit_code: None,
+            log: None,
+            last_message: None,
+        }
+    }
+
     fn on_signal(&mut self, sig: process::SignalInfo) {
         if sig.signal == Signo::CHLD {
             for (pid, how) in process::reap_all() {

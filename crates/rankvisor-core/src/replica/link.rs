@@ -218,6 +218,9 @@ async fn poll_pending<T>(p: &mut Pending<T>) -> T {
     }
 }
 
+/// A barrier's generation and how it ended.
+type BarrierDone = (u64, Result<rendezvous::Released, RendezvousError>);
+
 async fn run_master(
     master: MasterHandle,
     mut control: mpsc::Receiver<ControlEvent>,
@@ -226,27 +229,8 @@ async fn run_master(
     events: mpsc::UnboundedSender<LinkEvent>,
     view: watch::Sender<Option<JobView>>,
 ) {
-    // The barrier runs beside the event stream: the handle is shared with it.
-    let master = Arc::new(master);
-    let barrier = |g: u64| -> Pending<(u64, Result<rendezvous::Released, RendezvousError>)> {
-        let m = master.clone();
-        Some(Box::pin(async move { (g, m.barrier(g).await) }))
-    };
-    let mut pending = barrier(0);
-    let mut workers_done = false;
-    let mut released_once = false;
-    let publish_view = |done: &mut bool, released_once: bool| {
-        if !released_once {
-            return;
-        }
-        let job = master.job_view();
-        let finished = job.workers_done();
-        if finished != *done {
-            *done = finished;
-            let _ = events.send(LinkEvent::WorkersDone(finished));
-        }
-        view.send_replace(Some(job));
-    };
+    let mut link = MasterLink { master: Arc::new(master), events, view, workers_done: false, released_once: false };
+    let mut pending = link.barrier(0);
     // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
     // (per event is quadratic when thousands of workers join or leave at once).
     let mut publish = tokio::time::interval(PUBLISH_EVERY);
@@ -255,26 +239,16 @@ async fn run_master(
     loop {
         tokio::select! {
             _ = publish.tick(), if dirty => {
-                publish_view(&mut workers_done, released_once);
+                link.publish_view();
                 dirty = false;
             }
             (g, result) = poll_pending(&mut pending) => {
                 pending = None;
-                let event = match result {
-                    Ok(r) => {
-                        info!(generation = r.generation, "rendezvous: released");
-                        released_once = true;
-                        LinkEvent::Released { generation: r.generation }
-                    }
-                    Err(e) if g == 0 => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
-                    Err(e) => LinkEvent::Failed { message: format!("rendezvous for generation {g} failed: {e}") },
-                };
-                let _ = events.send(event);
-                publish_view(&mut workers_done, released_once);
+                link.barrier_ended(g, result);
             }
             report = upstream.next(), if upstream_open => match report {
                 Some(report) => {
-                    master.publish_own_state(report);
+                    link.master.publish_own_state(report);
                     dirty = true;
                 }
                 None => upstream_open = false,
@@ -282,46 +256,108 @@ async fn run_master(
             event = control.recv() => {
                 let Some(event) = event else { return };
                 dirty = true;
-                match event {
-                    ControlEvent::Rejoin { index, generation } => {
-                        info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
-                        let _ = events.send(LinkEvent::RejoinAsked { generation });
-                    }
-                    // The master logged it (one line per window when thousands go at once).
-                    ControlEvent::Lost { index, reason } => debug!(replica = index, "rendezvous: replica gone: {reason}"),
-                    // One line per replica costs ~0.1 s at 16K replicas: the barrier's own INFO summarises.
-                    ControlEvent::Joined { index, node, .. } => {
-                        debug!(replica = index, node = %crate::untrusted::escape(&node), "rendezvous: replica (re)joined")
-                    }
-                    _ => {}
-                }
+                link.on_control(event);
             }
             command = commands.recv() => match command {
-                Some(LinkCommand::Barrier { generation }) => pending = barrier(generation),
-                // Queued beside the loop: the master's command queue may be full for a moment.
-                Some(LinkCommand::StopWorkers { reason }) => {
-                    let master = Arc::clone(&master);
-                    tokio::spawn(async move {
-                        if let Err(e) = master.order(Order::Stop { reason }).await {
-                            warn!("rendezvous: cannot stop the workers: {e}");
-                        }
-                    });
-                }
-                Some(other) => warn!("rendezvous: the master ignores {other:?}"),
-                // The machine is done: tell the workers, then the channel closes with the link.
-                None => {
-                    master.finish("the master's launcher finished".to_string(), CLOSE_LIMIT).await;
-                    // The connections' writers send what is queued once the master is dropped.
-                    drop(master);
-                    tokio::task::yield_now().await;
-                    return;
-                }
+                Some(command) => link.on_command(command, &mut pending),
+                None => return link.finish().await,
             },
         }
     }
 }
 
+/// The master's side of the link, between the events of `run_master`'s loop.
+struct MasterLink {
+    /// Shared with the barrier, which runs beside the event stream.
+    master: Arc<MasterHandle>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    view: watch::Sender<Option<JobView>>,
+    /// The last `WorkersDone` sent.
+    workers_done: bool,
+    /// The view is published once a barrier has released.
+    released_once: bool,
+}
+
+impl MasterLink {
+    fn barrier(&self, g: u64) -> Pending<BarrierDone> {
+        let m = self.master.clone();
+        Some(Box::pin(async move { (g, m.barrier(g).await) }))
+    }
+
+    /// Publish the job view (once released), and `WorkersDone` when it changes.
+    fn publish_view(&mut self) {
+        if !self.released_once {
+            return;
+        }
+        let job = self.master.job_view();
+        let finished = job.workers_done();
+        if finished != self.workers_done {
+            self.workers_done = finished;
+            let _ = self.events.send(LinkEvent::WorkersDone(finished));
+        }
+        self.view.send_replace(Some(job));
+    }
+
+    fn barrier_ended(&mut self, g: u64, result: Result<rendezvous::Released, RendezvousError>) {
+        let event = match result {
+            Ok(r) => {
+                info!(generation = r.generation, "rendezvous: released");
+                self.released_once = true;
+                LinkEvent::Released { generation: r.generation }
+            }
+            Err(e) if g == 0 => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
+            Err(e) => LinkEvent::Failed { message: format!("rendezvous for generation {g} failed: {e}") },
+        };
+        let _ = self.events.send(event);
+        self.publish_view();
+    }
+
+    fn on_control(&self, event: ControlEvent) {
+        match event {
+            ControlEvent::Rejoin { index, generation } => {
+                info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
+                let _ = self.events.send(LinkEvent::RejoinAsked { generation });
+            }
+            // The master logged it (one line per window when thousands go at once).
+            ControlEvent::Lost { index, reason } => debug!(replica = index, "rendezvous: replica gone: {reason}"),
+            // One line per replica costs ~0.1 s at 16K replicas: the barrier's own INFO summarises.
+            ControlEvent::Joined { index, node, .. } => {
+                debug!(replica = index, node = %crate::untrusted::escape(&node), "rendezvous: replica (re)joined")
+            }
+            _ => {}
+        }
+    }
+
+    /// A barrier replaces `pending`; a stop order is queued beside the loop.
+    fn on_command(&self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
+        match command {
+            LinkCommand::Barrier { generation } => *pending = self.barrier(generation),
+            // Queued beside the loop: the master's command queue may be full for a moment.
+            LinkCommand::StopWorkers { reason } => {
+                let master = Arc::clone(&self.master);
+                tokio::spawn(async move {
+                    if let Err(e) = master.order(Order::Stop { reason }).await {
+                        warn!("rendezvous: cannot stop the workers: {e}");
+                    }
+                });
+            }
+            other => warn!("rendezvous: the master ignores {other:?}"),
+        }
+    }
+
+    /// The machine is done: tell the workers, then the channel closes with the link.
+    async fn finish(self) {
+        self.master.finish("the master's launcher finished".to_string(), CLOSE_LIMIT).await;
+        // The connections' writers send what is queued once the master is dropped.
+        drop(self.master);
+        tokio::task::yield_now().await;
+    }
+}
+
 type Joined = Result<WorkerSession, RendezvousError>;
+
+/// A join's outcome: the generation it rejoined (None for a first join or a reconnect), and the session.
+type JoinDone = (Option<u64>, Joined);
 
 async fn run_worker(
     cfg: JobLinkConfig,
@@ -330,106 +366,137 @@ async fn run_worker(
     mut commands: mpsc::UnboundedReceiver<LinkCommand>,
     events: mpsc::UnboundedSender<LinkEvent>,
 ) {
-    let join = || -> Pending<(Option<u64>, Joined)> {
-        let (master, me, health, rdzv) =
-            (cfg.master.clone(), cfg.identity.clone(), health.clone(), cfg.rendezvous.clone());
-        Some(Box::pin(async move { (None, rendezvous::join(master, me, health, rdzv).await) }))
-    };
-    let rejoin = |mut s: WorkerSession, g: u64| -> Pending<(Option<u64>, Joined)> {
-        Some(Box::pin(async move {
-            let r = s.rejoin(g).await;
-            (Some(g), r.map(|_| s))
-        }))
-    };
-    // The session lives in `session` while idle, inside `pending` while a join or rejoin runs.
-    let mut session: Option<WorkerSession> = None;
-    let mut pending = join();
-    let mut first = true;
+    let mut link = WorkerLink { cfg, health, events, session: None, first: true };
+    let mut pending = link.join();
     loop {
         tokio::select! {
             (rejoined, result) = poll_pending(&mut pending) => {
                 pending = None;
-                let event = match (rejoined, result) {
-                    (_, Ok(s)) => {
-                        let generation = s.generation();
-                        let _ = s.send_state(upstream.current());
-                        session = Some(s);
-                        if first || rejoined.is_some() {
-                            LinkEvent::Released { generation }
-                        } else {
-                            LinkEvent::Reconnected { generation }
-                        }
-                    }
-                    (Some(g), Err(e)) => LinkEvent::Failed { message: format!("rejoining generation {g} failed: {e}") },
-                    (None, Err(e)) if first => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
-                    (None, Err(e)) => LinkEvent::ReconnectFailed { message: e.to_string() },
-                };
-                first = false;
-                let _ = events.send(event);
+                link.joined(rejoined, result, &mut upstream);
             }
             report = upstream.next() => {
                 // While a rejoin runs the latest status waits in the watch; it goes out after.
                 let Some(report) = report else {
                     // The replica is done: its final state goes out before the channel closes.
-                    if let Some(s) = session.take() {
+                    if let Some(s) = link.session.take() {
                         s.close(CLOSE_LIMIT).await;
                     }
                     return;
                 };
-                if let Some(s) = &session {
+                if let Some(s) = &link.session {
                     let _ = s.send_state(report);
                 }
             }
-            order = async {
-                match session.as_mut() {
-                    Some(s) => s.next_order().await.ok_or_else(|| s.lost_reason().unwrap_or("connection closed").to_string()),
-                    None => std::future::pending().await,
-                }
-            } => {
-                let event = match order {
-                    Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
-                    Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
-                    Ok(Order::Finished { reason }) => {
-                        // The close that follows is no loss: drop the session quietly.
-                        session = None;
-                        LinkEvent::MasterFinished { reason }
-                    }
-                    Err(reason) => {
-                        session = None;
-                        LinkEvent::MasterLost { reason }
-                    }
-                };
-                let _ = events.send(event);
-            }
+            order = next_order(&mut link.session) => link.on_order(order),
             command = commands.recv() => match command {
-                Some(LinkCommand::Rejoin { generation }) => match session.take() {
-                    Some(s) => pending = rejoin(s, generation),
-                    None => {
-                        let _ = events.send(LinkEvent::Failed {
-                            message: format!("rejoining generation {generation} failed: not connected to the master"),
-                        });
-                    }
-                },
-                Some(LinkCommand::Reconnect) => {
-                    session = None;
-                    pending = join();
+                Some(command) => link.on_command(command, &mut pending),
+                None => return link.finish(&mut upstream).await,
+            },
+        }
+    }
+}
+
+/// The master's next order on `session`, or why the master was lost; never ready without one.
+async fn next_order(session: &mut Option<WorkerSession>) -> Result<Order, String> {
+    match session.as_mut() {
+        Some(s) => s.next_order().await.ok_or_else(|| s.lost_reason().unwrap_or("connection closed").to_string()),
+        None => std::future::pending().await,
+    }
+}
+
+/// A worker's side of the link, between the events of `run_worker`'s loop.
+struct WorkerLink {
+    cfg: JobLinkConfig,
+    health: watch::Receiver<Health>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    /// The session while idle; it is inside the pending join or rejoin while one runs.
+    session: Option<WorkerSession>,
+    /// No join has ended yet: its outcome is the start gate.
+    first: bool,
+}
+
+impl WorkerLink {
+    fn join(&self) -> Pending<JoinDone> {
+        let (master, me, health, rdzv) =
+            (self.cfg.master.clone(), self.cfg.identity.clone(), self.health.clone(), self.cfg.rendezvous.clone());
+        Some(Box::pin(async move { (None, rendezvous::join(master, me, health, rdzv).await) }))
+    }
+
+    fn rejoin(mut s: WorkerSession, g: u64) -> Pending<JoinDone> {
+        Some(Box::pin(async move {
+            let r = s.rejoin(g).await;
+            (Some(g), r.map(|_| s))
+        }))
+    }
+
+    /// A join, rejoin or reconnect ended: keep the session, send it our state, tell the machine.
+    fn joined(&mut self, rejoined: Option<u64>, result: Joined, upstream: &mut Upstream) {
+        let event = match (rejoined, result) {
+            (_, Ok(s)) => {
+                let generation = s.generation();
+                let _ = s.send_state(upstream.current());
+                self.session = Some(s);
+                if self.first || rejoined.is_some() {
+                    LinkEvent::Released { generation }
+                } else {
+                    LinkEvent::Reconnected { generation }
                 }
-                Some(other) => warn!("rendezvous: a worker ignores {other:?}"),
-                // The replica is done: its reports up to the final one go out before the channel
-                // closes (the reporter publishes it once the loop's status channel has closed).
+            }
+            (Some(g), Err(e)) => LinkEvent::Failed { message: format!("rejoining generation {g} failed: {e}") },
+            (None, Err(e)) if self.first => LinkEvent::Failed { message: format!("rendezvous failed: {e}") },
+            (None, Err(e)) => LinkEvent::ReconnectFailed { message: e.to_string() },
+        };
+        self.first = false;
+        let _ = self.events.send(event);
+    }
+
+    fn on_order(&mut self, order: Result<Order, String>) {
+        let event = match order {
+            Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
+            Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
+            Ok(Order::Finished { reason }) => {
+                // The close that follows is no loss: drop the session quietly.
+                self.session = None;
+                LinkEvent::MasterFinished { reason }
+            }
+            Err(reason) => {
+                self.session = None;
+                LinkEvent::MasterLost { reason }
+            }
+        };
+        let _ = self.events.send(event);
+    }
+
+    /// A rejoin or a reconnect replaces `pending`.
+    fn on_command(&mut self, command: LinkCommand, pending: &mut Pending<JoinDone>) {
+        match command {
+            LinkCommand::Rejoin { generation } => match self.session.take() {
+                Some(s) => *pending = Self::rejoin(s, generation),
                 None => {
-                    if let Some(s) = session.take() {
-                        let _ = tokio::time::timeout(CLOSE_LIMIT, async {
-                            while let Some(report) = upstream.next().await {
-                                let _ = s.send_state(report);
-                            }
-                        })
-                        .await;
-                        s.close(CLOSE_LIMIT).await;
-                    }
-                    return;
+                    let _ = self.events.send(LinkEvent::Failed {
+                        message: format!("rejoining generation {generation} failed: not connected to the master"),
+                    });
                 }
             },
+            LinkCommand::Reconnect => {
+                self.session = None;
+                *pending = self.join();
+            }
+            other => warn!("rendezvous: a worker ignores {other:?}"),
+        }
+    }
+
+    /// The replica is done: its reports up to the final one go out before the channel closes
+    /// (the reporter publishes it once the loop's status channel has closed).
+    async fn finish(mut self, upstream: &mut Upstream) {
+        if let Some(s) = self.session.take() {
+            let _ = tokio::time::timeout(CLOSE_LIMIT, async {
+                while let Some(report) = upstream.next().await {
+                    let _ = s.send_state(report);
+                }
+            })
+            .await;
+            s.close(CLOSE_LIMIT).await;
         }
     }
 }

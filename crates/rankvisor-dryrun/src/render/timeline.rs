@@ -194,108 +194,166 @@ fn tick_step(end: Duration) -> Duration {
 /// The recording as a standalone SVG document.
 pub(crate) fn render_svg(rec: &Recording) -> String {
     let lanes = lanes(rec);
-    let last_change = rec.changes.iter().map(|c| c.at).max().unwrap_or_default();
-    let last_fault = rec.faults.iter().map(|f| f.at).max().unwrap_or_default();
-    let end = rec.end.max(last_change).max(last_fault).max(Duration::from_millis(500));
-    let scale = (WIDTH - LEFT - RIGHT) / end.as_secs_f64();
-    let x = |d: Duration| LEFT + d.as_secs_f64() * scale;
-    // Each fault label goes in the first row where it does not overlap the previous one.
-    let mut row_ends: Vec<f64> = Vec::new();
-    let mut label_rows = Vec::with_capacity(rec.faults.len());
-    for fault in &rec.faults {
-        let fx = x(fault.at);
-        let width = (fault.what.chars().count() + fault.pod.chars().count() + 3) as f64 * CHAR;
-        let start = if fx + width > WIDTH - RIGHT { fx - width } else { fx };
-        let row = row_ends.iter().position(|end| *end < start).unwrap_or(row_ends.len());
-        if row == row_ends.len() {
-            row_ends.push(0.0);
-        }
-        row_ends[row] = start + width + 8.0;
-        label_rows.push((row, start < fx));
-    }
-    let top = LABELS_TOP + LABEL_ROW * row_ends.len() as f64 + 12.0;
-    let lane_y = |i: usize| top + i as f64 * LANE;
-    let axis_y = lane_y(lanes.len()) + 6.0;
-    let height = axis_y + 64.0;
+    let (layout, label_rows) = Layout::new(rec, lanes.len());
     let mut s = String::with_capacity(16 * 1024);
+    write_header(&mut s, rec, &layout);
+    write_grid(&mut s, &layout);
+    for (i, lane) in lanes.iter().enumerate() {
+        write_lane(&mut s, &layout, i, lane);
+    }
+    write_faults(&mut s, &layout, &rec.faults, &label_rows, &lanes);
+    write_legend(&mut s, &layout);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Where the picture's parts go: the time scale, and the lanes' and the axis' heights.
+struct Layout {
+    /// The time the picture spans.
+    end: Duration,
+    /// Pixels per second.
+    scale: f64,
+    /// The first lane's top, under the fault labels.
+    top: f64,
+    /// The time axis, under the last lane.
+    axis_y: f64,
+}
+
+impl Layout {
+    /// The layout of `rec` with `lanes` lanes, and for each fault where its label goes: its row,
+    /// and whether it runs leftwards from its line (near the right edge).
+    fn new(rec: &Recording, lanes: usize) -> (Self, Vec<(usize, bool)>) {
+        let last_change = rec.changes.iter().map(|c| c.at).max().unwrap_or_default();
+        let last_fault = rec.faults.iter().map(|f| f.at).max().unwrap_or_default();
+        let end = rec.end.max(last_change).max(last_fault).max(Duration::from_millis(500));
+        let scale = (WIDTH - LEFT - RIGHT) / end.as_secs_f64();
+        let mut layout = Self { end, scale, top: 0.0, axis_y: 0.0 };
+        let (rows, label_rows) = layout.fault_label_rows(&rec.faults);
+        layout.top = LABELS_TOP + LABEL_ROW * rows as f64 + 12.0;
+        layout.axis_y = layout.lane_y(lanes) + 6.0;
+        (layout, label_rows)
+    }
+
+    /// Each fault label goes in the first row where it does not overlap the previous one: how
+    /// many rows, and each label's (row, leftwards).
+    fn fault_label_rows(&self, faults: &[FaultMark]) -> (usize, Vec<(usize, bool)>) {
+        let mut row_ends: Vec<f64> = Vec::new();
+        let mut label_rows = Vec::with_capacity(faults.len());
+        for fault in faults {
+            let fx = self.x(fault.at);
+            let width = (fault.what.chars().count() + fault.pod.chars().count() + 3) as f64 * CHAR;
+            let start = if fx + width > WIDTH - RIGHT { fx - width } else { fx };
+            let row = row_ends.iter().position(|end| *end < start).unwrap_or(row_ends.len());
+            if row == row_ends.len() {
+                row_ends.push(0.0);
+            }
+            row_ends[row] = start + width + 8.0;
+            label_rows.push((row, start < fx));
+        }
+        (row_ends.len(), label_rows)
+    }
+
+    fn x(&self, d: Duration) -> f64 {
+        LEFT + d.as_secs_f64() * self.scale
+    }
+
+    fn lane_y(&self, i: usize) -> f64 {
+        self.top + i as f64 * LANE
+    }
+}
+
+/// The document's start: its size, title and background.
+fn write_header(s: &mut String, rec: &Recording, layout: &Layout) {
+    let height = layout.axis_y + 64.0;
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12">"#
     );
-    let title = format!("rankvisor dry-run: PyTorchJob {} ({})", rec.job, secs(end));
+    let title = format!("rankvisor dry-run: PyTorchJob {} ({})", rec.job, secs(layout.end));
     let _ = writeln!(s, r#"<title>{}</title>"#, xml(&title));
     let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
     let _ =
         writeln!(s, r##"<text x="10" y="22" font-size="15" font-weight="bold" fill="#212121">{}</text>"##, xml(&title));
-    // Grid and axis.
-    let step = tick_step(end);
+}
+
+/// The grid lines and the time axis' labels.
+fn write_grid(s: &mut String, layout: &Layout) {
+    let axis_y = layout.axis_y;
+    let step = tick_step(layout.end);
     let mut t = Duration::ZERO;
-    while t <= end {
-        let tx = x(t);
+    while t <= layout.end {
+        let tx = layout.x(t);
         let _ = writeln!(
             s,
             r##"<line class="tick" x1="{tx:.1}" y1="{:.1}" x2="{tx:.1}" y2="{axis_y:.1}" stroke="#e0e0e0"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle" fill="#616161">{}</text>"##,
-            top - 4.0,
-            axis_y + 14.0,
+            layout.top - 4.0,
+            layout.axis_y + 14.0,
             xml(&format!("{}s", t.as_secs_f64()))
         );
         t += step;
     }
-    for (i, lane) in lanes.iter().enumerate() {
-        let y = lane_y(i);
-        let class =
-            if lane.label.starts_with("PyTorchJob ") || lane.label.starts_with("PodGroup ") { "object" } else { "pod" };
-        let _ = writeln!(s, r#"<g class="lane {class}" data-name="{}">"#, xml(&lane.label));
+}
+
+/// Lane `i`: its label, a bar per state, a marker per restart.
+fn write_lane(s: &mut String, layout: &Layout, i: usize, lane: &Lane) {
+    let y = layout.lane_y(i);
+    let class =
+        if lane.label.starts_with("PyTorchJob ") || lane.label.starts_with("PodGroup ") { "object" } else { "pod" };
+    let _ = writeln!(s, r#"<g class="lane {class}" data-name="{}">"#, xml(&lane.label));
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#212121">{}</text>"##,
+        LEFT - 8.0,
+        y + BAR - 5.0,
+        xml(&lane.label)
+    );
+    for span in &lane.spans {
+        let to = span.to.unwrap_or(layout.end);
+        let (x0, x1) = (layout.x(span.from), layout.x(to));
+        let w = (x1 - x0).max(1.0);
         let _ = writeln!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#212121">{}</text>"##,
-            LEFT - 8.0,
-            y + BAR - 5.0,
-            xml(&lane.label)
+            r##"<rect class="state" data-state="{st}" x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{BAR}" fill="{c}"><title>{t}</title></rect>"##,
+            st = span.state,
+            c = colour(span.state),
+            t = xml(&format!("{}: {} from {} to {}", lane.label, span.state, secs(span.from), secs(to))),
         );
-        for span in &lane.spans {
-            let to = span.to.unwrap_or(end);
-            let (x0, x1) = (x(span.from), x(to));
-            let w = (x1 - x0).max(1.0);
+        if w > span.state.len() as f64 * 7.0 + 6.0 {
+            let fill = if matches!(span.state, "Pending" | "Created" | "ContainerCreating" | "Inqueue") {
+                "#212121"
+            } else {
+                "#ffffff"
+            };
             let _ = writeln!(
                 s,
-                r##"<rect class="state" data-state="{st}" x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{BAR}" fill="{c}"><title>{t}</title></rect>"##,
-                st = span.state,
-                c = colour(span.state),
-                t = xml(&format!("{}: {} from {} to {}", lane.label, span.state, secs(span.from), secs(to))),
-            );
-            if w > span.state.len() as f64 * 7.0 + 6.0 {
-                let fill = if matches!(span.state, "Pending" | "Created" | "ContainerCreating" | "Inqueue") {
-                    "#212121"
-                } else {
-                    "#ffffff"
-                };
-                let _ = writeln!(
-                    s,
-                    r#"<text x="{:.1}" y="{:.1}" font-size="11" fill="{fill}">{}</text>"#,
-                    x0 + 3.0,
-                    y + BAR - 5.0,
-                    span.state
-                );
-            }
-        }
-        for (at, n) in &lane.restarts {
-            let rx = x(*at);
-            let _ = writeln!(
-                s,
-                r##"<g class="restart" data-restarts="{n}"><title>{}</title><path d="M{rx:.1},{:.1} l-5,-7 h10 z" fill="#212121"/><text x="{rx:.1}" y="{:.1}" font-size="9" text-anchor="middle" fill="#212121">{n}</text></g>"##,
-                xml(&format!("{}: restart {n} at {}", lane.label, secs(*at))),
-                y,
-                y - 8.0,
+                r#"<text x="{:.1}" y="{:.1}" font-size="11" fill="{fill}">{}</text>"#,
+                x0 + 3.0,
+                y + BAR - 5.0,
+                span.state
             );
         }
-        let _ = writeln!(s, "</g>");
     }
-    for (fault, (row, leftwards)) in rec.faults.iter().zip(label_rows) {
-        let fx = x(fault.at);
+    for (at, n) in &lane.restarts {
+        let rx = layout.x(*at);
+        let _ = writeln!(
+            s,
+            r##"<g class="restart" data-restarts="{n}"><title>{}</title><path d="M{rx:.1},{:.1} l-5,-7 h10 z" fill="#212121"/><text x="{rx:.1}" y="{:.1}" font-size="9" text-anchor="middle" fill="#212121">{n}</text></g>"##,
+            xml(&format!("{}: restart {n} at {}", lane.label, secs(*at))),
+            y,
+            y - 8.0,
+        );
+    }
+    let _ = writeln!(s, "</g>");
+}
+
+/// Each fault: a dashed line from its label down through its pod's lane.
+fn write_faults(s: &mut String, layout: &Layout, faults: &[FaultMark], label_rows: &[(usize, bool)], lanes: &[Lane]) {
+    for (fault, &(row, leftwards)) in faults.iter().zip(label_rows) {
+        let fx = layout.x(fault.at);
         let label_y = LABELS_TOP + LABEL_ROW * row as f64 + 10.0;
         // From its label down through the pod's own lane (all lanes if the pod has none).
-        let bottom = lanes.iter().position(|l| l.label == fault.pod).map_or(axis_y, |i| lane_y(i) + BAR + 4.0);
+        let bottom =
+            lanes.iter().position(|l| l.label == fault.pod).map_or(layout.axis_y, |i| layout.lane_y(i) + BAR + 4.0);
         let (tx, anchor) = if leftwards { (fx - 3.0, "end") } else { (fx + 3.0, "start") };
         let _ = writeln!(
             s,
@@ -306,9 +364,12 @@ pub(crate) fn render_svg(rec: &Recording) -> String {
             w = xml(&format!("\u{26a1} {} {}", fault.what, fault.pod)),
         );
     }
-    // Legend.
+}
+
+/// The colours' legend, and the restart's and the fault's.
+fn write_legend(s: &mut String, layout: &Layout) {
     let mut lx = LEFT;
-    let ly = axis_y + 34.0;
+    let ly = layout.axis_y + 34.0;
     for state in LEGEND {
         let _ = writeln!(
             s,
@@ -327,8 +388,6 @@ pub(crate) fn render_svg(rec: &Recording) -> String {
         LEFT + 16.0,
         ly + 20.0
     );
-    s.push_str("</svg>\n");
-    s
 }
 
 /// The recording as an HTML page holding the SVG.

@@ -47,66 +47,8 @@ pub(super) struct Setup {
 
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
-        let (mut job, train, not_emulated) = match load_manifest(&opts.manifest, &opts.runtimes)
-            .map_err(SetupError::config)?
-        {
-            Loaded::PyTorch(loaded) => {
-                if let Some(manager) = loaded.job.run_policy.external_manager() {
-                    // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
-                    // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
-                    return Err(SetupError::config(format!(
-                            "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
-                            opts.manifest.display()
-                        )));
-                }
-                for warning in &loaded.warnings {
-                    // As kubectl prints an admission webhook's warnings.
-                    eprintln!("Warning: {warning}");
-                }
-                (loaded.job, None, loaded.not_emulated)
-            }
-            Loaded::Train(loaded) => {
-                if let Some(manager) = &loaded.job.managed_by {
-                    // As for a PyTorchJob: the TrainJob controller skips it, nothing would run.
-                    return Err(SetupError::config(format!(
-                            "{}: the dry run cannot run this job: spec.managedBy is {manager:?}: the TrainJob controller leaves this TrainJob to that controller, so nothing would run here (remove managedBy to run it locally)",
-                            opts.manifest.display()
-                        )));
-                }
-                (node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated)
-            }
-        };
-        // A TrainJob's nodes are Worker-shaped here: `--command node=...`, `node-K` in injections.
-        let as_worker = |s: &String| match (&train, s.split_once('=')) {
-            (Some(_), Some((kind, rest))) if kind.trim() == crate::trainjob::NODE => format!("Worker={rest}"),
-            _ => s.clone(),
-        };
-        let commands: Vec<CommandOverride> = opts
-            .commands
-            .iter()
-            .map(|c| parse_command_override(&as_worker(c)))
-            .collect::<Result<_, _>>()
-            .map_err(SetupError::config)?;
-        let cwd = std::env::current_dir().unwrap_or_default();
-        let maps: Vec<PathMap> = opts
-            .path_maps
-            .iter()
-            .map(|m| parse_path_map(m, &cwd))
-            .collect::<Result<_, _>>()
-            .map_err(SetupError::config)?;
-        let for_kind = |text: String| match &train {
-            Some(_) => text
-                .replace("replica type Worker", "the node container")
-                .replace("--command Worker=", "--command node="),
-            None => text,
-        };
-        let notes = localize(&mut job, &commands, &maps, &cwd, &Machine::this()).map_err(|e| {
-            SetupError::config(format!("{}: the dry run cannot run this job: {}", opts.manifest.display(), for_kind(e)))
-        })?;
-        let notes: Vec<String> = notes.into_iter().map(for_kind).collect();
-        for n in notes {
-            note(&n);
-        }
+        let (mut job, train, not_emulated) = load_runnable(opts)?;
+        localize_job(opts, &mut job, train.is_some())?;
         if !not_emulated.is_empty() {
             note(&format!("warning: not emulated here: {}", not_emulated.join("; ")));
         }
@@ -120,21 +62,7 @@ impl Setup {
             .collect::<Result<Vec<_>, _>>()
             .map_err(SetupError::config)?;
         injections.sort_by_key(|i| i.at);
-        if let Some(path) = &opts.timeline {
-            TimelineFormat::from_path(path).map_err(SetupError::config)?;
-        }
-        if opts.backoff_max < opts.backoff_initial {
-            return Err(SetupError::config(format!(
-                "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
-                format_duration(opts.backoff_max),
-                format_duration(opts.backoff_initial)
-            )));
-        }
-        if let Some(dir) = &opts.logs {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                SetupError::config(format!("--logs {}: cannot create the directory: {e}", dir.display()))
-            })?;
-        }
+        check_run_options(opts)?;
         let (master_port, port_note) = choose_master_port(
             if train.is_some() { crate::trainjob::TRAINER_PORT } else { job.master_port() },
             opts.master_port,
@@ -150,10 +78,7 @@ impl Setup {
             write_atomically(&path, &labels_file_text(&healthy_labels()))
                 .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
         }
-        let mut secret = [0u8; 16];
-        getrandom::fill(&mut secret)
-            .map_err(|e| SetupError { message: format!("cannot draw the job token: {e}"), code: 1 })?;
-        let job_token: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let job_token = new_job_token()?;
         let job = match train {
             // The shape's container went through --command and --path-map.
             Some(mut t) => {
@@ -166,6 +91,99 @@ impl Setup {
         };
         Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
     }
+}
+
+/// The manifest's job, admitted, and one the dry run can run: not left to another controller
+/// (`managedBy`). A TrainJob comes with its node shape (a PyTorchJob of Workers); with what is
+/// not emulated.
+fn load_runnable(opts: &DryRunOptions) -> Result<(PyTorchJob, Option<TrainJob>, Vec<String>), SetupError> {
+    match load_manifest(&opts.manifest, &opts.runtimes).map_err(SetupError::config)? {
+        Loaded::PyTorch(loaded) => {
+            if let Some(manager) = loaded.job.run_policy.external_manager() {
+                // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
+                // exit 0 would read as Succeeded, 1 as a failed training: 64, a job not runnable here.
+                return Err(SetupError::config(format!(
+                    "{}: the dry run cannot run this job: spec.runPolicy.managedBy is {manager:?}: the training operator leaves this job to that controller, so nothing would run here (remove managedBy, or set it to {KUBEFLOW_JOBS_CONTROLLER:?}, to run it locally)",
+                    opts.manifest.display()
+                )));
+            }
+            for warning in &loaded.warnings {
+                // As kubectl prints an admission webhook's warnings.
+                eprintln!("Warning: {warning}");
+            }
+            Ok((loaded.job, None, loaded.not_emulated))
+        }
+        Loaded::Train(loaded) => {
+            if let Some(manager) = &loaded.job.managed_by {
+                // As for a PyTorchJob: the TrainJob controller skips it, nothing would run.
+                return Err(SetupError::config(format!(
+                    "{}: the dry run cannot run this job: spec.managedBy is {manager:?}: the TrainJob controller leaves this TrainJob to that controller, so nothing would run here (remove managedBy to run it locally)",
+                    opts.manifest.display()
+                )));
+            }
+            Ok((node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated))
+        }
+    }
+}
+
+/// `--command` and `--path-map` applied to `job` for this machine, its notes printed. A
+/// TrainJob's nodes are Worker-shaped here (`is_train`): `--command node=...`, and the notes and
+/// errors name the node container.
+fn localize_job(opts: &DryRunOptions, job: &mut PyTorchJob, is_train: bool) -> Result<(), SetupError> {
+    let as_worker = |s: &String| match s.split_once('=') {
+        Some((kind, rest)) if is_train && kind.trim() == crate::trainjob::NODE => format!("Worker={rest}"),
+        _ => s.clone(),
+    };
+    let commands: Vec<CommandOverride> = opts
+        .commands
+        .iter()
+        .map(|c| parse_command_override(&as_worker(c)))
+        .collect::<Result<_, _>>()
+        .map_err(SetupError::config)?;
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let maps: Vec<PathMap> =
+        opts.path_maps.iter().map(|m| parse_path_map(m, &cwd)).collect::<Result<_, _>>().map_err(SetupError::config)?;
+    let for_kind = |text: String| match is_train {
+        true => {
+            text.replace("replica type Worker", "the node container").replace("--command Worker=", "--command node=")
+        }
+        false => text,
+    };
+    let notes = localize(job, &commands, &maps, &cwd, &Machine::this()).map_err(|e| {
+        SetupError::config(format!("{}: the dry run cannot run this job: {}", opts.manifest.display(), for_kind(e)))
+    })?;
+    for n in notes.into_iter().map(for_kind) {
+        note(&n);
+    }
+    Ok(())
+}
+
+/// The run's own options: the timeline's format, the backoff's bounds, the logs directory
+/// (created).
+fn check_run_options(opts: &DryRunOptions) -> Result<(), SetupError> {
+    if let Some(path) = &opts.timeline {
+        TimelineFormat::from_path(path).map_err(SetupError::config)?;
+    }
+    if opts.backoff_max < opts.backoff_initial {
+        return Err(SetupError::config(format!(
+            "--backoff-max ({}) is shorter than --backoff-initial ({}): expected max >= initial",
+            format_duration(opts.backoff_max),
+            format_duration(opts.backoff_initial)
+        )));
+    }
+    if let Some(dir) = &opts.logs {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SetupError::config(format!("--logs {}: cannot create the directory: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// A fresh job token: 16 random bytes in hex.
+fn new_job_token() -> Result<String, SetupError> {
+    let mut secret = [0u8; 16];
+    getrandom::fill(&mut secret)
+        .map_err(|e| SetupError { message: format!("cannot draw the job token: {e}"), code: 1 })?;
+    Ok(secret.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A TrainJob's trainer nodes as Worker replicas, for what a PyTorchJob and a TrainJob share:

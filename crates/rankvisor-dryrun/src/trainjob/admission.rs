@@ -7,7 +7,7 @@ use rankvisor_core::policy::RestartPolicy;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::raw::{RawHead, RawReplicatedJob, RawRuntime, RawTrainJob};
+use super::raw::{RawFailurePolicy, RawHead, RawJobSpec, RawReplicatedJob, RawRuntime, RawTrainJob, RawTrainer};
 use super::runtime;
 use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
@@ -17,7 +17,7 @@ use crate::document::ManifestError;
 use crate::kubelet::too_many_pods;
 use crate::pytorchjob::Container;
 use crate::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
-use crate::raw::{negative_quantity_problem, pull_policy_problem, RawResources};
+use crate::raw::{negative_quantity_problem, pull_policy_problem, RawContainer, RawResources};
 use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
 
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
@@ -66,18 +66,16 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     let (doc, runtimes) = documents(docs, source_name)?;
     let raw: RawTrainJob = typed(doc, TRAINJOB_KIND, source_name)?;
     let name = raw.metadata.name.clone().unwrap_or_default();
-    let invalid = |errors: Vec<FieldError>| ManifestError::InvalidObject {
-        kind: "TrainJob.trainer.kubeflow.org".into(),
-        name: name.clone(),
-        errors: FieldErrors(errors),
-    };
     let errs = schema_errors(&raw, &name);
     if !errs.is_empty() {
-        return Err(invalid(errs));
+        return Err(ManifestError::InvalidObject {
+            kind: "TrainJob.trainer.kubeflow.org".into(),
+            name,
+            errors: FieldErrors(errs),
+        });
     }
     let runtime_ref = raw.spec.runtime_ref.as_ref();
     let runtime_name = runtime_ref.and_then(|r| r.name.clone()).unwrap_or_default();
-    let trainer = raw.spec.trainer.as_ref();
     let denied = |errors: Vec<FieldError>| ManifestError::TrainJobDenied {
         source_name: source_name.to_string(),
         errors: FieldErrors(errors),
@@ -85,93 +83,21 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
     // The runtime: in this file (or --runtime), else one a v2.3.0 install ships.
     let runtime_kind = runtime_ref.and_then(|r| r.kind.clone()).unwrap_or_else(|| "ClusterTrainingRuntime".into());
     let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
-    let mut not_emulated = Vec::new();
-    // A TrainingRuntime is namespaced: the Trainer looks it up in the TrainJob's namespace only
-    // (a ClusterTrainingRuntime has none).
-    let namespace = |m: &crate::raw::RawMetadata| m.namespace.clone().unwrap_or_else(|| "default".into());
-    let job_namespace = namespace(&raw.metadata);
-    let named = |(k, r, _): &&(String, RawRuntime, &Value)| {
-        *k == runtime_kind && r.metadata.name.as_deref() == Some(runtime_name.as_str())
-    };
-    let in_scope = |r: &RawRuntime| runtime_kind != "TrainingRuntime" || namespace(&r.metadata) == job_namespace;
-    let found = runtimes.iter().filter(named).find(|(_, r, _)| in_scope(r));
-    let elsewhere: Vec<String> = runtimes
-        .iter()
-        .filter(named)
-        .filter(|(_, r, _)| !in_scope(r))
-        .map(|(_, r, _)| format!("{:?}", namespace(&r.metadata)))
-        .collect();
-    if let Some((_, _, rt_doc)) = found {
-        not_emulated.extend(runtime_fields_not_emulated(rt_doc));
-    }
+    let mut builtin = None;
+    let wanted = RuntimeWanted { kind: &runtime_kind, name: &runtime_name, job_namespace: &namespace(&raw.metadata) };
+    let (rt, rt_doc) = wanted.find(&runtimes, &mut builtin, source_name)?;
+    let mut not_emulated: Vec<String> = rt_doc.map(runtime_fields_not_emulated).unwrap_or_default();
     not_emulated.extend(train_job_fields_not_emulated(doc));
-    let builtin: RawRuntime;
-    let rt = match (found, runtime_kind.as_str(), runtime::builtin(&runtime_name)) {
-        (Some((_, r, _)), ..) => r,
-        (None, "ClusterTrainingRuntime", Some(Ok(text))) => {
-            builtin = serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
-            &builtin
-        }
-        (None, "ClusterTrainingRuntime", Some(Err(why))) => {
-            return Err(unsupported(format!(
-                "the built-in ClusterTrainingRuntime {runtime_name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
-            )))
-        }
-        (None, kind, _) if !elsewhere.is_empty() => {
-            return Err(denied(vec![field(
-                "spec.runtimeRef",
-                FieldErrorType::Invalid,
-                Some(BadValue::Str(runtime_name.clone())),
-                format!(
-                    "{kind} {runtime_name:?} not found in namespace {job_namespace:?}, the TrainJob's: the one given is in namespace {}, and a TrainingRuntime is looked up in the TrainJob's namespace only",
-                    elsewhere.join(", ")
-                ),
-            )]))
-        }
-        (None, kind, _) => {
-            return Err(denied(vec![field(
-                "spec.runtimeRef",
-                FieldErrorType::Invalid,
-                Some(BadValue::Str(runtime_name.clone())),
-                format!("{kind} {runtime_name:?} not found: expected one in this file, in --runtime FILE, or a built-in ClusterTrainingRuntime (torch-distributed)"),
-            )]))
-        }
-    };
     if rt.spec.ml_policy.torch.is_none() {
         let what = if rt.spec.ml_policy.mpi.is_some() { "MPI (sshd, hostfile)" } else { "no torch policy" };
         return Err(unsupported(format!(
             "runtime {runtime_name:?} has mlPolicy {what}: the dry run emulates the Torch plugin only (mlPolicy.torch)"
         )));
     }
-    // The Torch plugin's Validate.
-    let mut reserved: Vec<&str> = trainer
-        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
-        .unwrap_or_default();
-    reserved.sort_unstable();
-    reserved.dedup();
-    if !reserved.is_empty() {
-        return Err(denied(vec![field(
-            "spec.trainer.env",
-            FieldErrorType::Invalid,
-            None,
-            format!("must not have reserved envs, invalid envs configured: [{}]", reserved.join(" ")),
-        )]));
+    if let Some(error) = reserved_env(raw.spec.trainer.as_ref()) {
+        return Err(denied(vec![error]));
     }
-    if raw.spec.initializer.is_some() {
-        not_emulated.push(
-            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
-                .into(),
-        );
-    }
-    if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
-        not_emulated.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
-    }
-    if rt.spec.pod_group_policy.is_some() {
-        not_emulated.push(
-            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
-                .into(),
-        );
-    }
+    not_emulated.extend(spec_not_emulated(&raw, rt));
     let js = &rt.spec.template.spec;
     let trainer_rj = js
         .replicated_jobs
@@ -182,8 +108,111 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
             "runtime {runtime_name:?} has no ReplicatedJob labelled {ANCESTOR_LABEL}: trainer"
         )));
     };
+    not_emulated.extend(trainer_not_emulated(js, rj));
+    let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
+    Ok(LoadedTrainJob { job, not_emulated })
+}
+
+/// An object's namespace, `default` when unset.
+fn namespace(m: &crate::raw::RawMetadata) -> String {
+    m.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+/// The runtime a TrainJob names: its kind and name, and the TrainJob's namespace.
+struct RuntimeWanted<'a> {
+    kind: &'a str,
+    name: &'a str,
+    job_namespace: &'a str,
+}
+
+impl RuntimeWanted<'_> {
+    /// The runtime among `runtimes` (and its document), else the built-in one (read into
+    /// `builtin`), else a refusal naming it. A TrainingRuntime is namespaced: the Trainer looks it
+    /// up in the TrainJob's namespace only (a ClusterTrainingRuntime has none).
+    fn find<'b, 'd>(
+        &self,
+        runtimes: &'b [RuntimeDoc<'d>],
+        builtin: &'b mut Option<RawRuntime>,
+        source_name: &str,
+    ) -> Result<(&'b RawRuntime, Option<&'d Value>), ManifestError> {
+        let (kind, name, job_namespace) = (self.kind, self.name, self.job_namespace);
+        let unsupported = |reason: String| ManifestError::Unsupported { source_name: source_name.to_string(), reason };
+        let named = |(k, r, _): &&RuntimeDoc<'d>| k == kind && r.metadata.name.as_deref() == Some(name);
+        let in_scope = |r: &RawRuntime| kind != "TrainingRuntime" || namespace(&r.metadata) == job_namespace;
+        if let Some((_, r, doc)) = runtimes.iter().filter(named).find(|(_, r, _)| in_scope(r)) {
+            return Ok((r, Some(*doc)));
+        }
+        let elsewhere: Vec<String> = runtimes
+            .iter()
+            .filter(named)
+            .filter(|(_, r, _)| !in_scope(r))
+            .map(|(_, r, _)| format!("{:?}", namespace(&r.metadata)))
+            .collect();
+        let detail = match (kind, runtime::builtin(name)) {
+            ("ClusterTrainingRuntime", Some(Ok(text))) => {
+                let parsed =
+                    serde_yaml_ng::from_str(text).map_err(|e| unsupported(format!("the built-in runtime: {e}")))?;
+                return Ok((builtin.insert(parsed), None));
+            }
+            ("ClusterTrainingRuntime", Some(Err(why))) => {
+                return Err(unsupported(format!(
+                    "the built-in ClusterTrainingRuntime {name:?} is not emulated: {why}; give a torch runtime in the file or with --runtime FILE"
+                )))
+            }
+            _ if !elsewhere.is_empty() => format!(
+                "{kind} {name:?} not found in namespace {job_namespace:?}, the TrainJob's: the one given is in namespace {}, and a TrainingRuntime is looked up in the TrainJob's namespace only",
+                elsewhere.join(", ")
+            ),
+            _ => format!("{kind} {name:?} not found: expected one in this file, in --runtime FILE, or a built-in ClusterTrainingRuntime (torch-distributed)"),
+        };
+        let error = field("spec.runtimeRef", FieldErrorType::Invalid, Some(BadValue::Str(name.to_string())), detail);
+        Err(ManifestError::TrainJobDenied { source_name: source_name.to_string(), errors: FieldErrors(vec![error]) })
+    }
+}
+
+/// The Torch plugin's Validate: the trainer's env must not set the variables it owns.
+fn reserved_env(trainer: Option<&RawTrainer>) -> Option<FieldError> {
+    let mut reserved: Vec<&str> = trainer
+        .map(|t| t.env.iter().filter_map(|e| RESERVED_ENV.iter().find(|r| **r == e.name).copied()).collect())
+        .unwrap_or_default();
+    reserved.sort_unstable();
+    reserved.dedup();
+    (!reserved.is_empty()).then(|| {
+        field(
+            "spec.trainer.env",
+            FieldErrorType::Invalid,
+            None,
+            format!("must not have reserved envs, invalid envs configured: [{}]", reserved.join(" ")),
+        )
+    })
+}
+
+/// What the TrainJob's and the runtime's specs ask that the dry run does not do.
+fn spec_not_emulated(raw: &RawTrainJob, rt: &RawRuntime) -> Vec<String> {
+    let mut out = Vec::new();
+    if raw.spec.initializer.is_some() {
+        out.push(
+            "spec.initializer (model and dataset initializers download from outside: nothing is downloaded here)"
+                .into(),
+        );
+    }
+    if raw.spec.runtime_patches.is_some() || raw.spec.pod_template_overrides.is_some() {
+        out.push("spec.runtimePatches / podTemplateOverrides (the pod template is the runtime's)".into());
+    }
+    if rt.spec.pod_group_policy.is_some() {
+        out.push(
+            "the runtime's podGroupPolicy (gang scheduling by a scheduler plugin: every node starts at once here)"
+                .into(),
+        );
+    }
+    out
+}
+
+/// What the JobSet holds beside the trainer ReplicatedJob `rj`, or `rj` asks, that is not run.
+fn trainer_not_emulated(js: &super::raw::RawJobSetSpec, rj: &RawReplicatedJob) -> Vec<String> {
+    let mut out = Vec::new();
     for other in js.replicated_jobs.iter().filter(|o| o.name != rj.name) {
-        not_emulated.push(format!(
+        out.push(format!(
             "ReplicatedJob {} of the runtime ({} {}: counted as complete, never run)",
             other.name,
             ANCESTOR_LABEL,
@@ -191,10 +220,10 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
         ));
     }
     for d in &rj.depends_on {
-        not_emulated.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
+        out.push(format!("dependsOn {} (a ReplicatedJob not run here: the trainer starts at once)", d.name));
     }
     if !rj.template.spec.template.spec.init_containers.is_empty() {
-        not_emulated.push("the trainer pods' initContainers (not run)".into());
+        out.push("the trainer pods' initContainers (not run)".into());
     }
     let on_conditions = rj
         .template
@@ -205,12 +234,11 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
         .filter(|r| r.on_pod_conditions.is_some())
         .count();
     if on_conditions > 0 {
-        not_emulated.push(format!(
+        out.push(format!(
             "{on_conditions} podFailurePolicy rule(s) on pod conditions (no pod gets a DisruptionTarget condition here: they never match)"
         ));
     }
-    let job = merge(&raw, rt, rj, js, &runtime_kind, &runtime_name).map_err(unsupported)?;
-    Ok(LoadedTrainJob { job, not_emulated })
+    out
 }
 
 /// A runtime document: its kind, the typed runtime, and the document itself (for the fields
@@ -331,51 +359,10 @@ fn merge(
         return Err(format!("runtime {runtime_name:?}'s ReplicatedJob {} has no container named {NODE}", rj.name));
     };
     let trainer = raw.spec.trainer.as_ref();
-    // The JobSet plugin's Trainer(): image, command, args replaced; env upserted by name.
-    let mut env = env_sources(&main.env);
-    for (k, v) in trainer.map(|t| env_sources(&t.env)).unwrap_or_default() {
-        match env.iter_mut().find(|(n, _)| *n == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
-    }
-    let container = Container {
-        image: trainer.and_then(|t| t.image.clone()).unwrap_or_else(|| main.image.clone()),
-        command: trainer.and_then(|t| t.command.clone()).unwrap_or_else(|| main.command.clone()),
-        args: trainer.and_then(|t| t.args.clone()).unwrap_or_else(|| main.args.clone()),
-        env,
-        port: Some(super::TRAINER_PORT),
-        working_dir: main.working_dir.clone(),
-    };
+    let container = trainer_container(main, trainer);
     let resources_raw = trainer.and_then(|t| t.resources_per_node.as_ref()).unwrap_or(&main.resources);
-    // What the apiserver refuses in the Job the JobSet controller creates, or in its pods: the
-    // TrainJob is admitted, but its trainer never runs.
-    let job_refused = |what: String| {
-        format!(
-            "the webhooks admit it, but the JobSet controller cannot create the Job {}: the apiserver refuses its {what}",
-            rj.name
-        )
-    };
-    let c = pod.containers.iter().position(|c| c.name == NODE).unwrap_or_default();
-    let problem = pull_policy_problem(c, main).or_else(|| negative_quantity_problem(c, resources_raw));
-    if let Some(why) = problem {
-        return Err(job_refused(format!("spec.template.{why}")));
-    }
-    if let Some(b) = rj.template.spec.backoff_limit.filter(|b| *b < 0) {
-        return Err(job_refused(format!("spec.backoffLimit: Invalid value: {b}: must be greater than or equal to 0")));
-    }
-    let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
-    let nodes_field = match trainer.and_then(|t| t.num_nodes) {
-        Some(_) => "spec.trainer.numNodes".to_string(),
-        None => format!("runtime {runtime_name:?}'s spec.mlPolicy.numNodes"),
-    };
-    if let Some(why) = u64::try_from(num_nodes).ok().and_then(|n| too_many_pods(&nodes_field, n)) {
-        return Err(why);
-    }
-    let num_nodes = u32::try_from(num_nodes)
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))?;
+    job_refusal(rj, main, resources_raw)?;
+    let num_nodes = num_nodes(trainer, rt, runtime_name)?;
     let nproc_per_node = match trainer.and_then(|t| t.num_proc_per_node.as_ref()) {
         Some(n) => n.text(),
         None => nproc_from_resources(resources_raw),
@@ -391,56 +378,8 @@ fn merge(
     if job_spec.completion_mode.as_deref().is_some_and(|m| m != "Indexed") {
         return Err("the trainer Job's completionMode is not Indexed: PET_NODE_RANK reads the completion index".into());
     }
-    let mut pod_failure_policy = Vec::new();
-    for (i, r) in job_spec.pod_failure_policy.iter().flat_map(|p| p.rules.iter()).enumerate() {
-        let action = match r.action.as_str() {
-            "FailJob" => PodFailureAction::FailJob,
-            "Ignore" => PodFailureAction::Ignore,
-            "Count" => PodFailureAction::Count,
-            other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
-        };
-        if restart_policy != RestartPolicy::Never {
-            return Err(
-                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
-            );
-        }
-        let Some(codes) = &r.on_exit_codes else { continue };
-        pod_failure_policy.push(PodFailurePolicyRule {
-            action,
-            container_name: codes.container_name.clone(),
-            operator_in: codes.operator == "In",
-            values: codes.values.iter().filter_map(|v| i32::try_from(*v).ok()).collect(),
-        });
-    }
-    let failure_policy = match &js.failure_policy {
-        None => None,
-        Some(fp) => {
-            if fp.restart_strategy.as_deref().is_some_and(|s| s == "InPlaceRestart") {
-                return Err("failurePolicy.restartStrategy InPlaceRestart is behind a JobSet feature gate the dry run does not emulate".into());
-            }
-            let mut rules = Vec::new();
-            for (i, r) in fp.rules.iter().enumerate() {
-                let action = match r.action.as_str() {
-                    "FailJobSet" => FailurePolicyAction::FailJobSet,
-                    "RestartJobSet" => FailurePolicyAction::RestartJobSet,
-                    "RestartJobSetAndIgnoreMaxRestarts" => FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts,
-                    other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
-                };
-                if !r.on_job_failure_message_patterns.is_empty() {
-                    return Err(format!(
-                        "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
-                    ));
-                }
-                rules.push(FailurePolicyRule {
-                    name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
-                    action,
-                    on_job_failure_reasons: r.on_job_failure_reasons.clone(),
-                    target_replicated_jobs: r.target_replicated_jobs.clone(),
-                });
-            }
-            Some(FailurePolicy { max_restarts: i32::try_from(fp.max_restarts.unwrap_or(0)).unwrap_or(i32::MAX), rules })
-        }
-    };
+    let pod_failure_policy = pod_failure_policy(job_spec, restart_policy)?;
+    let failure_policy = js.failure_policy.as_ref().map(failure_policy).transpose()?;
     let success_policy = SuccessPolicy {
         any: js.success_policy.as_ref().and_then(|s| s.operator.as_deref()) == Some("Any"),
         target_replicated_jobs: js
@@ -449,7 +388,6 @@ fn merge(
             .map(|s| s.target_replicated_jobs.clone())
             .unwrap_or_default(),
     };
-    let _ = runtime_kind;
     Ok(TrainJob {
         name: raw.metadata.name.clone().unwrap_or_default(),
         namespace: raw.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -472,6 +410,124 @@ fn merge(
             .filter(|s| *s > 0),
         managed_by: raw.spec.managed_by.clone().filter(|m| m != MANAGERS[0]),
     })
+}
+
+/// The JobSet plugin's Trainer(): the runtime's `node` container with the TrainJob's image,
+/// command and args in place of its own, and its env upserted by name.
+fn trainer_container(main: &RawContainer, trainer: Option<&RawTrainer>) -> Container {
+    let mut env = env_sources(&main.env);
+    for (k, v) in trainer.map(|t| env_sources(&t.env)).unwrap_or_default() {
+        match env.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    Container {
+        image: trainer.and_then(|t| t.image.clone()).unwrap_or_else(|| main.image.clone()),
+        command: trainer.and_then(|t| t.command.clone()).unwrap_or_else(|| main.command.clone()),
+        args: trainer.and_then(|t| t.args.clone()).unwrap_or_else(|| main.args.clone()),
+        env,
+        port: Some(super::TRAINER_PORT),
+        working_dir: main.working_dir.clone(),
+    }
+}
+
+/// What the apiserver refuses in the Job the JobSet controller creates, or in its pods: the
+/// TrainJob is admitted, but its trainer never runs.
+fn job_refusal(rj: &RawReplicatedJob, main: &RawContainer, resources: &RawResources) -> Result<(), String> {
+    let job_refused = |what: String| {
+        format!(
+            "the webhooks admit it, but the JobSet controller cannot create the Job {}: the apiserver refuses its {what}",
+            rj.name
+        )
+    };
+    let c = rj.template.spec.template.spec.containers.iter().position(|c| c.name == NODE).unwrap_or_default();
+    let problem = pull_policy_problem(c, main).or_else(|| negative_quantity_problem(c, resources));
+    if let Some(why) = problem {
+        return Err(job_refused(format!("spec.template.{why}")));
+    }
+    if let Some(b) = rj.template.spec.backoff_limit.filter(|b| *b < 0) {
+        return Err(job_refused(format!("spec.backoffLimit: Invalid value: {b}: must be greater than or equal to 0")));
+    }
+    Ok(())
+}
+
+/// The trainer's node count: the TrainJob's, else the runtime's, else 1; at least 1, and no more
+/// pods than the dry run runs.
+fn num_nodes(trainer: Option<&RawTrainer>, rt: &RawRuntime, runtime_name: &str) -> Result<u32, String> {
+    let num_nodes = trainer.and_then(|t| t.num_nodes).or(rt.spec.ml_policy.num_nodes).unwrap_or(1);
+    let nodes_field = match trainer.and_then(|t| t.num_nodes) {
+        Some(_) => "spec.trainer.numNodes".to_string(),
+        None => format!("runtime {runtime_name:?}'s spec.mlPolicy.numNodes"),
+    };
+    if let Some(why) = u64::try_from(num_nodes).ok().and_then(|n| too_many_pods(&nodes_field, n)) {
+        return Err(why);
+    }
+    u32::try_from(num_nodes)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("numNodes {num_nodes}: expected at least 1"))
+}
+
+/// The trainer Job's `podFailurePolicy`: its rules on exit codes (those on pod conditions never
+/// match here); it needs the pods' restartPolicy Never.
+fn pod_failure_policy(
+    job_spec: &RawJobSpec,
+    restart_policy: RestartPolicy,
+) -> Result<Vec<PodFailurePolicyRule>, String> {
+    let mut out = Vec::new();
+    for (i, r) in job_spec.pod_failure_policy.iter().flat_map(|p| p.rules.iter()).enumerate() {
+        let action = match r.action.as_str() {
+            "FailJob" => PodFailureAction::FailJob,
+            "Ignore" => PodFailureAction::Ignore,
+            "Count" => PodFailureAction::Count,
+            other => return Err(format!("podFailurePolicy.rules[{i}].action {other:?}: expected FailJob, Ignore or Count (FailIndex needs backoffLimitPerIndex)")),
+        };
+        if restart_policy != RestartPolicy::Never {
+            return Err(
+                "podFailurePolicy needs the pods' restartPolicy Never (the apiserver refuses the Job otherwise)".into(),
+            );
+        }
+        let Some(codes) = &r.on_exit_codes else { continue };
+        out.push(PodFailurePolicyRule {
+            action,
+            container_name: codes.container_name.clone(),
+            operator_in: codes.operator == "In",
+            values: codes.values.iter().filter_map(|v| i32::try_from(*v).ok()).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The JobSet's `failurePolicy`: its JobSet-wide actions, on failure reasons only.
+fn failure_policy(fp: &RawFailurePolicy) -> Result<FailurePolicy, String> {
+    if fp.restart_strategy.as_deref().is_some_and(|s| s == "InPlaceRestart") {
+        return Err(
+            "failurePolicy.restartStrategy InPlaceRestart is behind a JobSet feature gate the dry run does not emulate"
+                .into(),
+        );
+    }
+    let mut rules = Vec::new();
+    for (i, r) in fp.rules.iter().enumerate() {
+        let action = match r.action.as_str() {
+            "FailJobSet" => FailurePolicyAction::FailJobSet,
+            "RestartJobSet" => FailurePolicyAction::RestartJobSet,
+            "RestartJobSetAndIgnoreMaxRestarts" => FailurePolicyAction::RestartJobSetAndIgnoreMaxRestarts,
+            other => return Err(format!("failurePolicy.rules[{i}].action {other:?}: expected FailJobSet, RestartJobSet or RestartJobSetAndIgnoreMaxRestarts (the per-Job actions need the RestartJob feature gate)")),
+        };
+        if !r.on_job_failure_message_patterns.is_empty() {
+            return Err(format!(
+                "failurePolicy.rules[{i}].onJobFailureMessagePatterns: regular expressions are not emulated"
+            ));
+        }
+        rules.push(FailurePolicyRule {
+            name: r.name.clone().unwrap_or_else(|| format!("failurePolicyRule{i}")),
+            action,
+            on_job_failure_reasons: r.on_job_failure_reasons.clone(),
+            target_replicated_jobs: r.target_replicated_jobs.clone(),
+        });
+    }
+    Ok(FailurePolicy { max_restarts: i32::try_from(fp.max_restarts.unwrap_or(0)).unwrap_or(i32::MAX), rules })
 }
 
 /// What one node asks for: requests, limits where no request.
