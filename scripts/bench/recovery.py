@@ -1,0 +1,176 @@
+"""A job-wide restart, measured: N launchers on this machine, one child's fault, the time until
+every child of the next generation runs. rankvisor (`--restart-scope job`, its rendezvous over
+loopback) beside torchrun's elastic agents (`--rdzv-backend c10d --no-python`), the same child.
+
+Usage: python3 scripts/bench/recovery.py rankvisor LAUNCHER N FAULTS
+       python3 scripts/bench/recovery.py torchrun TORCHRUN N FAULTS
+       python3 scripts/bench/recovery.py baseline N     (N children started at once, no launcher)
+
+The child is one bash script for both. It reads the harness's round number when it starts and
+appends `ROUND RANK START_US` to a log (bash builtins only: no fork before the record); in round r the victim (rank 1 + r mod (N-1)) waits for the
+harness's trigger, writes its exit time and exits 1. The harness waits for the N starts of a round,
+then moves the round on and pulls the trigger: a fault's recovery is the last start of the next
+round minus the victim's exit. One line of JSON per launcher kind and size: p50, p99, max (ms).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r"""
+read -r r < "$OUT/round"
+echo "$r $RANK ${EPOCHREALTIME/./}" >> "$OUT/starts"
+victim=$(( 1 + r % (N - 1) ))
+if [ "$RANK" = "$victim" ]; then
+  while [ ! -e "$OUT/fault-$r" ]; do sleep 0.005; done
+  echo "${EPOCHREALTIME/./}" > "$OUT/exit-$r"
+  exit 1
+fi
+exec sleep 100000
+"""
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def starts(out):
+    rounds = {}
+    try:
+        with open(os.path.join(out, "starts")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3:
+                    rounds.setdefault(int(parts[0]), {})[parts[1]] = int(parts[2])
+    except FileNotFoundError:
+        pass
+    return rounds
+
+
+def wait_round(out, r, n, procs, limit=120.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        got = starts(out).get(r, {})
+        if len(got) >= n:
+            return got
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"a launcher exited ({p.returncode}) in round {r}")
+        time.sleep(0.005)
+    raise SystemExit(f"round {r}: {len(starts(out).get(r, {}))} of {n} children started within {limit} s")
+
+
+def launch(kind, prog, n, out, child):
+    port = free_port()
+    procs = []
+    for rank in range(n):
+        env = dict(os.environ, OUT=out, N=str(n), RANK=str(rank))
+        if kind == "rankvisor":
+            env.update(
+                PET_NODE_RANK=str(rank), WORLD_SIZE=str(n), PET_NNODES=str(n), MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port), POD_NAME=f"bench-{'master' if rank == 0 else 'worker'}-{rank}",
+            )
+            argv = [prog, "--http-addr", "off", "--node-health", "off", "--restart-scope", "job",
+                    "--restart-policy", "OnFailure", "--backoff-limit", "100000", "--grace-period", "5s",
+                    "--rendezvous-timeout", "300s", "--log-level", "warn", "--", "bash", child]
+        else:
+            env["RANK_FILE_UNUSED"] = ""
+            argv = [prog, "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank", str(rank),
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bench",
+                    "--max-restarts", "100000", "--no-python", "bash", child]
+            # torchrun gives its worker RANK itself (the global rank); the child reads it.
+            env.pop("RANK")
+        procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=open(os.path.join(out, f"launcher-{rank}.log"), "w"),
+                                      start_new_session=True))
+    return procs
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+
+def baseline(n):
+    """N children started at once by one process, until all N run: the children's own start,
+    which a restart of N replicas on this machine cannot take less than."""
+    out = tempfile.mkdtemp(prefix=f"bench-recovery-baseline-{n}-")
+    child = os.path.join(out, "child.sh")
+    with open(child, "w") as f:
+        f.write(CHILD)
+    with open(os.path.join(out, "round"), "w") as f:
+        f.write("0")
+    t0 = time.time()
+    procs = [subprocess.Popen(["bash", child], env=dict(os.environ, OUT=out, N=str(n + 1), RANK="0"),
+                              stdin=subprocess.DEVNULL) for _ in range(n)]
+    deadline = time.monotonic() + 120
+    while len(starts(out).get(0, {})) < 1 or sum(1 for _ in open(os.path.join(out, "starts"))) < n:
+        if time.monotonic() > deadline:
+            raise SystemExit("baseline: the children did not start")
+        time.sleep(0.002)
+    last = max(int(line.split()[2]) for line in open(os.path.join(out, "starts")))
+    for p in procs:
+        p.kill()
+        p.wait()
+    shutil.rmtree(out, ignore_errors=True)
+    return (last - t0 * 1e6) / 1e3
+
+
+def main():
+    if sys.argv[1] == "baseline":
+        n = int(sys.argv[2])
+        ms = [baseline(n) for _ in range(5)]
+        print(json.dumps({"launcher": "none (children alone)", "n": n, "p50_ms": round(pct(ms, 0.5), 1),
+                          "max_ms": round(max(ms), 1)}), flush=True)
+        return
+    kind, prog, n, faults = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    out = tempfile.mkdtemp(prefix=f"bench-recovery-{kind}-{n}-")
+    child = os.path.join(out, "child.sh")
+    with open(child, "w") as f:
+        f.write(CHILD)
+    with open(os.path.join(out, "round"), "w") as f:
+        f.write("0")
+    t0 = time.monotonic()
+    procs = launch(kind, prog, n, out, child)
+    gaps = []
+    try:
+        wait_round(out, 0, n, procs)
+        first_ms = (time.monotonic() - t0) * 1000
+        for r in range(faults):
+            with open(os.path.join(out, "round.tmp"), "w") as f:
+                f.write(str(r + 1))
+            os.replace(os.path.join(out, "round.tmp"), os.path.join(out, "round"))
+            open(os.path.join(out, f"fault-{r}"), "w").close()
+            nxt = wait_round(out, r + 1, n, procs)
+            with open(os.path.join(out, f"exit-{r}")) as f:
+                exited = int(f.read())
+            gaps.append((max(nxt.values()) - exited) / 1e3)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 20
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        subprocess.run(["pkill", "-f", child], check=False)
+        shutil.rmtree(out, ignore_errors=True)
+    print(json.dumps({"launcher": kind, "n": n, "faults": len(gaps), "first_start_ms": round(first_ms),
+                      "p50_ms": round(pct(gaps, 0.5), 1), "p99_ms": round(pct(gaps, 0.99), 1),
+                      "max_ms": round(max(gaps), 1)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
