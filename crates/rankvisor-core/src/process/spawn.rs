@@ -86,7 +86,7 @@ pub enum ForkReason {
 /// installed a handler for them. Both libcs' `sigaddset` refuse these numbers, so they are written
 /// into the set directly (its layout is the kernel's bitmap; [`sigset_from_mask`] checks it).
 #[cfg(target_env = "musl")]
-pub const LIBC_INTERNAL: &[i32] = &[32, 33, 34];
+pub(super) const LIBC_INTERNAL: &[i32] = &[32, 33, 34];
 /// See the musl variant.
 #[cfg(not(target_env = "musl"))]
 pub(super) const LIBC_INTERNAL: &[i32] = &[32, 33];
