@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::env::DRY_RUN_NODE;
 use super::pytorchjob::ReplicaId;
-use super::quantity::QueueCapability;
+use crate::k8s::quantity::QueueCapability;
 use crate::render::rows::Change;
 use rankvisor_core::exit::ExitHow;
 

@@ -29,7 +29,7 @@ use super::kubelet::{self, JobRules, Kubelet};
 use super::operator::{self, Condition};
 use super::pod::{LauncherProcess, Pod, PodPhase};
 use super::pytorchjob::{PyTorchJob, ReplicaId};
-use super::quantity::format_quantity;
+use crate::k8s::quantity::format_quantity;
 use crate::render::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;

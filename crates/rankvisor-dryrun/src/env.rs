@@ -2,7 +2,8 @@
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
 use super::pod::pod_restart_policy;
-use super::pytorchjob::{EnvSource, PyTorchJob, ReplicaId, ReplicaType};
+use super::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
+use crate::k8s::container::EnvSource;
 use rankvisor_core::policy::RestartPolicy;
 
 /// Where every replica finds the master in a dry run.

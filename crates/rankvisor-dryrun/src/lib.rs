@@ -39,8 +39,8 @@
 pub mod cli;
 mod cluster;
 mod controller;
-mod document;
 mod env;
+mod k8s;
 mod kubelet;
 mod manifest;
 mod not_emulated;
@@ -48,7 +48,6 @@ mod operator;
 mod options;
 mod pod;
 mod pytorchjob;
-mod quantity;
 mod raw;
 mod render;
 mod runner;
@@ -59,8 +58,8 @@ mod webhook_admission;
 mod workload;
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
+pub use k8s::quantity::QueueCapability;
 pub use options::{DryRunOptions, OutputFormat, OutputFormatError};
-pub use quantity::QueueCapability;
 pub use render::kubectl::WatchKinds;
 pub use runner::event_loop::run_dry_run;
 
@@ -68,9 +67,9 @@ pub use runner::event_loop::run_dry_run;
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
 pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;
-pub use document::ManifestError;
 pub use env::operator_env;
+pub use k8s::document::ManifestError;
+pub use k8s::field_error::{BadValue, FieldError, FieldErrorType, FieldErrors};
 pub use manifest::parse_job;
 pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
 pub use render::rows::{JobState, PodStatus};
-pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors};

@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
-use super::document::{documents, json_syntax, yaml_syntax, ManifestError, API_VERSION, KIND};
 use super::not_emulated::not_emulated;
 use super::pytorchjob::PyTorchJob;
 use super::raw::RawJob;
 use super::webhook_admission::{admit, Refusal};
+use crate::k8s::document::{documents, json_syntax, yaml_syntax, ManifestError, API_VERSION, KIND};
 
 /// A job that passed admission, with the webhook's warnings.
 #[derive(Debug, Clone, PartialEq, Eq)]

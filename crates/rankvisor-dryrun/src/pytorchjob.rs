@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::quantity::Resources;
+use crate::k8s::container::Container;
+use crate::k8s::quantity::Resources;
 use rankvisor_core::policy::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
@@ -71,39 +72,6 @@ impl ReplicaId {
 impl fmt::Display for ReplicaId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.rtype.lower(), self.index)
-    }
-}
-
-/// Where an env variable of the container gets its value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EnvSource {
-    /// `value`.
-    Value(String),
-    /// `valueFrom.fieldRef.fieldPath`: the downward API, resolved per pod.
-    FieldRef(String),
-}
-
-/// The training container of one replica type, as the dry run runs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Container {
-    /// The image (not pulled: named in messages).
-    pub image: String,
-    /// The container's `command` (empty: the image's entrypoint).
-    pub command: Vec<String>,
-    /// The container's `args`.
-    pub args: Vec<String>,
-    /// The container's own `env` (name, source), in manifest order.
-    pub env: Vec<(String, EnvSource)>,
-    /// The `pytorchjob-port` container port, if the manifest names one.
-    pub port: Option<u16>,
-    /// `workingDir`.
-    pub working_dir: Option<String>,
-}
-
-impl Container {
-    /// `command` followed by `args`, what the container runs.
-    pub(crate) fn argv(&self) -> Vec<String> {
-        self.command.iter().chain(self.args.iter()).cloned().collect()
     }
 }
 

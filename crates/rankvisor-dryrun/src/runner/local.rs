@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::pytorchjob::{Container, EnvSource, PyTorchJob, ReplicaType};
-use crate::quantity::format_quantity;
+use crate::k8s::container::{Container, EnvSource};
+use crate::k8s::quantity::format_quantity;
+use crate::pytorchjob::{PyTorchJob, ReplicaType};
 use rankvisor_core::untrusted::escape::escape;
 
 /// What this machine offers that a manifest written for a cluster may count on: read once at the

@@ -1,8 +1,10 @@
 //! The webhook's refusals and the defaulting, message by message.
 
-use super::super::document::ManifestError;
 use super::super::manifest::parse_job;
 use super::*;
+use crate::k8s::container::EnvSource;
+use crate::k8s::document::ManifestError;
+use crate::k8s::field_error::DNS1035_MSG;
 
 const HEAD: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n";
 
