@@ -37,7 +37,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
-mod cluster;
 mod controller;
 mod env;
 mod k8s;
@@ -46,7 +45,6 @@ mod manifest;
 mod not_emulated;
 mod operator;
 mod options;
-mod pod;
 mod pytorchjob;
 mod raw;
 mod render;
@@ -65,11 +63,12 @@ pub use runner::event_loop::run_dry_run;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
-pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use controller::Controller;
 pub use env::operator_env;
 pub use k8s::document::ManifestError;
 pub use k8s::field_error::{BadValue, FieldError, FieldErrorType, FieldErrors};
+pub use kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+pub use kubelet::replica::{ReplicaId, ReplicaType};
 pub use manifest::parse_job;
-pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
+pub use pytorchjob::{PyTorchJob, ReplicaSpec};
 pub use render::rows::{JobState, PodStatus};

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use super::not_emulated::not_emulated;
-use super::pytorchjob::PyTorchJob;
 use super::raw::RawJob;
 use super::webhook_admission::{admit, Refusal};
 use crate::k8s::document::{documents, json_syntax, yaml_syntax, ManifestError, API_VERSION, KIND};
+use crate::pytorchjob::PyTorchJob;
 
 /// A job that passed admission, with the webhook's warnings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +193,7 @@ spec:
 
     #[test]
     fn seed_manifest_parses() {
-        use crate::pytorchjob::ReplicaId;
+        use crate::kubelet::replica::ReplicaId;
         use rankvisor_core::policy::RestartPolicy;
         let job = parse_job(SEED_MANIFEST, "pytorchjob.yaml").unwrap();
         assert_eq!(job.name, "pytest");

@@ -1,11 +1,8 @@
 //! A PyTorchJob after admission: the validated, defaulted model every other part of the dry run reads.
 
-use std::fmt;
-
-use serde::Serialize;
-
 use crate::k8s::container::Container;
 use crate::k8s::quantity::Resources;
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
 use rankvisor_core::policy::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
@@ -16,64 +13,6 @@ pub(crate) const DEFAULT_CONTAINER_NAME: &str = "pytorch";
 
 /// The name of the container port the operator reads MASTER_PORT from.
 pub(crate) const DEFAULT_PORT_NAME: &str = "pytorchjob-port";
-
-/// The two replica types a PyTorchJob has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum ReplicaType {
-    /// Rank 0; the job's state follows it.
-    Master,
-    /// Ranks 1.. (or 0.. in a job without a master).
-    Worker,
-}
-
-impl ReplicaType {
-    /// The spelling of the key in `spec.pytorchReplicaSpecs`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Master => "Master",
-            Self::Worker => "Worker",
-        }
-    }
-
-    /// The lowercase spelling used in pod names.
-    pub fn lower(self) -> &'static str {
-        match self {
-            Self::Master => "master",
-            Self::Worker => "worker",
-        }
-    }
-}
-
-impl fmt::Display for ReplicaType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One replica (one pod) of the job: `master-0`, `worker-2`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct ReplicaId {
-    /// Master or Worker.
-    pub rtype: ReplicaType,
-    /// Index within its type, from 0.
-    pub index: u32,
-}
-
-impl ReplicaId {
-    /// The master, `master-0`.
-    pub const MASTER: ReplicaId = ReplicaId { rtype: ReplicaType::Master, index: 0 };
-
-    /// Worker `index`.
-    pub fn worker(index: u32) -> Self {
-        Self { rtype: ReplicaType::Worker, index }
-    }
-}
-
-impl fmt::Display for ReplicaId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.rtype.lower(), self.index)
-    }
-}
 
 /// One entry of `spec.pytorchReplicaSpecs`, defaulted and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
 use super::controller::Controller;
 use super::manifest::parse_job;
-use super::pytorchjob::{ReplicaId, ReplicaType};
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
 use crate::render::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 

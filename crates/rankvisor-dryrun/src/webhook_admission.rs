@@ -7,8 +7,8 @@
 
 use super::kubelet::too_many_pods;
 use super::pytorchjob::{
-    CleanPodPolicy, ElasticPolicy, PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, SchedulingPolicy,
-    DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
+    CleanPodPolicy, ElasticPolicy, PyTorchJob, ReplicaSpec, RunPolicy, SchedulingPolicy, DEFAULT_CONTAINER_NAME,
+    DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
 };
 use crate::k8s::container::{env_sources, Container};
 use crate::k8s::field_error::{dns1035_problems, BadValue, FieldError, FieldErrorType, FieldErrors};
@@ -17,6 +17,7 @@ use rankvisor_core::policy::RestartPolicy;
 
 use super::raw::{RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy};
 use crate::k8s::raw::{pull_policy_problem, RawContainer, Scalar};
+use crate::kubelet::replica::ReplicaType;
 
 /// The replica types the webhook supports, in its message's order.
 const REPLICA_TYPES: [ReplicaType; 2] = [ReplicaType::Master, ReplicaType::Worker];

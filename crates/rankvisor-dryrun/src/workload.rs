@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-use super::cluster::{ClusterEvent, ControllerConfig, Step};
 use super::controller::Controller;
-use super::env::{launch_spec, LaunchSpec, DRY_RUN_MASTER_ADDR};
-use super::pytorchjob::{PyTorchJob, ReplicaId};
 use super::trainjob::controller::TrainJobController;
 use super::trainjob::{env as trainjob_env, TrainJob};
+use crate::env::launch_spec;
+use crate::kubelet::cluster::{ClusterEvent, ControllerConfig, Step};
+use crate::kubelet::launch::{LaunchSpec, DRY_RUN_MASTER_ADDR};
+use crate::kubelet::replica::ReplicaId;
+use crate::pytorchjob::PyTorchJob;
 use crate::render::kubectl::{TextRenderer, WatchKinds};
 use crate::runner::launcher::{healthy_labels, labels_file_text};
 use crate::runner::workdir::{write_atomically, WorkDir};

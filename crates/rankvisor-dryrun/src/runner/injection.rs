@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rankvisor_core::duration::parse_duration;
 
-use crate::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
+use crate::pytorchjob::PyTorchJob;
 
 /// The HyperPod label a `label:` injection sets when it names no key.
 pub(crate) const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::k8s::container::{Container, EnvSource};
 use crate::k8s::quantity::format_quantity;
-use crate::pytorchjob::{PyTorchJob, ReplicaType};
+use crate::kubelet::replica::ReplicaType;
+use crate::pytorchjob::PyTorchJob;
 use rankvisor_core::untrusted::escape::escape;
 
 /// What this machine offers that a manifest written for a cluster may count on: read once at the

@@ -8,10 +8,10 @@ use rankvisor_core::exit::ExitHow;
 use super::admission::{admit_train_job, LoadedTrainJob};
 use super::controller::TrainJobController;
 use super::env::{launch_spec, NodePod};
-use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
 use crate::k8s::document::documents;
 use crate::k8s::document::ManifestError;
-use crate::pytorchjob::ReplicaId;
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use crate::kubelet::replica::ReplicaId;
 use crate::render::rows::{PodStatus, Row, WatchEventType};
 
 const EXAMPLE: &str = include_str!("../../../../examples/trainjob.yaml");
