@@ -37,22 +37,14 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
-mod controller;
-mod env;
 mod k8s;
 mod kubelet;
 mod manifest;
-mod not_emulated;
-mod operator;
 mod options;
 mod pytorchjob;
-mod raw;
 mod render;
 mod runner;
-#[cfg(test)]
-mod scenarios;
 mod trainjob;
-mod webhook_admission;
 mod workload;
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
@@ -63,12 +55,12 @@ pub use runner::event_loop::run_dry_run;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
-pub use controller::Controller;
-pub use env::operator_env;
 pub use k8s::document::ManifestError;
 pub use k8s::field_error::{BadValue, FieldError, FieldErrorType, FieldErrors};
 pub use kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 pub use kubelet::replica::{ReplicaId, ReplicaType};
-pub use manifest::parse_job;
+pub use pytorchjob::admission::parse_job;
+pub use pytorchjob::controller::Controller;
+pub use pytorchjob::env::operator_env;
 pub use pytorchjob::{PyTorchJob, ReplicaSpec};
 pub use render::rows::{JobState, PodStatus};

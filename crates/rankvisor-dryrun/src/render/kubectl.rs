@@ -347,7 +347,7 @@ pub(crate) fn render_json(change: &Change) -> String {
 mod tests {
     use super::*;
     use crate::kubelet::replica::ReplicaId;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
     use crate::render::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
 
     fn secs(s: u64) -> Duration {

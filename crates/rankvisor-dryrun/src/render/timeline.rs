@@ -411,7 +411,7 @@ pub(crate) fn render(rec: &Recording, format: TimelineFormat) -> String {
 mod tests {
     use super::*;
     use crate::kubelet::replica::ReplicaId;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
     use crate::render::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
     use crate::runner::injection::parse_injection;
 

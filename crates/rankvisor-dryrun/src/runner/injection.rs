@@ -115,7 +115,7 @@ fn parse_replica(target: &str, job: &PyTorchJob) -> Result<ReplicaId, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
 
     fn job() -> PyTorchJob {
         parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()

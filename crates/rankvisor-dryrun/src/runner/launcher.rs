@@ -251,8 +251,8 @@ pub(crate) fn prefixed(pod: &str, width: usize, line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::launch_spec;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
+    use crate::pytorchjob::env::launch_spec;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
     use rankvisor_core::policy::RestartPolicy;

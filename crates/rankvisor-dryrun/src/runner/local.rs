@@ -264,7 +264,7 @@ fn missing_file(c: &Container, cwd: &Path, machine: &Machine) -> Option<Missing>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
 
     /// A scratch directory with a `bin/` of (empty) programs, and a machine whose PATH is it.
     fn machine(name: &str, programs: &[&str]) -> (PathBuf, Machine) {

@@ -102,12 +102,12 @@ mod tests {
 
     #[test]
     fn the_seeds_manifest_has_nothing_left_out() {
-        assert_eq!(not_emulated(&doc(include_str!("../../../examples/pytorchjob.yaml"))), Vec::<String>::new());
+        assert_eq!(not_emulated(&doc(include_str!("../../../../examples/pytorchjob.yaml"))), Vec::<String>::new());
     }
 
     #[test]
     fn probes_volumes_sidecars_and_priority_are_named() {
-        let fields = not_emulated(&doc(include_str!("../../../examples/k8s/pytorchjob.yaml")));
+        let fields = not_emulated(&doc(include_str!("../../../../examples/k8s/pytorchjob.yaml")));
         for want in [
             "spec.pytorchReplicaSpecs[Master].template.spec.containers[0].livenessProbe",
             "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].readinessProbe",

@@ -5,14 +5,14 @@
 //! controller after admission. Nothing the webhook admits is refused here: what a local run cannot
 //! do is [`Refusal::Unsupported`], named as such.
 
-use super::kubelet::too_many_pods;
-use super::pytorchjob::{
+use super::{
     CleanPodPolicy, ElasticPolicy, PyTorchJob, ReplicaSpec, RunPolicy, SchedulingPolicy, DEFAULT_CONTAINER_NAME,
     DEFAULT_PORT_NAME, KUBEFLOW_JOBS_CONTROLLER, MULTIKUEUE_CONTROLLER,
 };
 use crate::k8s::container::{env_sources, Container};
 use crate::k8s::field_error::{dns1035_problems, BadValue, FieldError, FieldErrorType, FieldErrors};
 use crate::k8s::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
+use crate::kubelet::too_many_pods;
 use rankvisor_core::policy::RestartPolicy;
 
 use super::raw::{RawElasticPolicy, RawJob, RawReplicaSpec, RawRunPolicy};

@@ -1,11 +1,11 @@
 //! The environment the training operator injects into each replica (`envvar.go`, `master.go`,
 //! `elastic.go`), with every address pointed at this machine for the dry run.
 
+use super::PyTorchJob;
 use crate::k8s::container::EnvSource;
 use crate::kubelet::launch::{set, LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
 use crate::kubelet::pod::pod_restart_policy;
 use crate::kubelet::replica::{ReplicaId, ReplicaType};
-use crate::pytorchjob::PyTorchJob;
 
 /// The launch of `replica`, with MASTER_PORT (and the rendezvous port unless the manifest sets
 /// one) set to `master_port` (the manifest's `job.master_port()`, or a free port the event loop chose).
@@ -139,7 +139,7 @@ pub fn operator_env(job: &PyTorchJob, replica: ReplicaId, master_port: u16) -> V
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest::parse_job;
+    use super::super::admission::parse_job;
     use super::*;
     use rankvisor_core::policy::RestartPolicy;
 
@@ -147,7 +147,7 @@ mod tests {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    const JOB: &str = include_str!("../../../examples/pytorchjob.yaml");
+    const JOB: &str = include_str!("../../../../examples/pytorchjob.yaml");
 
     #[test]
     fn master_env_equals_the_seeds_list() {

@@ -24,13 +24,13 @@
 
 use std::time::Duration;
 
-use super::kubelet::{self, JobRules, Kubelet};
 use super::operator::{self, Condition};
+use super::PyTorchJob;
 use crate::k8s::quantity::format_quantity;
 use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 use crate::kubelet::pod::{LauncherProcess, Pod, PodPhase};
 use crate::kubelet::replica::ReplicaId;
-use crate::pytorchjob::PyTorchJob;
+use crate::kubelet::{self, JobRules, Kubelet};
 use crate::render::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;

@@ -1,5 +1,15 @@
 //! A PyTorchJob after admission: the validated, defaulted model every other part of the dry run reads.
 
+pub(crate) mod admission;
+pub(crate) mod controller;
+pub(crate) mod env;
+mod not_emulated;
+mod operator;
+mod raw;
+#[cfg(test)]
+mod scenarios;
+mod webhook_admission;
+
 use crate::k8s::container::Container;
 use crate::k8s::quantity::Resources;
 use crate::kubelet::replica::{ReplicaId, ReplicaType};
