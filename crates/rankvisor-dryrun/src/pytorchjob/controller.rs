@@ -4,7 +4,7 @@
 //! the time since its start; each call returns the rows that changed (for the watch output) and
 //! the [`ClusterAction`]s the event loop must carry out. Nothing here reads a clock or touches a
 //! process. The operator's rules are in [`super::operator`], each named after its Go function;
-//! the pods and the events' dispatch are shared with the TrainJob's ([`super::kubelet`]).
+//! the pods and the events' dispatch are shared with the TrainJob's ([`crate::kubelet`]).
 //!
 //! - The kubelet: a replica's launcher is its container's PID 1. A launcher that exits under
 //!   OnFailure (non-zero) or Always is a container crash: the kubelet restarts it in place (the
