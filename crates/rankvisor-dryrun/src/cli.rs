@@ -10,8 +10,8 @@ use rankvisor_core::logging;
 use rankvisor_core::policy::RestartScope;
 use tracing::Level;
 
+use crate::k8s::quantity::QueueCapability;
 use crate::options::OutputFormat;
-use crate::quantity::QueueCapability;
 use crate::render::kubectl::WatchKinds;
 
 /// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) on this machine: one

@@ -2,20 +2,19 @@
 //! (training operator, Volcano, kubelet), the `kubectl get -w` rendering (all pure), and the
 //! event loop that runs the job with one real launcher per replica.
 //!
-//! Module map: `raw` (the manifest as written) -> `webhook_admission` (the CRD schema, the
-//! validating webhook, then the defaulting) -> `document` (a file's documents and
-//! [`ManifestError`], under both job kinds' admission) -> `manifest` (load and admit; `not_emulated` names
-//! the fields the dry run leaves out) -> `pytorchjob` (the admitted job) -> `local` (`--command`,
-//! `--path-map`); `env` (the operator's env and the downward API) and `launcher` (a launcher's
-//! command line and status lines); `cluster` (events in, actions out), `kubelet` (the pods and
-//! the event dispatch every job kind shares; `pod` is one pod as the kubelet runs it) and
-//! `controller` (the PyTorchJob's rules: `operator` the training operator's); `render` (`rows` and
-//! `kubectl`: what `kubectl get -w` shows; `timeline`: the `--timeline` drawing); `options` (the run's options); `runner` the I/O: `event_loop`
-//! and its pure `run`, `setup`, `ports`, `workdir`, `launcher`, `launcher_process`, `orphans` (what a
-//! killed launcher leaves), `output`, `injection`, `local`.
-//!
-//! `trainjob` is the same for a Trainer v2 TrainJob (its JobSet and Job); `workload` puts
-//! either kind behind one face for the event loop.
+//! Module map (shared layers, then one folder per controller; docs/architecture.md has the detail):
+//! - `k8s`: Kubernetes' object types every kind embeds (raw metadata and containers, quantities,
+//!   field errors, a file's documents and [`ManifestError`]);
+//! - `kubelet`: the pods and the event dispatch every kind shares (`pod`, `cluster`: events in and
+//!   actions out, `launch`, `replica`: the pod key [`ReplicaId`]);
+//! - `pytorchjob`: the Kubeflow v1 PyTorchJob (admission, the operator's env, its controller with
+//!   Volcano's gang, the training operator's rules, its scenarios);
+//! - `trainjob`: the Trainer v2 TrainJob (admission, its JobSet and Job controllers);
+//! - `manifest`: read a file and admit it as the kind it holds; `workload`: either kind behind one
+//!   face for the event loop;
+//! - `render`: what is shown (`rows`, `kubectl`: `kubectl get -w` and JSON, `timeline`);
+//! - `runner`: the I/O (`event_loop` and its pure `run`, `setup`, `launcher`, `local`, ...);
+//! - `options` and `cli`: the run's options and the command line.
 //!
 //! The event loop ([`run_dry_run`]: processes, timers, signals; the only I/O here) loads the job,
 //! feeds its controllers the [`ClusterEvent`]s it observes, carries out the returned
@@ -36,41 +35,31 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod cli;
-mod cluster;
-mod controller;
-mod document;
-mod env;
-mod kubelet;
-mod manifest;
-mod not_emulated;
-mod operator;
-mod options;
-mod pod;
-mod pytorchjob;
-mod quantity;
-mod raw;
-mod render;
-mod runner;
-#[cfg(test)]
-mod scenarios;
-mod trainjob;
-mod webhook_admission;
-mod workload;
+pub mod cli; // the command line
+mod k8s; // Kubernetes' object types every job kind shares
+mod kubelet; // the pods, the cluster's events and actions, the pod key
+mod manifest; // read a manifest file, admit it as the kind it holds
+mod options; // the run's options
+mod pytorchjob; // the Kubeflow v1 PyTorchJob and its operator
+mod render; // what is shown: watch rows, kubectl get -w, JSON, timeline
+mod runner; // the I/O: the event loop, launchers, output
+mod trainjob; // the Trainer v2 TrainJob, its JobSet and Job
+mod workload; // either job kind behind one face for the event loop
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.
+pub use k8s::quantity::QueueCapability;
 pub use options::{DryRunOptions, OutputFormat, OutputFormatError};
-pub use quantity::QueueCapability;
 pub use render::kubectl::WatchKinds;
 pub use runner::event_loop::run_dry_run;
 
 // The integration tests' (the chaos soak predicts a run with the controller; the real-node test
 // gives a kind cluster's pods the operator's env): the job, its controller, what goes in and out.
-pub use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
-pub use controller::Controller;
-pub use document::ManifestError;
-pub use env::operator_env;
-pub use manifest::parse_job;
-pub use pytorchjob::{PyTorchJob, ReplicaId, ReplicaSpec, ReplicaType};
+pub use k8s::document::ManifestError;
+pub use k8s::field_error::{BadValue, FieldError, FieldErrorType, FieldErrors};
+pub use kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+pub use kubelet::replica::{ReplicaId, ReplicaType};
+pub use pytorchjob::admission::parse_job;
+pub use pytorchjob::controller::Controller;
+pub use pytorchjob::env::operator_env;
+pub use pytorchjob::{PyTorchJob, ReplicaSpec};
 pub use render::rows::{JobState, PodStatus};
-pub use webhook_admission::{BadValue, FieldError, FieldErrorType, FieldErrors};

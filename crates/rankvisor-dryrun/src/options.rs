@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::quantity::QueueCapability;
+use crate::k8s::quantity::QueueCapability;
 use crate::render::kubectl::WatchKinds;
 
 /// The dry run's first restart delay: a laptop's, not the kubelet's 10s.

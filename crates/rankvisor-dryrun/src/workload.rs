@@ -1,18 +1,20 @@
 //! The job kinds the dry run runs, behind one face for the event loop: a PyTorchJob under the
 //! training operator's controller, or a TrainJob under the Trainer's, the JobSet's and the Job
-//! controllers. Both share the kubelet ([`super::pod`]), the launchers and the rows.
+//! controllers. Both share the kubelet ([`crate::kubelet`]), the launchers and the rows.
 
 use std::time::Duration;
 
-use super::cluster::{ClusterEvent, ControllerConfig, Step};
-use super::controller::Controller;
-use super::env::{launch_spec, LaunchSpec, DRY_RUN_MASTER_ADDR};
-use super::pytorchjob::{PyTorchJob, ReplicaId};
-use super::trainjob::controller::TrainJobController;
-use super::trainjob::{env as trainjob_env, TrainJob};
+use crate::kubelet::cluster::{ClusterEvent, ControllerConfig, Step};
+use crate::kubelet::launch::{LaunchSpec, DRY_RUN_MASTER_ADDR};
+use crate::kubelet::replica::ReplicaId;
+use crate::pytorchjob::controller::Controller;
+use crate::pytorchjob::env::launch_spec;
+use crate::pytorchjob::PyTorchJob;
 use crate::render::kubectl::{TextRenderer, WatchKinds};
 use crate::runner::launcher::{healthy_labels, labels_file_text};
 use crate::runner::workdir::{write_atomically, WorkDir};
+use crate::trainjob::controller::TrainJobController;
+use crate::trainjob::{env as trainjob_env, TrainJob};
 
 /// An admitted job of either kind.
 #[derive(Debug, Clone)]

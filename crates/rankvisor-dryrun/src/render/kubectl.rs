@@ -346,8 +346,8 @@ pub(crate) fn render_json(change: &Change) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
-    use crate::pytorchjob::ReplicaId;
+    use crate::kubelet::replica::ReplicaId;
+    use crate::pytorchjob::admission::parse_job;
     use crate::render::rows::{JobRow, PodGroupRow, PodRow, WatchEventType};
 
     fn secs(s: u64) -> Duration {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::pytorchjob::ReplicaId;
+use crate::kubelet::replica::ReplicaId;
 
 /// The PyTorchJob's STATE column (its latest condition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -410,8 +410,8 @@ pub(crate) fn render(rec: &Recording, format: TimelineFormat) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
-    use crate::pytorchjob::ReplicaId;
+    use crate::kubelet::replica::ReplicaId;
+    use crate::pytorchjob::admission::parse_job;
     use crate::render::rows::{JobRow, JobState, PodGroupPhase, PodGroupRow, PodRow, PodStatus, Row};
     use crate::runner::injection::parse_injection;
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rankvisor_core::duration::parse_duration;
 
-use crate::pytorchjob::{PyTorchJob, ReplicaId, ReplicaType};
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
+use crate::pytorchjob::PyTorchJob;
 
 /// The HyperPod label a `label:` injection sets when it names no key.
 pub(crate) const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
@@ -114,7 +115,7 @@ fn parse_replica(target: &str, job: &PyTorchJob) -> Result<ReplicaId, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
 
     fn job() -> PyTorchJob {
         parse_job(include_str!("../../../../examples/pytorchjob.yaml"), "pytorchjob.yaml").unwrap()

@@ -12,9 +12,9 @@ use rankvisor_core::duration::format_duration;
 use rankvisor_core::status::{ExitReason, LocalStatus, ReplicaState};
 
 use super::injection::DEFAULT_LABEL_KEY;
-use crate::cluster::ClusterEvent;
-use crate::env::LaunchSpec;
-use crate::pytorchjob::ReplicaId;
+use crate::kubelet::cluster::ClusterEvent;
+use crate::kubelet::launch::LaunchSpec;
+use crate::kubelet::replica::ReplicaId;
 
 /// The launcher's `--backoff-limit` for a job without `runPolicy.backoffLimit`: the kubelet
 /// restarts a container for as long as the operator keeps the pod, and without a backoffLimit
@@ -251,8 +251,8 @@ pub(crate) fn prefixed(pod: &str, width: usize, line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::launch_spec;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
+    use crate::pytorchjob::env::launch_spec;
     use rankvisor_core::exit::ExitHow;
     use rankvisor_core::health::parse_labels_file;
     use rankvisor_core::policy::RestartPolicy;

@@ -20,9 +20,9 @@ use super::launcher::{is_operator_managed_var, launcher_args, parse_status_line,
 use super::output::{note, open_log};
 use super::ports::free_loopback_port;
 use super::workdir::WorkDir;
-use crate::env::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::kubelet::launch::{LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::kubelet::replica::ReplicaId;
 use crate::options::DryRunOptions;
-use crate::pytorchjob::ReplicaId;
 
 /// How long to wait for a launcher's last status lines and output after it exited.
 pub(super) const DRAIN_LIMIT: Duration = Duration::from_millis(500);

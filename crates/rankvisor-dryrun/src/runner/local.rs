@@ -5,8 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::pytorchjob::{Container, EnvSource, PyTorchJob, ReplicaType};
-use crate::quantity::format_quantity;
+use crate::k8s::container::{Container, EnvSource};
+use crate::k8s::quantity::format_quantity;
+use crate::kubelet::replica::ReplicaType;
+use crate::pytorchjob::PyTorchJob;
 use rankvisor_core::untrusted::escape::escape;
 
 /// What this machine offers that a manifest written for a cluster may count on: read once at the
@@ -262,7 +264,7 @@ fn missing_file(c: &Container, cwd: &Path, machine: &Machine) -> Option<Missing>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_job;
+    use crate::pytorchjob::admission::parse_job;
 
     /// A scratch directory with a `bin/` of (empty) programs, and a machine whose PATH is it.
     fn machine(name: &str, programs: &[&str]) -> (PathBuf, Machine) {

@@ -1,7 +1,7 @@
 //! MASTER_PORT for a local run: the manifest's if it (and the next port, the rendezvous's) is
 //! free, else a free pair below the kernel's ephemeral range.
 
-use crate::env::DRY_RUN_MASTER_ADDR;
+use crate::kubelet::launch::DRY_RUN_MASTER_ADDR;
 
 /// MASTER_PORT for the replicas, and a note when it is not the one asked for.
 pub(super) fn choose_master_port(manifest_port: u16, explicit: Option<u16>) -> Result<(u16, Option<String>), String> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
-use crate::pytorchjob::ReplicaId;
+use crate::kubelet::replica::ReplicaId;
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::signo::Signo;
 

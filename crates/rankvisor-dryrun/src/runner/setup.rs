@@ -13,9 +13,10 @@ use super::local::{localize, parse_command_override, parse_path_map, CommandOver
 use super::output::note;
 use super::ports::choose_master_port;
 use super::workdir::{write_atomically, WorkDir};
+use crate::kubelet::replica::ReplicaType;
 use crate::manifest::{load_manifest, Loaded};
 use crate::options::DryRunOptions;
-use crate::pytorchjob::{PyTorchJob, ReplicaSpec, ReplicaType, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
+use crate::pytorchjob::{PyTorchJob, ReplicaSpec, RunPolicy, KUBEFLOW_JOBS_CONTROLLER};
 use crate::render::timeline::TimelineFormat;
 use crate::trainjob::TrainJob;
 use crate::workload::AdmittedJob;

@@ -13,12 +13,12 @@ use super::{
     FailurePolicy, FailurePolicyAction, FailurePolicyRule, PodFailureAction, PodFailurePolicyRule, SuccessPolicy,
     TrainJob, DEFAULT_BACKOFF_LIMIT, NODE, TRAINER_API_VERSION, TRAINJOB_KIND,
 };
-use crate::document::ManifestError;
+use crate::k8s::container::{env_sources, Container};
+use crate::k8s::document::ManifestError;
+use crate::k8s::field_error::{dns1035_problems, BadValue, FieldError, FieldErrorType, FieldErrors};
+use crate::k8s::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
+use crate::k8s::raw::{negative_quantity_problem, pull_policy_problem, RawContainer, RawResources};
 use crate::kubelet::too_many_pods;
-use crate::pytorchjob::Container;
-use crate::quantity::{parse_quantity, Resources, QUANTITY_SCHEMA_PATTERN};
-use crate::raw::{negative_quantity_problem, pull_policy_problem, RawContainer, RawResources};
-use crate::webhook_admission::{dns1035_problems, env_sources, BadValue, FieldError, FieldErrorType, FieldErrors};
 
 /// The label that marks a runtime's ReplicatedJob as the TrainJob's trainer.
 pub(crate) const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
@@ -114,7 +114,7 @@ pub(crate) fn admit_train_job(docs: &[Value], source_name: &str) -> Result<Loade
 }
 
 /// An object's namespace, `default` when unset.
-fn namespace(m: &crate::raw::RawMetadata) -> String {
+fn namespace(m: &crate::k8s::raw::RawMetadata) -> String {
     m.namespace.clone().unwrap_or_else(|| "default".into())
 }
 
@@ -545,7 +545,7 @@ fn resources_of(raw: &RawResources) -> Resources {
 /// (`GetNumGPUPerNode`: any resource whose name holds "gpu", requests before limits), else
 /// `getNumCPUPerNode` (the CPU request, else the limit, rounded up; at least 1).
 pub(crate) fn nproc_from_resources(raw: &RawResources) -> String {
-    let units = |m: &std::collections::BTreeMap<String, crate::raw::Scalar>, pred: &dyn Fn(&str) -> bool| {
+    let units = |m: &std::collections::BTreeMap<String, crate::k8s::raw::Scalar>, pred: &dyn Fn(&str) -> bool| {
         m.iter()
             .find(|(k, _)| pred(k))
             .and_then(|(_, v)| parse_quantity(&v.text()).ok())
@@ -595,7 +595,7 @@ fn runtime_fields_not_emulated(doc: &Value) -> Vec<String> {
         if c["name"] != NODE {
             out.push(format!("{cpath} ({}: only the node container runs)", c["name"].as_str().unwrap_or("?")));
         } else {
-            out.extend(unknown_keys(c, &cpath, &crate::not_emulated::CONTAINER_EMULATED));
+            out.extend(unknown_keys(c, &cpath, &crate::k8s::container::CONTAINER_EMULATED));
         }
     }
     out

@@ -23,10 +23,10 @@ use super::env::NodePod;
 use super::job::{self, CountedPod};
 use super::jobset::{self, FailedJob, FailureVerdict};
 use super::{PodFailureAction, TrainJob};
-use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use crate::kubelet::pod::{LauncherProcess, Pod, PodPhase};
+use crate::kubelet::replica::ReplicaId;
 use crate::kubelet::{self, JobRules, Kubelet};
-use crate::pod::{LauncherProcess, Pod, PodPhase};
-use crate::pytorchjob::ReplicaId;
 use crate::render::rows::{Change, Row, WatchEventType};
 
 mod watch;

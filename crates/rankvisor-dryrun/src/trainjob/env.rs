@@ -2,8 +2,9 @@
 //! completion index), with every cluster address pointed at this machine for the dry run.
 
 use super::{TrainJob, NODE};
-use crate::env::{set, LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
-use crate::pytorchjob::{EnvSource, ReplicaId};
+use crate::k8s::container::EnvSource;
+use crate::kubelet::launch::{set, LaunchSpec, DRY_RUN_MASTER_ADDR, DRY_RUN_NODE};
+use crate::kubelet::replica::ReplicaId;
 
 /// The annotation (and label) the Job controller puts on each pod of an Indexed Job.
 pub(crate) const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";

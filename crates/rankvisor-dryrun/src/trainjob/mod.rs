@@ -21,8 +21,8 @@ mod scenarios;
 
 use rankvisor_core::policy::RestartPolicy;
 
-use crate::pytorchjob::Container;
-use crate::quantity::Resources;
+use crate::k8s::container::Container;
+use crate::k8s::quantity::Resources;
 
 /// `trainer.kubeflow.org/v1alpha1`.
 pub(crate) const TRAINER_API_VERSION: &str = "trainer.kubeflow.org/v1alpha1";

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use crate::raw::{RawContainer, RawEnvVar, RawMetadata, RawResources, Scalar};
+use crate::k8s::raw::{RawContainer, RawEnvVar, RawMetadata, RawResources, Scalar};
 
 /// Any document of the file: its kind decides which shape it is read as.
 #[derive(Debug, Deserialize)]

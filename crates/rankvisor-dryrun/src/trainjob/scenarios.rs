@@ -8,10 +8,10 @@ use rankvisor_core::exit::ExitHow;
 use super::admission::{admit_train_job, LoadedTrainJob};
 use super::controller::TrainJobController;
 use super::env::{launch_spec, NodePod};
-use crate::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
-use crate::document::documents;
-use crate::document::ManifestError;
-use crate::pytorchjob::ReplicaId;
+use crate::k8s::document::documents;
+use crate::k8s::document::ManifestError;
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use crate::kubelet::replica::ReplicaId;
 use crate::render::rows::{PodStatus, Row, WatchEventType};
 
 const EXAMPLE: &str = include_str!("../../../../examples/trainjob.yaml");
@@ -69,7 +69,7 @@ fn enforce_ml_policy_env_of_pod_k_for_three_nodes_without_resources() {
     let cluster = super::env::enforce_ml_policy(&job);
     assert_eq!(
         cluster[3].1,
-        crate::pytorchjob::EnvSource::Value("tj-node-0-0.tj".into()),
+        crate::k8s::container::EnvSource::Value("tj-node-0-0.tj".into()),
         "PET_MASTER_ADDR in a cluster"
     );
 }

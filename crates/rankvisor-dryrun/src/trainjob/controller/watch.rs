@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::super::super::cluster::Step;
 use super::TrainJobController;
+use crate::kubelet::cluster::Step;
 use crate::render::rows::{BatchJobRow, Change, JobSetRow, Row, TrainJobRow, WatchEventType};
 
 impl TrainJobController {

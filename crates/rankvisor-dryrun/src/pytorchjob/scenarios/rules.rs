@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use super::super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
-use super::super::pytorchjob::ReplicaId;
-use super::super::quantity::QueueCapability;
 use super::*;
+use crate::k8s::quantity::QueueCapability;
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use crate::kubelet::replica::ReplicaId;
 use crate::render::rows::{JobState, PodStatus, Row};
 use rankvisor_core::exit::ExitHow;
 

@@ -1,8 +1,10 @@
 //! The webhook's refusals and the defaulting, message by message.
 
-use super::super::document::ManifestError;
-use super::super::manifest::parse_job;
+use super::super::admission::parse_job;
 use super::*;
+use crate::k8s::container::EnvSource;
+use crate::k8s::document::ManifestError;
+use crate::k8s::field_error::DNS1035_MSG;
 
 const HEAD: &str = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pytest\n";
 
@@ -193,7 +195,7 @@ fn the_deprecated_elastic_nproc_per_node_is_a_warning_validate_spec() {
         "{HEAD}spec:\n  elasticPolicy:\n    nProcPerNode: 2\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n{}",
         container("pytorch", "busybox")
     );
-    let loaded = super::super::manifest::admit_text(&text, "j.yaml").unwrap();
+    let loaded = super::super::admission::admit_text(&text, "j.yaml").unwrap();
     assert_eq!(loaded.warnings, ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]);
     assert_eq!(loaded.job.nproc_per_node, None, "setDefaultNprocPerNode leaves it unset");
 }

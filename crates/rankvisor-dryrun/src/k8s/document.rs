@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::webhook_admission::FieldErrors;
+use super::field_error::FieldErrors;
 
 /// The `apiVersion` a PyTorchJob manifest has (a TrainJob has its own).
 pub(crate) const API_VERSION: &str = "kubeflow.org/v1";

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::super::cluster::Step;
-use super::super::pod::PodPhase;
 use super::Controller;
+use crate::kubelet::cluster::Step;
+use crate::kubelet::pod::PodPhase;
 use crate::render::rows::{Change, JobRow, PodGroupRow, Row, WatchEventType};
 
 impl Controller {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use super::pod::{Pod, PodPhase};
-use super::pytorchjob::{PyTorchJob, ReplicaType};
+use super::PyTorchJob;
+use crate::kubelet::pod::{Pod, PodPhase};
+use crate::kubelet::replica::ReplicaType;
 use rankvisor_core::policy::{is_retryable_exit_code, RestartPolicy};
 
 /// A job condition the operator sets (`JobConditionType`); the STATE column shows the latest.

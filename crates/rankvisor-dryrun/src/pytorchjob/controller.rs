@@ -4,7 +4,7 @@
 //! the time since its start; each call returns the rows that changed (for the watch output) and
 //! the [`ClusterAction`]s the event loop must carry out. Nothing here reads a clock or touches a
 //! process. The operator's rules are in [`super::operator`], each named after its Go function;
-//! the pods and the events' dispatch are shared with the TrainJob's ([`super::kubelet`]).
+//! the pods and the events' dispatch are shared with the TrainJob's ([`crate::kubelet`]).
 //!
 //! - The kubelet: a replica's launcher is its container's PID 1. A launcher that exits under
 //!   OnFailure (non-zero) or Always is a container crash: the kubelet restarts it in place (the
@@ -24,12 +24,13 @@
 
 use std::time::Duration;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
-use super::kubelet::{self, JobRules, Kubelet};
 use super::operator::{self, Condition};
-use super::pod::{LauncherProcess, Pod, PodPhase};
-use super::pytorchjob::{PyTorchJob, ReplicaId};
-use super::quantity::format_quantity;
+use super::PyTorchJob;
+use crate::k8s::quantity::format_quantity;
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
+use crate::kubelet::pod::{LauncherProcess, Pod, PodPhase};
+use crate::kubelet::replica::ReplicaId;
+use crate::kubelet::{self, JobRules, Kubelet};
 use crate::render::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;

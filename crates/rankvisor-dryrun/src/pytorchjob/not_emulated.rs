@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use crate::k8s::container::CONTAINER_EMULATED;
+
 /// `schedulingPolicy` fields the dry run does not act on.
 const SCHEDULING_NOT_EMULATED: [(&str, &str); 2] = [
     ("priorityClass", "set on the PodGroup; one job alone in its queue has no one to be preferred over"),
@@ -18,10 +20,6 @@ const KUEUE_PREFIX: &str = "kueue.x-k8s.io/";
 
 /// Pod template `spec` fields the dry run uses; every other one is named.
 const POD_SPEC_EMULATED: [&str; 3] = ["containers", "serviceAccountName", "restartPolicy"];
-
-/// Container fields the dry run uses (`imagePullPolicy`: no image is pulled anyway).
-pub(crate) const CONTAINER_EMULATED: [&str; 9] =
-    ["name", "image", "imagePullPolicy", "command", "args", "env", "ports", "resources", "workingDir"];
 
 /// Every field of `doc` (a PyTorchJob as written) the dry run does not emulate, each with why
 /// where that is not plain, in document order.
@@ -104,12 +102,12 @@ mod tests {
 
     #[test]
     fn the_seeds_manifest_has_nothing_left_out() {
-        assert_eq!(not_emulated(&doc(include_str!("../../../examples/pytorchjob.yaml"))), Vec::<String>::new());
+        assert_eq!(not_emulated(&doc(include_str!("../../../../examples/pytorchjob.yaml"))), Vec::<String>::new());
     }
 
     #[test]
     fn probes_volumes_sidecars_and_priority_are_named() {
-        let fields = not_emulated(&doc(include_str!("../../../examples/k8s/pytorchjob.yaml")));
+        let fields = not_emulated(&doc(include_str!("../../../../examples/k8s/pytorchjob.yaml")));
         for want in [
             "spec.pytorchReplicaSpecs[Master].template.spec.containers[0].livenessProbe",
             "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].readinessProbe",

@@ -3,14 +3,19 @@
 //! [`ClusterEvent`] ([`handle`]): the kubelet's part is done here, the job kind's rules
 //! ([`JobRules`], the training operator's or the TrainJob's, JobSet's and Job's) do the rest.
 
+pub(crate) mod cluster;
+pub(crate) mod launch;
+pub(crate) mod pod;
+pub(crate) mod replica;
+
 use std::time::Duration;
 
 use rankvisor_core::exit::ExitHow;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Step};
-use super::pod::{KubeletTick, LauncherEnd, Pod};
-use super::pytorchjob::ReplicaId;
 use crate::render::rows::{Change, Row, WatchEventType};
+use cluster::{ClusterAction, ClusterEvent, ControllerConfig, Step};
+use pod::{KubeletTick, LauncherEnd, Pod};
+use replica::ReplicaId;
 
 /// A local dry run starts one launcher process per pod: a job of more pods than this, whatever its
 /// kind, is refused at admission, before anything starts.

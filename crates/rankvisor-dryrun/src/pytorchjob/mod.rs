@@ -1,10 +1,18 @@
 //! A PyTorchJob after admission: the validated, defaulted model every other part of the dry run reads.
 
-use std::fmt;
+pub(crate) mod admission;
+pub(crate) mod controller;
+pub(crate) mod env;
+mod not_emulated;
+mod operator;
+mod raw;
+#[cfg(test)]
+mod scenarios;
+mod webhook_admission;
 
-use serde::Serialize;
-
-use super::quantity::Resources;
+use crate::k8s::container::Container;
+use crate::k8s::quantity::Resources;
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
 use rankvisor_core::policy::RestartPolicy;
 
 /// The port the operator's defaulting webhook gives the `pytorchjob-port` when the manifest names none.
@@ -15,97 +23,6 @@ pub(crate) const DEFAULT_CONTAINER_NAME: &str = "pytorch";
 
 /// The name of the container port the operator reads MASTER_PORT from.
 pub(crate) const DEFAULT_PORT_NAME: &str = "pytorchjob-port";
-
-/// The two replica types a PyTorchJob has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum ReplicaType {
-    /// Rank 0; the job's state follows it.
-    Master,
-    /// Ranks 1.. (or 0.. in a job without a master).
-    Worker,
-}
-
-impl ReplicaType {
-    /// The spelling of the key in `spec.pytorchReplicaSpecs`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Master => "Master",
-            Self::Worker => "Worker",
-        }
-    }
-
-    /// The lowercase spelling used in pod names.
-    pub fn lower(self) -> &'static str {
-        match self {
-            Self::Master => "master",
-            Self::Worker => "worker",
-        }
-    }
-}
-
-impl fmt::Display for ReplicaType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One replica (one pod) of the job: `master-0`, `worker-2`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct ReplicaId {
-    /// Master or Worker.
-    pub rtype: ReplicaType,
-    /// Index within its type, from 0.
-    pub index: u32,
-}
-
-impl ReplicaId {
-    /// The master, `master-0`.
-    pub const MASTER: ReplicaId = ReplicaId { rtype: ReplicaType::Master, index: 0 };
-
-    /// Worker `index`.
-    pub fn worker(index: u32) -> Self {
-        Self { rtype: ReplicaType::Worker, index }
-    }
-}
-
-impl fmt::Display for ReplicaId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.rtype.lower(), self.index)
-    }
-}
-
-/// Where an env variable of the container gets its value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EnvSource {
-    /// `value`.
-    Value(String),
-    /// `valueFrom.fieldRef.fieldPath`: the downward API, resolved per pod.
-    FieldRef(String),
-}
-
-/// The training container of one replica type, as the dry run runs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Container {
-    /// The image (not pulled: named in messages).
-    pub image: String,
-    /// The container's `command` (empty: the image's entrypoint).
-    pub command: Vec<String>,
-    /// The container's `args`.
-    pub args: Vec<String>,
-    /// The container's own `env` (name, source), in manifest order.
-    pub env: Vec<(String, EnvSource)>,
-    /// The `pytorchjob-port` container port, if the manifest names one.
-    pub port: Option<u16>,
-    /// `workingDir`.
-    pub working_dir: Option<String>,
-}
-
-impl Container {
-    /// `command` followed by `args`, what the container runs.
-    pub(crate) fn argv(&self) -> Vec<String> {
-        self.command.iter().chain(self.args.iter()).cloned().collect()
-    }
-}
 
 /// One entry of `spec.pytorchReplicaSpecs`, defaulted and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

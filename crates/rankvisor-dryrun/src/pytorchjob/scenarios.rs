@@ -3,18 +3,18 @@
 
 use std::time::Duration;
 
-use super::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use super::admission::parse_job;
 use super::controller::Controller;
-use super::manifest::parse_job;
-use super::pytorchjob::{ReplicaId, ReplicaType};
+use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome};
+use crate::kubelet::replica::{ReplicaId, ReplicaType};
 use crate::render::rows::{Change, JobState, PodGroupPhase, PodRow, PodStatus, Row, WatchEventType};
 use rankvisor_core::exit::ExitHow;
 
-pub(super) const NORMAL: &str = include_str!("../../../examples/pytorchjob.yaml");
-pub(super) const WORKER_FAILS: &str = include_str!("../../../examples/pytorchjob-worker-fails.yaml");
-pub(super) const ALL_WORKERS_FAIL: &str = include_str!("../../../examples/pytorchjob-all-workers-fail.yaml");
-pub(super) const MASTER_FAILS: &str = include_str!("../../../examples/pytorchjob-master-fails.yaml");
-pub(super) const GANG: &str = include_str!("../../../examples/pytorchjob-gang.yaml");
+pub(super) const NORMAL: &str = include_str!("../../../../examples/pytorchjob.yaml");
+pub(super) const WORKER_FAILS: &str = include_str!("../../../../examples/pytorchjob-worker-fails.yaml");
+pub(super) const ALL_WORKERS_FAIL: &str = include_str!("../../../../examples/pytorchjob-all-workers-fail.yaml");
+pub(super) const MASTER_FAILS: &str = include_str!("../../../../examples/pytorchjob-master-fails.yaml");
+pub(super) const GANG: &str = include_str!("../../../../examples/pytorchjob-gang.yaml");
 
 pub(super) const MASTER: ReplicaId = ReplicaId::MASTER;
 pub(super) const W0: ReplicaId = ReplicaId { rtype: ReplicaType::Worker, index: 0 };

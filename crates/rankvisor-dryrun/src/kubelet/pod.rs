@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::pytorchjob::ReplicaId;
+use crate::kubelet::replica::ReplicaId;
 use crate::render::rows::{PodRow, PodStatus, Row};
 use rankvisor_core::backoff::BackoffConfig;
 use rankvisor_core::exit::ExitHow;
@@ -11,7 +11,7 @@ use rankvisor_core::policy::RestartPolicy;
 
 /// The launcher process of a pod, as the controller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LauncherProcess {
+pub(crate) enum LauncherProcess {
     /// Not asked for (not scheduled).
     NotStarted,
     /// `StartLauncher` sent; not yet reported started.
@@ -24,7 +24,7 @@ pub(super) enum LauncherProcess {
 
 /// The training container's state, as the kubelet reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ContainerState {
+pub(crate) enum ContainerState {
     /// Never started in this pod.
     Waiting,
     /// Running.
@@ -37,7 +37,7 @@ pub(super) enum ContainerState {
 
 /// The pod's phase, which the operator and Volcano count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PodPhase {
+pub(crate) enum PodPhase {
     /// Not running yet (the dry run counts a launcher still before its child as Pending).
     Pending,
     /// The training process runs, or the kubelet is restarting the container.
@@ -51,7 +51,7 @@ pub(super) enum PodPhase {
 
 /// What a launcher's end did to its pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LauncherEnd {
+pub(crate) enum LauncherEnd {
     /// The pod was being deleted: it is gone now (and its controller may create it anew).
     Deleted {
         /// Its controller wants it back.
@@ -63,7 +63,7 @@ pub(super) enum LauncherEnd {
 
 /// What a kubelet timer did to a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KubeletTick {
+pub(crate) enum KubeletTick {
     /// Nothing due.
     Nothing,
     /// Its row changed (CrashLoopBackOff).
@@ -74,37 +74,37 @@ pub(super) enum KubeletTick {
 
 /// One pod's state.
 #[derive(Debug, Clone)]
-pub(super) struct Pod {
-    pub(super) id: ReplicaId,
-    pub(super) name: String,
-    pub(super) restart_policy: RestartPolicy,
-    pub(super) created_at: Duration,
-    pub(super) scheduled: bool,
-    pub(super) launcher: LauncherProcess,
-    pub(super) container: ContainerState,
-    pub(super) phase: PodPhase,
-    pub(super) restarts: u32,
+pub(crate) struct Pod {
+    pub(crate) id: ReplicaId,
+    pub(crate) name: String,
+    pub(crate) restart_policy: RestartPolicy,
+    pub(crate) created_at: Duration,
+    pub(crate) scheduled: bool,
+    pub(crate) launcher: LauncherProcess,
+    pub(crate) container: ContainerState,
+    pub(crate) phase: PodPhase,
+    pub(crate) restarts: u32,
     /// Restarts by the kubelet (of the launcher, the container's PID 1) before the current
     /// launcher: the current launcher's own restart count adds to it.
-    pub(super) restart_base: u32,
+    pub(crate) restart_base: u32,
     /// When the kubelet starts the crashed container (launcher) again.
-    pub(super) relaunch_at: Option<Duration>,
+    pub(crate) relaunch_at: Option<Duration>,
     /// The latest run's end: kubelet's `state.terminated`.
-    pub(super) current_termination: Option<Duration>,
+    pub(crate) current_termination: Option<Duration>,
     /// The run before: kubelet's `lastState.terminated`, which kubectl's "(2s ago)" reads.
-    pub(super) last_termination: Option<Duration>,
-    pub(super) restart_pending_since: Option<Duration>,
-    pub(super) latest_exit_failed: bool,
-    pub(super) deleting: bool,
-    pub(super) recreate: bool,
-    pub(super) gone: bool,
-    pub(super) shown: Option<Row>,
+    pub(crate) last_termination: Option<Duration>,
+    pub(crate) restart_pending_since: Option<Duration>,
+    pub(crate) latest_exit_failed: bool,
+    pub(crate) deleting: bool,
+    pub(crate) recreate: bool,
+    pub(crate) gone: bool,
+    pub(crate) shown: Option<Row>,
     /// A JobSet pod's restart attempt label (None for a PyTorchJob's pod).
-    pub(super) restart_attempt: Option<u32>,
+    pub(crate) restart_attempt: Option<u32>,
 }
 
 impl Pod {
-    pub(super) fn new(id: ReplicaId, name: String, restart_policy: RestartPolicy, now: Duration) -> Self {
+    pub(crate) fn new(id: ReplicaId, name: String, restart_policy: RestartPolicy, now: Duration) -> Self {
         Self {
             id,
             name,
@@ -130,19 +130,19 @@ impl Pod {
     }
 
     /// Placed on the node, its launcher asked for.
-    pub(super) fn bind(&mut self) {
+    pub(crate) fn bind(&mut self) {
         self.scheduled = true;
         self.launcher = LauncherProcess::Requested;
     }
 
     /// `FilterActivePods`: neither Succeeded nor Failed, and not being deleted.
-    pub(super) fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         !self.deleting && matches!(self.phase, PodPhase::Pending | PodPhase::Running)
     }
 
     /// Whether the kubelet restarts the container after it ended `how`, by the pod's own policy
     /// ([`pod_restart_policy`]: ExitCode becomes Never).
-    pub(super) fn kubelet_restarts(&self, how: ExitHow) -> bool {
+    pub(crate) fn kubelet_restarts(&self, how: ExitHow) -> bool {
         match pod_restart_policy(self.restart_policy) {
             RestartPolicy::Always => true,
             RestartPolicy::OnFailure => !how.success(),
@@ -150,11 +150,11 @@ impl Pod {
         }
     }
 
-    pub(super) fn launcher_live(&self) -> bool {
+    pub(crate) fn launcher_live(&self) -> bool {
         matches!(self.launcher, LauncherProcess::Requested | LauncherProcess::Alive)
     }
 
-    pub(super) fn status(&self) -> PodStatus {
+    pub(crate) fn status(&self) -> PodStatus {
         if self.deleting && self.launcher_live() {
             return PodStatus::Terminating;
         }
@@ -174,7 +174,7 @@ impl Pod {
         }
     }
 
-    pub(super) fn row(&self, now: Duration, node: &str) -> PodRow {
+    pub(crate) fn row(&self, now: Duration, node: &str) -> PodRow {
         let last_restart_ago = match (self.restarts, self.last_termination) {
             (0, _) | (_, None) => None,
             (_, Some(t)) => Some(now.saturating_sub(t)),
@@ -194,7 +194,7 @@ impl Pod {
 
     /// The kubelet: the launcher (the container's PID 1) reports started; a restarted container's
     /// previous run moves to lastState.
-    pub(super) fn launcher_started(&mut self) {
+    pub(crate) fn launcher_started(&mut self) {
         self.launcher = LauncherProcess::Alive;
         if matches!(self.container, ContainerState::Terminated(_) | ContainerState::BackOff(_)) {
             self.shift_termination();
@@ -203,7 +203,7 @@ impl Pod {
     }
 
     /// The kubelet: the training process runs (`restart_count`: the launcher's own restarts).
-    pub(super) fn child_running(&mut self, restart_count: u32) {
+    pub(crate) fn child_running(&mut self, restart_count: u32) {
         self.shift_termination();
         self.container = ContainerState::Running;
         self.restarts = self.restart_base.saturating_add(restart_count);
@@ -220,7 +220,7 @@ impl Pod {
     /// The kubelet: the training process ended. A child that succeeded for good is the replica's
     /// verdict (the launcher exits 0 next, or lingers for the others' sake); a failure is decided
     /// by the launcher's exit, the container's end that the kubelet sees.
-    pub(super) fn child_exited(&mut self, exit: ExitHow, will_restart: bool, restart_count: u32, now: Duration) {
+    pub(crate) fn child_exited(&mut self, exit: ExitHow, will_restart: bool, restart_count: u32, now: Duration) {
         self.container = ContainerState::Terminated(exit);
         self.current_termination = Some(now);
         self.restarts = self.restart_base.saturating_add(restart_count);
@@ -235,7 +235,7 @@ impl Pod {
     /// a container crash under OnFailure or Always is restarted in this pod (the first restart at
     /// once, then `backoff` doubling up to its max) unless `finished`; else the pod ends Succeeded
     /// or Failed with it.
-    pub(super) fn launcher_exited(
+    pub(crate) fn launcher_exited(
         &mut self,
         status: ExitHow,
         now: Duration,
@@ -273,7 +273,7 @@ impl Pod {
 
     /// The kubelet's timers: the crashed container's restart is due (true: start its launcher),
     /// or CrashLoopBackOff shows from the second crash on (the first restart is immediate).
-    pub(super) fn kubelet_tick(&mut self, now: Duration, finished: bool, crash_loop_after: Duration) -> KubeletTick {
+    pub(crate) fn kubelet_tick(&mut self, now: Duration, finished: bool, crash_loop_after: Duration) -> KubeletTick {
         if self.gone || self.deleting {
             return KubeletTick::Nothing;
         }
@@ -297,7 +297,7 @@ impl Pod {
 
     /// When the kubelet next acts on this pod: the restart of its crashed container, or the
     /// CrashLoopBackOff it shows.
-    pub(super) fn next_kubelet_tick(&self, crash_loop_after: Duration) -> Option<Duration> {
+    pub(crate) fn next_kubelet_tick(&self, crash_loop_after: Duration) -> Option<Duration> {
         if self.gone {
             return None;
         }
@@ -310,7 +310,7 @@ impl Pod {
     }
 
     /// kubelet moves the ended run to `lastState` when the container waits or runs again.
-    pub(super) fn shift_termination(&mut self) {
+    pub(crate) fn shift_termination(&mut self) {
         if let Some(t) = self.current_termination.take() {
             self.last_termination = Some(t);
         }
