@@ -49,7 +49,7 @@ pub struct DryRunArgs {
     /// text (kubectl's columns) or json (one change per line).
     #[arg(long, env = "RANKVISOR_OUTPUT", default_value = "text")]
     pub output: OutputFormat,
-    /// Write each replica's output to DIR/<pod>.log (default: on stderr, each line prefixed by its pod).
+    /// Write each replica's output to DIR/POD.log (default: on stderr, each line prefixed by its pod).
     #[arg(long, env = "RANKVISOR_LOGS", value_name = "DIR")]
     pub logs: Option<PathBuf>,
     /// Fault to inject (repeatable): fail:REPLICA@TIME (SIGKILL to its training process),

@@ -1,5 +1,5 @@
 //! `rankvisor dry-run`, the I/O part: one real launcher process per replica, its status lines,
-//! fault injection, timers and signals, all turned into the [`Controller`]'s events; the
+//! fault injection, timers and signals, all turned into the `Controller`'s events; the
 //! controller's actions carried out; every change printed as `kubectl get -w` would.
 //!
 //! One `tokio::select!` loop on a current-thread runtime owns the controller. Each launcher has a
