@@ -36,9 +36,17 @@ exec sleep 100000
 """
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port P with P+1 free too: rankvisor's rendezvous listens on MASTER_PORT+1."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", port + 1))
+            return port
+        except OSError:
+            continue
 
 
 def starts(out):
@@ -60,9 +68,11 @@ def wait_round(out, r, n, procs, limit=120.0):
         got = starts(out).get(r, {})
         if len(got) >= n:
             return got
-        for p in procs:
+        for rank, p in enumerate(procs):
             if p.poll() is not None:
-                raise SystemExit(f"a launcher exited ({p.returncode}) in round {r}")
+                with open(os.path.join(out, f"launcher-{rank}.log")) as f:
+                    said = f.read()[-2000:]
+                raise SystemExit(f"launcher {rank} exited ({p.returncode}) in round {r}:\n{said}")
         time.sleep(0.005)
     raise SystemExit(f"round {r}: {len(starts(out).get(r, {}))} of {n} children started within {limit} s")
 
