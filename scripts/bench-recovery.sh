@@ -5,11 +5,11 @@
 # rendezvous on loopback. torchrun: the torch venv's elastic agents (scripts/setup-torch.sh),
 # --nnodes N --rdzv-backend c10d --no-python, the same child (scripts/bench/recovery.py).
 #
-#   bash scripts/bench-recovery.sh                       # RV_SIZES="8 64 256 1024" TR_SIZES="4 8 16 32" FAULTS=20
+#   bash scripts/bench-recovery.sh                       # RV_SIZES="4 8 16 32 64 256 1024" TR_SIZES="4 8 16 32" FAULTS=20
 #   RV_SIZES=8 TR_SIZES=8 FAULTS=5 bash scripts/bench-recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RV_SIZES="${RV_SIZES:-8 64 256 1024}"
+RV_SIZES="${RV_SIZES:-4 8 16 32 64 256 1024}"
 TR_SIZES="${TR_SIZES:-4 8 16 32}"
 FAULTS="${FAULTS:-20}"
 # shellcheck source=bench/lean-launcher.sh
