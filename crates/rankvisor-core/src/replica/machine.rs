@@ -709,9 +709,13 @@ impl Replica {
                 ChildAction::Spawn { restart_count, generation } => {
                     Effect::Spawn(self.spawn_order(restart_count, generation))
                 }
-                // A shutdown: a new order (a second signal starts over), which looks at the tree.
-                ChildAction::SignalPrograms { signal, .. } => {
-                    self.shutdown_order = Some(ShutdownOrder::new(signal));
+                // A shutdown: the child gets the signal at once (it always does first: no wait on
+                // /proc), then a new order (a second signal starts over) looks at the tree.
+                ChildAction::SignalPrograms { pid, signal } => {
+                    let mut order = ShutdownOrder::new(signal);
+                    order.signalled_already(pid);
+                    self.shutdown_order = Some(order);
+                    out.push(Effect::SignalEach { pids: vec![pid], signal });
                     Effect::ScanTree
                 }
                 a => Effect::Child(a),
@@ -810,7 +814,8 @@ impl Replica {
         let signal = order.signal();
         let tree = match tree {
             Ok(tree) => tree,
-            // Fail closed: no order without the tree; everything gets the signal now.
+            // Fail closed: no order without the tree; everything gets the signal now (the child,
+            // signalled already, a second time: the group cannot leave it out).
             Err(e) => {
                 self.shutdown_order = None;
                 out.push(Effect::Note(Note::Warn(format!(
@@ -829,6 +834,9 @@ impl Replica {
         let pass = order.step(&tree);
         let (n, waiting) = (pass.now.len(), pass.waiting);
         if pass.first {
+            // With the child, signalled before this look.
+            let child = self.sup.child_pid();
+            let n = n + usize::from(tree.members.iter().any(|m| Some(m.pid) == child));
             out.push(Effect::Note(Note::Info(format!(
                 "{} to the child and the programs below it ({n} of the {} processes below rankvisor); {waiting} forked helpers get it once their parent has exited",
                 signal.name(),

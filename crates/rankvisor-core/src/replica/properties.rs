@@ -218,7 +218,13 @@ impl Harness {
                 Effect::ScanTree => self.give_tree()?,
                 Effect::SignalEach { pids, .. } => {
                     for pid in pids {
-                        prop_assert!(self.last_tree.contains(&pid), "{} is not in the tree {:?}", pid, self.last_tree);
+                        // The live child (signalled at once), or one the tree showed.
+                        prop_assert!(
+                            Some(pid) == self.live || self.last_tree.contains(&pid),
+                            "{} is neither the child nor in the tree {:?}",
+                            pid,
+                            self.last_tree
+                        );
                         let parent_lives = self.live.is_some();
                         prop_assert!(
                             !(Some(pid) == self.worker && parent_lives),

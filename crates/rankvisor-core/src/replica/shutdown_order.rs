@@ -59,6 +59,12 @@ impl ShutdownOrder {
         Self { signal, at_start: None, signalled: HashSet::new() }
     }
 
+    /// `pid` got the signal before the order's first look (the child: it always gets it at once,
+    /// so its latency does not wait on reading /proc).
+    pub fn signalled_already(&mut self, pid: Pid) {
+        self.signalled.insert(pid);
+    }
+
     /// The shutdown's signal.
     pub fn signal(&self) -> Signo {
         self.signal

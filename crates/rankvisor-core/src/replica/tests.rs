@@ -530,7 +530,7 @@ async fn a_shell_child_and_its_program_get_the_signal_together() {
     let python = member(300, pid, false);
     f.below = vec![python.clone(), member(301, python.pid, true), member(302, python.pid, true)];
     f.send(Input::Signal { signal: SIGTERM, own: false });
-    assert_eq!(f.each, [(vec![pid, python.pid], SIGTERM)]);
+    assert_eq!(f.each, [(vec![pid], SIGTERM), (vec![python.pid], SIGTERM)], "the child at once, then from the tree");
     assert!(
         f.notes.iter().any(
             |n| matches!(n, Note::Info(i) if i.contains("(2 of the 4 processes below rankvisor); 2 forked helpers"))
@@ -541,7 +541,7 @@ async fn a_shell_child_and_its_program_get_the_signal_together() {
     // The shell dies of it; python, saving, is rankvisor's now: its workers still wait.
     f.below[0].ppid = ROOT;
     f.exit_child(ExitHow::Signaled(SIGTERM));
-    assert_eq!(f.each.len(), 1);
+    assert_eq!(f.each.len(), 2, "nothing new");
     assert_eq!(f.exit, None, "python and its workers are still there");
     f.below = vec![member(301, ROOT, true), member(302, ROOT, true)];
     f.send(Input::Tree(Ok(f.tree())));
