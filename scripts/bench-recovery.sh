@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A job-wide restart beside torchrun (issue 37 item 1): N launchers on this machine, one child
-# exits 1, the time until every child of the next generation runs (p50, p99 over FAULTS faults).
+# exits 1 (or prints a line a log rule faults on), the time until every child of the next
+# generation runs (p50, p99 over FAULTS faults).
 # rankvisor: the lean launcher (images/build.sh, or RANKVISOR_BIN) with --restart-scope job and its
 # rendezvous on loopback. torchrun: the torch venv's elastic agents (scripts/setup-torch.sh),
 # --nnodes N --rdzv-backend c10d --no-python, the same child (scripts/bench/recovery.py).
@@ -23,6 +24,8 @@ for n in $TR_SIZES; do
 done
 for n in $RV_SIZES; do
   python3 scripts/bench/recovery.py rankvisor "$launcher" "$n" "$FAULTS"
+  # The same fault as a line that a log rule (faultOnMatch) catches: the child does not exit.
+  [ -n "${NO_RULE:-}" ] || python3 scripts/bench/recovery.py rankvisor-rule "$launcher" "$n" "$FAULTS"
   # What N children cost to start on this machine, with no launcher (one process spawning them).
   python3 scripts/bench/recovery.py baseline "$n"
 done

@@ -3,6 +3,8 @@ every child of the next generation runs. rankvisor (`--restart-scope job`, its r
 loopback) beside torchrun's elastic agents (`--rdzv-backend c10d --no-python`), the same child.
 
 Usage: python3 scripts/bench/recovery.py rankvisor LAUNCHER N FAULTS
+       python3 scripts/bench/recovery.py rankvisor-rule LAUNCHER N FAULTS  (the fault is a line a
+           log rule with faultOnMatch catches; the child goes on until rankvisor stops it)
        python3 scripts/bench/recovery.py torchrun TORCHRUN N FAULTS
        python3 scripts/bench/recovery.py baseline N     (N children started at once, no launcher)
 
@@ -30,6 +32,10 @@ victim=$(( 1 + r % (N - 1) ))
 if [ "$RANK" = "$victim" ]; then
   while [ ! -e "$OUT/fault-$r" ]; do sleep 0.005; done
   echo "${EPOCHREALTIME/./}" > "$OUT/exit-$r"
+  if [ "$FAULT_BY" = rule ]; then
+    echo "step failed: FAULT"
+    exec sleep 100000
+  fi
   exit 1
 fi
 exec sleep 100000
@@ -80,16 +86,23 @@ def wait_round(out, r, n, procs, limit=120.0):
 def launch(kind, prog, n, out, child):
     port = free_port()
     procs = []
+    rules = os.path.join(out, "rules.json")
+    with open(rules, "w") as f:
+        f.write('[{"name": "Fault", "logPattern": ".*FAULT.*", "faultOnMatch": true}]')
     for rank in range(n):
-        env = dict(os.environ, OUT=out, N=str(n), RANK=str(rank))
-        if kind == "rankvisor":
+        fault_by = "rule" if kind == "rankvisor-rule" else "exit"
+        env = dict(os.environ, OUT=out, N=str(n), RANK=str(rank), FAULT_BY=fault_by)
+        if kind.startswith("rankvisor"):
             env.update(
                 PET_NODE_RANK=str(rank), WORLD_SIZE=str(n), PET_NNODES=str(n), MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=str(port), POD_NAME=f"bench-{'master' if rank == 0 else 'worker'}-{rank}",
             )
             argv = [prog, "--http-addr", "off", "--node-health", "off", "--restart-scope", "job",
                     "--restart-policy", "OnFailure", "--backoff-limit", "100000", "--grace-period", "5s",
-                    "--rendezvous-timeout", "300s", "--log-level", "warn", "--", "bash", child]
+                    "--rendezvous-timeout", "300s", "--log-level", "warn"]
+            if fault_by == "rule":
+                argv += ["--log-rules", rules]
+            argv += ["--", "bash", child]
         else:
             env["RANK_FILE_UNUSED"] = ""
             argv = [prog, "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank", str(rank),
