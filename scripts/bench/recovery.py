@@ -189,7 +189,10 @@ def main():
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         subprocess.run(["pkill", "-f", child], check=False)
-        shutil.rmtree(out, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept {out}", file=sys.stderr)
+        else:
+            shutil.rmtree(out, ignore_errors=True)
     print(json.dumps({"launcher": kind, "n": n, "faults": len(gaps), "first_start_ms": round(first_ms),
                       "p50_ms": round(pct(gaps, 0.5), 1), "p99_ms": round(pct(gaps, 0.99), 1),
                       "max_ms": round(max(gaps), 1)}), flush=True)
