@@ -293,7 +293,7 @@ impl Loop {
     fn on_log(&mut self, news: News) {
         match news {
             News::Hit(hit) => self.feed(Input::LogRule(hit)),
-            News::Drained => self.feed(Input::OutputDrained),
+            News::Drained | News::Ended => self.feed(Input::OutputDrained),
             News::States(states) => {
                 let changed = self.status.send_if_modified(|s| {
                     let new = s.log_rules != states;

@@ -39,6 +39,10 @@ pub(super) enum News {
     States(Vec<LogRuleGauge>),
     /// What the pipe held when the loop asked ([`LogWatch::drain`]) is relayed and evaluated.
     Drained,
+    /// The output ended (EOF, or the pipe cannot be read): everything is relayed and evaluated,
+    /// and no drain will be answered again. The loop sees it as `Drained`; the watch remembers it,
+    /// so that a drain asked for later is answered at once, not by a thread that is gone.
+    Ended,
 }
 
 /// One attempt's watch over the child's stdout.
@@ -49,6 +53,8 @@ pub(super) struct LogWatch {
     states: watch::Receiver<Vec<LogRuleGauge>>,
     /// The relay thread is gone (its senders dropped): nothing more will come.
     closed: bool,
+    /// The thread said the output ended: a drain has nothing left to wait for.
+    output_ended: bool,
     /// A byte asks the relay thread to drain what the pipe holds now; closing it, to do that and
     /// stop.
     wake: Option<OwnedFd>,
@@ -98,7 +104,7 @@ impl LogWatch {
             thread.run(&rx, &wake_rx);
             let _ = ended_tx.send(());
         })?;
-        Ok(Self { news, states, closed: false, wake: Some(wake), thread: Some(thread), ended })
+        Ok(Self { news, states, closed: false, output_ended: false, wake: Some(wake), thread: Some(thread), ended })
     }
 
     /// Tell the relay thread to stop after what the pipe holds now; its handle, to wait for it.
@@ -111,6 +117,11 @@ impl LogWatch {
     /// pipe holds and then say [`News::Drained`]; its idle evaluations end (the child is gone).
     /// False when the thread is gone (its output ended): there is nothing left to drain.
     pub(super) fn drain(&self) -> bool {
+        // The end already came (and was answered): a byte now would wait for a thread that has
+        // returned or is returning, and the exit would wait for the machine's deadline.
+        if self.output_ended {
+            return false;
+        }
         let Some(wake) = &self.wake else { return false };
         match nix::unistd::write(wake, &[1]) {
             // A full wake pipe already holds a request, which this one joins.
@@ -140,6 +151,10 @@ impl LogWatch {
             biased;
             Ok(()) = w.states.changed() => News::States(w.states.borrow_and_update().clone()),
             news = w.news.recv() => match news {
+                Some(News::Ended) => {
+                    w.output_ended = true;
+                    News::Drained
+                }
                 Some(news) => news,
                 None => {
                     // The thread is gone: its last states were sent before its senders dropped.
@@ -200,7 +215,7 @@ impl RelayThread {
                     relay.finish(&mut |line| self.line(line, now));
                     self.tell_states();
                     // The end of the output is drained too (a drain asked for may be waiting).
-                    let _ = self.news.send(News::Drained);
+                    let _ = self.news.send(News::Ended);
                     ended = true;
                 }
                 Ok(Step::Woken { closed }) => {
@@ -216,7 +231,7 @@ impl RelayThread {
                 }
                 Err(e) => {
                     tracing::warn!("log rules: cannot read the child's stdout: {e}; the rules no longer see it");
-                    let _ = self.news.send(News::Drained);
+                    let _ = self.news.send(News::Ended);
                     ended = true;
                 }
             }
@@ -324,4 +339,26 @@ fn hit(ev: &Evaluator) -> Option<LogRuleHit> {
 /// The status's account of a hit: the line escaped and bounded.
 pub(super) fn report(hit: &LogRuleHit) -> LogRuleReport {
     LogRuleReport { reason: hit.reason.clone(), rule: hit.rule().to_string(), line: hit.line().map(escape_line) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The output's end, once the loop has seen it, answers a later drain at once: the thread that
+    /// would answer has returned (or is returning), and a byte on its wake pipe waited for the
+    /// machine's 1 s deadline (the recovery bench's rare 1 s restarts after a log rule's stop).
+    #[tokio::test]
+    async fn a_drain_after_the_output_ended_is_answered_at_once() {
+        let rules = Arc::new(crate::logrules::parse_rules(r#"[{"name": "E", "logPattern": ".*E.*"}]"#).unwrap());
+        let (rx, tx) = pipe().unwrap();
+        let mut watch = Some(LogWatch::start(rules, rx, Instant::now(), None).unwrap());
+        drop(tx);
+        loop {
+            if LogWatch::next(&mut watch).await == News::Drained {
+                break;
+            }
+        }
+        assert!(!watch.as_ref().unwrap().drain(), "nothing is left to drain: no wait for an answer");
+    }
 }
