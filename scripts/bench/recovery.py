@@ -121,15 +121,21 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
 
 
-def baseline(n):
-    """N children started at once by one process, until all N run: the children's own start,
-    which a restart of N replicas on this machine cannot take less than."""
-    out = tempfile.mkdtemp(prefix=f"bench-recovery-baseline-{n}-")
+def workdir(name):
+    """A fresh directory with the child script and round 0: (directory, script)."""
+    out = tempfile.mkdtemp(prefix=f"bench-recovery-{name}-")
     child = os.path.join(out, "child.sh")
     with open(child, "w") as f:
         f.write(CHILD)
     with open(os.path.join(out, "round"), "w") as f:
         f.write("0")
+    return out, child
+
+
+def baseline(n):
+    """N children started at once by one process, until all N run: the children's own start,
+    which a restart of N replicas on this machine cannot take less than."""
+    out, child = workdir(f"baseline-{n}")
     t0 = time.time()
     procs = [subprocess.Popen(["bash", child], env=dict(os.environ, OUT=out, N=str(n + 1), RANK="0"),
                               stdin=subprocess.DEVNULL) for _ in range(n)]
@@ -154,12 +160,7 @@ def main():
                           "max_ms": round(max(ms), 1)}), flush=True)
         return
     kind, prog, n, faults = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    out = tempfile.mkdtemp(prefix=f"bench-recovery-{kind}-{n}-")
-    child = os.path.join(out, "child.sh")
-    with open(child, "w") as f:
-        f.write(CHILD)
-    with open(os.path.join(out, "round"), "w") as f:
-        f.write("0")
+    out, child = workdir(f"{kind}-{n}")
     t0 = time.monotonic()
     procs = launch(kind, prog, n, out, child)
     gaps = []

@@ -375,15 +375,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (stream, peer) = listener.accept().await.unwrap();
-        let ctx = Arc::new(ConnContext {
-            token: None,
-            hello_timeout: Duration::from_secs(1),
-            heartbeat: Duration::from_secs(1),
-            silence: Duration::from_secs(3),
-            max_frame: 65536,
-            refusals: Arc::new(Mutex::new(Throttle::new(REFUSAL_WARN_WINDOW))),
-            handshakes: Gauge::default(),
-        });
+        let ctx = Arc::new(test_ctx());
         let (inbound, _rx) = mpsc::channel(1);
         let task = serve(stream, peer, 1, ctx, inbound);
         let size = std::mem::size_of_val(&task);
@@ -391,9 +383,9 @@ mod tests {
         assert!(size <= 408, "the connection task's future grew to {size} bytes");
     }
 
-    #[test]
-    fn the_timer_tells_silence_from_a_heartbeat_and_a_pushed_back_limit() {
-        let ctx = ConnContext {
+    /// A connection's context as the tests use it: no token, one-second hello and heartbeat.
+    fn test_ctx() -> ConnContext {
+        ConnContext {
             token: None,
             hello_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
@@ -401,7 +393,12 @@ mod tests {
             max_frame: 65536,
             refusals: Arc::new(Mutex::new(Throttle::new(REFUSAL_WARN_WINDOW))),
             handshakes: Gauge::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_timer_tells_silence_from_a_heartbeat_and_a_pushed_back_limit() {
+        let ctx = test_ctx();
         let t0 = tokio::time::Instant::now();
         let mut d = Deadlines::new(t0, &ctx);
         assert_eq!(d.next(), t0 + ctx.heartbeat);
