@@ -8,10 +8,17 @@
 #
 #   bash scripts/bench-recovery.sh                       # RV_SIZES="4 8 16 32 64 256 1024" TR_SIZES="4 8 16 32" FAULTS=20
 #   RV_SIZES=8 TR_SIZES=8 FAULTS=5 bash scripts/bench-recovery.sh
+#   RV_SIZES= TR_SIZES= bash scripts/bench-recovery.sh     # an empty list skips that part
+#   SIM_SIZES="1024 16384" (the default): the same job-wide restart with the rendezvous bench's
+#   simulated replicas (crates/rankvisor-core/examples/bench_rendezvous.rs, BENCH_RESTARTS): the
+#   real launcher as replica 0, every other replica a connection whose child's stop and start
+#   are not simulated (they answer the master's restart at once); a fault -> every replica's
+#   release of the next generation. SIM_SIZES= (empty) to skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RV_SIZES="${RV_SIZES:-4 8 16 32 64 256 1024}"
-TR_SIZES="${TR_SIZES:-4 8 16 32}"
+RV_SIZES="${RV_SIZES-4 8 16 32 64 256 1024}"
+TR_SIZES="${TR_SIZES-4 8 16 32}"
+SIM_SIZES="${SIM_SIZES-1024 16384}"
 FAULTS="${FAULTS:-20}"
 # shellcheck source=bench/lean-launcher.sh
 source scripts/bench/lean-launcher.sh
@@ -29,3 +36,18 @@ for n in $RV_SIZES; do
   # What N children cost to start on this machine, with no launcher (one process spawning them).
   python3 scripts/bench/recovery.py baseline "$n"
 done
+# The simulated replicas: one fleet process holds them all (a round waits for every release), in a
+# network namespace of its own as root (loopback without conntrack, as scripts/bench-rendezvous.sh).
+if [ -n "$SIM_SIZES" ]; then
+  cargo build --quiet --release -p rankvisor-core --example bench_rendezvous
+  bench="$target_dir/release/examples/bench_rendezvous"
+  netns=() where=host
+  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null; then
+    netns=(unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh) where=own
+  fi
+  ulimit -n "$(ulimit -Hn)"
+  for n in $SIM_SIZES; do
+    line=$("${netns[@]}" env BENCH_RESTARTS="$FAULTS" BENCH_FLEETS=1 BENCH_LAUNCHER_LOG="$target_dir/bench-recovery-sim.log" "$bench" --launcher "$launcher" "$n")
+    echo "simulated: load=$(cut -d' ' -f1 /proc/loadavg) netns=$where $line"
+  done
+fi

@@ -17,6 +17,14 @@
 //! Prints one line: `replicas=N barrier_ms=.. dialled_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
 //! A fleet that fails names the worker and what it got last, and ends the run at once.
 //! BENCH_MASTER_LOG=1: the library master's warnings (a dropped or refused worker) on stderr.
+//!
+//! BENCH_RESTARTS=K (with `--launcher`, one fleet): after the barrier, K job-wide restarts. The
+//! launcher runs `--restart-scope job`; in round r a simulated worker faults as a real one does
+//! (it asks for generation r with a `rejoin` frame), the launcher stops its own child and gathers
+//! generation r, each simulated worker answers the `restart` frame with its `rejoin` at once (its
+//! child's stop and start are not simulated), and the round ends when every worker got the
+//! release of generation r. Printed: `restart_p50_ms`, `restart_p99_ms`, `restart_max_ms` (the
+//! fault's frame written -> the last release read, CLOCK_MONOTONIC, one process).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -161,11 +169,13 @@ fn spawn_fleets(port: u16, replicas: u32) -> Vec<std::process::Child> {
         .collect()
 }
 
-/// Wait for the fleets; each prints `first_dial_ns dialled_ns released_ns`. Returns the barrier
-/// (first dial of any -> last release of all) and the dialling time, in ms, or None if one failed.
+/// Wait for the fleets; each prints `first_dial_ns dialled_ns released_ns` (and, with
+/// BENCH_RESTARTS, a second line `restarts NS...`: each round's fault -> last release). Returns the
+/// barrier (first dial of any -> last release of all) and the dialling time, in ms, with the
+/// restart rounds in ns, or None if one failed.
 /// A fleet that fails (it says why on stderr) ends the run: the others are killed, so the master's
 /// barrier, which can no longer complete, is not waited out.
-fn join_fleets(mut fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
+fn join_fleets(mut fleets: Vec<std::process::Child>) -> Option<(u64, u64, Vec<u64>)> {
     let mut running: Vec<usize> = (0..fleets.len()).collect();
     while !running.is_empty() {
         let mut failed = false;
@@ -190,22 +200,27 @@ fn join_fleets(mut fleets: Vec<std::process::Child>) -> Option<(u64, u64)> {
         }
     }
     let mut stamps = Vec::new();
+    let mut restarts = Vec::new();
     let mut ok = true;
     for f in fleets {
         let out = f.wait_with_output().expect("wait for a fleet");
         ok &= out.status.success();
         let text = String::from_utf8_lossy(&out.stdout);
-        let v: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        let mut lines = text.lines();
+        let v: Vec<u64> = lines.next().unwrap_or("").split_whitespace().filter_map(|w| w.parse().ok()).collect();
         if v.len() == 3 {
             stamps.push((v[0], v[1], v[2]));
         } else {
             ok = false;
         }
+        if let Some(r) = lines.next().and_then(|l| l.strip_prefix("restarts")) {
+            restarts.extend(r.split_whitespace().filter_map(|w| w.parse::<u64>().ok()));
+        }
     }
     let first = stamps.iter().map(|s| s.0).min()?;
     let dialled = stamps.iter().map(|s| s.1).max()?;
     let released = stamps.iter().map(|s| s.2).max()?;
-    ok.then(|| ((released - first) / 1_000_000, (dialled - first) / 1_000_000))
+    ok.then(|| ((released - first) / 1_000_000, (dialled - first) / 1_000_000, restarts))
 }
 
 /// Is anything listening on `port` (any IPv4 address)? Read from /proc/net/tcp: no probe connection.
@@ -217,6 +232,28 @@ fn listening(port: u16) -> bool {
     })
 }
 
+/// BENCH_RESTARTS: the job-wide restarts to measure after the barrier (0: none).
+fn restarts() -> u64 {
+    std::env::var("BENCH_RESTARTS").ok().and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
+/// ` restarts=K restart_p50_ms=.. restart_p99_ms=.. restart_max_ms=..`, or nothing without rounds.
+fn restart_summary(rounds_ns: &[u64]) -> String {
+    if rounds_ns.is_empty() {
+        return String::new();
+    }
+    let mut ms: Vec<f64> = rounds_ns.iter().map(|&n| n as f64 / 1e6).collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |q: f64| ms[((q * (ms.len() - 1) as f64).round() as usize).min(ms.len() - 1)];
+    format!(
+        " restarts={} restart_p50_ms={:.1} restart_p99_ms={:.1} restart_max_ms={:.1}",
+        ms.len(),
+        pct(0.5),
+        pct(0.99),
+        ms[ms.len() - 1]
+    )
+}
+
 /// The real launcher as replica 0 of an N-replica job.
 #[expect(clippy::zombie_processes, reason = "the launcher is reaped by wait4, which also gives its rusage")]
 fn launcher(bin: &str, replicas: u32) {
@@ -225,6 +262,12 @@ fn launcher(bin: &str, replicas: u32) {
             "launcher: {replicas} connections need {} file descriptors, the limit is {}",
             replicas + 64,
             nofile()
+        );
+        std::process::exit(1);
+    }
+    if restarts() > 0 && std::env::var("BENCH_FLEETS").is_ok_and(|f| f != "1") {
+        eprintln!(
+            "launcher: BENCH_RESTARTS needs one fleet (BENCH_FLEETS=1): a round waits for every worker's release"
         );
         std::process::exit(1);
     }
@@ -255,7 +298,13 @@ fn launcher(bin: &str, replicas: u32) {
         // RANKVISOR_* from the bench's environment (e.g. RANKVISOR_LOG_LEVEL=warn) reach the launcher.
         .envs(std::env::vars().filter(|(k, _)| k.starts_with("RANKVISOR_")))
         .args(["--job-name", "bench", "--http-addr", "off", "--node-health", "off", "--kube-events", "off"])
-        .args(["--rendezvous-timeout", "5m", "--restart-policy", "Never", "--", "/bin/sh", "-c", "read _ < \"$0\""])
+        .args(["--rendezvous-timeout", "5m"])
+        .args(if restarts() > 0 {
+            &["--restart-scope", "job", "--restart-policy", "OnFailure", "--backoff-limit", "1000000"][..]
+        } else {
+            &["--restart-policy", "Never"][..]
+        })
+        .args(["--", "/bin/sh", "-c", "read _ < \"$0\""])
         .arg(&fifo)
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -273,20 +322,41 @@ fn launcher(bin: &str, replicas: u32) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let barrier = join_fleets(spawn_fleets(port, replicas));
+    let restart_figures = barrier.as_ref().map(|(_, _, r)| restart_summary(r)).unwrap_or_default();
     if barrier.is_none() {
         // A fleet failed: the barrier will not complete; stop the launcher instead of waiting out
         // its rendezvous timeout.
         // SAFETY: kill sends a signal to our own child, not reaped yet.
         unsafe { libc::kill(pid, libc::SIGTERM) };
     }
-    // Let the launcher's child end (nothing reads the FIFO if the child never started: ENXIO).
-    // SAFETY: open and write get a valid path and buffer; the descriptor is closed here.
-    unsafe {
-        let fd = libc::open(c_fifo.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK);
+    // Let the launcher's child end. Nothing reads the FIFO (ENXIO) while the child of the last
+    // generation is still starting, or if the child never started: tried again for up to 10 s
+    // while the launcher runs.
+    let opened = Instant::now();
+    loop {
+        // SAFETY: open gets a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c_fifo.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK) };
         if fd >= 0 {
-            libc::write(fd, b"\n".as_ptr().cast(), 1);
-            libc::close(fd);
+            // SAFETY: write reads one byte of a valid buffer; the descriptor is ours and closed here.
+            unsafe {
+                libc::write(fd, b"\n".as_ptr().cast(), 1);
+                libc::close(fd);
+            }
+            break;
         }
+        // Has the launcher exited? WNOWAIT leaves it to wait4 below.
+        // SAFETY: waitid writes the siginfo it is given, about our own child.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe {
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
+        };
+        // SAFETY: si_pid is set by waitid (0 when the child has not changed state).
+        let exited = rc != 0 || unsafe { info.si_pid() } != 0;
+        if opened.elapsed() > Duration::from_secs(10) || barrier.is_none() || exited {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     let _ = std::fs::remove_file(&fifo);
     // The launcher's own peak RSS and CPU over its whole life, from the kernel when it is reaped.
@@ -298,9 +368,9 @@ fn launcher(bin: &str, replicas: u32) {
     let code = if reaped == pid && libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
     let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
     let (barrier_ms, dialled_ms) =
-        barrier.map_or(("failed".to_string(), "-".to_string()), |(b, d)| (b.to_string(), d.to_string()));
+        barrier.as_ref().map_or(("failed".to_string(), "-".to_string()), |(b, d, _)| (b.to_string(), d.to_string()));
     println!(
-        "replicas={replicas} barrier_ms={barrier_ms} dialled_ms={dialled_ms} launcher_peak_rss_kb={} launcher_cpu_ms={} launcher_exit={code}",
+        "replicas={replicas} barrier_ms={barrier_ms} dialled_ms={dialled_ms} launcher_peak_rss_kb={} launcher_cpu_ms={} launcher_exit={code}{restart_figures}",
         usage.ru_maxrss,
         ms(usage.ru_utime) + ms(usage.ru_stime),
     );
@@ -347,7 +417,7 @@ async fn master(n: u32) {
          master_peak_rss_kb={} master_cpu_ms={} heap_released_kb={heap_released_kb} job_view_copy_kb={view_copy_kb} ok={ok}",
         n + 1,
         took.as_millis(),
-        fleet.map_or("-".to_string(), |(b, _)| b.to_string()),
+        fleet.map_or("-".to_string(), |(b, _, _)| b.to_string()),
         proc_kb("VmHWM:"),
         cpu_ms() - cpu_before,
     );
@@ -477,5 +547,101 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
         }
     }
     println!("{started} {} {}", dialled.load(std::sync::atomic::Ordering::Relaxed), mono_ns());
+    if restarts() > 0 {
+        match restart_rounds(held, restarts()).await {
+            Ok(rounds) => println!("restarts {}", rounds.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")),
+            Err(e) => {
+                eprintln!("fleet: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     std::process::exit(0);
+}
+
+async fn send_frame(w: &mut tokio::net::tcp::OwnedWriteHalf, frame: &Frame) -> Result<(), String> {
+    let line = encode(frame, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
+    w.write_all(&line).await.map_err(|e| e.to_string())
+}
+
+/// A released worker: its connection's lines and write half.
+type Held = (tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>, tokio::net::tcp::OwnedWriteHalf);
+
+/// `rounds` job-wide restarts: in round r the first worker asks for generation r as a faulted
+/// replica does; each round's time is that frame written -> the last worker's release read (ns).
+async fn restart_rounds(held: Vec<Held>, rounds: u64) -> Result<Vec<u64>, String> {
+    let n = held.len();
+    let (released, mut news) = tokio::sync::mpsc::unbounded_channel();
+    let mut victim = None;
+    for (lines, write) in held {
+        let (fault, faults) = tokio::sync::mpsc::unbounded_channel();
+        victim.get_or_insert(fault);
+        tokio::spawn(follow(lines, write, faults, released.clone(), rounds));
+    }
+    drop(released);
+    let victim = victim.ok_or("no worker to fault")?;
+    let mut took = Vec::new();
+    for g in 1..=rounds {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        victim.send((g, tx)).map_err(|_| format!("round {g}: the faulting worker is gone"))?;
+        let fault = rx.await.map_err(|_| format!("round {g}: the faulting worker is gone"))?;
+        let (mut got, mut last) = (0, 0);
+        while got < n {
+            let next = tokio::time::timeout(Duration::from_secs(60), news.recv()).await;
+            match next {
+                Ok(Some(Ok((generation, at)))) if generation == g => (got, last) = (got + 1, at.max(last)),
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(e))) => return Err(e),
+                Ok(None) | Err(_) => return Err(format!("round {g}: {got} of {n} workers released within 60 s")),
+            }
+        }
+        took.push(last - fault);
+    }
+    Ok(took)
+}
+
+/// One released worker through the restart rounds: rejoins when told to fault (answering when its
+/// frame is written) or when ordered to restart, reports each release; ends after the last round.
+async fn follow(
+    mut lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    mut write: tokio::net::tcp::OwnedWriteHalf,
+    mut faults: tokio::sync::mpsc::UnboundedReceiver<(u64, tokio::sync::oneshot::Sender<u64>)>,
+    released: tokio::sync::mpsc::UnboundedSender<Result<(u64, u64), String>>,
+    rounds: u64,
+) {
+    let mut asked = 0;
+    loop {
+        let result = tokio::select! {
+            Some((g, written)) = faults.recv() => {
+                asked = g;
+                let r = send_frame(&mut write, &Frame::Rejoin { generation: g }).await;
+                let _ = written.send(mono_ns());
+                r
+            }
+            line = lines.next_line() => match line {
+                Ok(Some(l)) => match serde_json::from_str::<Frame>(&l) {
+                    Ok(Frame::Restart { generation }) if generation > asked => {
+                        asked = generation;
+                        send_frame(&mut write, &Frame::Rejoin { generation }).await
+                    }
+                    Ok(Frame::Release { generation }) => {
+                        let _ = released.send(Ok((generation, mono_ns())));
+                        if generation >= rounds {
+                            return;
+                        }
+                        Ok(())
+                    }
+                    Ok(Frame::Heartbeat) => send_frame(&mut write, &Frame::Heartbeat).await,
+                    Ok(Frame::Error { message }) => Err(format!("the master said: {message}")),
+                    _ => Ok(()),
+                },
+                Ok(None) => Err("the master closed the connection".to_string()),
+                Err(e) => Err(format!("read: {e}")),
+            },
+        };
+        if let Err(e) = result {
+            let _ = released.send(Err(e));
+            return;
+        }
+    }
 }
