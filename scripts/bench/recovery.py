@@ -8,7 +8,9 @@ Usage: python3 scripts/bench/recovery.py rankvisor LAUNCHER N FAULTS
        python3 scripts/bench/recovery.py torchrun TORCHRUN N FAULTS
        python3 scripts/bench/recovery.py baseline N     (N children started at once, no launcher)
 
-The child is one bash script for both. It reads the harness's round number when it starts and
+The child is one bash script for both, or with CHILD=c the same protocol as a static C program
+(scripts/bench/recovery_child.c, built with gcc into the work directory): its start costs a
+fraction of bash's, so the figure is mostly the launchers' part. It reads the harness's round number when it starts and
 appends `ROUND RANK START_US` to a log (bash builtins only: no fork before the record); in round r the victim (rank 1 + r mod (N-1)) waits for the
 harness's trigger, writes its exit time and exits 1. The harness waits for the N starts of a round,
 then moves the round on and pulls the trigger: a fault's recovery is the last start of the next
@@ -40,6 +42,9 @@ if [ "$RANK" = "$victim" ]; then
 fi
 exec sleep 100000
 """
+
+CHILD_KIND = "c" if os.environ.get("CHILD") == "c" else "bash"
+
 
 def free_port():
     """A port P with P+1 free too: rankvisor's rendezvous listens on MASTER_PORT+1."""
@@ -102,12 +107,12 @@ def launch(kind, prog, n, out, child):
                     "--rendezvous-timeout", "300s", "--log-level", "warn"]
             if fault_by == "rule":
                 argv += ["--log-rules", rules]
-            argv += ["--", "bash", child]
+            argv += ["--", *child]
         else:
             env["RANK_FILE_UNUSED"] = ""
             argv = [prog, "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank", str(rank),
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "bench",
-                    "--max-restarts", "100000", "--no-python", "bash", child]
+                    "--max-restarts", "100000", "--no-python", *child]
             # torchrun gives its worker RANK itself (the global rank); the child reads it.
             env.pop("RANK")
         procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -122,11 +127,18 @@ def pct(xs, q):
 
 
 def workdir(name):
-    """A fresh directory with the child script and round 0: (directory, script)."""
+    """A fresh directory with the child and round 0: (directory, the child's argv)."""
     out = tempfile.mkdtemp(prefix=f"bench-recovery-{name}-")
-    child = os.path.join(out, "child.sh")
-    with open(child, "w") as f:
-        f.write(CHILD)
+    if os.environ.get("CHILD") == "c":
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recovery_child.c")
+        binary = os.path.join(out, "child")
+        subprocess.run(["gcc", "-O2", "-static", "-o", binary, source], check=True)
+        child = [binary]
+    else:
+        script = os.path.join(out, "child.sh")
+        with open(script, "w") as f:
+            f.write(CHILD)
+        child = ["bash", script]
     with open(os.path.join(out, "round"), "w") as f:
         f.write("0")
     return out, child
@@ -137,7 +149,7 @@ def baseline(n):
     which a restart of N replicas on this machine cannot take less than."""
     out, child = workdir(f"baseline-{n}")
     t0 = time.time()
-    procs = [subprocess.Popen(["bash", child], env=dict(os.environ, OUT=out, N=str(n + 1), RANK="0"),
+    procs = [subprocess.Popen(child, env=dict(os.environ, OUT=out, N=str(n + 1), RANK="0"),
                               stdin=subprocess.DEVNULL) for _ in range(n)]
     deadline = time.monotonic() + 120
     while len(starts(out).get(0, {})) < 1 or sum(1 for _ in open(os.path.join(out, "starts"))) < n:
@@ -156,7 +168,7 @@ def main():
     if sys.argv[1] == "baseline":
         n = int(sys.argv[2])
         ms = [baseline(n) for _ in range(5)]
-        print(json.dumps({"launcher": "none (children alone)", "n": n, "p50_ms": round(pct(ms, 0.5), 1),
+        print(json.dumps({"launcher": "none (children alone)", "child": CHILD_KIND, "n": n, "p50_ms": round(pct(ms, 0.5), 1),
                           "max_ms": round(max(ms), 1)}), flush=True)
         return
     kind, prog, n, faults = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -189,12 +201,12 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        subprocess.run(["pkill", "-f", child], check=False)
+        subprocess.run(["pkill", "-f", child[-1]], check=False)
         if os.environ.get("BENCH_KEEP"):
             print(f"kept {out}", file=sys.stderr)
         else:
             shutil.rmtree(out, ignore_errors=True)
-    print(json.dumps({"launcher": kind, "n": n, "faults": len(gaps), "first_start_ms": round(first_ms),
+    print(json.dumps({"launcher": kind, "child": CHILD_KIND, "n": n, "faults": len(gaps), "first_start_ms": round(first_ms),
                       "p50_ms": round(pct(gaps, 0.5), 1), "p99_ms": round(pct(gaps, 0.99), 1),
                       "max_ms": round(max(gaps), 1)}), flush=True)
 
