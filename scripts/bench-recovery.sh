@@ -10,6 +10,7 @@
 #   RV_SIZES=8 TR_SIZES=8 FAULTS=5 bash scripts/bench-recovery.sh
 #   RV_SIZES= TR_SIZES= bash scripts/bench-recovery.sh     # an empty list skips that part
 #   CHILD=c bash scripts/bench-recovery.sh               # the child as a static C program (its start is cheap)
+#   PIDNS=1 ...                                          # each rankvisor launcher PID 1 of its own PID namespace
 #   SIM_SIZES="1024 16384" (the default): the same job-wide restart with the rendezvous bench's
 #   simulated replicas (crates/rankvisor-core/examples/bench_rendezvous.rs, BENCH_RESTARTS): the
 #   real launcher as replica 0, every other replica a connection whose child's stop and start

@@ -10,7 +10,9 @@ Usage: python3 scripts/bench/recovery.py rankvisor LAUNCHER N FAULTS
 
 The child is one bash script for both, or with CHILD=c the same protocol as a static C program
 (scripts/bench/recovery_child.c, built with gcc into the work directory): its start costs a
-fraction of bash's, so the figure is mostly the launchers' part. It reads the harness's round number when it starts and
+fraction of bash's, so the figure is mostly the launchers' part. With PIDNS=1 each rankvisor
+launcher runs as PID 1 of a PID namespace of its own (`unshare --pid --fork --mount-proc`, as in a
+container): its /proc then shows its own processes, not the other launchers' (root only). It reads the harness's round number when it starts and
 appends `ROUND RANK START_US` to a log (bash builtins only: no fork before the record); in round r the victim (rank 1 + r mod (N-1)) waits for the
 harness's trigger, writes its exit time and exits 1. The harness waits for the N starts of a round,
 then moves the round on and pulls the trigger: a fault's recovery is the last start of the next
@@ -108,6 +110,10 @@ def launch(kind, prog, n, out, child):
             if fault_by == "rule":
                 argv += ["--log-rules", rules]
             argv += ["--", *child]
+            if os.environ.get("PIDNS") == "1":
+                # As in a container: the launcher is PID 1 of a PID namespace of its own, whose
+                # /proc shows its own processes only (a shutdown's order reads /proc).
+                argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
         else:
             env["RANK_FILE_UNUSED"] = ""
             argv = [prog, "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank", str(rank),
