@@ -115,30 +115,39 @@ pub async fn serve(listener: TcpListener, state: AgentHttp, shutdown: impl Futur
 mod tests {
     use super::*;
 
-    /// Issue 34 item 6: `/start`'s rules are compiled off the runtime's one thread. The first
-    /// poll of a `/start`'s handler hands the check to the blocking pool and returns: its order
-    /// is not sent yet, and `/status` answers meanwhile. Compiling on the runtime's thread, that
-    /// first poll finished the check and sent the order.
-    #[tokio::test]
-    async fn start_compiles_its_rules_off_the_runtimes_thread_while_status_answers() {
-        let (orders, mut loop_side) = mpsc::unbounded_channel();
-        let (_view, status) = watch::channel(StatusView::initial(std::time::SystemTime::now()));
-        let http = AgentHttp { orders, status };
-        let body = Bytes::from_static(
-            br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
+    /// Issue 34 item 6: `/start`'s rules are compiled off the runtime's one thread. The runtime's
+    /// one blocking thread is held by the test, so the check that `/start` hands to the blocking
+    /// pool waits behind it: the handler's first poll returns with no order sent, and `/status`
+    /// answers meanwhile. Compiling on the runtime's thread, that first poll finished the check and
+    /// sent the order. (Without the held thread the race is real: on a loaded machine the pool's
+    /// thread could finish the check before the handler's first poll looked at it.)
+    #[test]
+    fn start_compiles_its_rules_off_the_runtimes_thread_while_status_answers() {
+        let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
+        rt.block_on(async {
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let holder = tokio::task::spawn_blocking(move || held.recv());
+            let (orders, mut loop_side) = mpsc::unbounded_channel();
+            let (_view, status) = watch::channel(StatusView::initial(std::time::SystemTime::now()));
+            let http = AgentHttp { orders, status };
+            let body = Bytes::from_static(
+                br#"{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"a","master_port":1,
             "log_monitoring_configuration":[{"name":"Step","logPattern":".*step.*","expectedRecurringFrequencyInSeconds":5}]}"#,
-        );
-        let mut start = std::pin::pin!(http.handle(&Method::POST, "/start", Ok(body)));
-        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(start.as_mut().poll(cx))).await;
-        assert!(first.is_pending() && loop_side.try_recv().is_err(), "the first poll sent no order");
-        let status = http.handle(&Method::GET, "/status", Ok(Bytes::new())).await;
-        assert_eq!(status.status, StatusCode::OK);
-        let the_loop = async {
-            let order = loop_side.recv().await.expect("the /start's order");
-            assert!(matches!(order.order, Order::Start(ref a) if a.rules.rules.is_some()));
-            let _ = order.done.send(());
-        };
-        let (reply, ()) = tokio::join!(start, the_loop);
-        assert_eq!(reply.status, StatusCode::OK);
+            );
+            let mut start = std::pin::pin!(http.handle(&Method::POST, "/start", Ok(body)));
+            let first = std::future::poll_fn(|cx| std::task::Poll::Ready(start.as_mut().poll(cx))).await;
+            assert!(first.is_pending() && loop_side.try_recv().is_err(), "the first poll sent no order");
+            let status = http.handle(&Method::GET, "/status", Ok(Bytes::new())).await;
+            assert_eq!(status.status, StatusCode::OK);
+            release.send(()).unwrap();
+            holder.await.unwrap().unwrap();
+            let the_loop = async {
+                let order = loop_side.recv().await.expect("the /start's order");
+                assert!(matches!(order.order, Order::Start(ref a) if a.rules.rules.is_some()));
+                let _ = order.done.send(());
+            };
+            let (reply, ()) = tokio::join!(start, the_loop);
+            assert_eq!(reply.status, StatusCode::OK);
+        });
     }
 }
