@@ -37,6 +37,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli; // the command line
+mod hyperpodjob; // the SageMaker HyperPod HyperPodPyTorchJob and its emulated operator
 mod k8s; // Kubernetes' object types every job kind shares
 mod kubelet; // the pods, the cluster's events and actions, the pod key
 mod manifest; // read a manifest file, admit it as the kind it holds

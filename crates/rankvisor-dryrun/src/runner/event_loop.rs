@@ -39,6 +39,7 @@ use rankvisor_core::exit::{self, ExitHow};
 use rankvisor_core::process::signal_group;
 use rankvisor_core::signo::Signo;
 
+use super::agents::Agents;
 use super::injection::{Fault, Injection};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
 use super::launcher_process::{
@@ -141,6 +142,8 @@ struct DryRunLoop {
     run: Run,
     /// What `--timeline` draws: every change and fault (empty without `--timeline`).
     recorded: (Vec<Change>, Vec<FaultMark>),
+    /// A HyperPod job's agents (their ports, the calls to them).
+    agents: Agents,
 }
 
 impl DryRunLoop {
@@ -160,7 +163,7 @@ impl DryRunLoop {
             node_health: LAUNCHERS_READ_NODE_LABELS,
             restart_scope: opts.restart_scope,
         };
-        let workload = Workload::new(job, config);
+        let workload = Workload::new(job, config, master_port);
         let run = Run::new(Instant::now(), opts.timeout, opts.grace_period);
         Self {
             renderer: workload.renderer(opts.watch),
@@ -183,6 +186,7 @@ impl DryRunLoop {
             output_tasks: Vec::new(),
             run,
             recorded: (Vec::new(), Vec::new()),
+            agents: Agents::new(),
         }
     }
 
@@ -362,6 +366,13 @@ impl DryRunLoop {
                 for event in events {
                     self.feed(event);
                 }
+                if let Some(state) = line.agent {
+                    let reason = line.log_rule.as_ref().map(|r| r.reason.clone());
+                    let now = self.now();
+                    if let Some(step) = self.workload.hyperpod().map(|c| c.agent_seen(now, pod, state, reason)) {
+                        self.apply(step);
+                    }
+                }
             }
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
@@ -420,6 +431,18 @@ impl DryRunLoop {
     /// Hand one observation to the controller; print its changes, queue its actions.
     fn feed(&mut self, event: ClusterEvent) {
         let step = self.workload.handle(self.now(), event);
+        self.apply(step);
+    }
+
+    /// Print a step's changes, queue its actions, make a HyperPod operator's agent calls.
+    fn apply(&mut self, step: crate::kubelet::cluster::Step) {
+        let calls = self.workload.hyperpod().map(|c| c.take_calls()).unwrap_or_default();
+        if let crate::workload::Workload::HyperPod(c) = &self.workload {
+            for request in calls {
+                let name = c.job().pod_name(request.pod);
+                self.agents.call(c.job(), request, self.master_port, name);
+            }
+        }
         if self.opts.timeline.is_some() {
             self.recorded.0.extend(step.changes.iter().cloned());
         }
@@ -553,7 +576,11 @@ impl DryRunLoop {
                 let labels = self.labels.entry(pod).or_insert_with(healthy_labels);
                 labels.insert(key.clone(), value.clone());
                 let path = self.workdir.labels(&name);
-                match write_atomically(&path, &labels_file_text(labels)) {
+                let (labels, now) = (labels.clone(), self.now());
+                if let Some(step) = self.workload.hyperpod().map(|c| c.node_labelled(now, pod, &labels)) {
+                    self.apply(step);
+                }
+                match write_atomically(&path, &labels_file_text(&labels)) {
                     Ok(()) if LAUNCHERS_READ_NODE_LABELS => {
                         note(&format!("injected: {name}'s node is labelled {key}={value}"));
                     }
@@ -567,7 +594,7 @@ impl DryRunLoop {
     }
 
     fn start_launcher(&mut self, pod: ReplicaId) {
-        let spec = match self.workload.launch(pod, self.master_port, &self.workdir) {
+        let mut spec = match self.workload.launch(pod, self.master_port, &self.workdir) {
             Ok(Some(spec)) => spec,
             Ok(None) => return,
             Err(message) => {
@@ -578,6 +605,9 @@ impl DryRunLoop {
             }
         };
         let name = spec.pod.clone();
+        if matches!(self.workload, crate::workload::Workload::HyperPod(_)) {
+            spec.agent_port = self.agents.assign_port(pod);
+        }
         let instance = self.next_instance;
         self.next_instance += 1;
         match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {
