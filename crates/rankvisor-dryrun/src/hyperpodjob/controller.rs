@@ -126,6 +126,8 @@ pub(crate) struct HyperPodController {
     start_sent: bool,
     /// Pods whose node was found unhealthy: moved at the next JLR.
     faulted_nodes: Vec<ReplicaId>,
+    /// Pods just placed on a replacement node (a healthy one), not yet told to the event loop.
+    moved: Vec<ReplicaId>,
     replacements: u32,
     /// When each pod's worker last ended (a fault's start, for the detection figure).
     worker_ended: Vec<(ReplicaId, Duration)>,
@@ -158,6 +160,7 @@ impl HyperPodController {
             fault_count: 0,
             start_sent: false,
             faulted_nodes: Vec::new(),
+            moved: Vec::new(),
             replacements: 0,
             worker_ended: Vec::new(),
             calls: Vec::new(),
@@ -191,6 +194,12 @@ impl HyperPodController {
     /// The agent calls decided since the last take, in order.
     pub(crate) fn take_calls(&mut self) -> Vec<AgentRequest> {
         std::mem::take(&mut self.calls)
+    }
+
+    /// The pods placed on a replacement node since the last take: their node's labels are
+    /// healthy ones (the event loop rewrites their labels files before their launchers start).
+    pub(crate) fn take_moved(&mut self) -> Vec<ReplicaId> {
+        std::mem::take(&mut self.moved)
     }
 
     /// The dry run's exit status: 0 Completed, 1 Failed (or not finished).
@@ -245,6 +254,7 @@ impl HyperPodController {
                 self.faulted_nodes.remove(n);
                 self.replacements += 1;
                 pod.node = Some(format!("{}-replacement-{}", self.kubelet.config.node, self.replacements));
+                self.moved.push(id);
             } else if let Some(old) = self.kubelet.pods.iter().rev().find(|p| p.id == id) {
                 pod.node = old.node.clone();
             }

@@ -62,6 +62,19 @@ use crate::workload::Workload;
 /// each SIGCHLD (signals coalesce).
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
+/// Why an agent is FAULTED, as its `/status` reason says: a firing log rule's
+/// (`LogHang_<rule>`, `LogSlow_<rule>`, `LogFault_<rule>`; the rule leaves the child running),
+/// else the rule that stopped the child, else None (the operator's default: `WorkerCrash`).
+fn agent_fault_reason(line: &rankvisor_core::status::LocalStatus) -> Option<String> {
+    let fired = line.log_rules.iter().find_map(|g| match g.state.as_str() {
+        "HANGING" => Some(format!("LogHang_{}", g.rule)),
+        "SLOW" => Some(format!("LogSlow_{}", g.rule)),
+        "FAULTED" => Some(format!("LogFault_{}", g.rule)),
+        _ => None,
+    });
+    fired.or_else(|| line.log_rule.as_ref().map(|r| r.reason.clone()))
+}
+
 /// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
 /// 1 Failed (or `--timeout`), 64 invalid manifest or options, 128+N stopped by signal N.
 /// Needs a tokio runtime with IO and time enabled, and the process's signal mask unblocked.
@@ -367,7 +380,7 @@ impl DryRunLoop {
                     self.feed(event);
                 }
                 if let Some(state) = line.agent {
-                    let reason = line.log_rule.as_ref().map(|r| r.reason.clone());
+                    let reason = agent_fault_reason(&line);
                     let now = self.now();
                     if let Some(step) = self.workload.hyperpod().map(|c| c.agent_seen(now, pod, state, reason)) {
                         self.apply(step);
@@ -436,6 +449,15 @@ impl DryRunLoop {
 
     /// Print a step's changes, queue its actions, make a HyperPod operator's agent calls.
     fn apply(&mut self, step: crate::kubelet::cluster::Step) {
+        let moved = self.workload.hyperpod().map(|c| c.take_moved()).unwrap_or_default();
+        for pod in moved {
+            // A replacement node: healthy labels, before its launcher starts.
+            self.labels.remove(&pod);
+            let path = self.workdir.labels(&self.workload.pod_name(pod));
+            if let Err(e) = write_atomically(&path, &labels_file_text(&healthy_labels())) {
+                note(&format!("cannot write {}: {e}", path.display()));
+            }
+        }
         let calls = self.workload.hyperpod().map(|c| c.take_calls()).unwrap_or_default();
         if let crate::workload::Workload::HyperPod(c) = &self.workload {
             for request in calls {
