@@ -305,3 +305,17 @@ fn the_aws_documentation_example_runs_and_the_elastic_one_is_refused_by_name() {
     assert_eq!(r.code, 64, "{}", r.explain());
     assert!(r.stderr.contains("spec.elasticPolicy: elastic scaling"), "{}", r.explain());
 }
+
+#[test]
+fn the_startup_deadline_fails_a_job_whose_agents_are_not_running_in_time() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("hp-startup");
+    // Every pod's container takes 3 s to start its agent: not running 1 s after the pods' creation.
+    let wrapper = dir.write("slow-agent.sh", &format!("#!/bin/sh\nsleep 3\nexec {} \"$@\"\n", common::bin()));
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = manifest(&dir, 2, "sleep 1", "    startupDeadlineSeconds: 1\n");
+    let r = dry_run(&path, &["--launcher", wrapper.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.hyperpod_last()["fields"]["reason"], "StartupDeadlineExceeded", "{}", r.explain());
+    assert!(r.stderr.contains("startupDeadlineSeconds is 1"), "{}", r.explain());
+}
