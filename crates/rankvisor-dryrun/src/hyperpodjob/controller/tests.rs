@@ -279,3 +279,25 @@ fn clean_pod_policy_none_keeps_the_pods_of_a_failed_job() {
     s.agent(0, AgentState::Faulted);
     assert!(s.actions.iter().any(|a| matches!(a, ClusterAction::StopPod { .. })), "All: deleted");
 }
+
+#[test]
+fn spare_pods_wait_ready_unranked_and_are_shut_down_at_the_end() {
+    let mut loaded = job("", 2);
+    loaded.job.spares = 1;
+    let mut s = Sim::new("", 2);
+    s.c = HyperPodController::new(loaded.job, ControllerConfig::default(), OperatorSettings::default(), 23456);
+    s.event(ClusterEvent::Submitted);
+    let created = s.actions.iter().filter(|a| matches!(a, ClusterAction::StartLauncher { .. })).count();
+    assert_eq!(created, 3, "the replicas and the spare");
+    s.agent(2, AgentState::Ready);
+    s.agents(AgentState::Ready);
+    let starts = s.drain_calls();
+    assert_eq!(starts.len(), 2, "the spare gets no /start: {starts:?}");
+    assert!(starts.iter().all(|r| r.pod != ReplicaId::worker(2)));
+    s.agents(AgentState::Running);
+    assert_eq!(s.c.state(), Some("Running"), "the spare's READY does not hold the job");
+    s.agents(AgentState::Completed);
+    let shutdowns: Vec<ReplicaId> =
+        s.drain_calls().iter().filter(|r| r.call == AgentCall::Shutdown).map(|r| r.pod).collect();
+    assert_eq!(shutdowns.len(), 3, "the spare too: {shutdowns:?}");
+}
