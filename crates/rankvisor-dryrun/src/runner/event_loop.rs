@@ -199,7 +199,7 @@ impl DryRunLoop {
             output_tasks: Vec::new(),
             run,
             recorded: (Vec::new(), Vec::new()),
-            agents: Agents::new(),
+            agents: Agents::new(master_port),
         }
     }
 
