@@ -319,3 +319,15 @@ fn the_startup_deadline_fails_a_job_whose_agents_are_not_running_in_time() {
     assert_eq!(r.hyperpod_last()["fields"]["reason"], "StartupDeadlineExceeded", "{}", r.explain());
     assert!(r.stderr.contains("startupDeadlineSeconds is 1"), "{}", r.explain());
 }
+
+#[test]
+fn with_hyperpod_poll_the_operator_reads_each_agents_status_over_http() {
+    let dir = TestDir::new("hp-poll");
+    let r = dry_run(&manifest(&dir, 2, CRASH_ONCE, ""), &["--hyperpod-poll", "200ms"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.hyperpod_states().contains(&("Restarting".into(), "PLR".into())), "{}", r.explain());
+    assert!(r.stderr.contains("The fault of reason WorkerCrash was remediated in "), "{}", r.explain());
+    for rank in 0..2 {
+        assert!(r.stderr.contains(&format!("rank={rank} count=1")), "{}", r.explain());
+    }
+}

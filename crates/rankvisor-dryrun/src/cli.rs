@@ -109,4 +109,9 @@ pub struct DryRunArgs {
     /// --grace-period]
     #[arg(long, env = "RANKVISOR_HYPERPOD_STOP_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hyperpod_stop_timeout: Option<Duration>,
+    /// HyperPodPyTorchJob: the operator reads each agent's state with GET /status this often, as
+    /// the operator polls (its interval is not public); 0s: from each launcher's status pipe, at
+    /// once.
+    #[arg(long, env = "RANKVISOR_HYPERPOD_POLL", default_value = "0s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub hyperpod_poll: Duration,
 }

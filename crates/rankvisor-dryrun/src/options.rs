@@ -100,6 +100,9 @@ pub struct DryRunOptions {
     pub hyperpod_graceful_stop: bool,
     /// `--hyperpod-stop-timeout`: a HyperPod `/stop`'s timeout (None: the grace period).
     pub hyperpod_stop_timeout: Option<Duration>,
+    /// `--hyperpod-poll`: the operator reads each agent's state by `GET /status` this often
+    /// (None: from each launcher's status pipe, at once).
+    pub hyperpod_poll: Option<Duration>,
 }
 
 impl DryRunOptions {
@@ -127,6 +130,7 @@ impl DryRunOptions {
             runtimes: Vec::new(),
             hyperpod_graceful_stop: true,
             hyperpod_stop_timeout: None,
+            hyperpod_poll: None,
         }
     }
 }

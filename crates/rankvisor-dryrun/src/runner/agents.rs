@@ -1,8 +1,9 @@
 //! The HyperPod operator's calls to each pod's agent (`rankvisor --agent hyperpod` on its own
 //! loopback port): `POST /start`, `/stop`, `/shutdown`, each in a task of its own so the event
-//! loop never waits on one. What each agent's state is comes back on its launcher's status pipe,
-//! which carries the state its `/status` serves, at once (the operator polls `/status`; its
-//! interval is not public: the dry run's detection is the pipe's).
+//! loop never waits on one; and with `--hyperpod-poll`, `GET /status` from every agent that often,
+//! its state reported as its launcher's news. Without it, each agent's state comes on its
+//! launcher's status pipe, which carries the state its `/status` serves, at once (the operator's
+//! own poll interval is not public).
 //!
 //! A call is one HTTP/1.1 request on a fresh loopback connection (`Connection: close`): one
 //! write, then the answer read to its end, bounded. Not the core's `HttpClient` (reqwest, built
@@ -16,6 +17,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use rankvisor_core::status::AgentState;
+use tokio::sync::mpsc;
+
+use super::launcher_process::{LauncherNews, LauncherReport};
 use super::output::note;
 use super::ports::{free_listen_port, listen_port_start};
 use crate::hyperpodjob::controller::AgentRequest;
@@ -63,7 +68,7 @@ impl Agents {
         };
         let (path, body) = job.agent_request(request.call, master_port);
         tokio::spawn(async move {
-            match tokio::time::timeout(CALL_TIMEOUT, post(port, path, body.to_string().as_bytes())).await {
+            match tokio::time::timeout(CALL_TIMEOUT, http("POST", port, path, body.to_string().as_bytes())).await {
                 Ok(Ok((200, _))) => {}
                 Ok(Ok((status, answer))) => {
                     let answer = rankvisor_core::untrusted::Escaped(&answer).to_string();
@@ -74,13 +79,38 @@ impl Agents {
             }
         });
     }
+
+    /// `GET /status` from each of `pods`' agents (pod, launcher instance), in a task each; each
+    /// state read is reported as its launcher's news (a failed read is skipped: the next poll).
+    pub(super) fn poll(&self, pods: Vec<(ReplicaId, u64)>, reports: &mpsc::UnboundedSender<LauncherReport>) {
+        for (pod, instance) in pods {
+            let Some(port) = self.ports.get(&pod).copied() else { continue };
+            let reports = reports.clone();
+            tokio::spawn(async move {
+                let read = tokio::time::timeout(CALL_TIMEOUT, http("GET", port, "/status", b"")).await;
+                if let Ok(Ok((200, body))) = read {
+                    if let Some((state, reason)) = parse_status(&body) {
+                        let what = LauncherNews::AgentStatus(state, reason);
+                        let _ = reports.send(LauncherReport { pod, instance, what });
+                    }
+                }
+            });
+        }
+    }
 }
 
-/// `POST path` with a JSON `body` to the agent on loopback `port`: its status code and body.
-async fn post(port: u16, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+/// The state and reason in an agent's `/status` body (`{"status":"faulted","reason":...}`).
+fn parse_status(body: &str) -> Option<(AgentState, Option<String>)> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let state = serde_json::from_value(serde_json::Value::String(v["status"].as_str()?.to_uppercase())).ok()?;
+    Some((state, v["reason"].as_str().map(String::from)))
+}
+
+/// `method path` with a JSON `body` to the agent on loopback `port`: its status code and body.
+async fn http(method: &str, port: u16, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect((DRY_RUN_MASTER_ADDR, port)).await?;
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {DRY_RUN_MASTER_ADDR}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {DRY_RUN_MASTER_ADDR}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(&[head.as_bytes(), body].concat()).await?;
@@ -107,5 +137,13 @@ mod tests {
             parse_answer(b"HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 9\r\n\r\n{\"a\":\"b\"}");
         assert_eq!((status, body.as_str()), (422, "{\"a\":\"b\"}"));
         assert_eq!(parse_answer(b"garbage"), (0, String::new()));
+    }
+
+    #[test]
+    fn a_status_body_gives_the_agents_state_and_reason() {
+        let body = r#"{"status":"faulted","transitions":{},"reason":"WorkerCrash","message":"m"}"#;
+        assert_eq!(parse_status(body), Some((AgentState::Faulted, Some("WorkerCrash".into()))));
+        assert_eq!(parse_status(r#"{"status":"ready"}"#), Some((AgentState::Ready, None)));
+        assert_eq!(parse_status(r#"{"status":"dancing"}"#), None);
     }
 }

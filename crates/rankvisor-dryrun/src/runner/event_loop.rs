@@ -157,6 +157,8 @@ struct DryRunLoop {
     recorded: (Vec<Change>, Vec<FaultMark>),
     /// A HyperPod job's agents (their ports, the calls to them).
     agents: Agents,
+    /// `--hyperpod-poll`: when the agents' `/status` is next read.
+    next_poll: Option<Instant>,
 }
 
 impl DryRunLoop {
@@ -200,6 +202,7 @@ impl DryRunLoop {
             run,
             recorded: (Vec::new(), Vec::new()),
             agents: Agents::new(master_port),
+            next_poll: None,
         }
     }
 
@@ -221,6 +224,9 @@ impl DryRunLoop {
         ));
         self.start = Instant::now();
         self.run = Run::new(self.start, self.opts.timeout, self.opts.grace_period);
+        if matches!(self.workload, crate::workload::Workload::HyperPod(_)) {
+            self.next_poll = self.opts.hyperpod_poll.map(|d| self.start + d);
+        }
         self.feed(ClusterEvent::Submitted);
         while !self.done() {
             if let Some(work) = self.work.pop_front() {
@@ -265,13 +271,21 @@ impl DryRunLoop {
         let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
         let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
-        [tick, inject, teardown, self.run.next_wake()].into_iter().flatten().min()
+        let poll = self.next_poll.filter(|_| live);
+        [tick, inject, teardown, poll, self.run.next_wake()].into_iter().flatten().min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
         if !self.pending_exits.is_empty() {
             self.tear_down();
+        }
+        if let (Some(at), Some(every)) = (self.next_poll, self.opts.hyperpod_poll) {
+            if at <= now && !self.run.aborted() {
+                let pods = self.launchers.iter().map(|(pod, l)| (*pod, l.instance)).collect();
+                self.agents.poll(pods, &self.tx);
+                self.next_poll = Some(now + every);
+            }
         }
         if !self.run.aborted() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
             self.feed(ClusterEvent::Tick);
@@ -379,14 +393,12 @@ impl DryRunLoop {
                 for event in events {
                     self.feed(event);
                 }
-                if let Some(state) = line.agent {
-                    let reason = agent_fault_reason(&line);
-                    let now = self.now();
-                    if let Some(step) = self.workload.hyperpod().map(|c| c.agent_seen(now, pod, state, reason)) {
-                        self.apply(step);
-                    }
+                // The agent's state, as its `/status` says it, at once (unless polled).
+                if let Some(state) = line.agent.filter(|_| self.opts.hyperpod_poll.is_none()) {
+                    self.agent_seen(pod, state, agent_fault_reason(&line));
                 }
             }
+            LauncherNews::AgentStatus(state, reason) => self.agent_seen(pod, state, reason),
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
@@ -438,6 +450,14 @@ impl DryRunLoop {
             if !self.run.aborted() {
                 self.feed(ClusterEvent::LauncherExited { pod, status });
             }
+        }
+    }
+
+    /// A HyperPod pod's agent is in `state`: the operator's observation.
+    fn agent_seen(&mut self, pod: ReplicaId, state: rankvisor_core::status::AgentState, reason: Option<String>) {
+        let now = self.now();
+        if let Some(step) = self.workload.hyperpod().map(|c| c.agent_seen(now, pod, state, reason)) {
+            self.apply(step);
         }
     }
 
