@@ -74,11 +74,9 @@ pub(crate) fn admit_hyperpod_job(docs: &[Value], source_name: &str) -> Result<Lo
     };
     let api_version = doc["apiVersion"].as_str().unwrap_or_default();
     if api_version != API_VERSION {
-        return Err(ManifestError::WrongKind {
-            source_name: source_name.to_string(),
-            api_version: api_version.to_string(),
-            kind: KIND.to_string(),
-        });
+        return Err(unsupported(format!(
+            "no matches for kind {KIND:?} in version {api_version:?}: expected apiVersion {API_VERSION}"
+        )));
     }
     let unknown = unknown_fields(doc);
     if !unknown.is_empty() {

@@ -103,6 +103,12 @@ fn bad_values_and_elastic_scaling_are_refused_by_name() {
         let e = admit(&AWS_EXAMPLE.replace(from, to)).unwrap_err();
         assert!(e.to_string().contains(expected), "{to}: {e}");
     }
+    let e = admit(&AWS_EXAMPLE.replace("sagemaker.amazonaws.com/v1", "sagemaker.amazonaws.com/v2")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("in version \"sagemaker.amazonaws.com/v2\": expected apiVersion sagemaker.amazonaws.com/v1"),
+        "{e}"
+    );
     let elastic = AWS_EXAMPLE.replace("  runPolicy:\n", "  elasticPolicy:\n    minReplicas: 1\n  runPolicy:\n");
     let e = admit(&elastic).unwrap_err().to_string();
     assert!(e.contains("spec.elasticPolicy: elastic scaling"), "{e}");
