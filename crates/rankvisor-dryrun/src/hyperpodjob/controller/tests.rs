@@ -301,3 +301,35 @@ fn spare_pods_wait_ready_unranked_and_are_shut_down_at_the_end() {
         s.drain_calls().iter().filter(|r| r.call == AgentCall::Shutdown).map(|r| r.pod).collect();
     assert_eq!(shutdowns.len(), 3, "the spare too: {shutdowns:?}");
 }
+
+#[test]
+fn the_active_deadline_fails_a_running_job_and_the_ttl_deletes_a_finished_one() {
+    let mut s = Sim::running("    activeDeadlineSeconds: 10\n", 1);
+    let started = s.c.started_at.unwrap();
+    assert_eq!(s.c.next_tick(), Some(started + Duration::from_secs(10)));
+    s.now = started + Duration::from_secs(10);
+    let step = s.c.handle(s.now, ClusterEvent::Tick);
+    s.take(step);
+    assert_eq!(s.c.state(), Some("Failed"));
+    assert!(s
+        .actions
+        .iter()
+        .any(|a| matches!(a, ClusterAction::Finish { reason, .. } if reason.contains("activeDeadlineSeconds (10s)"))));
+
+    let mut loaded = job("", 1);
+    loaded.job.run_policy.ttl_after_finished = Some(Duration::from_secs(5));
+    let mut s = Sim::new("", 1);
+    s.c = HyperPodController::new(loaded.job, ControllerConfig::default(), OperatorSettings::default(), 23456);
+    s.event(ClusterEvent::Submitted);
+    s.agents(AgentState::Ready);
+    s.agents(AgentState::Running);
+    s.agents(AgentState::Completed);
+    let finished = s.now;
+    assert_eq!(s.c.next_tick(), Some(finished + Duration::from_secs(5)));
+    s.now = finished + Duration::from_secs(5);
+    let step = s.c.handle(s.now, ClusterEvent::Tick);
+    assert!(step.changes.iter().any(|c| c.event == WatchEventType::Deleted && matches!(c.row, Row::HyperPodJob(_))));
+    s.take(step);
+    assert!(s.notes().iter().any(|n| n.contains("ttlSecondsAfterFinished (5s) has passed")), "{:?}", s.notes());
+    assert!(s.c.next_tick().is_none(), "deleted once");
+}
