@@ -5,6 +5,7 @@
 mod common;
 
 mod dry_run;
+mod dry_run_hyperpod;
 mod dry_run_trainjob;
 mod kubeflow_examples;
 mod timeline;

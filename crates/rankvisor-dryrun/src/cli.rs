@@ -14,7 +14,8 @@ use crate::k8s::quantity::QueueCapability;
 use crate::options::OutputFormat;
 use crate::render::kubectl::WatchKinds;
 
-/// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) on this machine: one
+/// Run a Kubeflow job manifest (a PyTorchJob, or a Trainer v2 TrainJob) or a SageMaker HyperPod
+/// HyperPodPyTorchJob on this machine: one
 /// rankvisor launcher per replica, the job's objects printed as `kubectl get -w` shows them. Exit 0
 /// Succeeded, 1 Failed (or --timeout), 64 a manifest it cannot run (invalid, pods the apiserver
 /// would refuse, or managed by another controller).
@@ -100,4 +101,17 @@ pub struct DryRunArgs {
     /// (repeatable), besides those in its own file and the built-in torch-distributed.
     #[arg(long = "runtime", value_name = "FILE")]
     pub runtimes: Vec<PathBuf>,
+    /// HyperPodPyTorchJob: a process-level restart's /stop is graceful (SIGUSR1 first; emulated,
+    /// not verified: the operator's choice is not public).
+    #[arg(long, env = "RANKVISOR_HYPERPOD_GRACEFUL_STOP", default_value_t = true, action = clap::ArgAction::Set)]
+    pub hyperpod_graceful_stop: bool,
+    /// HyperPodPyTorchJob: the /stop's timeout before SIGKILL (emulated, not verified) [default:
+    /// --grace-period]
+    #[arg(long, env = "RANKVISOR_HYPERPOD_STOP_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub hyperpod_stop_timeout: Option<Duration>,
+    /// HyperPodPyTorchJob: the operator reads each agent's state with GET /status this often, as
+    /// the operator polls (its interval is not public); 0s: from each launcher's status pipe, at
+    /// once.
+    #[arg(long, env = "RANKVISOR_HYPERPOD_POLL", default_value = "0s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub hyperpod_poll: Duration,
 }

@@ -5,6 +5,7 @@
 //! Module map (shared layers, then one folder per controller; docs/architecture.md has the detail):
 //! - `k8s`: Kubernetes' object types every kind embeds (raw metadata and containers, quantities,
 //!   field errors, a file's documents and [`ManifestError`]);
+//! - `volcano`: Volcano's gang admission (a shared layer);
 //! - `kubelet`: the pods and the event dispatch every kind shares (`pod`, `cluster`: events in and
 //!   actions out, `launch`, `replica`: the pod key [`ReplicaId`]);
 //! - `pytorchjob`: the Kubeflow v1 PyTorchJob (admission, the operator's env, its controller with
@@ -36,6 +37,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli; // the command line
+mod hyperpodjob; // the SageMaker HyperPod HyperPodPyTorchJob and its emulated operator
 mod k8s; // Kubernetes' object types every job kind shares
 mod kubelet; // the pods, the cluster's events and actions, the pod key
 mod manifest; // read a manifest file, admit it as the kind it holds
@@ -44,6 +46,7 @@ mod pytorchjob; // the Kubeflow v1 PyTorchJob and its operator
 mod render; // what is shown: watch rows, kubectl get -w, JSON, timeline
 mod runner; // the I/O: the event loop, launchers, output
 mod trainjob; // the Trainer v2 TrainJob, its JobSet and Job
+mod volcano; // Volcano's gang admission, shared by the controllers that make a PodGroup
 mod workload; // either job kind behind one face for the event loop
 
 // The binary's (`main.rs`): the command line, the options it becomes, the run.

@@ -53,6 +53,9 @@ fn main() {
         commands: a.commands,
         path_maps: a.path_maps,
         runtimes: a.runtimes,
+        hyperpod_graceful_stop: a.hyperpod_graceful_stop,
+        hyperpod_stop_timeout: a.hyperpod_stop_timeout,
+        hyperpod_poll: Some(a.hyperpod_poll).filter(|d| !d.is_zero()),
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -1,5 +1,6 @@
 //! Reading a manifest file (YAML or JSON, bounded) and admitting it as the job kind it holds: a
-//! PyTorchJob ([`crate::pytorchjob::admission`]) or a TrainJob ([`crate::trainjob::admission`]).
+//! PyTorchJob ([`crate::pytorchjob::admission`]), a TrainJob ([`crate::trainjob::admission`]) or a
+//! HyperPodPyTorchJob ([`crate::hyperpodjob::admission`]).
 
 use std::path::Path;
 
@@ -36,6 +37,8 @@ pub(crate) enum Loaded {
     PyTorch(Box<LoadedJob>),
     /// A TrainJob (with the runtime documents of its file and of `runtimes`).
     Train(Box<crate::trainjob::admission::LoadedTrainJob>),
+    /// A HyperPodPyTorchJob.
+    HyperPod(Box<crate::hyperpodjob::admission::LoadedHyperPodJob>),
 }
 
 /// Read and admit the manifest at `path`: a PyTorchJob, or a TrainJob (alone, or with
@@ -45,6 +48,10 @@ pub(crate) fn load_manifest(path: &Path, runtimes: &[std::path::PathBuf]) -> Res
     let text = read_manifest(path)?;
     let source_name = path.display().to_string();
     let mut docs = documents(&text, &source_name)?;
+    if crate::hyperpodjob::admission::holds_hyperpod_job(&docs) && runtimes.is_empty() {
+        let loaded = crate::hyperpodjob::admission::admit_hyperpod_job(&docs, &source_name)?;
+        return Ok(Loaded::HyperPod(Box::new(loaded)));
+    }
     if !holds_train_job(&docs) {
         if !runtimes.is_empty() {
             return Err(ManifestError::Unsupported {

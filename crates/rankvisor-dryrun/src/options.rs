@@ -96,6 +96,13 @@ pub struct DryRunOptions {
     /// `--http`: every launcher serves /healthz, /readyz, /metrics and /status on a free loopback
     /// port, said in the output (off: `--http-addr off`).
     pub http: bool,
+    /// `--hyperpod-graceful-stop`: a HyperPod PLR's `/stop` sends SIGUSR1 first.
+    pub hyperpod_graceful_stop: bool,
+    /// `--hyperpod-stop-timeout`: a HyperPod `/stop`'s timeout (None: the grace period).
+    pub hyperpod_stop_timeout: Option<Duration>,
+    /// `--hyperpod-poll`: the operator reads each agent's state by `GET /status` this often
+    /// (None: from each launcher's status pipe, at once).
+    pub hyperpod_poll: Option<Duration>,
 }
 
 impl DryRunOptions {
@@ -121,6 +128,9 @@ impl DryRunOptions {
             commands: Vec::new(),
             path_maps: Vec::new(),
             runtimes: Vec::new(),
+            hyperpod_graceful_stop: true,
+            hyperpod_stop_timeout: None,
+            hyperpod_poll: None,
         }
     }
 }

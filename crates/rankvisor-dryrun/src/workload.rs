@@ -1,9 +1,11 @@
 //! The job kinds the dry run runs, behind one face for the event loop: a PyTorchJob under the
-//! training operator's controller, or a TrainJob under the Trainer's, the JobSet's and the Job
-//! controllers. Both share the kubelet ([`crate::kubelet`]), the launchers and the rows.
+//! training operator's controller, a TrainJob under the Trainer's, the JobSet's and the Job
+//! controllers, or a HyperPodPyTorchJob under the HyperPod operator's. Both share the kubelet ([`crate::kubelet`]), the launchers and the rows.
 
 use std::time::Duration;
 
+use crate::hyperpodjob::controller::HyperPodController;
+use crate::hyperpodjob::{HyperPodJob, OperatorSettings};
 use crate::kubelet::cluster::{ClusterEvent, ControllerConfig, Step};
 use crate::kubelet::launch::{LaunchSpec, DRY_RUN_MASTER_ADDR};
 use crate::kubelet::replica::ReplicaId;
@@ -23,6 +25,8 @@ pub(crate) enum AdmittedJob {
     PyTorch(Box<PyTorchJob>),
     /// A `trainer.kubeflow.org/v1alpha1` TrainJob, merged with its runtime.
     Train(Box<TrainJob>),
+    /// A `sagemaker.amazonaws.com/v1` HyperPodPyTorchJob, with the operator's unknowns.
+    HyperPod(Box<HyperPodJob>, OperatorSettings),
 }
 
 /// One job's controllers.
@@ -32,14 +36,27 @@ pub(crate) enum Workload {
     PyTorch(Box<Controller>),
     /// The TrainJob's, JobSet's and Job's.
     Train(Box<TrainJobController>),
+    /// The HyperPod training operator's.
+    HyperPod(Box<HyperPodController>),
 }
 
 impl Workload {
-    /// The controllers of `job`.
-    pub(crate) fn new(job: AdmittedJob, config: ControllerConfig) -> Self {
+    /// The controllers of `job`, whose master listens on `master_port`.
+    pub(crate) fn new(job: AdmittedJob, config: ControllerConfig, master_port: u16) -> Self {
         match job {
             AdmittedJob::PyTorch(j) => Self::PyTorch(Box::new(Controller::new(*j, config))),
             AdmittedJob::Train(j) => Self::Train(Box::new(TrainJobController::new(*j, config))),
+            AdmittedJob::HyperPod(j, settings) => {
+                Self::HyperPod(Box::new(HyperPodController::new(*j, config, settings, master_port)))
+            }
+        }
+    }
+
+    /// The HyperPod operator, for what only it observes and asks for (agents, node labels).
+    pub(crate) fn hyperpod(&mut self) -> Option<&mut HyperPodController> {
+        match self {
+            Self::HyperPod(c) => Some(c),
+            _ => None,
         }
     }
 
@@ -48,6 +65,7 @@ impl Workload {
         match self {
             Self::PyTorch(_) => "PyTorchJob",
             Self::Train(_) => "TrainJob",
+            Self::HyperPod(_) => "HyperPodPyTorchJob",
         }
     }
 
@@ -56,6 +74,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => &c.job().name,
             Self::Train(c) => &c.job().name,
+            Self::HyperPod(c) => &c.job().name,
         }
     }
 
@@ -64,6 +83,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.job().pod_name(id),
             Self::Train(c) => c.pod_name(id),
+            Self::HyperPod(c) => c.job().pod_name(id),
         }
     }
 
@@ -72,6 +92,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => TextRenderer::new(c.job(), kinds),
             Self::Train(c) => TextRenderer::sized(&c.job().name, c.job().hostname(c.job().num_nodes).len() + 6, kinds),
+            Self::HyperPod(c) => TextRenderer::sized(&c.job().name, self.pod_width(), kinds),
         }
     }
 
@@ -80,6 +101,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.job().replicas().iter().map(|id| c.job().pod_name(*id).len()).max().unwrap_or(0),
             Self::Train(c) => c.job().hostname(c.job().num_nodes).len() + 6,
+            Self::HyperPod(c) => c.job().pods().iter().map(|id| c.job().pod_name(*id).len()).max().unwrap_or(0),
         }
     }
 
@@ -95,6 +117,9 @@ impl Workload {
             Self::Train(_) => {
                 format!("PET_MASTER_ADDR={DRY_RUN_MASTER_ADDR}, PET_MASTER_PORT={master_port}: node 0 leads")
             }
+            Self::HyperPod(_) => format!(
+                "each pod's container is rankvisor's HyperPod agent; the emulated operator's /start gives master_addr={DRY_RUN_MASTER_ADDR}, master_port={master_port}"
+            ),
         }
     }
 
@@ -118,6 +143,7 @@ impl Workload {
                     .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                 Ok(Some(trainjob_env::launch_spec(c.job(), &pod, master_port)))
             }
+            Self::HyperPod(c) => Ok(Some(c.job().launch_spec(id))),
         }
     }
 
@@ -126,6 +152,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.handle(now, event),
             Self::Train(c) => c.handle(now, event),
+            Self::HyperPod(c) => c.handle(now, event),
         }
     }
 
@@ -134,6 +161,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.next_tick(),
             Self::Train(c) => c.next_tick(),
+            Self::HyperPod(c) => c.next_tick(),
         }
     }
 
@@ -142,6 +170,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.exit_code(),
             Self::Train(c) => c.exit_code(),
+            Self::HyperPod(c) => c.exit_code(),
         }
     }
 
@@ -150,6 +179,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.is_settled(),
             Self::Train(c) => c.is_settled(),
+            Self::HyperPod(c) => c.is_settled(),
         }
     }
 
@@ -158,6 +188,7 @@ impl Workload {
         match self {
             Self::PyTorch(c) => c.state().map(|s| s.as_str()),
             Self::Train(c) => c.state(),
+            Self::HyperPod(c) => c.state(),
         }
     }
 
@@ -166,6 +197,7 @@ impl Workload {
         match self {
             Self::PyTorch(_) => "spec.runPolicy.suspend",
             Self::Train(_) => "spec.suspend",
+            Self::HyperPod(_) => "spec.runPolicy.suspend",
         }
     }
 }

@@ -79,6 +79,16 @@ pub enum ManifestError {
         /// Every refusal.
         errors: FieldErrors,
     },
+    /// kubectl's strict decoding: fields the kind's schema does not have.
+    #[error("error when creating {source_name:?}: {kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}", .fields.iter().map(|f| format!("unknown field {f:?}")).collect::<Vec<_>>().join(", "))]
+    UnknownFields {
+        /// The file name.
+        source_name: String,
+        /// The kind.
+        kind: &'static str,
+        /// Every unknown field, as `spec.runPolicy.foo`.
+        fields: Vec<String>,
+    },
     /// A valid job that a local dry run cannot run (for instance `valueFrom` env).
     #[error("{source_name}: the dry run cannot run this job: {reason}")]
     Unsupported {

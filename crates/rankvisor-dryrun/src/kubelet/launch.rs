@@ -36,6 +36,9 @@ pub(crate) struct LaunchSpec {
     /// elasticPolicy meets at Worker 0, a cluster name): on this machine, at MASTER_PORT+1 as
     /// with a Master. For `--rendezvous-host` and `--rendezvous-port`.
     pub leader: Option<(String, u16)>,
+    /// A HyperPod pod: its launcher is the agent (`--agent hyperpod`), serving its API on this
+    /// loopback port (None for the other kinds).
+    pub agent_port: Option<u16>,
 }
 
 /// Set `key` in `env`, replacing an earlier value where it stands (as the kubelet resolves a

@@ -101,6 +101,11 @@ pub(crate) struct Pod {
     pub(crate) shown: Option<Row>,
     /// A JobSet pod's restart attempt label (None for a PyTorchJob's pod).
     pub(crate) restart_attempt: Option<u32>,
+    /// A HyperPod pod's agent state, as its `/status` says (None for the other kinds).
+    pub(crate) agent: Option<rankvisor_core::status::AgentState>,
+    /// The node the pod is placed on, when not the dry run's one (a HyperPod pod moved off a
+    /// faulted node).
+    pub(crate) node: Option<String>,
 }
 
 impl Pod {
@@ -126,6 +131,8 @@ impl Pod {
             gone: false,
             shown: None,
             restart_attempt: None,
+            agent: None,
+            node: None,
         }
     }
 
@@ -187,8 +194,9 @@ impl Pod {
             restarts: self.restarts,
             last_restart_ago,
             age: now.saturating_sub(self.created_at),
-            node: self.scheduled.then(|| node.to_string()),
+            node: self.scheduled.then(|| self.node.as_deref().unwrap_or(node).to_string()),
             restart_attempt: self.restart_attempt,
+            agent: self.agent.map(agent_state_name),
         }
     }
 
@@ -314,6 +322,20 @@ impl Pod {
         if let Some(t) = self.current_termination.take() {
             self.last_termination = Some(t);
         }
+    }
+}
+
+/// The agent's state as its `/status` spells it upper-case (`READY`, `FAULTED`).
+pub(crate) fn agent_state_name(state: rankvisor_core::status::AgentState) -> &'static str {
+    use rankvisor_core::status::AgentState as A;
+    match state {
+        A::Init => "INIT",
+        A::Ready => "READY",
+        A::Running => "RUNNING",
+        A::Completed => "COMPLETED",
+        A::Faulted => "FAULTED",
+        A::Stopping => "STOPPING",
+        A::Shutdown => "SHUTDOWN",
     }
 }
 

@@ -18,7 +18,7 @@
 //!   (default None: kept, running on), its PodGroup deleted, the job itself deleted
 //!   `ttlSecondsAfterFinished` later. A suspended job has no pods until resumed; a job managed by
 //!   another controller is left alone.
-//! - Volcano admits the gang only if the queue capability holds the PodGroup's minResources and
+//! - Volcano ([`crate::volcano`]) admits the gang only if the queue capability holds the PodGroup's minResources and
 //!   the job has minMember pods; otherwise the PodGroup stays `Inqueue` and every pod `Pending`,
 //!   forever.
 
@@ -26,12 +26,12 @@ use std::time::Duration;
 
 use super::operator::{self, Condition};
 use super::PyTorchJob;
-use crate::k8s::quantity::format_quantity;
 use crate::kubelet::cluster::{ClusterAction, ClusterEvent, ControllerConfig, Outcome, Step};
 use crate::kubelet::pod::{LauncherProcess, Pod, PodPhase};
 use crate::kubelet::replica::ReplicaId;
 use crate::kubelet::{self, JobRules, Kubelet};
 use crate::render::rows::{Change, JobState, PodGroupPhase, Row, WatchEventType};
+use crate::volcano::{self, gang::Gang};
 use rankvisor_core::exit::ExitHow;
 use rankvisor_core::policy::RestartPolicy;
 
@@ -175,22 +175,16 @@ impl Controller {
         }
         self.podgroup_status = Some(PodGroupPhase::Inqueue);
         self.sync_podgroup(now, step);
-        if let Some(message) = operator::gang_never_forms(&self.job) {
-            step.actions.push(ClusterAction::Unschedulable { message });
-            return;
-        }
         let demand = self.job.min_resources();
-        if let Some((resource, cap, need)) = self.kubelet.config.capability.as_ref().and_then(|c| c.shortfall(&demand))
-        {
-            step.actions.push(ClusterAction::Unschedulable {
-                message: format!(
-                    "queue {} has capability {resource}={} but the job's {} pods need {resource}={}: Volcano's gang scheduling starts none of them (the PodGroup stays Inqueue)",
-                    self.job.queue(),
-                    format_quantity(&resource, cap),
-                    self.job.min_member(),
-                    format_quantity(&resource, need),
-                ),
-            });
+        let gang = Gang {
+            name: &self.job.name,
+            queue: self.job.queue(),
+            pods: self.job.total_replicas(),
+            min_member: self.job.min_member(),
+            demand: &demand,
+        };
+        if let Err(message) = volcano::gang::admit(&gang, self.kubelet.config.capability.as_ref()) {
+            step.actions.push(ClusterAction::Unschedulable { message });
             return;
         }
         self.admitted = true;

@@ -32,6 +32,7 @@ pub(crate) fn launch_spec(job: &PyTorchJob, replica: ReplicaId, master_port: u16
         leader: (job.master.is_none() && job.elastic.is_none() && job.total_replicas() > 1)
             .then(|| master_port.checked_add(1).map(|p| (DRY_RUN_MASTER_ADDR.to_string(), p)))
             .flatten(),
+        agent_port: None,
     })
 }
 

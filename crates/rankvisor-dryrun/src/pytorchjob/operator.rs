@@ -78,19 +78,6 @@ pub(super) fn deadline(secs: i64) -> Duration {
     Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
 
-/// Volcano's gang plugin (`validJobFn`): a PodGroup whose minMember exceeds the job's pods never
-/// has enough valid tasks, so the allocate action skips it every session and no pod is bound.
-/// The one line that says so, or None when the gang can form.
-pub(super) fn gang_never_forms(job: &PyTorchJob) -> Option<String> {
-    let (valid, min) = (job.total_replicas(), job.min_member());
-    (min > valid).then(|| {
-        format!(
-            "PodGroup {} has minMember {min} (spec.runPolicy.schedulingPolicy.minAvailable) but the job has {valid} pods: Volcano's gang plugin never binds them (\"Not enough valid tasks for gang-scheduling, valid: {valid}, min: {min}\"), so the PodGroup stays Inqueue and every pod Pending",
-            job.name
-        )
-    })
-}
-
 /// `ReconcilePods` for a pod in phase Failed: true to delete and recreate it (ExitCode with a
 /// retryable code, OnFailure, Always), false to fail the job (ExitCode with a permanent code);
 /// None under Never (`UpdateJobStatus` decides).

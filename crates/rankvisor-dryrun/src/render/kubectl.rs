@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::rows::{Change, JobState, PodGroupPhase, PodStatus, Row};
+use super::rows::{Change, HyperPodJobRow, JobState, PodGroupPhase, PodStatus, Row};
 use crate::pytorchjob::PyTorchJob;
 
 /// kubectl's tabwriter: cells are at least this wide...
@@ -45,6 +45,7 @@ impl WatchKinds {
         match value.trim().to_ascii_lowercase().as_str() {
             "all" => Ok(Self::All),
             "pytorchjob" | "pytorchjobs" | "trainjob" | "trainjobs" => Ok(Self::Job),
+            "hyperpodpytorchjob" | "hyperpodpytorchjobs" => Ok(Self::Job),
             // `job` names the training job (PyTorchJob or TrainJob); `batchjobs`, a TrainJob's Jobs.
             "job" | "jobs" => Ok(Self::Job),
             "jobset" | "jobsets" | "js" => Ok(Self::JobSet),
@@ -60,7 +61,7 @@ impl WatchKinds {
         matches!(
             (self, row),
             (Self::All, _)
-                | (Self::Job, Row::Job(_) | Row::TrainJob(_))
+                | (Self::Job, Row::Job(_) | Row::TrainJob(_) | Row::HyperPodJob(_))
                 | (Self::PodGroup, Row::PodGroup(_))
                 | (Self::Pods, Row::Pod(_))
                 | (Self::JobSet, Row::JobSet(_))
@@ -117,6 +118,7 @@ pub(crate) fn qualified_name(row: &Row) -> String {
         Row::TrainJob(t) => format!("trainjob.trainer.kubeflow.org/{}", t.name),
         Row::JobSet(j) => format!("jobset.jobset.x-k8s.io/{}", j.name),
         Row::BatchJob(j) => format!("job.batch/{}", j.name),
+        Row::HyperPodJob(h) => format!("{HYPERPOD_PREFIX}{}", h.name),
     }
 }
 
@@ -129,6 +131,7 @@ fn bare_name(row: &Row) -> String {
         Row::TrainJob(t) => t.name.clone(),
         Row::JobSet(j) => j.name.clone(),
         Row::BatchJob(j) => j.name.clone(),
+        Row::HyperPodJob(h) => h.name.clone(),
     }
 }
 
@@ -176,7 +179,20 @@ fn cells(row: &Row, name: String) -> Vec<String> {
             j.duration.map(kube_age).unwrap_or_default(),
             kube_age(j.age),
         ],
+        Row::HyperPodJob(h) => hyperpod_cells(h, name),
     }
+}
+
+/// A HyperPodPyTorchJob's cells: NAME, STATE (the newest condition), RESTARTS, TYPE (the latest
+/// restart's), AGE.
+fn hyperpod_cells(h: &HyperPodJobRow, name: String) -> Vec<String> {
+    vec![
+        name,
+        h.state.unwrap_or("").to_string(),
+        h.restart_count.to_string(),
+        h.restart_type.unwrap_or("").to_string(),
+        kube_age(h.age),
+    ]
 }
 
 /// Pad every cell but the last as kubectl's tabwriter does.
@@ -209,8 +225,13 @@ pub(crate) struct TextRenderer {
     trainjob_widths: Vec<usize>,
     jobset_widths: Vec<usize>,
     batchjob_widths: Vec<usize>,
-    headers_shown: [bool; 6],
+    hyperpod_widths: Vec<usize>,
+    headers_shown: [bool; 7],
 }
+
+/// A HyperPodPyTorchJob's qualified name's prefix.
+const HYPERPOD_PREFIX: &str = "hyperpodpytorchjob.sagemaker.amazonaws.com/";
+const HYPERPOD_HEADER: [&str; 5] = ["NAME", "STATE", "RESTARTS", "TYPE", "AGE"];
 
 const JOB_HEADER: [&str; 3] = ["NAME", "STATE", "AGE"];
 const PODGROUP_HEADER: [&str; 6] = ["NAME", "STATUS", "MINMEMBER", "RUNNINGS", "AGE", "QUEUE"];
@@ -253,7 +274,14 @@ impl TextRenderer {
                 age,
             ]),
             batchjob_widths: widths(&[batchjob_name, "Suspended".len(), "COMPLETIONS".len(), "DURATION".len(), age]),
-            headers_shown: [false; 6],
+            hyperpod_widths: widths(&[
+                name.len() + prefix(HYPERPOD_PREFIX),
+                "Restarting".len(),
+                "RESTARTS".len(),
+                "TYPE".len(),
+                age,
+            ]),
+            headers_shown: [false; 7],
         }
     }
 
@@ -269,6 +297,7 @@ impl TextRenderer {
             Row::TrainJob(_) => (3, &TRAINJOB_HEADER, &self.trainjob_widths),
             Row::JobSet(_) => (4, &JOBSET_HEADER, &self.jobset_widths),
             Row::BatchJob(_) => (5, &BATCHJOB_HEADER, &self.batchjob_widths),
+            Row::HyperPodJob(_) => (6, &HYPERPOD_HEADER, &self.hyperpod_widths),
         };
         let name = if self.kinds == WatchKinds::All { qualified_name(&change.row) } else { bare_name(&change.row) };
         let mut out = Vec::new();
@@ -307,7 +336,7 @@ pub(crate) fn render_json(change: &Change) -> String {
                 "status": p.status, "restarts": p.restarts,
                 "lastRestartAgo_ms": p.last_restart_ago.map(|d| d.as_millis() as u64),
                 "age": kube_age(p.age), "age_ms": p.age.as_millis() as u64, "node": p.node,
-                "restartAttempt": p.restart_attempt,
+                "restartAttempt": p.restart_attempt, "agent": p.agent,
             }),
         ),
         Row::TrainJob(t) => (
@@ -332,6 +361,7 @@ pub(crate) fn render_json(change: &Change) -> String {
                 "age_ms": j.age.as_millis() as u64,
             }),
         ),
+        Row::HyperPodJob(h) => ("HyperPodPyTorchJob", &h.name, hyperpod_json(h)),
     };
     json!({
         "time_ms": change.at.as_millis() as u64,
@@ -341,6 +371,23 @@ pub(crate) fn render_json(change: &Change) -> String {
         "fields": fields,
     })
     .to_string()
+}
+
+/// A HyperPodPyTorchJob's JSON fields: `state` (the newest condition's type), `reason`,
+/// `restartCount`, `restartType`, and the rest of its status as the CRD names it.
+fn hyperpod_json(h: &HyperPodJobRow) -> serde_json::Value {
+    serde_json::json!({
+        "state": h.state, "reason": h.reason, "restartCount": h.restart_count, "restartType": h.restart_type,
+        "restartStatus": h.restart_status.map(|(window, full, plr)| serde_json::json!({
+            "currentEvalPeriod": window, "fullJobRestartCount": full, "restartCount": plr,
+        })),
+        "latestFaultyPodInstanceList": h.restart_type.map(|t| serde_json::json!({
+            "restartType": t, "faultyPodList": h.faulty_pods, "faultyRankList": h.faulty_ranks,
+        })),
+        "masterAddr": h.master.as_ref().map(|m| m.0.clone()),
+        "masterPort": h.master.as_ref().map(|m| m.1.to_string()),
+        "age": kube_age(h.age), "age_ms": h.age.as_millis() as u64,
+    })
 }
 
 #[cfg(test)]
@@ -413,6 +460,7 @@ mod tests {
                 age: secs(age),
                 node: Some("las1".into()),
                 restart_attempt: None,
+                agent: None,
             }),
         }
     }

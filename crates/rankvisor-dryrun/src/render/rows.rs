@@ -152,6 +152,8 @@ pub(crate) struct PodRow {
     pub node: Option<String>,
     /// A JobSet pod's `jobset.sigs.k8s.io/restart-attempt` (None for a PyTorchJob's).
     pub restart_attempt: Option<u32>,
+    /// A HyperPod pod's agent state (`READY`, `RUNNING`, `FAULTED`, ...).
+    pub agent: Option<&'static str>,
 }
 
 /// `kubectl get trainjob`: NAME STATE AGE (STATE: the last condition's type).
@@ -201,6 +203,32 @@ pub(crate) struct BatchJobRow {
     pub age: Duration,
 }
 
+/// A HyperPodPyTorchJob's row: its status as the CRD has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct HyperPodJobRow {
+    /// Its name.
+    pub name: String,
+    /// The newest condition's type (`Created`, `Running`, `Restarting`, `Completed`, `Failed`, ...).
+    pub state: Option<&'static str>,
+    /// The newest condition's reason.
+    pub reason: Option<String>,
+    /// `status.restartCount`.
+    pub restart_count: u32,
+    /// `status.restartStatus`: (`currentEvalPeriod` as seconds since the dry run's start,
+    /// `fullJobRestartCount`, `restartCount`), once a fault happened.
+    pub restart_status: Option<(u64, u32, u32)>,
+    /// `status.latestFaultyPodInstanceList.restartType`: `PLR` or `JLR`.
+    pub restart_type: Option<&'static str>,
+    /// `latestFaultyPodInstanceList.faultyPodList`.
+    pub faulty_pods: Vec<String>,
+    /// `latestFaultyPodInstanceList.faultyRankList`.
+    pub faulty_ranks: Vec<String>,
+    /// `status.masterAddr` and `status.masterPort`, once the job started.
+    pub master: Option<(String, u16)>,
+    /// Since its creation.
+    pub age: Duration,
+}
+
 /// One object's row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) enum Row {
@@ -216,6 +244,8 @@ pub(crate) enum Row {
     JobSet(JobSetRow),
     /// One of the JobSet's Jobs.
     BatchJob(BatchJobRow),
+    /// A HyperPodPyTorchJob.
+    HyperPodJob(HyperPodJobRow),
 }
 
 impl Row {
@@ -233,6 +263,7 @@ impl Row {
                 ("podgroup".to_string(), format!("JobSet {}", j.name), j.terminal_state.or(Some("Active")), None)
             }
             Row::BatchJob(_) => return None,
+            Row::HyperPodJob(h) => ("job".to_string(), format!("HyperPodPyTorchJob {}", h.name), h.state, None),
         })
     }
 
@@ -244,7 +275,8 @@ impl Row {
                 (&a.name, a.status, a.min_member, a.runnings) == (&b.name, b.status, b.min_member, b.runnings)
             }
             (Row::Pod(a), Row::Pod(b)) => {
-                (&a.name, a.ready, a.status, a.restarts, &a.node) == (&b.name, b.ready, b.status, b.restarts, &b.node)
+                (&a.name, a.ready, a.status, a.restarts, &a.node, a.agent)
+                    == (&b.name, b.ready, b.status, b.restarts, &b.node, b.agent)
             }
             (Row::TrainJob(a), Row::TrainJob(b)) => (&a.name, a.state, &a.reason) == (&b.name, b.state, &b.reason),
             (Row::JobSet(a), Row::JobSet(b)) => {
@@ -253,6 +285,10 @@ impl Row {
             }
             (Row::BatchJob(a), Row::BatchJob(b)) => {
                 (&a.name, a.status, a.succeeded) == (&b.name, b.status, b.succeeded)
+            }
+            (Row::HyperPodJob(a), Row::HyperPodJob(b)) => {
+                (&a.name, a.state, &a.reason, a.restart_count, a.restart_type)
+                    == (&b.name, b.state, &b.reason, b.restart_count, b.restart_type)
             }
             _ => false,
         }

@@ -447,6 +447,7 @@ mod tests {
             age: ms(at),
             node: Some("localhost".into()),
             restart_attempt: None,
+            agent: None,
         });
         Change { at: ms(at), event, row }
     }

@@ -39,6 +39,7 @@ use rankvisor_core::exit::{self, ExitHow};
 use rankvisor_core::process::signal_group;
 use rankvisor_core::signo::Signo;
 
+use super::agents::Agents;
 use super::injection::{Fault, Injection};
 use super::launcher::{healthy_labels, labels_file_text, LauncherSettings, StatusTracker};
 use super::launcher_process::{
@@ -60,6 +61,19 @@ use crate::workload::Workload;
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
 /// each SIGCHLD (signals coalesce).
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
+
+/// Why an agent is FAULTED, as its `/status` reason says: a firing log rule's
+/// (`LogHang_<rule>`, `LogSlow_<rule>`, `LogFault_<rule>`; the rule leaves the child running),
+/// else the rule that stopped the child, else None (the operator's default: `WorkerCrash`).
+fn agent_fault_reason(line: &rankvisor_core::status::LocalStatus) -> Option<String> {
+    let fired = line.log_rules.iter().find_map(|g| match g.state.as_str() {
+        "HANGING" => Some(format!("LogHang_{}", g.rule)),
+        "SLOW" => Some(format!("LogSlow_{}", g.rule)),
+        "FAULTED" => Some(format!("LogFault_{}", g.rule)),
+        _ => None,
+    });
+    fired.or_else(|| line.log_rule.as_ref().map(|r| r.reason.clone()))
+}
 
 /// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
 /// 1 Failed (or `--timeout`), 64 invalid manifest or options, 128+N stopped by signal N.
@@ -141,6 +155,10 @@ struct DryRunLoop {
     run: Run,
     /// What `--timeline` draws: every change and fault (empty without `--timeline`).
     recorded: (Vec<Change>, Vec<FaultMark>),
+    /// A HyperPod job's agents (their ports, the calls to them).
+    agents: Agents,
+    /// `--hyperpod-poll`: when the agents' `/status` is next read.
+    next_poll: Option<Instant>,
 }
 
 impl DryRunLoop {
@@ -160,7 +178,7 @@ impl DryRunLoop {
             node_health: LAUNCHERS_READ_NODE_LABELS,
             restart_scope: opts.restart_scope,
         };
-        let workload = Workload::new(job, config);
+        let workload = Workload::new(job, config, master_port);
         let run = Run::new(Instant::now(), opts.timeout, opts.grace_period);
         Self {
             renderer: workload.renderer(opts.watch),
@@ -183,6 +201,8 @@ impl DryRunLoop {
             output_tasks: Vec::new(),
             run,
             recorded: (Vec::new(), Vec::new()),
+            agents: Agents::new(master_port),
+            next_poll: None,
         }
     }
 
@@ -204,6 +224,9 @@ impl DryRunLoop {
         ));
         self.start = Instant::now();
         self.run = Run::new(self.start, self.opts.timeout, self.opts.grace_period);
+        if matches!(self.workload, crate::workload::Workload::HyperPod(_)) {
+            self.next_poll = self.opts.hyperpod_poll.map(|d| self.start + d);
+        }
         self.feed(ClusterEvent::Submitted);
         while !self.done() {
             if let Some(work) = self.work.pop_front() {
@@ -248,13 +271,21 @@ impl DryRunLoop {
         let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
         let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
-        [tick, inject, teardown, self.run.next_wake()].into_iter().flatten().min()
+        let poll = self.next_poll.filter(|_| live);
+        [tick, inject, teardown, poll, self.run.next_wake()].into_iter().flatten().min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
         if !self.pending_exits.is_empty() {
             self.tear_down();
+        }
+        if let (Some(at), Some(every)) = (self.next_poll, self.opts.hyperpod_poll) {
+            if at <= now && !self.run.aborted() {
+                let pods = self.launchers.iter().map(|(pod, l)| (*pod, l.instance)).collect();
+                self.agents.poll(pods, &self.tx);
+                self.next_poll = Some(now + every);
+            }
         }
         if !self.run.aborted() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
             self.feed(ClusterEvent::Tick);
@@ -362,7 +393,12 @@ impl DryRunLoop {
                 for event in events {
                     self.feed(event);
                 }
+                // The agent's state, as its `/status` says it, at once (unless polled).
+                if let Some(state) = line.agent.filter(|_| self.opts.hyperpod_poll.is_none()) {
+                    self.agent_seen(pod, state, agent_fault_reason(&line));
+                }
             }
+            LauncherNews::AgentStatus(state, reason) => self.agent_seen(pod, state, reason),
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());
@@ -417,9 +453,38 @@ impl DryRunLoop {
         }
     }
 
+    /// A HyperPod pod's agent is in `state`: the operator's observation.
+    fn agent_seen(&mut self, pod: ReplicaId, state: rankvisor_core::status::AgentState, reason: Option<String>) {
+        let now = self.now();
+        if let Some(step) = self.workload.hyperpod().map(|c| c.agent_seen(now, pod, state, reason)) {
+            self.apply(step);
+        }
+    }
+
     /// Hand one observation to the controller; print its changes, queue its actions.
     fn feed(&mut self, event: ClusterEvent) {
         let step = self.workload.handle(self.now(), event);
+        self.apply(step);
+    }
+
+    /// Print a step's changes, queue its actions, make a HyperPod operator's agent calls.
+    fn apply(&mut self, step: crate::kubelet::cluster::Step) {
+        let moved = self.workload.hyperpod().map(|c| c.take_moved()).unwrap_or_default();
+        for pod in moved {
+            // A replacement node: healthy labels, before its launcher starts.
+            self.labels.remove(&pod);
+            let path = self.workdir.labels(&self.workload.pod_name(pod));
+            if let Err(e) = write_atomically(&path, &labels_file_text(&healthy_labels())) {
+                note(&format!("cannot write {}: {e}", path.display()));
+            }
+        }
+        let calls = self.workload.hyperpod().map(|c| c.take_calls()).unwrap_or_default();
+        if let crate::workload::Workload::HyperPod(c) = &self.workload {
+            for request in calls {
+                let name = c.job().pod_name(request.pod);
+                self.agents.call(c.job(), request, self.master_port, name);
+            }
+        }
         if self.opts.timeline.is_some() {
             self.recorded.0.extend(step.changes.iter().cloned());
         }
@@ -553,7 +618,11 @@ impl DryRunLoop {
                 let labels = self.labels.entry(pod).or_insert_with(healthy_labels);
                 labels.insert(key.clone(), value.clone());
                 let path = self.workdir.labels(&name);
-                match write_atomically(&path, &labels_file_text(labels)) {
+                let (labels, now) = (labels.clone(), self.now());
+                if let Some(step) = self.workload.hyperpod().map(|c| c.node_labelled(now, pod, &labels)) {
+                    self.apply(step);
+                }
+                match write_atomically(&path, &labels_file_text(&labels)) {
                     Ok(()) if LAUNCHERS_READ_NODE_LABELS => {
                         note(&format!("injected: {name}'s node is labelled {key}={value}"));
                     }
@@ -567,7 +636,7 @@ impl DryRunLoop {
     }
 
     fn start_launcher(&mut self, pod: ReplicaId) {
-        let spec = match self.workload.launch(pod, self.master_port, &self.workdir) {
+        let mut spec = match self.workload.launch(pod, self.master_port, &self.workdir) {
             Ok(Some(spec)) => spec,
             Ok(None) => return,
             Err(message) => {
@@ -578,6 +647,9 @@ impl DryRunLoop {
             }
         };
         let name = spec.pod.clone();
+        if matches!(self.workload, crate::workload::Workload::HyperPod(_)) {
+            spec.agent_port = self.agents.assign_port(pod);
+        }
         let instance = self.next_instance;
         self.next_instance += 1;
         match spawn_launcher(&self.opts, &self.settings, &self.workdir, &self.job_token, &spec) {

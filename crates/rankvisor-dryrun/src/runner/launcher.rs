@@ -96,7 +96,10 @@ pub(crate) fn launcher_args(spec: &LaunchSpec, settings: &LauncherSettings, file
     if let Some((host, port)) = &spec.leader {
         args.extend(["--rendezvous-host".into(), host.into(), "--rendezvous-port".into(), port.to_string().into()]);
     }
-    if settings.restart_scope == rankvisor_core::policy::RestartScope::Job {
+    if let Some(port) = spec.agent_port {
+        // The pod's container is HyperPod's agent: rankvisor's agent mode serves its API.
+        args.extend(["--agent".into(), "hyperpod".into(), "--agent-addr".into(), format!("127.0.0.1:{port}").into()]);
+    } else if settings.restart_scope == rankvisor_core::policy::RestartScope::Job {
         args.push("--restart-scope".into());
         args.push("job".into());
     }

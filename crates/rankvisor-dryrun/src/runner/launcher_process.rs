@@ -40,6 +40,8 @@ pub(super) enum LauncherNews {
     Status(Box<rankvisor_core::status::LocalStatus>),
     Unreadable(String),
     Exited(ExitHow),
+    /// A HyperPod pod's agent state, read from its `GET /status` (`--hyperpod-poll`), and its reason.
+    AgentStatus(rankvisor_core::status::AgentState, Option<String>),
 }
 
 /// Start one launcher: its own process group (the terminal's Ctrl-C reaches only the dry run,

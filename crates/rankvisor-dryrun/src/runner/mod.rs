@@ -3,8 +3,9 @@
 //! ([`launcher`]) and its process ([`launcher_process`]), what a killed launcher leaves
 //! ([`orphans`]), the replicas' output ([`output`]), the run's setup ([`setup`], [`ports`],
 //! [`workdir`]), fault injection ([`injection`]) and the local stand-ins for an image
-//! ([`local`]: `--command`, `--path-map`).
+//! ([`local`]: `--command`, `--path-map`); a HyperPod job's calls to its agents ([`agents`]).
 
+pub(crate) mod agents;
 pub(crate) mod event_loop;
 pub(crate) mod injection;
 pub(crate) mod launcher;

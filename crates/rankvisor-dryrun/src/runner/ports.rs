@@ -47,6 +47,31 @@ fn free_port() -> Result<u16, String> {
         .ok_or_else(|| format!("no two consecutive free ports found on {DRY_RUN_MASTER_ADDR} in {PORT_SEARCH:?}"))
 }
 
+/// A port for a listener a child binds later (a HyperPod pod's agent): below the ephemeral range,
+/// as the master's (a bind(0) port may meanwhile be any outgoing connection's source port: seen
+/// with 256 agents, one of which then could not listen), bindable now and not `taken`; searched
+/// from `*next` on, which moves past it. None if the whole range is in use.
+pub(super) fn free_listen_port(next: &mut u16, taken: impl Fn(u16) -> bool) -> Option<u16> {
+    let span = PORT_SEARCH.end - PORT_SEARCH.start;
+    let bindable = |p: u16| std::net::TcpListener::bind((DRY_RUN_MASTER_ADDR, p)).is_ok();
+    for _ in 0..span {
+        let p = PORT_SEARCH.start + (next.wrapping_sub(PORT_SEARCH.start)) % span;
+        *next = p + 1;
+        if !taken(p) && bindable(p) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Where a run's [`free_listen_port`] search starts: a per-process, per-moment offset, so
+/// concurrent dry runs do not all try the same ports.
+pub(super) fn listen_port_start() -> u16 {
+    let span = u32::from(PORT_SEARCH.end - PORT_SEARCH.start);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    PORT_SEARCH.start + ((std::process::id().wrapping_mul(7919) ^ nanos) % span) as u16
+}
+
 /// A port the kernel just gave out on loopback (free now; a launcher binds it right after).
 pub(super) fn free_loopback_port() -> Option<u16> {
     let listener = std::net::TcpListener::bind((DRY_RUN_MASTER_ADDR, 0)).ok()?;
@@ -56,6 +81,17 @@ pub(super) fn free_loopback_port() -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_ports_are_below_the_ephemeral_range_distinct_and_never_taken_ones() {
+        let mut next = PORT_SEARCH.end - 1;
+        let first = free_listen_port(&mut next, |_| false).unwrap();
+        assert!(PORT_SEARCH.contains(&first));
+        let second = free_listen_port(&mut next, |p| p == first).unwrap();
+        assert_ne!(first, second);
+        assert!(PORT_SEARCH.contains(&second), "the search wraps round");
+        assert_eq!(free_listen_port(&mut next, |_| true), None, "all taken: none");
+    }
 
     #[test]
     fn a_busy_master_port_is_replaced_and_said() {

@@ -186,9 +186,11 @@ impl Run {
     }
 
     /// `pod`'s launcher exited: a `fail:` injection waiting for its child is dropped (a new
-    /// launcher is a new container).
+    /// launcher is a new container), and so is its stop's deadline (a recreated pod's launcher
+    /// is neither killed by it nor kept from being asked to stop).
     pub(crate) fn launcher_exited(&mut self, pod: ReplicaId) {
         self.fails_waiting.remove(&pod);
+        self.stopping.remove(&pod);
     }
 
     /// The job ended: its stragglers are named a moment later.
@@ -276,6 +278,18 @@ mod tests {
         assert_eq!(run.fail_due(pod(3), ChildNow::Coming), FailNow::OnceRunning);
         run.launcher_exited(pod(3));
         assert_eq!(run.child_runs(pod(3), Some(pid)), None, "a new launcher is a new container");
+    }
+
+    /// Regression: a pod recreated after its launcher was stopped could not be stopped again
+    /// before the first stop's deadline, and that deadline killed the new launcher.
+    #[test]
+    fn a_launcher_that_exited_leaves_no_stop_deadline_behind() {
+        let t0 = Instant::now();
+        let mut run = Run::new(t0, None, 5 * S);
+        assert_eq!(run.stop(pod(1), t0), Some(RunAction::Term(pod(1))));
+        run.launcher_exited(pod(1));
+        assert_eq!(run.next_wake(), None, "no kill due for a launcher that is gone");
+        assert_eq!(run.stop(pod(1), t0 + S), Some(RunAction::Term(pod(1))), "its successor can be stopped");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::local::{localize, parse_command_override, parse_path_map, CommandOver
 use super::output::note;
 use super::ports::choose_master_port;
 use super::workdir::{write_atomically, WorkDir};
+use crate::hyperpodjob::{HyperPodJob, OperatorSettings};
 use crate::kubelet::replica::ReplicaType;
 use crate::manifest::{load_manifest, Loaded};
 use crate::options::DryRunOptions;
@@ -49,16 +50,25 @@ pub(super) struct Setup {
 impl Setup {
     pub(super) fn new(opts: &DryRunOptions) -> Result<Self, SetupError> {
         let (mut job, train, not_emulated) = load_runnable(opts)?;
-        localize_job(opts, &mut job, train.is_some())?;
+        let (train, hyperpod) = match train {
+            Shaped::Train(t) => (Some(t), None),
+            Shaped::HyperPod(h) => (None, Some(h)),
+            Shaped::PyTorch => (None, None),
+        };
+        match &hyperpod {
+            Some(h) => localize_hyperpod(opts, &mut job, &h.spec_name)?,
+            None => localize_job(opts, &mut job, train.is_some())?,
+        }
         if !not_emulated.is_empty() {
             note(&format!("warning: not emulated here: {}", not_emulated.join("; ")));
         }
         let mut injections = opts
             .inject
             .iter()
-            .map(|spec| match &train {
-                Some(_) => parse_injection(&spec.replacen(":node-", ":worker-", 1), &job),
-                None => parse_injection(spec, &job),
+            .map(|spec| match (&train, &hyperpod) {
+                (Some(_), _) => parse_injection(&spec.replacen(":node-", ":worker-", 1), &job),
+                (_, Some(h)) => parse_injection(&spec.replacen(&format!(":{}-", h.spec_name), ":worker-", 1), &job),
+                (None, None) => parse_injection(spec, &job),
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(SetupError::config)?;
@@ -75,30 +85,54 @@ impl Setup {
         let workdir = WorkDir::create().map_err(|e| SetupError { message: e, code: 1 })?;
         // A TrainJob's pods get theirs when they start (their names change with each attempt).
         for id in job.replicas().into_iter().filter(|_| train.is_none()) {
-            let path = workdir.labels(&job.pod_name(id));
+            let name = hyperpod.as_ref().map_or_else(|| job.pod_name(id), |h| h.pod_name(id));
+            let path = workdir.labels(&name);
             write_atomically(&path, &labels_file_text(&healthy_labels()))
                 .map_err(|e| SetupError { message: format!("cannot write {}: {e}", path.display()), code: 1 })?;
         }
         let job_token = new_job_token()?;
-        let job = match train {
+        let job = match (train, hyperpod) {
             // The shape's container went through --command and --path-map.
-            Some(mut t) => {
+            (Some(mut t), _) => {
                 if let Some(w) = job.worker {
                     t.container = w.container;
                 }
                 AdmittedJob::Train(Box::new(t))
             }
-            None => AdmittedJob::PyTorch(Box::new(job)),
+            (None, Some(mut h)) => {
+                if let Some(w) = job.worker {
+                    h.container = w.container;
+                }
+                AdmittedJob::HyperPod(Box::new(h), hyperpod_settings(opts))
+            }
+            (None, None) => AdmittedJob::PyTorch(Box::new(job)),
         };
         Ok(Self { job, injections: injections.into(), master_port, workdir, job_token })
     }
 }
 
+/// A job of another kind than a PyTorchJob, beside its PyTorchJob shape.
+enum Shaped {
+    /// A PyTorchJob: its own shape.
+    PyTorch,
+    /// A TrainJob (its nodes are Workers).
+    Train(TrainJob),
+    /// A HyperPodPyTorchJob (its pods are Workers).
+    HyperPod(HyperPodJob),
+}
+
 /// The manifest's job, admitted, and one the dry run can run: not left to another controller
-/// (`managedBy`). A TrainJob comes with its node shape (a PyTorchJob of Workers); with what is
-/// not emulated.
-fn load_runnable(opts: &DryRunOptions) -> Result<(PyTorchJob, Option<TrainJob>, Vec<String>), SetupError> {
+/// (`managedBy`). A TrainJob or a HyperPodPyTorchJob comes with its pods' shape (a PyTorchJob
+/// of Workers); with what is not emulated.
+fn load_runnable(opts: &DryRunOptions) -> Result<(PyTorchJob, Shaped, Vec<String>), SetupError> {
     match load_manifest(&opts.manifest, &opts.runtimes).map_err(SetupError::config)? {
+        Loaded::HyperPod(loaded) => {
+            for n in &loaded.notes {
+                note(n);
+            }
+            let shape = pod_shape(&loaded.job);
+            Ok((shape, Shaped::HyperPod(loaded.job), loaded.not_emulated))
+        }
         Loaded::PyTorch(loaded) => {
             if let Some(manager) = loaded.job.run_policy.external_manager() {
                 // `ManagedByExternalController`: the operator never reconciles it, so nothing would run;
@@ -112,7 +146,7 @@ fn load_runnable(opts: &DryRunOptions) -> Result<(PyTorchJob, Option<TrainJob>, 
                 // As kubectl prints an admission webhook's warnings.
                 eprintln!("Warning: {warning}");
             }
-            Ok((loaded.job, None, loaded.not_emulated))
+            Ok((loaded.job, Shaped::PyTorch, loaded.not_emulated))
         }
         Loaded::Train(loaded) => {
             if let Some(manager) = &loaded.job.managed_by {
@@ -122,7 +156,7 @@ fn load_runnable(opts: &DryRunOptions) -> Result<(PyTorchJob, Option<TrainJob>, 
                     opts.manifest.display()
                 )));
             }
-            Ok((node_shape(&loaded.job), Some(loaded.job), loaded.not_emulated))
+            Ok((node_shape(&loaded.job), Shaped::Train(loaded.job), loaded.not_emulated))
         }
     }
 }
@@ -157,6 +191,52 @@ fn localize_job(opts: &DryRunOptions, job: &mut PyTorchJob, is_train: bool) -> R
         note(&n);
     }
     Ok(())
+}
+
+/// `--command` and `--path-map` for a HyperPodPyTorchJob's pods: `--command NAME=...` (its
+/// replicaSpec's name) or `--command Worker=...`.
+fn localize_hyperpod(opts: &DryRunOptions, job: &mut PyTorchJob, spec_name: &str) -> Result<(), SetupError> {
+    let mut renamed = opts.clone();
+    renamed.commands = opts
+        .commands
+        .iter()
+        .map(|c| match c.split_once('=') {
+            Some((kind, rest)) if kind.trim() == spec_name => format!("Worker={rest}"),
+            _ => c.clone(),
+        })
+        .collect();
+    localize_job(&renamed, job, false)
+}
+
+/// The operator's unknowns, from the options.
+fn hyperpod_settings(opts: &DryRunOptions) -> OperatorSettings {
+    OperatorSettings {
+        graceful_stop: opts.hyperpod_graceful_stop,
+        stop_timeout: opts.hyperpod_stop_timeout.unwrap_or(opts.grace_period),
+    }
+}
+
+/// A HyperPodPyTorchJob's pods (replicas and spares) as Worker replicas, for `--command`,
+/// `--path-map` and the injections' replica names.
+fn pod_shape(h: &HyperPodJob) -> PyTorchJob {
+    PyTorchJob {
+        name: h.name.clone(),
+        namespace: h.namespace.clone(),
+        run_policy: RunPolicy::default(),
+        nproc_per_node: None,
+        elastic: None,
+        master: None,
+        worker: Some(ReplicaSpec {
+            rtype: ReplicaType::Worker,
+            replicas: h.replicas + h.spares,
+            restart_policy: rankvisor_core::policy::RestartPolicy::Never,
+            container: h.container.clone(),
+            resources: Default::default(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            service_account: None,
+        }),
+    }
 }
 
 /// The run's own options: the timeline's format, the backoff's bounds, the logs directory

@@ -92,5 +92,6 @@ pub(crate) fn launch_spec(job: &TrainJob, pod: &NodePod, master_port: u16) -> La
         backoff_limit: u32::try_from(job.backoff_limit).ok(),
         // PET_MASTER_ADDR names node 0, the barrier's leader.
         leader: None,
+        agent_port: None,
     }
 }

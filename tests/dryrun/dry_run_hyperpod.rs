@@ -1,0 +1,333 @@
+//! `rankvisor dry-run` with SageMaker HyperPod HyperPodPyTorchJobs end to end: the real binary,
+//! each pod's container a real `rankvisor --agent hyperpod` on its own loopback port, driven by
+//! the emulated HyperPod operator over HTTP (`/start`, `/stop`, `/shutdown`); read from the JSON
+//! watch stream (kinds HyperPodPyTorchJob and Pod) and the notes on stderr.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common;
+use common::dry_run::{json_lines, DryRun};
+use common::TestDir;
+
+/// A HyperPodPyTorchJob `hp` of `replicas` pods named `hp-pods-N`, each running `script` (sh),
+/// with `run_policy` lines under `spec.runPolicy` (the job is kept after it finished).
+fn manifest(dir: &TestDir, replicas: u32, script: &str, run_policy: &str) -> std::path::PathBuf {
+    let script = serde_json::to_string(script).unwrap();
+    dir.write(
+        "job.yaml",
+        &format!(
+            "apiVersion: sagemaker.amazonaws.com/v1\nkind: HyperPodPyTorchJob\nmetadata:\n  name: hp\nspec:\n  replicaSpecs:\n    - name: pods\n      replicas: {replicas}\n      template:\n        spec:\n          containers:\n            - name: trainer\n              image: my-training-image\n              command: [\"sh\", \"-c\", {script}]\n  runPolicy:\n    ttlSecondsAfterFinished: -1\n{run_policy}"
+        ),
+    )
+}
+
+/// `rankvisor dry-run --output json ARGS... MANIFEST` with a safety timeout.
+fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
+    let out = Command::new(common::bin())
+        .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", "60s", "--grace-period", "2s"])
+        .args(args)
+        .arg(manifest)
+        .output()
+        .expect("run rankvisor dry-run");
+    DryRun::new(&out, json_lines)
+}
+
+impl DryRun {
+    /// The job's (state, restartType) over time, repeats left out.
+    fn hyperpod_states(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = Vec::new();
+        for e in self.of_kind("HyperPodPyTorchJob") {
+            let s = (
+                e["fields"]["state"].as_str().unwrap_or("").to_string(),
+                e["fields"]["restartType"].as_str().unwrap_or("").to_string(),
+            );
+            if v.last() != Some(&s) {
+                v.push(s);
+            }
+        }
+        v
+    }
+
+    /// The job's last event.
+    fn hyperpod_last(&self) -> Value {
+        self.of_kind("HyperPodPyTorchJob").last().cloned().unwrap_or_default()
+    }
+
+    /// The names of the pods ADDED, in order.
+    fn hp_pods_added(&self) -> Vec<String> {
+        let added = self.of_kind("Pod").filter(|e| e["type"] == "ADDED");
+        added.map(|e| e["name"].as_str().unwrap_or_default().to_string()).collect()
+    }
+
+    /// The agent states `pod`'s events carried, repeats left out.
+    fn agent_states(&self, pod: &str) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for e in self.of_kind("Pod").filter(|e| e["name"] == pod) {
+            if let Some(s) = e["fields"]["agent"].as_str().filter(|s| v.last().map(String::as_str) != Some(*s)) {
+                v.push(s.to_string());
+            }
+        }
+        v
+    }
+}
+
+/// Rank 1's worker fails on the first attempt (faultCount 0); every attempt says its count.
+const CRASH_ONCE: &str = "echo \"rank=$PET_NODE_RANK count=$JOB_RESTART_COUNT\"; if [ \"$JOB_RESTART_COUNT\" = 0 ] && [ \"$PET_NODE_RANK\" = 1 ]; then exit 3; fi; sleep 1";
+
+#[test]
+fn a_crash_is_a_process_level_restart_of_every_agent_with_the_next_fault_count() {
+    let dir = TestDir::new("hp-crash");
+    let r = dry_run(&manifest(&dir, 2, CRASH_ONCE, ""), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let states = r.hyperpod_states();
+    // (Rank 1 may fail before rank 0 runs: then the job was never Running before its restart.)
+    let has = |state: &str, kind: &str| states.iter().position(|s| s.0 == state && s.1 == kind);
+    assert_eq!(states.first().map(|s| s.0.as_str()), Some("Created"), "{}", r.explain());
+    let order = (has("Restarting", "PLR"), has("Running", "PLR"));
+    assert!(matches!(order, (Some(a), Some(b)) if a < b), "restarted, then running: {states:?}");
+    assert_eq!(states.last(), Some(&("Completed".to_string(), "PLR".to_string())), "{}", r.explain());
+    assert_eq!(r.hp_pods_added(), ["hp-pods-0", "hp-pods-1"], "a PLR keeps the pods");
+    for rank in 0..2 {
+        assert!(
+            r.stderr.contains(&format!("rank={rank} count=1")),
+            "every worker restarted with faultCount 1: {}",
+            r.explain()
+        );
+    }
+    let last = r.hyperpod_last();
+    assert_eq!(last["fields"]["restartCount"], 1);
+    assert_eq!(last["fields"]["latestFaultyPodInstanceList"]["faultyPodList"][0], "hp-pods-1");
+    assert_eq!(last["fields"]["latestFaultyPodInstanceList"]["faultyRankList"][0], "1");
+    assert_eq!(last["fields"]["masterAddr"], "127.0.0.1");
+    assert!(r.stderr.contains("The fault of reason WorkerCrash was remediated in "), "{}", r.explain());
+    assert!(r.stderr.contains("HyperPod operator figures over 1 restart(s)"), "{}", r.explain());
+    let agent = r.agent_states("hp-pods-1");
+    // (STOPPING may pass unseen: a stop with no child to signal is READY at once.)
+    for s in ["READY", "RUNNING", "FAULTED", "SHUTDOWN"] {
+        assert!(agent.contains(&s.to_string()), "the pod's events carry its agent's {s}: {agent:?}");
+    }
+}
+
+#[test]
+fn a_hang_rule_is_a_plr_whose_graceful_stop_reaches_the_worker_with_sigusr1() {
+    let dir = TestDir::new("hp-hang");
+    let saved = dir.join("saved");
+    let script = format!(
+        "if [ \"$JOB_RESTART_COUNT\" = 0 ]; then trap 'echo usr1 > {s}; exit 0' USR1; sleep 30 & wait; exit 1; fi; echo training started; sleep 1",
+        s = saved.display()
+    );
+    let rules = "    logMonitoringConfiguration:\n      - name: Start\n        logPattern: \".*training started.*\"\n        expectedStartCutOffInSeconds: 1\n";
+    let r = dry_run(&manifest(&dir, 2, &script, rules), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.hyperpod_states().contains(&("Restarting".into(), "PLR".into())), "{}", r.explain());
+    assert!(r.stderr.contains("The fault of reason LogHang_Start was remediated"), "{}", r.explain());
+    assert_eq!(
+        std::fs::read_to_string(&saved).unwrap_or_default(),
+        "usr1\n",
+        "SIGUSR1 reached a worker: {}",
+        r.explain()
+    );
+}
+
+#[test]
+fn faults_past_num_restart_before_full_job_restart_recreate_the_pods_with_the_same_names() {
+    let dir = TestDir::new("hp-jlr");
+    let script = "if [ \"$PET_NODE_RANK\" = 0 ] && [ \"$JOB_RESTART_COUNT\" -lt 2 ]; then exit 1; fi; sleep 1";
+    let policy = "    restartPolicy:\n      evalPeriodSeconds: 3600\n      numRestartBeforeFullJobRestart: 1\n      maxFullJobRestarts: 1\n";
+    let r = dry_run(&manifest(&dir, 2, script, policy), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let types: Vec<String> = r.hyperpod_states().into_iter().filter(|s| s.0 == "Restarting").map(|s| s.1).collect();
+    assert_eq!(types, ["PLR", "JLR"], "{}", r.explain());
+    assert_eq!(r.hp_pods_added(), ["hp-pods-0", "hp-pods-1", "hp-pods-0", "hp-pods-1"], "recreated, same names");
+    let status = &r.hyperpod_last()["fields"]["restartStatus"];
+    assert_eq!((status["fullJobRestartCount"].as_u64(), status["restartCount"].as_u64()), (Some(1), Some(0)));
+}
+
+#[test]
+fn max_full_job_restarts_spent_fails_the_job() {
+    let dir = TestDir::new("hp-maxjlr");
+    let policy = "    restartPolicy:\n      evalPeriodSeconds: 3600\n      numRestartBeforeFullJobRestart: 0\n      maxFullJobRestarts: 1\n";
+    let r = dry_run(&manifest(&dir, 2, "exit 1", policy), &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    let last = r.hyperpod_last();
+    assert_eq!(
+        (last["fields"]["state"].as_str(), last["fields"]["reason"].as_str()),
+        (Some("Failed"), Some("MaxFullJobRestartsExceeded")),
+        "{}",
+        r.explain()
+    );
+    assert!(r.stderr.contains("maxFullJobRestarts is 1"), "{}", r.explain());
+}
+
+#[test]
+fn an_evaluation_window_that_expires_resets_the_counters() {
+    let dir = TestDir::new("hp-window");
+    // The second fault comes after the 1 s window: a PLR again, not the JLR none is allowed.
+    let script = "case \"$JOB_RESTART_COUNT\" in 0) exit 1;; 1) sleep 2; exit 1;; esac; sleep 1";
+    let policy = "    restartPolicy:\n      evalPeriodSeconds: 1\n      numRestartBeforeFullJobRestart: 1\n      maxFullJobRestarts: 0\n";
+    let r = dry_run(&manifest(&dir, 1, script, policy), &[]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let types: Vec<String> = r.hyperpod_states().into_iter().filter(|s| s.0 == "Restarting").map(|s| s.1).collect();
+    assert_eq!(types, ["PLR", "PLR"], "{}", r.explain());
+    assert_eq!(r.hyperpod_last()["fields"]["restartCount"], 2);
+    assert_eq!(r.hyperpod_last()["fields"]["restartStatus"]["restartCount"], 1, "the new window's count");
+}
+
+#[test]
+fn an_unhealthy_node_label_is_a_node_fault_and_the_pod_moves() {
+    let dir = TestDir::new("hp-node");
+    let script = "if [ \"$JOB_RESTART_COUNT\" = 0 ]; then sleep 30; fi; sleep 1";
+    let r = dry_run(&manifest(&dir, 2, script, ""), &["--inject", "label:pods-1@1s=UnschedulablePendingReplacement"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.stderr.contains("Event: Warning NodeFault: Found unhealthy node localhost"), "{}", r.explain());
+    assert!(r.stderr.contains("The fault of reason NodeFault was remediated in "), "{}", r.explain());
+    let node = |pod: &str| {
+        let added = r.of_kind("Pod").filter(|e| e["name"] == pod && e["type"] == "ADDED").last();
+        added.and_then(|e| e["fields"]["node"].as_str().map(String::from))
+    };
+    assert_eq!(node("hp-pods-1").as_deref(), Some("localhost-replacement-1"), "{}", r.explain());
+    assert_eq!(node("hp-pods-0").as_deref(), Some("localhost"));
+    assert!(r.hyperpod_states().contains(&("Restarting".into(), "JLR".into())));
+}
+
+#[test]
+fn job_max_retry_count_fails_the_job_after_that_many_restarts() {
+    let dir = TestDir::new("hp-retries");
+    let r = dry_run(&manifest(&dir, 1, "exit 1", "    jobMaxRetryCount: 2\n"), &[]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    let last = r.hyperpod_last();
+    assert_eq!(last["fields"]["reason"], "JobMaxRetryCountExceeded", "{}", r.explain());
+    assert_eq!(last["fields"]["restartCount"], 2);
+}
+
+#[test]
+fn the_fault_deadline_fails_a_job_whose_restart_does_not_finish() {
+    let dir = TestDir::new("hp-faultdeadline");
+    // The workers ignore SIGUSR1 and the stop waits 10 s before SIGKILL: still faulted after 1 s.
+    let script = "trap '' USR1; if [ \"$PET_NODE_RANK\" = 1 ]; then exit 1; fi; sleep 30";
+    let r = dry_run(&manifest(&dir, 2, script, "    faultDeadlineSeconds: 1\n"), &["--hyperpod-stop-timeout", "10s"]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.hyperpod_last()["fields"]["reason"], "FaultDeadlineExceeded", "{}", r.explain());
+}
+
+#[test]
+fn clean_pod_policy_all_deletes_the_pods_and_none_keeps_them() {
+    for (policy, deleted) in [("All", 2), ("None", 0)] {
+        let dir = TestDir::new("hp-clean");
+        let r = dry_run(&manifest(&dir, 2, "sleep 1", &format!("    cleanPodPolicy: {policy}\n")), &[]);
+        assert_eq!(r.code, 0, "{}", r.explain());
+        let n = r.of_kind("Pod").filter(|e| e["type"] == "DELETED").count();
+        assert_eq!(n, deleted, "cleanPodPolicy {policy}: {}", r.explain());
+    }
+}
+
+#[test]
+fn a_suspended_job_starts_its_pods_once_resumed() {
+    let dir = TestDir::new("hp-suspend");
+    let r = dry_run(&manifest(&dir, 1, "sleep 1", "    suspend: true\n"), &["--inject", "resume:job@1s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let states: Vec<String> = r.hyperpod_states().into_iter().map(|s| s.0).collect();
+    assert_eq!(states[..2], ["Created".to_string(), "Suspended".to_string()], "{}", r.explain());
+    let first_pod = r.of_kind("Pod").next().and_then(|e| e["time_ms"].as_u64()).unwrap_or(0);
+    assert!(first_pod >= 1000, "no pod before the resume: {}", r.explain());
+    assert_eq!(states.last().map(String::as_str), Some("Completed"));
+}
+
+#[test]
+fn a_field_the_crd_does_not_have_exits_64_naming_it() {
+    let dir = TestDir::new("hp-unknown");
+    let path = manifest(&dir, 1, "true", "    maxRetries: 3\n");
+    let r = dry_run(&path, &[]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("strict decoding error: unknown field \"spec.runPolicy.maxRetries\""), "{}", r.explain());
+}
+
+/// The AWS documentation's job ("Using the training operator to run jobs": log rules, restart
+/// policy, port 8080, a nodeSelector) with its elisions filled in, runs with `--command`.
+const AWS_EXAMPLE: &str = r#"apiVersion: sagemaker.amazonaws.com/v1
+kind: HyperPodPyTorchJob
+metadata:
+  labels:
+    app.kubernetes.io/name: HyperPod
+    app.kubernetes.io/managed-by: kustomize
+  name: &jobname hp-example
+  annotations:
+    example: value
+spec:
+  nprocPerNode: "1"
+  replicaSpecs:
+    - name: pods
+      replicas: 2
+      template:
+        spec:
+          nodeSelector:
+            beta.kubernetes.io/instance-type: ml.p5.48xlarge
+          containers:
+            - name: trainer
+              image: my-training-image
+              imagePullPolicy: Always
+              command: ["hyperpodrun", "--nnodes=2", "--nproc-per-node=1", "--server-port=8080", "train.py"]
+              ports:
+                - containerPort: 8080
+  runPolicy:
+    jobMaxRetryCount: 50
+    restartPolicy:
+      numRestartBeforeFullJobRestart: 3
+      evalPeriodSeconds: 21600
+      maxFullJobRestarts: 1
+    cleanPodPolicy: "All"
+    logMonitoringConfiguration:
+      - name: "JobStart"
+        logPattern: ".*Experiment configuration.*"
+        expectedStartCutOffInSeconds: 120
+      - name: "JobHangingDetection"
+        logPattern: ".*\\[Epoch 0 Batch \\d+.*'training_loss_step': (\\d+(\\.\\d+)?).*"
+        expectedRecurringFrequencyInSeconds: 300
+        expectedStartCutOffInSeconds: 600
+"#;
+
+#[test]
+fn the_aws_documentation_example_runs_and_the_elastic_one_is_refused_by_name() {
+    let dir = TestDir::new("hp-aws");
+    let path = dir.write("job.yaml", AWS_EXAMPLE);
+    let r = dry_run(&path, &["--command", "pods=echo Experiment configuration; sleep 1"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.stderr.contains("hyperpodrun --server-port 8080"), "the agent's flag is named: {}", r.explain());
+    assert!(r.stderr.contains("not emulated here: spec.replicaSpecs[0].template.spec.nodeSelector"), "{}", r.explain());
+    assert_eq!(r.hyperpod_last()["fields"]["state"], "Completed");
+
+    let elastic = AWS_EXAMPLE
+        .replace("  runPolicy:\n", "  elasticPolicy:\n    minReplicas: 1\n    maxReplicas: 4\n  runPolicy:\n");
+    let r = dry_run(&dir.write("elastic.yaml", &elastic), &[]);
+    assert_eq!(r.code, 64, "{}", r.explain());
+    assert!(r.stderr.contains("spec.elasticPolicy: elastic scaling"), "{}", r.explain());
+}
+
+#[test]
+fn the_startup_deadline_fails_a_job_whose_agents_are_not_running_in_time() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("hp-startup");
+    // Every pod's container takes 3 s to start its agent: not running 1 s after the pods' creation.
+    let wrapper = dir.write("slow-agent.sh", &format!("#!/bin/sh\nsleep 3\nexec {} \"$@\"\n", common::bin()));
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = manifest(&dir, 2, "sleep 1", "    startupDeadlineSeconds: 1\n");
+    let r = dry_run(&path, &["--launcher", wrapper.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.explain());
+    assert_eq!(r.hyperpod_last()["fields"]["reason"], "StartupDeadlineExceeded", "{}", r.explain());
+    assert!(r.stderr.contains("startupDeadlineSeconds is 1"), "{}", r.explain());
+}
+
+#[test]
+fn with_hyperpod_poll_the_operator_reads_each_agents_status_over_http() {
+    let dir = TestDir::new("hp-poll");
+    let r = dry_run(&manifest(&dir, 2, CRASH_ONCE, ""), &["--hyperpod-poll", "200ms"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.hyperpod_states().contains(&("Restarting".into(), "PLR".into())), "{}", r.explain());
+    assert!(r.stderr.contains("The fault of reason WorkerCrash was remediated in "), "{}", r.explain());
+    for rank in 0..2 {
+        assert!(r.stderr.contains(&format!("rank={rank} count=1")), "{}", r.explain());
+    }
+}
