@@ -104,6 +104,14 @@ pub struct SuperviseArgs {
     /// What a failure restarts: replica (this child) or job (every replica's child).
     #[arg(long, env = "RANKVISOR_RESTART_SCOPE", value_enum, default_value_t = RestartScope::Replica)]
     pub restart_scope: RestartScope,
+    /// Before any replica is stopped, send this signal (e.g. SIGUSR1) to every replica's training
+    /// process so the whole job saves a checkpoint; the stop follows after --checkpoint-grace.
+    #[arg(long, env = "RANKVISOR_CHECKPOINT_SIGNAL", value_name = "SIG")]
+    pub checkpoint_signal: Option<crate::signo::Signo>,
+    /// How long a stop waits after the checkpoint signal, unless the child exits first
+    /// [default: half of --grace-period].
+    #[arg(long, env = "RANKVISOR_CHECKPOINT_GRACE", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub checkpoint_grace: Option<Duration>,
     /// A file the training process touches (or writes JSON progress to) as its heartbeat.
     #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
     pub heartbeat_file: Option<PathBuf>,

@@ -12,8 +12,9 @@ use crate::policy::RestartScope;
 use crate::process::ChildCommand;
 use crate::rank::{self, RankEnv, ReplicaCount, Role};
 use crate::rendezvous;
-use crate::replica::child::{HangConfig, SupervisorConfig};
+use crate::replica::child::{CheckpointConfig, HangConfig, SupervisorConfig};
 use crate::replica::JobLinkConfig;
+use crate::signo::Signo;
 use crate::status::Identity;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -119,7 +120,9 @@ pub fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, ConfigEr
             a.backoff_max, a.backoff_initial
         )));
     }
+    let checkpoint = checkpoint_config(a)?;
     Ok(SupervisorConfig {
+        checkpoint,
         policy: a.restart_policy,
         backoff_limit: a.backoff_limit,
         backoff: BackoffConfig { initial: a.backoff_initial, max: a.backoff_max, reset: a.backoff_reset },
@@ -127,6 +130,32 @@ pub fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, ConfigEr
         hang,
         scope: a.restart_scope,
     })
+}
+
+/// `--checkpoint-signal` and `--checkpoint-grace` (default: half the grace period).
+fn checkpoint_config(a: &SuperviseArgs) -> Result<Option<CheckpointConfig>, ConfigError> {
+    let Some(signal) = a.checkpoint_signal else {
+        return match a.checkpoint_grace {
+            Some(g) => Err(err(format!(
+                "--checkpoint-grace ({g:?}) needs --checkpoint-signal (RANKVISOR_CHECKPOINT_SIGNAL): expected both or neither"
+            ))),
+            None => Ok(None),
+        };
+    };
+    if signal == Signo::KILL || signal.raw() == libc::SIGSTOP {
+        return Err(err(format!(
+            "--checkpoint-signal {} cannot be caught: expected a signal the training process handles, such as SIGUSR1",
+            signal.name()
+        )));
+    }
+    let grace = a.checkpoint_grace.unwrap_or(a.grace_period / 2);
+    if grace.is_zero() || grace >= a.grace_period {
+        return Err(err(format!(
+            "--checkpoint-grace ({grace:?}) must be positive and shorter than --grace-period ({:?}): the stop's own signal and SIGKILL follow within the grace period",
+            a.grace_period
+        )));
+    }
+    Ok(Some(CheckpointConfig { signal, grace }))
 }
 
 /// The pod's name: `POD_NAME` from the downward API, else `HOSTNAME`, else the kernel's hostname
@@ -237,10 +266,13 @@ pub fn supervise_config(
         &mut warnings,
     );
     // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
-    let link = match a.agent {
+    let mut link = match a.agent {
         Some(_) => None,
         None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
     };
+    if let Some(l) = link.as_mut() {
+        l.checkpoint = supervisor.checkpoint.map(|c| c.grace);
+    }
     let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
@@ -363,6 +395,7 @@ fn link_config(
             token,
             ..rendezvous::RendezvousConfig::default()
         },
+        checkpoint: None,
     }))
 }
 

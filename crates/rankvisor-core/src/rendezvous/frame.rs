@@ -122,6 +122,12 @@ pub enum Order {
         /// Why, for the worker's log.
         reason: String,
     },
+    /// `--checkpoint-signal`: a replica is being stopped; every replica's training process
+    /// saves now (and goes on until its own stop, if any).
+    Checkpoint {
+        /// Why, for the worker's log.
+        reason: String,
+    },
 }
 
 /// One frame of the protocol.
@@ -184,10 +190,15 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// Master -> worker: a replica is being stopped; save a checkpoint now (`--checkpoint-signal`).
+    Checkpoint {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 13] = [
+pub const FRAME_TYPES: [&str; 14] = [
     "hello",
     "challenge",
     "auth",
@@ -201,6 +212,7 @@ pub const FRAME_TYPES: [&str; 13] = [
     "stop",
     "restart",
     "finished",
+    "checkpoint",
 ];
 
 impl Frame {
@@ -220,6 +232,7 @@ impl Frame {
             Frame::Stop { .. } => "stop",
             Frame::Restart { .. } => "restart",
             Frame::Finished { .. } => "finished",
+            Frame::Checkpoint { .. } => "checkpoint",
         }
     }
 }
@@ -230,6 +243,7 @@ impl From<Order> for Frame {
             Order::Stop { reason } => Frame::Stop { reason },
             Order::Restart { generation } => Frame::Restart { generation },
             Order::Finished { reason } => Frame::Finished { reason },
+            Order::Checkpoint { reason } => Frame::Checkpoint { reason },
         }
     }
 }
@@ -409,6 +423,7 @@ mod tests {
             Frame::Stop { reason: "job failed".into() },
             Frame::Restart { generation: 2 },
             Frame::Finished { reason: "the master's launcher finished".into() },
+            Frame::Checkpoint { reason: "replica 3 is being stopped".into() },
         ]
     }
 

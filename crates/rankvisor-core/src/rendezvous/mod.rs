@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod checkpoint;
 mod config;
 mod conn;
 mod error;

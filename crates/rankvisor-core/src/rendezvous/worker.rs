@@ -452,6 +452,7 @@ impl WorkerSession {
                 Some(FromMaster::Frame(Frame::Stop { reason })) => return Some(Order::Stop { reason }),
                 Some(FromMaster::Frame(Frame::Restart { generation })) => return Some(Order::Restart { generation }),
                 Some(FromMaster::Frame(Frame::Finished { reason })) => return Some(Order::Finished { reason }),
+                Some(FromMaster::Frame(Frame::Checkpoint { reason })) => return Some(Order::Checkpoint { reason }),
                 Some(FromMaster::Frame(Frame::Error { message })) => {
                     warn!(master = %self.master, "the rendezvous master sent an error: {}", crate::untrusted::escape(&message));
                     self.lost = Some(format!("the master sent an error: {message}"));

@@ -327,8 +327,10 @@ impl Loop {
             Effect::Child(ChildAction::Spawn { .. }) => {
                 error!("internal error: a spawn without its attempt's order; the machine sends Effect::Spawn");
             }
-            Effect::Child(ChildAction::SignalPrograms { .. }) => {
-                error!("internal error: a shutdown's signal without its order; the machine sends Effect::ScanTree");
+            Effect::Child(ChildAction::SignalPrograms { .. } | ChildAction::Checkpoint { .. }) => {
+                error!(
+                    "internal error: a signal to the programs without its order; the machine sends Effect::ScanTree"
+                );
             }
             Effect::DrainOutput => {
                 if !self.log.as_ref().is_some_and(LogWatch::drain) {

@@ -7,11 +7,12 @@
 use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
+use crate::rendezvous::checkpoint::Fanout;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
     WorkerSession,
 };
-use crate::status::Report;
+use crate::status::{ReplicaState, Report};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -37,6 +38,8 @@ pub struct JobLinkConfig {
     pub listen: SocketAddr,
     /// Timeouts, token, frame limit.
     pub rendezvous: RendezvousConfig,
+    /// `--checkpoint-grace` when `--checkpoint-signal` is set: the master's fan-out window.
+    pub checkpoint: Option<Duration>,
 }
 
 impl JobLinkConfig {
@@ -97,6 +100,12 @@ pub enum LinkEvent {
     OrderRestart {
         /// The generation.
         generation: u64,
+    },
+    /// `--checkpoint-signal`: a replica is being stopped and the job saves (the master's fan-out,
+    /// on the master too).
+    Checkpoint {
+        /// Why.
+        reason: String,
     },
     /// Worker: the master orders a stop.
     OrderStop {
@@ -200,7 +209,15 @@ pub fn start(
             let (master, control) =
                 rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone(), scope)?;
             let (view_tx, view_rx) = watch::channel(None);
-            (Some(view_rx), tokio::spawn(run_master(master, control, upstream, cmd_rx, ev_tx, view_tx)))
+            let link = MasterLink {
+                master: Arc::new(master),
+                events: ev_tx,
+                view: view_tx,
+                workers_done: false,
+                released_once: false,
+                fanout: cfg.checkpoint.map(Fanout::new),
+            };
+            (Some(view_rx), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
         }
         Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
@@ -222,14 +239,11 @@ async fn poll_pending<T>(p: &mut Pending<T>) -> T {
 type BarrierDone = (u64, Result<rendezvous::Released, RendezvousError>);
 
 async fn run_master(
-    master: MasterHandle,
+    mut link: MasterLink,
     mut control: mpsc::Receiver<ControlEvent>,
     mut upstream: Upstream,
     mut commands: mpsc::UnboundedReceiver<LinkCommand>,
-    events: mpsc::UnboundedSender<LinkEvent>,
-    view: watch::Sender<Option<JobView>>,
 ) {
-    let mut link = MasterLink { master: Arc::new(master), events, view, workers_done: false, released_once: false };
     let mut pending = link.barrier(0);
     // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
     // (per event is quadratic when thousands of workers join or leave at once).
@@ -248,6 +262,7 @@ async fn run_master(
             }
             report = upstream.next(), if upstream_open => match report {
                 Some(report) => {
+                    link.checkpoint_if_stopping(0, report.state);
                     link.master.publish_own_state(report);
                     dirty = true;
                 }
@@ -276,6 +291,8 @@ struct MasterLink {
     workers_done: bool,
     /// The view is published once a barrier has released.
     released_once: bool,
+    /// `--checkpoint-signal`: the job saves when a replica is being stopped.
+    fanout: Option<Fanout>,
 }
 
 impl MasterLink {
@@ -312,8 +329,25 @@ impl MasterLink {
         self.publish_view();
     }
 
-    fn on_control(&self, event: ControlEvent) {
+    /// A replica (0: the master) reported `state`: when it is being stopped, every replica's
+    /// training process saves now (the master's own child too), once per window.
+    fn checkpoint_if_stopping(&mut self, index: u32, state: ReplicaState) {
+        let Some(fanout) = self.fanout.as_mut() else { return };
+        let Some(reason) = fanout.on_state(index, state, std::time::Instant::now()) else { return };
+        info!("checkpoint: {reason}: every replica saves");
+        let _ = self.events.send(LinkEvent::Checkpoint { reason: reason.clone() });
+        // Queued beside the loop: the master's command queue may be full for a moment.
+        let master = Arc::clone(&self.master);
+        tokio::spawn(async move {
+            if let Err(e) = master.order(Order::Checkpoint { reason }).await {
+                warn!("rendezvous: cannot ask the workers to checkpoint: {e}");
+            }
+        });
+    }
+
+    fn on_control(&mut self, event: ControlEvent) {
         match event {
+            ControlEvent::State { index, report } => self.checkpoint_if_stopping(index, report.state),
             ControlEvent::Rejoin { index, generation } => {
                 info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
                 let _ = self.events.send(LinkEvent::RejoinAsked { generation });
@@ -454,6 +488,7 @@ impl WorkerLink {
         let event = match order {
             Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
             Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
+            Ok(Order::Checkpoint { reason }) => LinkEvent::Checkpoint { reason },
             Ok(Order::Finished { reason }) => {
                 // The close that follows is no loss: drop the session quietly.
                 self.session = None;

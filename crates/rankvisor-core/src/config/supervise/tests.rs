@@ -235,3 +235,38 @@ fn the_restart_scope_is_read_once_into_the_supervisor() {
         assert!(c.link.is_some(), "the seed's worker meets the others");
     }
 }
+
+#[test]
+fn the_checkpoint_signal_and_its_grace_half_the_grace_period_by_default() {
+    assert_eq!(supervisor_config(&args(&[])).unwrap().checkpoint, None, "off unless asked for");
+    let c = supervisor_config(&args(&["--checkpoint-signal", "SIGUSR1"])).unwrap();
+    assert_eq!(c.checkpoint, Some(CheckpointConfig { signal: Signo::USR1, grace: Duration::from_secs(15) }));
+    let c =
+        supervisor_config(&args(&["--checkpoint-signal", "usr2", "--checkpoint-grace", "5s", "--grace-period", "60s"]))
+            .unwrap();
+    assert_eq!(c.checkpoint.map(|c| (c.signal.name(), c.grace)), Some(("SIGUSR2".into(), Duration::from_secs(5))));
+    // The master's link carries the window of its fan-out.
+    let env = EnvSnapshot::of(SEED_WORKER).with_hostname("ignored");
+    let c = supervise_config(&args(&["--checkpoint-signal", "10"]), &cmd(), &env).unwrap();
+    assert_eq!(c.link.and_then(|l| l.checkpoint), Some(Duration::from_secs(15)));
+}
+
+#[test]
+fn a_bad_checkpoint_setting_names_the_option_and_what_was_expected() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--checkpoint-grace", "5s"], "--checkpoint-grace (5s) needs --checkpoint-signal"),
+        (&["--checkpoint-signal", "KILL"], "--checkpoint-signal SIGKILL cannot be caught"),
+        (&["--checkpoint-signal", "SIGSTOP"], "--checkpoint-signal SIGSTOP cannot be caught"),
+        (
+            &["--checkpoint-signal", "USR1", "--checkpoint-grace", "30s"],
+            "must be positive and shorter than --grace-period (30s)",
+        ),
+        (&["--checkpoint-signal", "USR1", "--checkpoint-grace", "0s"], "--checkpoint-grace (0ns) must be positive"),
+    ];
+    for (argv, want) in cases {
+        let e = supervisor_config(&args(argv)).unwrap_err().to_string();
+        assert!(e.contains(want), "{argv:?}: {e}");
+    }
+    let e = Cmd::try_parse_from(["rankvisor", "--checkpoint-signal", "SIGNOPE"]).err().unwrap().to_string();
+    assert!(e.contains("\"SIGNOPE\" is not a signal: expected a signal name such as SIGUSR1"), "{e}");
+}

@@ -26,6 +26,7 @@ fn cfg(policy: RestartPolicy, limit: u32) -> SupervisorConfig {
         grace: 1000 * MS,
         hang: None,
         scope: RestartScope::Replica,
+        checkpoint: None,
     }
 }
 
@@ -38,6 +39,8 @@ struct Harness {
     signals: Vec<(Pid, Signo)>,
     /// The shutdowns' signals (`SignalPrograms`), also in `signals`.
     programs_first: Vec<(Pid, Signo)>,
+    /// The checkpoint signals (`Checkpoint`), not in `signals`.
+    checkpoints: Vec<(Pid, Signo)>,
     messages: Vec<String>,
     exit: Option<i32>,
     generations: Vec<u64>,
@@ -53,6 +56,7 @@ impl Harness {
             spawns: vec![],
             signals: vec![],
             programs_first: vec![],
+            checkpoints: vec![],
             messages: vec![],
             exit: None,
             generations: vec![],
@@ -77,6 +81,7 @@ impl Harness {
                     self.signals.push((pid, signal));
                     self.programs_first.push((pid, signal));
                 }
+                ChildAction::Checkpoint { pid, signal } => self.checkpoints.push((pid, signal)),
                 ChildAction::KillLeftovers { .. } => {}
                 ChildAction::TerminationMessage(m) => self.messages.push(m),
             }
