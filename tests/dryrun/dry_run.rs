@@ -295,6 +295,49 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     assert!(r.stderr.contains("injected: pytest-master-0 is deleted"), "{}", r.stderr);
 }
 
+/// Issue 37 item 4: four replicas with `--checkpoint-signal SIGUSR1` (the pod template's env);
+/// one pod is preempted (deleted gracefully: TERM to its launcher) -> every replica's training
+/// process got SIGUSR1 and wrote its checkpoint before any got SIGTERM.
+#[test]
+fn a_preempted_pod_makes_every_replica_save_before_any_is_stopped() {
+    let tmp = TestDir::new("dry-run-checkpoint");
+    let dir = tmp.path().display().to_string();
+    // Each saves on USR1 and records a TERM; all end once worker-1 got its TERM (the recreated
+    // worker-1 ends at once).
+    let script = tmp.write(
+        "saver.sh",
+        &format!(
+            "trap 'date +%s%N > {dir}/saved-$POD_NAME' USR1\n\
+             trap 'date +%s%N > {dir}/term-$POD_NAME; exit 0' TERM\n\
+             [ -e {dir}/term-pytest-worker-1 ] && exit 0\n\
+             while [ ! -e {dir}/term-pytest-worker-1 ]; do sleep 0.05; done\n"
+        ),
+    );
+    let text = example_text("pytorchjob.yaml")
+        .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", &format!("command: [\"sh\", \"{}\"]", script.display()))
+        .replace(
+            "imagePullPolicy: IfNotPresent",
+            "imagePullPolicy: IfNotPresent\n              env: [{name: RANKVISOR_CHECKPOINT_SIGNAL, value: SIGUSR1}]",
+        );
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &["--grace-period", "4s", "--inject", "preempt:worker-1@3s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.stderr.contains("injected: pytest-worker-1 is preempted"), "{}", r.stderr);
+    let time = |name: &str| -> u128 {
+        let text = std::fs::read_to_string(tmp.join(name)).unwrap_or_else(|e| panic!("{name}: {e}\n{}", r.explain()));
+        text.trim().parse().unwrap_or_else(|e| panic!("{name}: {e}: {text:?}"))
+    };
+    let term = time("term-pytest-worker-1");
+    for pod in PODS {
+        assert!(time(&format!("saved-{pod}")) < term, "{pod} saved before pytest-worker-1 got SIGTERM");
+        if pod != "pytest-worker-1" {
+            assert!(!tmp.join(&format!("term-{pod}")).exists(), "{pod} was never stopped");
+        }
+    }
+    let w1 = r.pod("pytest-worker-1");
+    assert!(w1.iter().any(|e| e.status == "Terminating"), "deleted gracefully: {w1:?}");
+}
+
 #[test]
 fn an_injected_failure_kills_the_training_process_and_it_restarts() {
     let r = json_run(&example("pytorchjob.yaml"), &["--inject", "fail:worker-1@1s"]);

@@ -16,6 +16,9 @@
 //! - `delete:REPLICA@T`: SIGKILL to the launcher and to its training process group (a pod lost
 //!   with its node, or `kubectl delete --force --grace-period=0`), then the operator's view:
 //!   Terminating, deleted, created anew with RESTARTS 0.
+//! - `preempt:REPLICA@T`: the pod is deleted gracefully (a preemption, `kubectl delete pod`):
+//!   Terminating, TERM to its launcher, which stops its child within its grace period, then the
+//!   operator's view as for `delete:`.
 //! - `label:REPLICA@T=VALUE`: the replica's node labels file is rewritten atomically (temp file,
 //!   then rename, as the kubelet does), which the launcher's `--node-health file:` source reads.
 //!
@@ -547,6 +550,11 @@ impl DryRunLoop {
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
                 self.kill(pod);
+                self.feed(ClusterEvent::PodDeleted { pod });
+            }
+            // The kubelet's graceful stop: TERM, the grace period, KILL; recreated once it ended.
+            Fault::Preempt => {
+                note(&format!("injected: {name} is preempted (deleted gracefully: TERM to its launcher)"));
                 self.feed(ClusterEvent::PodDeleted { pod });
             }
             Fault::Label { key, value } => {
