@@ -17,6 +17,9 @@
 //! Prints one line: `replicas=N barrier_ms=.. dialled_ms=.. master_peak_rss_kb=.. master_cpu_ms=..`.
 //! A fleet that fails names the worker and what it got last, and ends the run at once.
 //! BENCH_MASTER_LOG=1: the library master's warnings (a dropped or refused worker) on stderr.
+//! BENCH_CHECKPOINT=FILE with `--launcher` (and RANKVISOR_CHECKPOINT_SIGNAL=SIGUSR1): after the
+//! barrier, worker 1 reports `Stopping` and each fleet appends when its workers got the master's
+//! `checkpoint` frame to FILE (`checkpoint_phase`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -255,7 +258,17 @@ fn launcher(bin: &str, replicas: u32) {
         // RANKVISOR_* from the bench's environment (e.g. RANKVISOR_LOG_LEVEL=warn) reach the launcher.
         .envs(std::env::vars().filter(|(k, _)| k.starts_with("RANKVISOR_")))
         .args(["--job-name", "bench", "--http-addr", "off", "--node-health", "off", "--kube-events", "off"])
-        .args(["--rendezvous-timeout", "5m", "--restart-policy", "Never", "--", "/bin/sh", "-c", "read _ < \"$0\""])
+        // The child ignores SIGUSR1: BENCH_CHECKPOINT runs the launcher with --checkpoint-signal SIGUSR1.
+        .args([
+            "--rendezvous-timeout",
+            "5m",
+            "--restart-policy",
+            "Never",
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap '' USR1; read _ < \"$0\"",
+        ])
         .arg(&fifo)
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -476,6 +489,59 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             }
         }
     }
+    if let Some(out) = std::env::var_os("BENCH_CHECKPOINT") {
+        checkpoint_phase(held, first, std::path::Path::new(&out)).await;
+    }
     println!("{started} {} {}", dialled.load(std::sync::atomic::Ordering::Relaxed), mono_ns());
     std::process::exit(0);
+}
+
+/// A released worker's connection: the lines it reads, the half it writes.
+type Held = (tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>, tokio::net::tcp::OwnedWriteHalf);
+
+/// BENCH_CHECKPOINT=FILE (the launcher run with `--checkpoint-signal`): once released, worker 1
+/// (in the first fleet) reports `Stopping`, as a preempted replica does, and every worker of the
+/// fleet waits for the master's `checkpoint` frame. Appends `stop_ns first_ns last_ns count`
+/// (CLOCK_MONOTONIC; stop_ns 0 in the other fleets) to FILE.
+async fn checkpoint_phase(held: Vec<Held>, first: u32, out: &std::path::Path) {
+    use rankvisor_core::status::{Identity, LocalStatus, ReplicaState, Timeline};
+    let mut writers = Vec::new();
+    let mut waiting = tokio::task::JoinSet::new();
+    for (mut lines, write) in held {
+        writers.push(write);
+        waiting.spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Ok(Frame::Checkpoint { .. }) = serde_json::from_str::<Frame>(&l) {
+                    return Some(mono_ns());
+                }
+            }
+            None
+        });
+    }
+    let mut stop_ns = 0;
+    if first == 1 {
+        let id = Identity { job: Some("bench".into()), rank: Some(1), ..Identity::default() };
+        let status = LocalStatus { state: ReplicaState::Stopping, ..LocalStatus::default() };
+        let report = Timeline::new(std::time::UNIX_EPOCH).report(&id, &status, std::time::SystemTime::now());
+        let line = encode(&Frame::State(Box::new(report)), DEFAULT_MAX_FRAME).expect("a state frame");
+        stop_ns = mono_ns();
+        writers[0].write_all(&line).await.expect("write the stopping state");
+    }
+    let mut got = Vec::new();
+    let all = async {
+        while let Some(r) = waiting.join_next().await {
+            got.extend(r.ok().flatten());
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), all).await.is_err() {
+        eprintln!(
+            "fleet: {} of {} workers got no checkpoint frame within 30 s",
+            writers.len() - got.len(),
+            writers.len()
+        );
+    }
+    let (lo, hi) = (got.iter().min().copied().unwrap_or(0), got.iter().max().copied().unwrap_or(0));
+    let line = format!("{stop_ns} {lo} {hi} {}\n", got.len());
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out).expect("the checkpoint figures' file");
+    std::io::Write::write_all(&mut f, line.as_bytes()).expect("write the checkpoint figures");
 }
