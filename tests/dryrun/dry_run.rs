@@ -901,6 +901,34 @@ fn an_unknown_image_pull_policy_is_refused_naming_field_and_value() {
     );
 }
 
+/// Issue 37 item 2: seed 000's job at the dry run's cap, 1,024 replicas (a master and 1,023
+/// workers), one real launcher each, runs to Succeeded and every pod completes. In the full tier
+/// only (.config/nextest.toml): it starts 2,048 processes. Its wall time and memory are figures
+/// for docs/benchmarks.md (`/usr/bin/time -v` on the same manifest), not asserted here.
+#[test]
+fn a_job_of_1024_replicas_succeeds() {
+    let tmp = TestDir::new("dry-run-1024");
+    let text = example_text("pytorchjob.yaml").replace("replicas: 3", "replicas: 1023").replace("sleep 3", "sleep 1");
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &["--timeout", "300s"]);
+    assert_eq!(r.code, 0, "{}", r.stderr.get(..4000).unwrap_or(&r.stderr));
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"]);
+    let mut last: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for e in r.of_kind("Pod") {
+        let (name, status) =
+            (e["name"].as_str().unwrap_or_default(), e["fields"]["status"].as_str().unwrap_or_default());
+        last.insert(name.to_string(), status.to_string());
+    }
+    assert_eq!(last.len(), 1024, "one pod per replica");
+    let done = last.values().filter(|s| *s == "Completed").count();
+    assert_eq!(
+        done,
+        1024,
+        "every pod completed: {:?}",
+        last.iter().filter(|(_, s)| *s != "Completed").take(5).collect::<Vec<_>>()
+    );
+}
+
 /// Issue 34: a job of the largest size the dry run takes (256 pods) is created one pod at a time,
 /// and SIGTERM is heard between two: the dry run stops where it is, starts no further pod, and
 /// leaves no launcher or training process behind.

@@ -61,7 +61,10 @@ use crate::render::timeline::{FaultMark, Recording};
 use crate::workload::Workload;
 
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
-/// each SIGCHLD (signals coalesce).
+/// each SIGCHLD (signals coalesce). Also the most often they are looked for at all: a look reads
+/// every process's /proc/PID/stat, so a look per exit when 1,024 launchers end together reads /proc
+/// a million times and holds the loop for minutes; the exits of a burst share one look instead,
+/// reported at most this much later.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
@@ -132,6 +135,8 @@ struct DryRunLoop {
     launchers: BTreeMap<ReplicaId, LiveLauncher>,
     /// Launchers that exited, while the processes they left are being killed.
     pending_exits: Vec<PendingExit>,
+    /// When the orphans were last looked for (at most every [`TEARDOWN_POLL`]).
+    last_sweep: Option<Instant>,
     /// Orphans already named in a note.
     orphans_noted: BTreeSet<Pid>,
     /// The controllers' work not yet carried out, oldest first: done one piece at a time, with
@@ -179,6 +184,7 @@ impl DryRunLoop {
             injections,
             launchers: BTreeMap::new(),
             pending_exits: Vec::new(),
+            last_sweep: None,
             orphans_noted: BTreeSet::new(),
             work: VecDeque::new(),
             next_instance: 0,
@@ -250,13 +256,13 @@ impl DryRunLoop {
         let live = !self.run.aborted();
         let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
-        let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
+        let teardown = self.pending_exits.first().map(|_| self.next_sweep());
         [tick, inject, teardown, self.run.next_wake()].into_iter().flatten().min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
-        if !self.pending_exits.is_empty() {
+        if !self.pending_exits.is_empty() && self.next_sweep() <= now {
             self.tear_down();
         }
         if !self.run.aborted() && self.workload.next_tick().is_some_and(|d| self.start + d <= now) {
@@ -373,14 +379,23 @@ impl DryRunLoop {
                 let since = Instant::now();
                 self.pending_exits.push(PendingExit { pod, status, child, since });
                 self.run.tearing_down(self.pending_exits.first().map(|p| p.since));
-                self.tear_down();
+                if self.next_sweep() <= since {
+                    self.tear_down();
+                }
             }
         }
+    }
+
+    /// When the orphans may be looked for next: at once after a quiet spell, else one
+    /// [`TEARDOWN_POLL`] after the last look.
+    fn next_sweep(&self) -> Instant {
+        self.last_sweep.map_or_else(Instant::now, |last| last + TEARDOWN_POLL)
     }
 
     /// Kill and collect what ended launchers left (any child of the dry run that is not a live
     /// launcher); once nothing is left, report the launchers' exits to the controller.
     fn tear_down(&mut self) {
+        self.last_sweep = Some(Instant::now());
         let launchers: BTreeSet<Pid> = self.launchers.values().filter_map(|l| l.pid).collect();
         let sweep = orphans::sweep(&launchers);
         for &(pid, group) in &sweep.killed {
