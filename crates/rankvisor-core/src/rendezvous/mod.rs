@@ -17,6 +17,7 @@ mod io;
 pub mod job;
 mod master;
 pub mod roster;
+pub mod straggler;
 mod worker;
 
 #[cfg(test)]
