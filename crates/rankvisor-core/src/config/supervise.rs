@@ -88,6 +88,8 @@ pub struct SuperviseConfig {
     pub heartbeat_file: Option<PathBuf>,
     /// `--log-rules`, read and checked.
     pub log_rules: Option<std::sync::Arc<crate::logrules::RuleSet>>,
+    /// `--straggler-rule` and its settings, checked against `log_rules`.
+    pub straggler: Option<StragglerSettings>,
     /// Where to write why rankvisor gave up (None: nowhere).
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
@@ -285,6 +287,7 @@ pub fn supervise_config(
     }
     let termination_log = a.termination_log.clone().or_else(crate::termination::default_path);
     let log_rules = a.log_rules.as_deref().map(read_log_rules).transpose()?;
+    let straggler = straggler_settings(a, log_rules.as_deref())?;
     Ok(SuperviseConfig {
         child: child_command(program, args, a.heartbeat_file.as_deref(), env),
         supervisor,
@@ -298,6 +301,7 @@ pub fn supervise_config(
         kube_events,
         heartbeat_file: a.heartbeat_file.clone(),
         log_rules,
+        straggler,
         termination_log,
         status_fd: a.status_fd,
         agent,
@@ -307,6 +311,68 @@ pub fn supervise_config(
 }
 
 /// `--log-rules FILE`: the rules, or an error naming the file, the rule and the field.
+/// `--straggler-rule NAME[:lower]` and its settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StragglerSettings {
+    /// The rule whose captured metric each replica sends to the master.
+    pub rule: String,
+    /// Ratio, points, and which way the metric is better.
+    pub detector: crate::rendezvous::straggler::StragglerConfig,
+    /// `--straggler-action`.
+    pub action: super::args::StragglerAction,
+}
+
+/// `--straggler-rule` checked against `--log-rules`: the rule exists and captures a metric.
+pub(super) fn straggler_settings(
+    a: &SuperviseArgs,
+    rules: Option<&crate::logrules::RuleSet>,
+) -> Result<Option<StragglerSettings>, ConfigError> {
+    use crate::rendezvous::straggler::{Better, StragglerConfig};
+    let Some(spec) = &a.straggler_rule else { return Ok(None) };
+    let (name, better) = match spec.rsplit_once(':') {
+        Some((name, "lower")) => (name, Better::Lower),
+        Some((_, other)) => {
+            return Err(err(format!(
+                "--straggler-rule {:?}: unknown suffix {:?}: expected NAME or NAME:lower",
+                crate::untrusted::escape(spec),
+                crate::untrusted::escape(other)
+            )))
+        }
+        None => (spec.as_str(), Better::Higher),
+    };
+    let Some(rules) = rules else {
+        return Err(err("--straggler-rule needs --log-rules (RANKVISOR_LOG_RULES): the rule that captures the metric"));
+    };
+    match rules.rules().iter().find(|r| r.name == name) {
+        None => {
+            let names: Vec<&str> = rules.rules().iter().map(|r| r.name.as_str()).collect();
+            return Err(err(format!(
+                "--straggler-rule {:?} names no rule of --log-rules: expected one of {}",
+                crate::untrusted::escape(name),
+                names.join(", ")
+            )));
+        }
+        Some(r) if r.metric.is_none() => {
+            return Err(err(format!(
+                "--straggler-rule {:?}: the rule has no metric (metricThreshold and operator, its logPattern's first group the value): expected a rule that captures one",
+                crate::untrusted::escape(name)
+            )))
+        }
+        Some(_) => {}
+    }
+    if !(a.straggler_ratio > 0.0 && a.straggler_ratio < 1.0) {
+        return Err(err(format!(
+            "--straggler-ratio {} is invalid: expected a fraction between 0 and 1, such as 0.75",
+            a.straggler_ratio
+        )));
+    }
+    if a.straggler_points == 0 {
+        return Err(err("--straggler-points 0 is invalid: expected at least 1"));
+    }
+    let detector = StragglerConfig { ratio: a.straggler_ratio, points: a.straggler_points, better };
+    Ok(Some(StragglerSettings { rule: name.to_string(), detector, action: a.straggler_action }))
+}
+
 fn read_log_rules(path: &std::path::Path) -> Result<std::sync::Arc<crate::logrules::RuleSet>, ConfigError> {
     let rules =
         crate::logrules::read_rules_file(path).map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES): {e}")))?;

@@ -270,3 +270,36 @@ fn a_bad_checkpoint_setting_names_the_option_and_what_was_expected() {
     let e = Cmd::try_parse_from(["rankvisor", "--checkpoint-signal", "SIGNOPE"]).err().unwrap().to_string();
     assert!(e.contains("\"SIGNOPE\" is not a signal: expected a signal name such as SIGUSR1"), "{e}");
 }
+
+#[test]
+fn the_straggler_rule_must_be_a_log_rule_that_captures_a_metric() {
+    use crate::rendezvous::straggler::Better;
+    let rules = crate::logrules::parse_rules(
+        r#"[{"name": "throughput", "logPattern": ".*samples/s (\\S+)", "metricThreshold": 0, "operator": "lt"},
+            {"name": "alive", "logPattern": ".*step", "expectedRecurringFrequencyInSeconds": 60}]"#,
+    )
+    .unwrap();
+    let s = straggler_settings(&args(&["--straggler-rule", "throughput"]), Some(&rules)).unwrap().unwrap();
+    assert_eq!((s.rule.as_str(), s.detector.ratio, s.detector.points), ("throughput", 0.75, 3));
+    assert_eq!((s.detector.better, s.action), (Better::Higher, super::super::args::StragglerAction::Report));
+    let argv = ["--straggler-rule", "throughput:lower", "--straggler-ratio", "0.5", "--straggler-points", "5"];
+    let s = straggler_settings(&args(&argv), Some(&rules)).unwrap().unwrap();
+    assert_eq!((s.detector.better, s.detector.ratio, s.detector.points), (Better::Lower, 0.5, 5));
+    assert_eq!(straggler_settings(&args(&[]), Some(&rules)).unwrap(), None);
+    let cases: [(&[&str], bool, &str); 6] = [
+        (&["--straggler-rule", "throughput"], false, "--straggler-rule needs --log-rules"),
+        (
+            &["--straggler-rule", "nope"],
+            true,
+            "\"nope\" names no rule of --log-rules: expected one of throughput, alive",
+        ),
+        (&["--straggler-rule", "alive"], true, "\"alive\": the rule has no metric"),
+        (&["--straggler-rule", "throughput:upper"], true, "unknown suffix \"upper\": expected NAME or NAME:lower"),
+        (&["--straggler-rule", "throughput", "--straggler-ratio", "1.5"], true, "--straggler-ratio 1.5 is invalid"),
+        (&["--straggler-rule", "throughput", "--straggler-points", "0"], true, "--straggler-points 0 is invalid"),
+    ];
+    for (argv, with_rules, want) in cases {
+        let e = straggler_settings(&args(argv), with_rules.then_some(&rules)).unwrap_err().to_string();
+        assert!(e.contains(want), "{argv:?}: {e}");
+    }
+}
