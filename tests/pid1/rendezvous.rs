@@ -516,3 +516,39 @@ fn a_job_scope_fault_makes_every_replica_save_before_the_restart() {
     }
     assert!(!out.join("saved-2-0").exists(), "the failed child was gone");
 }
+
+/// Issue 36 item 4: `--straggler-rule` names the replica whose logged throughput stays below
+/// 0.75 of the job's median (replica 2 at 60 samples/s, the others at 100), with its node and
+/// figures, in the master's log; the others are not named.
+#[test]
+fn the_master_names_a_straggler_from_the_logged_throughput() {
+    let port = free_port_pair();
+    let rules_dir = TestDir::new("rdzv-straggler-rules");
+    let rules = rules_dir.write(
+        "rules.json",
+        r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
+    );
+    let script = "v=100; [ \"$REPLICA\" = 2 ] && v=60; while :; do echo \"step samples/s: $v\"; sleep 0.05; done";
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-straggler", i)).collect();
+    let runs: Vec<Running> = reps
+        .iter()
+        .map(|r| {
+            r.rv("straggler", N, port)
+                .args(["--grace-period", "2s", "--straggler-rule", "throughput", "--log-rules"])
+                .args([&rules])
+                .sh(script)
+                .spawn()
+        })
+        .collect();
+    runs[0].wait_log("straggler: replica 2 is a straggler", 1);
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    let fin = finish_all(runs);
+    let log = &fin[0].stderr;
+    let line = log.lines().find(|l| l.contains("straggler: replica 2")).unwrap_or_default();
+    assert!(line.contains("its metric 60 against the job's median 100 (0.60x"), "{line}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(line.contains(&format!("(node {})", host.trim())), "the node is the replica's (its hostname here): {line}");
+    assert_eq!(log.matches("is a straggler").count(), 1, "only replica 2, once:\n{log}");
+}

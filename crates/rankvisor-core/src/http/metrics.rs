@@ -172,6 +172,15 @@ pub fn render_job_metrics(job: &crate::rendezvous::JobView) -> String {
         let name = format!("{s:?}");
         sample(&mut out, "rankvisor_job_replicas", &[("state", &name)], count(s) as f64);
     }
+    family(
+        &mut out,
+        "rankvisor_straggler",
+        "gauge",
+        "1 for each replica the master named a straggler (--straggler-rule), by replica index.",
+    );
+    for (index, _) in job.replicas().iter().filter(|(_, r)| r.straggler.is_some()) {
+        sample(&mut out, "rankvisor_straggler", &[("replica", &index.to_string())], 1.0);
+    }
     out
 }
 
@@ -459,6 +468,11 @@ mod tests {
         assert_eq!(value(&text, "rankvisor_job_phase{phase=\"Failed\"}"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Running\"}"), Some(2.0));
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Restarting\"}"), Some(1.0));
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), None, "nobody named yet");
+        assert_eq!(view.straggler(2, "replica 2 is a straggler".into()), "n");
+        let text = render_job_metrics(&view);
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), Some(1.0));
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"1\"}"), None);
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Failed\"}"), Some(0.0));
     }
 }

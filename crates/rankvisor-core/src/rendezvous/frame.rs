@@ -195,10 +195,15 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// Worker -> master: a point of the `--straggler-rule` metric (a finite number).
+    Metric {
+        /// The value the rule captured.
+        value: f64,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 14] = [
+pub const FRAME_TYPES: [&str; 15] = [
     "hello",
     "challenge",
     "auth",
@@ -213,6 +218,7 @@ pub const FRAME_TYPES: [&str; 14] = [
     "restart",
     "finished",
     "checkpoint",
+    "metric",
 ];
 
 impl Frame {
@@ -233,6 +239,7 @@ impl Frame {
             Frame::Restart { .. } => "restart",
             Frame::Finished { .. } => "finished",
             Frame::Checkpoint { .. } => "checkpoint",
+            Frame::Metric { .. } => "metric",
         }
     }
 }
@@ -424,6 +431,7 @@ mod tests {
             Frame::Restart { generation: 2 },
             Frame::Finished { reason: "the master's launcher finished".into() },
             Frame::Checkpoint { reason: "replica 3 is being stopped".into() },
+            Frame::Metric { value: 1234.5 },
         ]
     }
 

@@ -72,6 +72,13 @@ pub enum ControlEvent {
         /// The generation it asks for.
         generation: u64,
     },
+    /// A worker sent a point of the `--straggler-rule` metric.
+    Metric {
+        /// Its replica index.
+        index: u32,
+        /// The value.
+        value: f64,
+    },
     /// A worker's connection is gone (closed, silent, or refused a frame).
     Lost {
         /// Its replica index.
@@ -252,6 +259,11 @@ impl MasterHandle {
     /// A snapshot of the job view (for `/job` and the job-phase decision).
     pub fn job_view(&self) -> JobView {
         lock(&self.view).clone()
+    }
+
+    /// Mark a straggler in the job view; its node.
+    pub fn mark_straggler(&self, straggler: &super::straggler::Straggler) -> String {
+        lock(&self.view).straggler(straggler.replica, straggler.to_string())
     }
 
     /// Record the master's own state in the job view (the job's phase follows it).

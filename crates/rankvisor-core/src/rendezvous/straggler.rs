@@ -62,6 +62,18 @@ impl std::fmt::Display for Straggler {
     }
 }
 
+/// One point of a replica's metric, compared by its bits (so that commands carrying it are `Eq`).
+#[derive(Debug, Clone, Copy)]
+pub struct Point(pub f64);
+
+impl PartialEq for Point {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Point {}
+
 /// The master's detector: every replica's latest point and its streak behind.
 #[derive(Debug, Clone)]
 pub struct Detector {

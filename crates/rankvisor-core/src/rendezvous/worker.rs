@@ -416,6 +416,17 @@ impl WorkerSession {
         self.push(l)
     }
 
+    /// Send a point of the `--straggler-rule` metric to the master (a value that is not a
+    /// finite number is not sent: JSON has no such number).
+    pub fn send_metric(&self, value: f64) -> Result<(), RendezvousError> {
+        if !value.is_finite() {
+            return Ok(());
+        }
+        let l = line(&Frame::Metric { value }, self.max_frame)
+            .map_err(|e| RendezvousError::Protocol { master: self.master.clone(), detail: e.to_string() })?;
+        self.push(l)
+    }
+
     fn push(&self, l: Line) -> Result<(), RendezvousError> {
         if self.lost.is_some() || self.reader.is_finished() {
             return Err(self.lost_error());

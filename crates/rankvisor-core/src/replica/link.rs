@@ -8,6 +8,7 @@ use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::checkpoint::Fanout;
+use crate::rendezvous::straggler::Detector;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
     WorkerSession,
@@ -40,6 +41,8 @@ pub struct JobLinkConfig {
     pub rendezvous: RendezvousConfig,
     /// `--checkpoint-grace` when `--checkpoint-signal` is set: the master's fan-out window.
     pub checkpoint: Option<Duration>,
+    /// `--straggler-rule`'s detector settings (the master's).
+    pub straggler: Option<crate::rendezvous::straggler::StragglerConfig>,
 }
 
 impl JobLinkConfig {
@@ -72,6 +75,12 @@ pub enum LinkCommand {
     StopWorkers {
         /// Why, for their termination messages.
         reason: String,
+    },
+    /// A point of this replica's `--straggler-rule` metric: to the master (on the master, to its
+    /// own detector).
+    Metric {
+        /// The value.
+        value: crate::rendezvous::straggler::Point,
     },
 }
 
@@ -216,6 +225,7 @@ pub fn start(
                 workers_done: false,
                 released_once: false,
                 fanout: cfg.checkpoint.map(Fanout::new),
+                stragglers: cfg.straggler.map(|s| Detector::new(s, cfg.identity.replica_count)),
             };
             (Some(view_rx), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
         }
@@ -293,6 +303,8 @@ struct MasterLink {
     released_once: bool,
     /// `--checkpoint-signal`: the job saves when a replica is being stopped.
     fanout: Option<Fanout>,
+    /// `--straggler-rule`: every replica's metric against the job's median.
+    stragglers: Option<Detector>,
 }
 
 impl MasterLink {
@@ -345,9 +357,18 @@ impl MasterLink {
         });
     }
 
+    /// A point of replica `index`'s metric: a straggler it names is logged with its node and
+    /// marked in the job view (`/job`, `/metrics`).
+    fn metric(&mut self, index: u32, value: f64) {
+        let Some(straggler) = self.stragglers.as_mut().and_then(|d| d.on_point(index, value)) else { return };
+        let node = self.master.mark_straggler(&straggler);
+        warn!(replica = index, node = %crate::untrusted::escape(&node), "straggler: {straggler} (node {})", crate::untrusted::escape(&node));
+    }
+
     fn on_control(&mut self, event: ControlEvent) {
         match event {
             ControlEvent::State { index, report } => self.checkpoint_if_stopping(index, report.state),
+            ControlEvent::Metric { index, value } => self.metric(index, value),
             ControlEvent::Rejoin { index, generation } => {
                 info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
                 let _ = self.events.send(LinkEvent::RejoinAsked { generation });
@@ -363,8 +384,9 @@ impl MasterLink {
     }
 
     /// A barrier replaces `pending`; a stop order is queued beside the loop.
-    fn on_command(&self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
+    fn on_command(&mut self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
         match command {
+            LinkCommand::Metric { value } => self.metric(0, value.0),
             LinkCommand::Barrier { generation } => *pending = self.barrier(generation),
             // Queued beside the loop: the master's command queue may be full for a moment.
             LinkCommand::StopWorkers { reason } => {
@@ -516,6 +538,12 @@ impl WorkerLink {
             LinkCommand::Reconnect => {
                 self.session = None;
                 *pending = self.join();
+            }
+            // Dropped while not connected (a rejoin or reconnect runs): one point of many.
+            LinkCommand::Metric { value } => {
+                if let Some(s) = &self.session {
+                    let _ = s.send_metric(value.0);
+                }
             }
             other => warn!("rendezvous: a worker ignores {other:?}"),
         }

@@ -398,6 +398,7 @@ impl Master {
             Frame::Error { message } => {
                 warn!(%peer, replica = index, "replica reported an error: {}", escape(&message));
             }
+            Frame::Metric { value } => self.emit(ControlEvent::Metric { index, value }),
             other => {
                 let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
                 self.send(conn, &Frame::Error { message: message.clone() });
