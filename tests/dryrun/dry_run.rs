@@ -310,7 +310,7 @@ fn a_preempted_pod_makes_every_replica_save_before_any_is_stopped() {
             "trap 'date +%s%N > {dir}/saved-$POD_NAME' USR1\n\
              trap 'date +%s%N > {dir}/term-$POD_NAME; exit 0' TERM\n\
              [ -e {dir}/term-pytest-worker-1 ] && exit 0\n\
-             while [ ! -e {dir}/term-pytest-worker-1 ]; do sleep 0.05; done\n"
+             i=0; while [ ! -e {dir}/term-pytest-worker-1 ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n"
         ),
     );
     let text = example_text("pytorchjob.yaml")

@@ -402,7 +402,8 @@ fn workers_finishing_together_are_summed_up_in_the_masters_log() {
 }
 
 /// A training process that saves on SIGUSR1 (`saved-REPLICA-GEN` holds when, in ns) and goes
-/// on, and on TERM records when (`term-REPLICA-GEN`) and exits 0; `ready-REPLICA-GEN` once its
+/// on (a minute at most: a failed test leaves no immortal child), and on TERM records when
+/// (`term-REPLICA-GEN`) and exits 0; `ready-REPLICA-GEN` once its
 /// traps are in place. In generation 1 (after a job restart) it just finishes.
 fn saver(out: &Path, on_start: &str) -> String {
     let o = common::q(&out.to_string_lossy());
@@ -412,7 +413,7 @@ fn saver(out: &Path, on_start: &str) -> String {
             "cd {o}; [ \"$g\" = 1 ] && exit 0; \
              trap 'date +%s%N > saved-$REPLICA-$g' USR1; \
              trap 'date +%s%N > term-$REPLICA-$g; exit 0' TERM; \
-             touch ready-$REPLICA-$g; {on_start} while :; do sleep 0.05; done"
+             touch ready-$REPLICA-$g; {on_start} i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
         ),
     )
 }
@@ -528,7 +529,8 @@ fn the_master_names_a_straggler_from_the_logged_throughput() {
         "rules.json",
         r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
     );
-    let script = "v=100; [ \"$REPLICA\" = 2 ] && v=60; while :; do echo \"step samples/s: $v\"; sleep 0.05; done";
+    // At most a minute: a failed assertion leaves no immortal child behind.
+    let script = "v=100; [ \"$REPLICA\" = 2 ] && v=60; i=0; while [ $i -lt 1200 ]; do echo \"step samples/s: $v\"; sleep 0.05; i=$((i+1)); done";
     let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-straggler", i)).collect();
     let runs: Vec<Running> = reps
         .iter()
