@@ -554,3 +554,46 @@ fn the_master_names_a_straggler_from_the_logged_throughput() {
     assert!(line.contains(&format!("(node {})", host.trim())), "the node is the replica's (its hostname here): {line}");
     assert_eq!(log.matches("is a straggler").count(), 1, "only replica 2, once:\n{log}");
 }
+
+/// `--straggler-action restart`: the straggler's child alone is restarted (its second start
+/// has RANKVISOR_RESTART_COUNT 1); after the restart it keeps pace and is not named again.
+#[test]
+fn a_straggler_alone_is_restarted_under_straggler_action_restart() {
+    let port = free_port_pair();
+    let out = TestDir::new("rdzv-straggler-restart-out");
+    let rules = out.write(
+        "rules.json",
+        r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
+    );
+    let o = common::q(&out.path().to_string_lossy());
+    // At most a minute: a failed assertion leaves no immortal child behind.
+    let script = format!(
+        "touch {o}/start-$REPLICA-$RANKVISOR_RESTART_COUNT; v=100; \
+         [ \"$REPLICA\" = 2 ] && [ \"$RANKVISOR_RESTART_COUNT\" = 0 ] && v=60; \
+         i=0; while [ $i -lt 1200 ]; do echo \"step samples/s: $v\"; sleep 0.05; i=$((i+1)); done"
+    );
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-straggler-restart", i)).collect();
+    let runs: Vec<Running> = reps
+        .iter()
+        .map(|r| {
+            r.rv("stragglerrestart", N, port)
+                .args(["--grace-period", "2s", "--straggler-rule", "throughput", "--straggler-action", "restart"])
+                .args(["--log-rules".to_string(), rules.to_string_lossy().into_owned()])
+                .sh(&script)
+                .spawn()
+        })
+        .collect();
+    common::wait_until("replica 2's second start", || out.join("start-2-1").exists().then_some(()));
+    // A few more points at pace from everyone after the restart.
+    runs[0].wait_log("straggler: replica 2 is a straggler", 1);
+    runs[2].wait_log("restarting the child", 1);
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    let fin = finish_all(runs);
+    for i in [0, 1, 3] {
+        assert!(!out.join(&format!("start-{i}-1")).exists(), "replica {i} was not restarted");
+    }
+    assert_eq!(fin[0].stderr.matches("is a straggler").count(), 1, "named once:\n{}", fin[0].stderr);
+    assert!(fin[2].statuses.iter().any(|s| s["last_exit_reason"] == "Straggler"), "{:?}", fin[2].statuses.last());
+}

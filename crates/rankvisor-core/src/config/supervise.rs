@@ -289,7 +289,7 @@ pub fn supervise_config(
     let log_rules = a.log_rules.as_deref().map(read_log_rules).transpose()?;
     let straggler = straggler_settings(a, log_rules.as_deref())?;
     if let (Some(l), Some(st)) = (link.as_mut(), straggler.as_ref()) {
-        l.straggler = Some(st.detector);
+        l.straggler = Some((st.detector, st.action == super::args::StragglerAction::Restart));
     }
     Ok(SuperviseConfig {
         child: child_command(program, args, a.heartbeat_file.as_deref(), env),
@@ -371,11 +371,6 @@ pub(super) fn straggler_settings(
     }
     if a.straggler_points == 0 {
         return Err(err("--straggler-points 0 is invalid: expected at least 1"));
-    }
-    if a.straggler_action == super::args::StragglerAction::Restart {
-        return Err(err(
-            "--straggler-action restart is not available in this build: expected report (the straggler is named, not restarted)",
-        ));
     }
     let detector = StragglerConfig { ratio: a.straggler_ratio, points: a.straggler_points, better };
     Ok(Some(StragglerSettings { rule: name.to_string(), detector, action: a.straggler_action }))

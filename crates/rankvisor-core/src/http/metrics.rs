@@ -16,13 +16,14 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
 pub(super) const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
-const EXIT_REASONS: [ExitReason; 6] = [
+const EXIT_REASONS: [ExitReason; 7] = [
     ExitReason::Exited,
     ExitReason::Signaled,
     ExitReason::Hung,
     ExitReason::NodeUnhealthy,
     ExitReason::NewGeneration,
     ExitReason::LogRule,
+    ExitReason::Straggler,
 ];
 
 /// Every metric of one replica, with HELP and TYPE lines. Metrics whose value is unknown (no exit

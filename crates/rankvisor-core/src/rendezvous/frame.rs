@@ -128,6 +128,11 @@ pub enum Order {
         /// Why, for the worker's log.
         reason: String,
     },
+    /// To one worker: it is a straggler; restart its child (`--straggler-action restart`).
+    Straggler {
+        /// Why, for the worker's log.
+        reason: String,
+    },
 }
 
 /// One frame of the protocol.
@@ -200,10 +205,16 @@ pub enum Frame {
         /// The value the rule captured.
         value: f64,
     },
+    /// Master -> one worker: it is a straggler and `--straggler-action restart` is set: restart
+    /// its child (only this replica).
+    Straggler {
+        /// Why (the figures), for the worker's log.
+        reason: String,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 15] = [
+pub const FRAME_TYPES: [&str; 16] = [
     "hello",
     "challenge",
     "auth",
@@ -219,6 +230,7 @@ pub const FRAME_TYPES: [&str; 15] = [
     "finished",
     "checkpoint",
     "metric",
+    "straggler",
 ];
 
 impl Frame {
@@ -240,6 +252,7 @@ impl Frame {
             Frame::Finished { .. } => "finished",
             Frame::Checkpoint { .. } => "checkpoint",
             Frame::Metric { .. } => "metric",
+            Frame::Straggler { .. } => "straggler",
         }
     }
 }
@@ -251,6 +264,7 @@ impl From<Order> for Frame {
             Order::Restart { generation } => Frame::Restart { generation },
             Order::Finished { reason } => Frame::Finished { reason },
             Order::Checkpoint { reason } => Frame::Checkpoint { reason },
+            Order::Straggler { reason } => Frame::Straggler { reason },
         }
     }
 }
@@ -432,6 +446,7 @@ mod tests {
             Frame::Finished { reason: "the master's launcher finished".into() },
             Frame::Checkpoint { reason: "replica 3 is being stopped".into() },
             Frame::Metric { value: 1234.5 },
+            Frame::Straggler { reason: "replica 2 is a straggler".into() },
         ]
     }
 

@@ -99,6 +99,11 @@ enum Command {
         reply: oneshot::Sender<Option<Shortfall>>,
     },
     Order(Order),
+    /// An order to one worker (replica `index`), when it is connected.
+    Tell {
+        index: u32,
+        order: Order,
+    },
     /// Broadcast `Finished`, then answer: the frames are queued on every connection.
     Finish {
         reason: String,
@@ -245,6 +250,11 @@ impl MasterHandle {
     /// Send an order to every connected worker (`Restart` also starts gathering its generation).
     pub async fn order(&self, order: Order) -> Result<(), RendezvousError> {
         self.command(Command::Order(order)).await
+    }
+
+    /// Send an order to worker `index` alone (dropped when it is not connected).
+    pub async fn tell(&self, index: u32, order: Order) -> Result<(), RendezvousError> {
+        self.command(Command::Tell { index, order }).await
     }
 
     /// Tell every worker the master is finished (their connections close next, and that is no

@@ -464,6 +464,7 @@ impl WorkerSession {
                 Some(FromMaster::Frame(Frame::Restart { generation })) => return Some(Order::Restart { generation }),
                 Some(FromMaster::Frame(Frame::Finished { reason })) => return Some(Order::Finished { reason }),
                 Some(FromMaster::Frame(Frame::Checkpoint { reason })) => return Some(Order::Checkpoint { reason }),
+                Some(FromMaster::Frame(Frame::Straggler { reason })) => return Some(Order::Straggler { reason }),
                 Some(FromMaster::Frame(Frame::Error { message })) => {
                     warn!(master = %self.master, "the rendezvous master sent an error: {}", crate::untrusted::escape(&message));
                     self.lost = Some(format!("the master sent an error: {message}"));

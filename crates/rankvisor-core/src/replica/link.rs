@@ -41,8 +41,9 @@ pub struct JobLinkConfig {
     pub rendezvous: RendezvousConfig,
     /// `--checkpoint-grace` when `--checkpoint-signal` is set: the master's fan-out window.
     pub checkpoint: Option<Duration>,
-    /// `--straggler-rule`'s detector settings (the master's).
-    pub straggler: Option<crate::rendezvous::straggler::StragglerConfig>,
+    /// `--straggler-rule`'s detector settings (the master's), and whether a straggler is
+    /// restarted (`--straggler-action restart`).
+    pub straggler: Option<(crate::rendezvous::straggler::StragglerConfig, bool)>,
 }
 
 impl JobLinkConfig {
@@ -114,6 +115,11 @@ pub enum LinkEvent {
     /// on the master too).
     Checkpoint {
         /// Why.
+        reason: String,
+    },
+    /// The master named this replica a straggler under `--straggler-action restart`.
+    Straggler {
+        /// Why (the figures).
         reason: String,
     },
     /// Worker: the master orders a stop.
@@ -225,7 +231,8 @@ pub fn start(
                 workers_done: false,
                 released_once: false,
                 fanout: cfg.checkpoint.map(Fanout::new),
-                stragglers: cfg.straggler.map(|s| Detector::new(s, cfg.identity.replica_count)),
+                stragglers: cfg.straggler.map(|(s, _)| Detector::new(s, cfg.identity.replica_count)),
+                restart_stragglers: cfg.straggler.is_some_and(|(_, restart)| restart),
             };
             (Some(view_rx), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
         }
@@ -305,6 +312,8 @@ struct MasterLink {
     fanout: Option<Fanout>,
     /// `--straggler-rule`: every replica's metric against the job's median.
     stragglers: Option<Detector>,
+    /// `--straggler-action restart`.
+    restart_stragglers: bool,
 }
 
 impl MasterLink {
@@ -363,6 +372,24 @@ impl MasterLink {
         let Some(straggler) = self.stragglers.as_mut().and_then(|d| d.on_point(index, value)) else { return };
         let node = self.master.mark_straggler(&straggler);
         warn!(replica = index, node = %crate::untrusted::escape(&node), "straggler: {straggler} (node {})", crate::untrusted::escape(&node));
+        if !self.restart_stragglers {
+            return;
+        }
+        // Judged afresh once restarted: its old points say nothing of its new child.
+        if let Some(d) = self.stragglers.as_mut() {
+            d.forget(index);
+        }
+        let reason = straggler.to_string();
+        if index == 0 {
+            let _ = self.events.send(LinkEvent::Straggler { reason });
+            return;
+        }
+        let master = Arc::clone(&self.master);
+        tokio::spawn(async move {
+            if let Err(e) = master.tell(index, Order::Straggler { reason }).await {
+                warn!("rendezvous: cannot tell replica {index} to restart: {e}");
+            }
+        });
     }
 
     fn on_control(&mut self, event: ControlEvent) {
@@ -511,6 +538,7 @@ impl WorkerLink {
             Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
             Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
             Ok(Order::Checkpoint { reason }) => LinkEvent::Checkpoint { reason },
+            Ok(Order::Straggler { reason }) => LinkEvent::Straggler { reason },
             Ok(Order::Finished { reason }) => {
                 // The close that follows is no loss: drop the session quietly.
                 self.session = None;

@@ -616,6 +616,7 @@ impl Replica {
                 self.after_child_gone(out);
             }
             LinkEvent::Checkpoint { reason } => self.on_job_checkpoint(&reason, now, out),
+            LinkEvent::Straggler { reason } => self.on_straggler(reason, now, out),
             LinkEvent::OrderStop { reason } => {
                 let message = format!("stopped by the master: {reason}");
                 self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
@@ -661,6 +662,16 @@ impl Replica {
                 }
             },
         }
+    }
+
+    /// `--straggler-action restart`: the master named this replica a straggler; its child is
+    /// stopped and started again at once (only this replica).
+    fn on_straggler(&mut self, reason: String, now: Instant, out: &mut Vec<Effect>) {
+        if matches!(self.sup.phase(), Phase::Running { .. }) {
+            let why = crate::untrusted::escape(&reason);
+            out.push(Effect::Note(Note::Warn(format!("rendezvous: {why}; restarting the child"))));
+        }
+        self.feed(Event::Straggler { reason }, now, out);
     }
 
     /// The master's fan-out (`--checkpoint-signal`): a replica is being stopped and the job saves.

@@ -286,12 +286,10 @@ fn the_straggler_rule_must_be_a_log_rule_that_captures_a_metric() {
     let s = straggler_settings(&args(&argv), Some(&rules)).unwrap().unwrap();
     assert_eq!((s.detector.better, s.detector.ratio, s.detector.points), (Better::Lower, 0.5, 5));
     assert_eq!(straggler_settings(&args(&[]), Some(&rules)).unwrap(), None);
-    let cases: [(&[&str], bool, &str); 7] = [
-        (
-            &["--straggler-rule", "throughput", "--straggler-action", "restart"],
-            true,
-            "--straggler-action restart is not available",
-        ),
+    let restart = ["--straggler-rule", "throughput", "--straggler-action", "restart"];
+    let s = straggler_settings(&args(&restart), Some(&rules)).unwrap().unwrap();
+    assert_eq!(s.action, super::super::args::StragglerAction::Restart);
+    let cases: [(&[&str], bool, &str); 6] = [
         (&["--straggler-rule", "throughput"], false, "--straggler-rule needs --log-rules"),
         (
             &["--straggler-rule", "nope"],

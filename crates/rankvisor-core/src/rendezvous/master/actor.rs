@@ -268,6 +268,11 @@ impl Master {
                 }
             }
             Command::Order(order) => self.broadcast(&Frame::from(order)),
+            Command::Tell { index, order } => {
+                if let Some(conn) = self.conns.iter().find(|(_, c)| c.index == index).map(|(&id, _)| id) {
+                    self.send(conn, &Frame::from(order));
+                }
+            }
             Command::Finish { reason, reply } => {
                 self.departures.summary();
                 self.broadcast(&Frame::Finished { reason });

@@ -82,6 +82,7 @@ impl Supervisor {
             StopCause::Hung => Some(ExitReason::Hung),
             StopCause::LogRule(_) => Some(ExitReason::LogRule),
             StopCause::NewGeneration { .. } => Some(ExitReason::NewGeneration),
+            StopCause::Straggler { .. } => Some(ExitReason::Straggler),
             StopCause::Shutdown { .. } | StopCause::GiveUp(_) | StopCause::Ordered => None,
         }
     }
@@ -187,6 +188,12 @@ impl Supervisor {
                 _ => ChildSteps::default(),
             },
             Event::Checkpoint => self.on_checkpoint(),
+            Event::Straggler { reason } => match self.phase {
+                Phase::Running { pid, started } => {
+                    self.stop(pid, started, StopCause::Straggler { reason }, Signo::TERM, now + self.cfg.grace)
+                }
+                _ => ChildSteps::default(),
+            },
             Event::Released { generation } => match &self.phase {
                 // The first barrier: the first child belongs to the generation it released.
                 Phase::Pending => {
@@ -415,6 +422,7 @@ impl Supervisor {
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
             Some(StopCause::Ordered) => self.finish(how.code(), None),
+            Some(StopCause::Straggler { reason }) => self.restart_now(pid, how, &reason, now),
             Some(StopCause::Hung) => {
                 let what = self.hang_text(how);
                 self.after_run(pid, how, Some(what), started, now)
@@ -442,6 +450,24 @@ impl Supervisor {
             }
             None => self.after_run(pid, how, None, started, now),
         }
+    }
+
+    /// A straggler's child, stopped: started again at once (within the backoff limit).
+    fn restart_now(&mut self, pid: Pid, how: ExitHow, reason: &str, now: Instant) -> ChildSteps {
+        if self.restarts >= self.cfg.backoff_limit {
+            let msg = format!(
+                "{reason}: child {how} when stopped as a straggler; gave up after {} restarts (backoff limit {})",
+                self.restarts, self.cfg.backoff_limit
+            );
+            return self.finish(how.code(), Some(msg));
+        }
+        self.restarts += 1;
+        self.phase = Phase::Backoff { until: now };
+        vec![
+            ChildAction::KillLeftovers { pid },
+            ChildAction::Spawn { restart_count: self.restarts, generation: self.generation },
+        ]
+        .into()
     }
 
     /// A start that failed for a reason outside the command (no descriptors, no memory): retried

@@ -121,6 +121,13 @@ pub enum StopCause {
     },
     /// The HyperPod agent's `/stop`: the attempt ends with the child's status.
     Ordered,
+    /// `--straggler-action restart`: the master named this replica a straggler; its child starts
+    /// again at once once stopped (a restart, counted against the backoff limit), whatever the
+    /// policy and scope: only this replica restarts.
+    Straggler {
+        /// The master's words, for the log.
+        reason: String,
+    },
 }
 
 /// Where the supervised child is.
@@ -230,6 +237,12 @@ pub enum Event {
     /// The job saves: a replica is being stopped (the master's fan-out). The running child gets
     /// the checkpoint signal, once, and goes on.
     Checkpoint,
+    /// The master named this replica a straggler (`--straggler-action restart`): stop the
+    /// running child and start it again.
+    Straggler {
+        /// The master's words.
+        reason: String,
+    },
 }
 
 /// What the loop must do for the child, in order.
