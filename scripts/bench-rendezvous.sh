@@ -5,6 +5,7 @@
 #   bash scripts/bench-rendezvous.sh                 # SIZES="1024 4096 16384 65536 98304"
 #   SIZES="16384" ROUNDS=3 bash scripts/bench-rendezvous.sh
 #   BENCH_NETNS=host bash scripts/bench-rendezvous.sh   # in the host's network namespace (conntrack)
+#   BENCH_CHECKPOINT=1 SIZES=1024 ROUNDS=5 bash scripts/bench-rendezvous.sh   # the job saves together
 #
 # Two masters per size: the REAL launcher (`rankvisor` as replica 0 of an N-replica job, the lean
 # build images/build.sh ships; its peak RSS and CPU from wait4 over its whole life), then the
@@ -108,9 +109,43 @@ per_fleet=$((hard - 200))
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 load() { cut -d' ' -f1 /proc/loadavg; }
+# BENCH_CHECKPOINT=1 (issue 37 item 4, --checkpoint-signal): the launcher runs with
+# --checkpoint-signal SIGUSR1; once the barrier released everyone, simulated worker 1 reports
+# Stopping (a preempted replica's state frame) and every simulated worker times the master's
+# checkpoint frame. Printed: from that stop frame written to the first and to the last worker's
+# checkpoint frame read (CLOCK_MONOTONIC, one machine), how many got it, and whether the master's
+# own child got SIGUSR1 (its log). A real worker then signals its own child: one kill(2) on its node.
+checkpoint_round() {
+  local n=$1 fleets=$2 figures l line signalled
+  figures=$(mktemp)
+  l=$(load)
+  line=$(RANKVISOR_CHECKPOINT_SIGNAL=SIGUSR1 BENCH_CHECKPOINT=$figures BENCH_FLEETS=$fleets \
+    BENCH_LAUNCHER_LOG="$target_dir/bench-rendezvous-launcher.log" "$bench" --launcher "$launcher" "$n")
+  signalled=$(grep -c 'SIGUSR1 to the training process' "$target_dir/bench-rendezvous-launcher.log" || true)
+  python3 - "$figures" "$n" "$l" "$signalled" "$line" <<'PY'
+import sys
+rows = [list(map(int, l.split())) for l in open(sys.argv[1]) if l.strip()]
+n, load, signalled, line = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+stop = max((r[0] for r in rows), default=0)
+got = [r for r in rows if r[3] > 0]
+count = sum(r[3] for r in rows)
+if not stop or not got:
+    print(f"checkpoint: load={load} replicas={n} FAILED: no stop frame or no checkpoint frame ({line})")
+    sys.exit(1)
+first = (min(r[1] for r in got) - stop) / 1e6
+last = (max(r[2] for r in got) - stop) / 1e6
+print(f"checkpoint: load={load} replicas={n} workers_signalled={count}/{n - 1} master_child_signalled={'yes' if signalled != '0' else 'no'} "
+      f"first_ms={first:.1f} all_ms={last:.1f} ({line.split(' launcher_exit')[0].split('replicas=')[1].split(' ', 1)[1]})")
+PY
+  rm -f "$figures"
+}
 for n in $sizes; do
   fleets=${BENCH_FLEETS:-$(((n - 1 + per_fleet - 1) / per_fleet))}
   for _ in $(seq 1 "$ROUNDS"); do
+    if [ "${BENCH_CHECKPOINT:-0}" = 1 ]; then
+      checkpoint_round "$n" "$fleets"
+      continue
+    fi
     # The load average (1 min) before each run: the machine is shared, wall-clock figures are not
     # comparable across loads.
     conntrack_room "$n"

@@ -295,6 +295,49 @@ fn a_deleted_pod_is_recreated_with_zero_restarts() {
     assert!(r.stderr.contains("injected: pytest-master-0 is deleted"), "{}", r.stderr);
 }
 
+/// Issue 37 item 4: four replicas with `--checkpoint-signal SIGUSR1` (the pod template's env);
+/// one pod is preempted (deleted gracefully: TERM to its launcher) -> every replica's training
+/// process got SIGUSR1 and wrote its checkpoint before any got SIGTERM.
+#[test]
+fn a_preempted_pod_makes_every_replica_save_before_any_is_stopped() {
+    let tmp = TestDir::new("dry-run-checkpoint");
+    let dir = tmp.path().display().to_string();
+    // Each saves on USR1 and records a TERM; all end once worker-1 got its TERM (the recreated
+    // worker-1 ends at once).
+    let script = tmp.write(
+        "saver.sh",
+        &format!(
+            "trap 'date +%s%N > {dir}/saved-$POD_NAME' USR1\n\
+             trap 'date +%s%N > {dir}/term-$POD_NAME; exit 0' TERM\n\
+             [ -e {dir}/term-pytest-worker-1 ] && exit 0\n\
+             i=0; while [ ! -e {dir}/term-pytest-worker-1 ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n"
+        ),
+    );
+    let text = example_text("pytorchjob.yaml")
+        .replace("command: [\"sh\", \"-c\", \"sleep 3\"]", &format!("command: [\"sh\", \"{}\"]", script.display()))
+        .replace(
+            "imagePullPolicy: IfNotPresent",
+            "imagePullPolicy: IfNotPresent\n              env: [{name: RANKVISOR_CHECKPOINT_SIGNAL, value: SIGUSR1}]",
+        );
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &["--grace-period", "4s", "--inject", "preempt:worker-1@3s"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert!(r.stderr.contains("injected: pytest-worker-1 is preempted"), "{}", r.stderr);
+    let time = |name: &str| -> u128 {
+        let text = std::fs::read_to_string(tmp.join(name)).unwrap_or_else(|e| panic!("{name}: {e}\n{}", r.explain()));
+        text.trim().parse().unwrap_or_else(|e| panic!("{name}: {e}: {text:?}"))
+    };
+    let term = time("term-pytest-worker-1");
+    for pod in PODS {
+        assert!(time(&format!("saved-{pod}")) < term, "{pod} saved before pytest-worker-1 got SIGTERM");
+        if pod != "pytest-worker-1" {
+            assert!(!tmp.join(&format!("term-{pod}")).exists(), "{pod} was never stopped");
+        }
+    }
+    let w1 = r.pod("pytest-worker-1");
+    assert!(w1.iter().any(|e| e.status == "Terminating"), "deleted gracefully: {w1:?}");
+}
+
 #[test]
 fn an_injected_failure_kills_the_training_process_and_it_restarts() {
     let r = json_run(&example("pytorchjob.yaml"), &["--inject", "fail:worker-1@1s"]);
@@ -855,6 +898,34 @@ fn an_unknown_image_pull_policy_is_refused_naming_field_and_value() {
         r.stderr.contains("cannot create any pod of replica type Master: the apiserver refuses its spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\""),
         "{}",
         r.stderr
+    );
+}
+
+/// Issue 37 item 2: seed 000's job at the dry run's cap, 1,024 replicas (a master and 1,023
+/// workers), one real launcher each, runs to Succeeded and every pod completes. In the full tier
+/// only (.config/nextest.toml): it starts 2,048 processes. Its wall time and memory are figures
+/// for docs/benchmarks.md (`/usr/bin/time -v` on the same manifest), not asserted here.
+#[test]
+fn a_job_of_1024_replicas_succeeds() {
+    let tmp = TestDir::new("dry-run-1024");
+    let text = example_text("pytorchjob.yaml").replace("replicas: 3", "replicas: 1023").replace("sleep 3", "sleep 1");
+    let manifest = tmp.write("job.yaml", &text);
+    let r = json_run(&manifest, &["--timeout", "300s"]);
+    assert_eq!(r.code, 0, "{}", r.stderr.get(..4000).unwrap_or(&r.stderr));
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"]);
+    let mut last: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for e in r.of_kind("Pod") {
+        let (name, status) =
+            (e["name"].as_str().unwrap_or_default(), e["fields"]["status"].as_str().unwrap_or_default());
+        last.insert(name.to_string(), status.to_string());
+    }
+    assert_eq!(last.len(), 1024, "one pod per replica");
+    let done = last.values().filter(|s| *s == "Completed").count();
+    assert_eq!(
+        done,
+        1024,
+        "every pod completed: {:?}",
+        last.iter().filter(|(_, s)| *s != "Completed").take(5).collect::<Vec<_>>()
     );
 }
 

@@ -321,7 +321,7 @@ fn what_the_cluster_refuses_on_the_trainjob_path_exits_64_naming_field_and_value
         (
             "cap",
             text.replace("numNodes: 4", "numNodes: 100000"),
-            "spec.trainer.numNodes is 100000: 100000 pods would start 100000 local processes: must be at most 256",
+            "spec.trainer.numNodes is 100000: 100000 pods would start 100000 local processes: must be at most 1024",
         ),
         (
             "namespace",

@@ -400,3 +400,200 @@ fn workers_finishing_together_are_summed_up_in_the_masters_log() {
     );
     assert!(!log.contains("peer lost") && !log.contains("peers were lost"), "no worker was lost:\n{log}");
 }
+
+/// A training process that saves on SIGUSR1 (`saved-REPLICA-GEN` holds when, in ns) and goes
+/// on (a minute at most: a failed test leaves no immortal child), and on TERM records when
+/// (`term-REPLICA-GEN`) and exits 0; `ready-REPLICA-GEN` once its
+/// traps are in place. In generation 1 (after a job restart) it just finishes.
+fn saver(out: &Path, on_start: &str) -> String {
+    let o = common::q(&out.to_string_lossy());
+    child(
+        out,
+        &format!(
+            "cd {o}; [ \"$g\" = 1 ] && exit 0; \
+             trap 'date +%s%N > saved-$REPLICA-$g' USR1; \
+             trap 'date +%s%N > term-$REPLICA-$g; exit 0' TERM; \
+             touch ready-$REPLICA-$g; {on_start} i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+        ),
+    )
+}
+
+/// The time written in `out/name` (ns), once the file is complete.
+fn stamp(out: &TestDir, name: &str) -> u128 {
+    common::wait_until(&format!("{name} to be written"), || read(&out.join(name)).trim().parse().ok())
+}
+
+/// Four launchers with `--checkpoint-signal SIGUSR1 --checkpoint-grace 2s`, each running
+/// `script` (their directories live as long as the replicas returned).
+fn saving_job(test: &str, scope: &str, script: &str) -> (Vec<Replica>, Vec<Running>) {
+    let port = free_port_pair();
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new(test, i)).collect();
+    let runs = reps
+        .iter()
+        .map(|r| {
+            r.rv(test, N, port)
+                .args(["--restart-scope", scope, "--grace-period", "10s", "--rendezvous-timeout", "20s"])
+                .args(["--checkpoint-signal", "SIGUSR1", "--checkpoint-grace", "2s"])
+                .sh(script)
+                .spawn()
+        })
+        .collect();
+    (reps, runs)
+}
+
+fn wait_ready(out: &TestDir) {
+    for i in 0..N {
+        common::wait_until(&format!("replica {i}'s traps"), || {
+            out.join(&format!("ready-{i}-0")).exists().then_some(())
+        });
+    }
+}
+
+/// Issue 37 item 4: a preempted worker (TERM to its launcher) makes every replica's training
+/// process save (SIGUSR1), and its own TERM comes only after the checkpoint's grace: every
+/// replica saved before the stopped one got its TERM.
+#[test]
+fn a_stopping_worker_makes_every_replica_save_first() {
+    let out = TestDir::new("rdzv-ckpt-worker-out");
+    let (_reps, mut runs) = saving_job("rdzv-ckpt-worker", "replica", &saver(out.path(), ""));
+    wait_ready(&out);
+    let stopped = runs.remove(2);
+    stopped.signal(libc::SIGTERM);
+    let fin = stopped.wait();
+    assert_eq!(fin.code, Some(0), "its child's status after its TERM handler\n{}", fin.stderr);
+    let term = stamp(&out, "term-2-0");
+    for i in 0..N {
+        let saved = stamp(&out, &format!("saved-{i}-0"));
+        assert!(saved < term, "replica {i} saved before replica 2 got TERM\n{}", fin.stderr);
+    }
+    assert!(fin.stderr.contains("SIGUSR1 to the training process"), "{}", fin.stderr);
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    let rest = finish_all(runs);
+    assert_all_code(&rest, 0);
+    assert!(
+        rest[0].stderr.contains("checkpoint: replica 2 is being stopped: every replica saves"),
+        "{}",
+        rest[0].stderr
+    );
+}
+
+/// The master's own stop makes the job save too.
+#[test]
+fn the_masters_stop_makes_every_replica_save_first() {
+    let out = TestDir::new("rdzv-ckpt-master-out");
+    let (_reps, mut runs) = saving_job("rdzv-ckpt-master", "replica", &saver(out.path(), ""));
+    wait_ready(&out);
+    let master = runs.remove(0);
+    master.signal(libc::SIGTERM);
+    let fin = master.wait();
+    assert_eq!(fin.code, Some(0), "{}", fin.stderr);
+    let term = stamp(&out, "term-0-0");
+    for i in 0..N {
+        assert!(stamp(&out, &format!("saved-{i}-0")) < term, "replica {i} saved before the master's TERM");
+    }
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    assert_all_code(&finish_all(runs), 0);
+}
+
+/// Job scope: one replica's child fails; before the job restarts, every other replica's child
+/// saves, then is stopped, and generation 1 runs to completion.
+#[test]
+fn a_job_scope_fault_makes_every_replica_save_before_the_restart() {
+    let out = TestDir::new("rdzv-ckpt-job-out");
+    // Replica 2 fails once every replica's traps are in place.
+    let fail =
+        "if [ \"$REPLICA\" = 2 ]; then while [ \"$(ls ready-* | wc -l)\" -lt 4 ]; do sleep 0.02; done; exit 1; fi;";
+    let (_reps, runs) = saving_job("rdzv-ckpt-job", "job", &saver(out.path(), fail));
+    let fin = finish_all(runs);
+    assert_all_code(&fin, 0);
+    for i in [0, 1, 3] {
+        let (saved, term) = (stamp(&out, &format!("saved-{i}-0")), stamp(&out, &format!("term-{i}-0")));
+        assert!(saved < term, "replica {i} saved before its stop");
+        assert_eq!(read(&out.join(&format!("gens-{i}"))), "0\n1\n", "replica {i}'s generations");
+    }
+    assert!(!out.join("saved-2-0").exists(), "the failed child was gone");
+}
+
+/// Issue 36 item 4: `--straggler-rule` names the replica whose logged throughput stays below
+/// 0.75 of the job's median (replica 2 at 60 samples/s, the others at 100), with its node and
+/// figures, in the master's log; the others are not named.
+#[test]
+fn the_master_names_a_straggler_from_the_logged_throughput() {
+    let port = free_port_pair();
+    let rules_dir = TestDir::new("rdzv-straggler-rules");
+    let rules = rules_dir.write(
+        "rules.json",
+        r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
+    );
+    // At most a minute: a failed assertion leaves no immortal child behind.
+    let script = "v=100; [ \"$REPLICA\" = 2 ] && v=60; i=0; while [ $i -lt 1200 ]; do echo \"step samples/s: $v\"; sleep 0.05; i=$((i+1)); done";
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-straggler", i)).collect();
+    let runs: Vec<Running> = reps
+        .iter()
+        .map(|r| {
+            r.rv("straggler", N, port)
+                .args(["--grace-period", "2s", "--straggler-rule", "throughput", "--log-rules"])
+                .args([&rules])
+                .sh(script)
+                .spawn()
+        })
+        .collect();
+    runs[0].wait_log("straggler: replica 2 is a straggler", 1);
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    let fin = finish_all(runs);
+    let log = &fin[0].stderr;
+    let line = log.lines().find(|l| l.contains("straggler: replica 2")).unwrap_or_default();
+    assert!(line.contains("its metric 60 against the job's median 100 (0.60x"), "{line}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(line.contains(&format!("(node {})", host.trim())), "the node is the replica's (its hostname here): {line}");
+    assert_eq!(log.matches("is a straggler").count(), 1, "only replica 2, once:\n{log}");
+}
+
+/// `--straggler-action restart`: the straggler's child alone is restarted (its second start
+/// has RANKVISOR_RESTART_COUNT 1); after the restart it keeps pace and is not named again.
+#[test]
+fn a_straggler_alone_is_restarted_under_straggler_action_restart() {
+    let port = free_port_pair();
+    let out = TestDir::new("rdzv-straggler-restart-out");
+    let rules = out.write(
+        "rules.json",
+        r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
+    );
+    let o = common::q(&out.path().to_string_lossy());
+    // At most a minute: a failed assertion leaves no immortal child behind.
+    let script = format!(
+        "touch {o}/start-$REPLICA-$RANKVISOR_RESTART_COUNT; v=100; \
+         [ \"$REPLICA\" = 2 ] && [ \"$RANKVISOR_RESTART_COUNT\" = 0 ] && v=60; \
+         i=0; while [ $i -lt 1200 ]; do echo \"step samples/s: $v\"; sleep 0.05; i=$((i+1)); done"
+    );
+    let reps: Vec<Replica> = (0..N).map(|i| Replica::new("rdzv-straggler-restart", i)).collect();
+    let runs: Vec<Running> = reps
+        .iter()
+        .map(|r| {
+            r.rv("stragglerrestart", N, port)
+                .args(["--grace-period", "2s", "--straggler-rule", "throughput", "--straggler-action", "restart"])
+                .args(["--log-rules".to_string(), rules.to_string_lossy().into_owned()])
+                .sh(&script)
+                .spawn()
+        })
+        .collect();
+    common::wait_until("replica 2's second start", || out.join("start-2-1").exists().then_some(()));
+    // A few more points at pace from everyone after the restart.
+    runs[0].wait_log("straggler: replica 2 is a straggler", 1);
+    runs[2].wait_log("restarting the child", 1);
+    for r in &runs {
+        r.signal(libc::SIGTERM);
+    }
+    let fin = finish_all(runs);
+    for i in [0, 1, 3] {
+        assert!(!out.join(&format!("start-{i}-1")).exists(), "replica {i} was not restarted");
+    }
+    assert_eq!(fin[0].stderr.matches("is a straggler").count(), 1, "named once:\n{}", fin[0].stderr);
+    assert!(fin[2].statuses.iter().any(|s| s["last_exit_reason"] == "Straggler"), "{:?}", fin[2].statuses.last());
+}

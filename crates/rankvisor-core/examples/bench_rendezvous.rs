@@ -25,6 +25,10 @@
 //! child's stop and start are not simulated), and the round ends when every worker got the
 //! release of generation r. Printed: `restart_p50_ms`, `restart_p99_ms`, `restart_max_ms` (the
 //! fault's frame written -> the last release read, CLOCK_MONOTONIC, one process).
+//!
+//! BENCH_CHECKPOINT=FILE with `--launcher` (and RANKVISOR_CHECKPOINT_SIGNAL=SIGUSR1): after the
+//! barrier, worker 1 reports `Stopping` and each fleet appends when its workers got the master's
+//! `checkpoint` frame to FILE (`checkpoint_phase`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -298,13 +302,14 @@ fn launcher(bin: &str, replicas: u32) {
         // RANKVISOR_* from the bench's environment (e.g. RANKVISOR_LOG_LEVEL=warn) reach the launcher.
         .envs(std::env::vars().filter(|(k, _)| k.starts_with("RANKVISOR_")))
         .args(["--job-name", "bench", "--http-addr", "off", "--node-health", "off", "--kube-events", "off"])
+        // The child ignores SIGUSR1: BENCH_CHECKPOINT runs the launcher with --checkpoint-signal SIGUSR1.
         .args(["--rendezvous-timeout", "5m"])
         .args(if restarts() > 0 {
             &["--restart-scope", "job", "--restart-policy", "OnFailure", "--backoff-limit", "1000000"][..]
         } else {
             &["--restart-policy", "Never"][..]
         })
-        .args(["--", "/bin/sh", "-c", "read _ < \"$0\""])
+        .args(["--", "/bin/sh", "-c", "trap '' USR1; read _ < \"$0\""])
         .arg(&fifo)
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -546,8 +551,13 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
             }
         }
     }
+    // Either phase takes the held connections: BENCH_CHECKPOINT's, else BENCH_RESTARTS'.
+    let mut held = Some(held);
+    if let Some(out) = std::env::var_os("BENCH_CHECKPOINT") {
+        checkpoint_phase(held.take().unwrap_or_default(), first, std::path::Path::new(&out)).await;
+    }
     println!("{started} {} {}", dialled.load(std::sync::atomic::Ordering::Relaxed), mono_ns());
-    if restarts() > 0 {
+    if let Some(held) = held.filter(|_| restarts() > 0) {
         match restart_rounds(held, restarts()).await {
             Ok(rounds) => println!("restarts {}", rounds.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")),
             Err(e) => {
@@ -644,4 +654,51 @@ async fn follow(
             return;
         }
     }
+}
+
+/// BENCH_CHECKPOINT=FILE (the launcher run with `--checkpoint-signal`): once released, worker 1
+/// (in the first fleet) reports `Stopping`, as a preempted replica does, and every worker of the
+/// fleet waits for the master's `checkpoint` frame. Appends `stop_ns first_ns last_ns count`
+/// (CLOCK_MONOTONIC; stop_ns 0 in the other fleets) to FILE.
+async fn checkpoint_phase(held: Vec<Held>, first: u32, out: &std::path::Path) {
+    use rankvisor_core::status::{Identity, LocalStatus, ReplicaState, Timeline};
+    let mut writers = Vec::new();
+    let mut waiting = tokio::task::JoinSet::new();
+    for (mut lines, write) in held {
+        writers.push(write);
+        waiting.spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Ok(Frame::Checkpoint { .. }) = serde_json::from_str::<Frame>(&l) {
+                    return Some(mono_ns());
+                }
+            }
+            None
+        });
+    }
+    let mut stop_ns = 0;
+    if first == 1 {
+        let id = Identity { job: Some("bench".into()), rank: Some(1), ..Identity::default() };
+        let status = LocalStatus { state: ReplicaState::Stopping, ..LocalStatus::default() };
+        let report = Timeline::new(std::time::UNIX_EPOCH).report(&id, &status, std::time::SystemTime::now());
+        let line = encode(&Frame::State(Box::new(report)), DEFAULT_MAX_FRAME).expect("a state frame");
+        stop_ns = mono_ns();
+        writers[0].write_all(&line).await.expect("write the stopping state");
+    }
+    let mut got = Vec::new();
+    let all = async {
+        while let Some(r) = waiting.join_next().await {
+            got.extend(r.ok().flatten());
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), all).await.is_err() {
+        eprintln!(
+            "fleet: {} of {} workers got no checkpoint frame within 30 s",
+            writers.len() - got.len(),
+            writers.len()
+        );
+    }
+    let (lo, hi) = (got.iter().min().copied().unwrap_or(0), got.iter().max().copied().unwrap_or(0));
+    let line = format!("{stop_ns} {lo} {hi} {}\n", got.len());
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out).expect("the checkpoint figures' file");
+    std::io::Write::write_all(&mut f, line.as_bytes()).expect("write the checkpoint figures");
 }

@@ -80,6 +80,23 @@ impl<'de> serde::Deserialize<'de> for Signo {
     }
 }
 
+impl std::str::FromStr for Signo {
+    type Err = String;
+
+    /// A signal as a user writes it: `SIGUSR1`, `USR1` (any case) or its number `10`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let expected = "expected a signal name such as SIGUSR1 or USR1, or a number from 1 to 64";
+        if let Ok(n) = s.parse::<i32>() {
+            return Self::new(n).ok_or_else(|| format!("signal number {n} is outside 1..=64: {expected}"));
+        }
+        let upper = s.to_ascii_uppercase();
+        let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+        name.parse::<Signal>()
+            .map(Self::from)
+            .map_err(|_| format!("\"{}\" is not a signal: {expected}", crate::untrusted::escape(s)))
+    }
+}
+
 impl fmt::Display for Signo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
@@ -105,6 +122,23 @@ mod tests {
         assert_eq!(Signo::TERM.name(), "SIGTERM");
         assert_eq!(Signo::from(Signal::SIGUSR2).name(), "SIGUSR2");
         assert_eq!(Signo::new(40).map(Signo::name).as_deref(), Some("SIG40"));
+    }
+
+    #[test]
+    fn signals_parse_by_name_or_number_and_refuse_the_rest() {
+        for ok in ["SIGUSR1", "USR1", "usr1", "SigUsr1", "10"] {
+            assert_eq!(ok.parse::<Signo>(), Ok(Signo::USR1), "{ok}");
+        }
+        assert_eq!("40".parse::<Signo>().map(Signo::raw), Ok(40));
+        for (bad, want) in [
+            ("0", "outside 1..=64"),
+            ("65", "outside 1..=64"),
+            ("SIGFOO", "\"SIGFOO\" is not a signal"),
+            ("", "is not a signal"),
+        ] {
+            let e = bad.parse::<Signo>().unwrap_err();
+            assert!(e.contains(want) && e.contains("expected a signal name"), "{bad}: {e}");
+        }
     }
 
     #[test]

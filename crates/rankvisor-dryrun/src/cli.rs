@@ -54,7 +54,8 @@ pub struct DryRunArgs {
     #[arg(long, env = "RANKVISOR_LOGS", value_name = "DIR")]
     pub logs: Option<PathBuf>,
     /// Fault to inject (repeatable): fail:REPLICA@TIME (SIGKILL to its training process),
-    /// delete:REPLICA@TIME (kill its launcher; the pod is recreated), label:REPLICA@TIME=VALUE
+    /// delete:REPLICA@TIME (kill its launcher; the pod is recreated), preempt:REPLICA@TIME (delete
+    /// it gracefully: TERM to its launcher, then recreated), label:REPLICA@TIME=VALUE
     /// (its node's node-health-status label; or =KEY=VALUE). REPLICA: master-0, worker-N.
     #[arg(long, env = "RANKVISOR_INJECT", value_name = "SPEC", value_delimiter = ',')]
     pub inject: Vec<String>,

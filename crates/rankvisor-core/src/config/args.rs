@@ -32,6 +32,15 @@ pub enum UnhealthyNode {
     Wait,
 }
 
+/// What the master does with a straggler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StragglerAction {
+    /// Name it (log line, `/job`, `/metrics`).
+    Report,
+    /// Name it and restart that replica's child (the job goes on).
+    Restart,
+}
+
 /// A feature switched on or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -104,6 +113,27 @@ pub struct SuperviseArgs {
     /// What a failure restarts: replica (this child) or job (every replica's child).
     #[arg(long, env = "RANKVISOR_RESTART_SCOPE", value_enum, default_value_t = RestartScope::Replica)]
     pub restart_scope: RestartScope,
+    /// Before any replica is stopped, send this signal (e.g. SIGUSR1) to every replica's training
+    /// process so the whole job saves a checkpoint; the stop follows after --checkpoint-grace.
+    #[arg(long, env = "RANKVISOR_CHECKPOINT_SIGNAL", value_name = "SIG")]
+    pub checkpoint_signal: Option<crate::signo::Signo>,
+    /// How long a stop waits after the checkpoint signal, unless the child exits first
+    /// [default: half of --grace-period].
+    #[arg(long, env = "RANKVISOR_CHECKPOINT_GRACE", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub checkpoint_grace: Option<Duration>,
+    /// Name stragglers from this --log-rules rule's captured metric (samples/s, TFLOPs), each
+    /// replica's sent to the master; NAME:lower for a metric where lower is better (a step time).
+    #[arg(long, env = "RANKVISOR_STRAGGLER_RULE", value_name = "NAME[:lower]")]
+    pub straggler_rule: Option<String>,
+    /// A replica whose metric stays worse than this fraction of the job's median is behind.
+    #[arg(long, env = "RANKVISOR_STRAGGLER_RATIO", default_value_t = 0.75, allow_hyphen_values = true)]
+    pub straggler_ratio: f64,
+    /// Consecutive points behind before a replica is named a straggler.
+    #[arg(long, env = "RANKVISOR_STRAGGLER_POINTS", default_value_t = 3, value_parser = decimal::<u32>, allow_hyphen_values = true)]
+    pub straggler_points: u32,
+    /// What the master does with a straggler: report it, or restart that replica's child.
+    #[arg(long, env = "RANKVISOR_STRAGGLER_ACTION", value_enum, default_value_t = StragglerAction::Report)]
+    pub straggler_action: StragglerAction,
     /// A file the training process touches (or writes JSON progress to) as its heartbeat.
     #[arg(long, env = "RANKVISOR_HEARTBEAT_FILE")]
     pub heartbeat_file: Option<PathBuf>,

@@ -12,8 +12,9 @@ use crate::policy::RestartScope;
 use crate::process::ChildCommand;
 use crate::rank::{self, RankEnv, ReplicaCount, Role};
 use crate::rendezvous;
-use crate::replica::child::{HangConfig, SupervisorConfig};
+use crate::replica::child::{CheckpointConfig, HangConfig, SupervisorConfig};
 use crate::replica::JobLinkConfig;
+use crate::signo::Signo;
 use crate::status::Identity;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -87,6 +88,8 @@ pub struct SuperviseConfig {
     pub heartbeat_file: Option<PathBuf>,
     /// `--log-rules`, read and checked.
     pub log_rules: Option<std::sync::Arc<crate::logrules::RuleSet>>,
+    /// `--straggler-rule` and its settings, checked against `log_rules`.
+    pub straggler: Option<StragglerSettings>,
     /// Where to write why rankvisor gave up (None: nowhere).
     pub termination_log: Option<PathBuf>,
     /// `--status-fd`.
@@ -119,7 +122,9 @@ pub fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, ConfigEr
             a.backoff_max, a.backoff_initial
         )));
     }
+    let checkpoint = checkpoint_config(a)?;
     Ok(SupervisorConfig {
+        checkpoint,
         policy: a.restart_policy,
         backoff_limit: a.backoff_limit,
         backoff: BackoffConfig { initial: a.backoff_initial, max: a.backoff_max, reset: a.backoff_reset },
@@ -127,6 +132,32 @@ pub fn supervisor_config(a: &SuperviseArgs) -> Result<SupervisorConfig, ConfigEr
         hang,
         scope: a.restart_scope,
     })
+}
+
+/// `--checkpoint-signal` and `--checkpoint-grace` (default: half the grace period).
+fn checkpoint_config(a: &SuperviseArgs) -> Result<Option<CheckpointConfig>, ConfigError> {
+    let Some(signal) = a.checkpoint_signal else {
+        return match a.checkpoint_grace {
+            Some(g) => Err(err(format!(
+                "--checkpoint-grace ({g:?}) needs --checkpoint-signal (RANKVISOR_CHECKPOINT_SIGNAL): expected both or neither"
+            ))),
+            None => Ok(None),
+        };
+    };
+    if signal == Signo::KILL || signal.raw() == libc::SIGSTOP {
+        return Err(err(format!(
+            "--checkpoint-signal {} cannot be caught: expected a signal the training process handles, such as SIGUSR1",
+            signal.name()
+        )));
+    }
+    let grace = a.checkpoint_grace.unwrap_or(a.grace_period / 2);
+    if grace.is_zero() || grace >= a.grace_period {
+        return Err(err(format!(
+            "--checkpoint-grace ({grace:?}) must be positive and shorter than --grace-period ({:?}): the stop's own signal and SIGKILL follow within the grace period",
+            a.grace_period
+        )));
+    }
+    Ok(Some(CheckpointConfig { signal, grace }))
 }
 
 /// The pod's name: `POD_NAME` from the downward API, else `HOSTNAME`, else the kernel's hostname
@@ -237,10 +268,13 @@ pub fn supervise_config(
         &mut warnings,
     );
     // Under an agent the operator assigns ranks: rankvisor's barrier is off (see `agent`).
-    let link = match a.agent {
+    let mut link = match a.agent {
         Some(_) => None,
         None => link_config(a, env, &rank, &identity, &mut inferred, &mut warnings)?,
     };
+    if let Some(l) = link.as_mut() {
+        l.checkpoint = supervisor.checkpoint.map(|c| c.grace);
+    }
     let agent = super::agent::apply(a, &mut supervisor, &mut inferred);
     let kube_events = kube_events_target(a.kube_events, env)?;
     let webhook = a.report_url.clone().map(|url| crate::webhook::WebhookConfig {
@@ -253,6 +287,10 @@ pub fn supervise_config(
     }
     let termination_log = a.termination_log.clone().or_else(crate::termination::default_path);
     let log_rules = a.log_rules.as_deref().map(read_log_rules).transpose()?;
+    let straggler = straggler_settings(a, log_rules.as_deref())?;
+    if let (Some(l), Some(st)) = (link.as_mut(), straggler.as_ref()) {
+        l.straggler = Some((st.detector, st.action == super::args::StragglerAction::Restart));
+    }
     Ok(SuperviseConfig {
         child: child_command(program, args, a.heartbeat_file.as_deref(), env),
         supervisor,
@@ -266,6 +304,7 @@ pub fn supervise_config(
         kube_events,
         heartbeat_file: a.heartbeat_file.clone(),
         log_rules,
+        straggler,
         termination_log,
         status_fd: a.status_fd,
         agent,
@@ -275,6 +314,68 @@ pub fn supervise_config(
 }
 
 /// `--log-rules FILE`: the rules, or an error naming the file, the rule and the field.
+/// `--straggler-rule NAME[:lower]` and its settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StragglerSettings {
+    /// The rule whose captured metric each replica sends to the master.
+    pub rule: String,
+    /// Ratio, points, and which way the metric is better.
+    pub detector: crate::rendezvous::straggler::StragglerConfig,
+    /// `--straggler-action`.
+    pub action: super::args::StragglerAction,
+}
+
+/// `--straggler-rule` checked against `--log-rules`: the rule exists and captures a metric.
+pub(super) fn straggler_settings(
+    a: &SuperviseArgs,
+    rules: Option<&crate::logrules::RuleSet>,
+) -> Result<Option<StragglerSettings>, ConfigError> {
+    use crate::rendezvous::straggler::{Better, StragglerConfig};
+    let Some(spec) = &a.straggler_rule else { return Ok(None) };
+    let (name, better) = match spec.rsplit_once(':') {
+        Some((name, "lower")) => (name, Better::Lower),
+        Some((_, other)) => {
+            return Err(err(format!(
+                "--straggler-rule {:?}: unknown suffix {:?}: expected NAME or NAME:lower",
+                crate::untrusted::escape(spec),
+                crate::untrusted::escape(other)
+            )))
+        }
+        None => (spec.as_str(), Better::Higher),
+    };
+    let Some(rules) = rules else {
+        return Err(err("--straggler-rule needs --log-rules (RANKVISOR_LOG_RULES): the rule that captures the metric"));
+    };
+    match rules.rules().iter().find(|r| r.name == name) {
+        None => {
+            let names: Vec<&str> = rules.rules().iter().map(|r| r.name.as_str()).collect();
+            return Err(err(format!(
+                "--straggler-rule {:?} names no rule of --log-rules: expected one of {}",
+                crate::untrusted::escape(name),
+                names.join(", ")
+            )));
+        }
+        Some(r) if r.metric.is_none() => {
+            return Err(err(format!(
+                "--straggler-rule {:?}: the rule has no metric (metricThreshold and operator, its logPattern's first group the value): expected a rule that captures one",
+                crate::untrusted::escape(name)
+            )))
+        }
+        Some(_) => {}
+    }
+    if !(a.straggler_ratio > 0.0 && a.straggler_ratio < 1.0) {
+        return Err(err(format!(
+            "--straggler-ratio {} is invalid: expected a fraction between 0 and 1, such as 0.75",
+            a.straggler_ratio
+        )));
+    }
+    if a.straggler_points == 0 {
+        return Err(err("--straggler-points 0 is invalid: expected at least 1"));
+    }
+    let detector = StragglerConfig { ratio: a.straggler_ratio, points: a.straggler_points, better };
+    Ok(Some(StragglerSettings { rule: name.to_string(), detector, action: a.straggler_action }))
+}
+
 fn read_log_rules(path: &std::path::Path) -> Result<std::sync::Arc<crate::logrules::RuleSet>, ConfigError> {
     let rules =
         crate::logrules::read_rules_file(path).map_err(|e| err(format!("--log-rules (RANKVISOR_LOG_RULES): {e}")))?;
@@ -363,6 +464,8 @@ fn link_config(
             token,
             ..rendezvous::RendezvousConfig::default()
         },
+        checkpoint: None,
+        straggler: None,
     }))
 }
 

@@ -16,13 +16,14 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The job phases `rankvisor_job_phase` has a sample for (the master's `/job` `phase`).
 pub(super) const JOB_PHASES: [&str; 4] = ["Created", "Running", "Succeeded", "Failed"];
 
-const EXIT_REASONS: [ExitReason; 6] = [
+const EXIT_REASONS: [ExitReason; 7] = [
     ExitReason::Exited,
     ExitReason::Signaled,
     ExitReason::Hung,
     ExitReason::NodeUnhealthy,
     ExitReason::NewGeneration,
     ExitReason::LogRule,
+    ExitReason::Straggler,
 ];
 
 /// Every metric of one replica, with HELP and TYPE lines. Metrics whose value is unknown (no exit
@@ -171,6 +172,15 @@ pub fn render_job_metrics(job: &crate::rendezvous::JobView) -> String {
     for s in ReplicaState::ALL {
         let name = format!("{s:?}");
         sample(&mut out, "rankvisor_job_replicas", &[("state", &name)], count(s) as f64);
+    }
+    family(
+        &mut out,
+        "rankvisor_straggler",
+        "gauge",
+        "1 for each replica the master named a straggler (--straggler-rule), by replica index.",
+    );
+    for (index, _) in job.replicas().iter().filter(|(_, r)| r.straggler.is_some()) {
+        sample(&mut out, "rankvisor_straggler", &[("replica", &index.to_string())], 1.0);
     }
     out
 }
@@ -459,6 +469,11 @@ mod tests {
         assert_eq!(value(&text, "rankvisor_job_phase{phase=\"Failed\"}"), Some(0.0));
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Running\"}"), Some(2.0));
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Restarting\"}"), Some(1.0));
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), None, "nobody named yet");
+        assert_eq!(view.straggler(2, "replica 2 is a straggler".into()), "n");
+        let text = render_job_metrics(&view);
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), Some(1.0));
+        assert_eq!(value(&text, "rankvisor_straggler{replica=\"1\"}"), None);
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Failed\"}"), Some(0.0));
     }
 }

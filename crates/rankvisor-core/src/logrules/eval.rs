@@ -73,6 +73,9 @@ struct RuleRun {
     last_line: String,
     last_match: Option<Instant>,
     slow_count: u32,
+    /// The metric's values captured so far, and the last (`--straggler-rule`).
+    values: u64,
+    last_value: f64,
 }
 
 /// The combined verdict: its state and the rules it names (configuration order) with the line
@@ -114,6 +117,8 @@ impl Evaluator {
                 last_line: String::new(),
                 last_match: None,
                 slow_count: 0,
+                values: 0,
+                last_value: 0.0,
             })
             .collect::<Vec<_>>();
         Self {
@@ -160,6 +165,12 @@ impl Evaluator {
     /// The last line rule `index` matched (with its newline), if any.
     pub fn last_line(&self, index: usize) -> Option<&str> {
         self.runs.get(index).filter(|r| r.last_match.is_some()).map(|r| r.last_line.as_str())
+    }
+
+    /// Rule `index`'s metric: how many values it captured so far, and the last (None before
+    /// the first). A straggler rule's points are its values.
+    pub fn metric(&self, index: usize) -> Option<(u64, f64)> {
+        self.runs.get(index).filter(|r| r.values > 0).map(|r| (r.values, r.last_value))
     }
 
     /// True once the verdict left FAULTED, where the agent's monitoring ends: nothing changes
@@ -309,6 +320,8 @@ fn evaluate_rule(
         return Ok(());
     };
     let value = group1.and_then(py_float).ok_or(NotANumber)?;
+    run.values += 1;
+    run.last_value = value;
     if op.holds(value, threshold) {
         run.slow_count = (run.slow_count + 1).min(rule.data_points);
     } else {

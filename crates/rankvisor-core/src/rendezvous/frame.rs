@@ -122,6 +122,17 @@ pub enum Order {
         /// Why, for the worker's log.
         reason: String,
     },
+    /// `--checkpoint-signal`: a replica is being stopped; every replica's training process
+    /// saves now (and goes on until its own stop, if any).
+    Checkpoint {
+        /// Why, for the worker's log.
+        reason: String,
+    },
+    /// To one worker: it is a straggler; restart its child (`--straggler-action restart`).
+    Straggler {
+        /// Why, for the worker's log.
+        reason: String,
+    },
 }
 
 /// One frame of the protocol.
@@ -184,10 +195,26 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// Master -> worker: a replica is being stopped; save a checkpoint now (`--checkpoint-signal`).
+    Checkpoint {
+        /// Why.
+        reason: String,
+    },
+    /// Worker -> master: a point of the `--straggler-rule` metric (a finite number).
+    Metric {
+        /// The value the rule captured.
+        value: f64,
+    },
+    /// Master -> one worker: it is a straggler and `--straggler-action restart` is set: restart
+    /// its child (only this replica).
+    Straggler {
+        /// Why (the figures), for the worker's log.
+        reason: String,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 13] = [
+pub const FRAME_TYPES: [&str; 16] = [
     "hello",
     "challenge",
     "auth",
@@ -201,6 +228,9 @@ pub const FRAME_TYPES: [&str; 13] = [
     "stop",
     "restart",
     "finished",
+    "checkpoint",
+    "metric",
+    "straggler",
 ];
 
 impl Frame {
@@ -220,6 +250,9 @@ impl Frame {
             Frame::Stop { .. } => "stop",
             Frame::Restart { .. } => "restart",
             Frame::Finished { .. } => "finished",
+            Frame::Checkpoint { .. } => "checkpoint",
+            Frame::Metric { .. } => "metric",
+            Frame::Straggler { .. } => "straggler",
         }
     }
 }
@@ -230,6 +263,8 @@ impl From<Order> for Frame {
             Order::Stop { reason } => Frame::Stop { reason },
             Order::Restart { generation } => Frame::Restart { generation },
             Order::Finished { reason } => Frame::Finished { reason },
+            Order::Checkpoint { reason } => Frame::Checkpoint { reason },
+            Order::Straggler { reason } => Frame::Straggler { reason },
         }
     }
 }
@@ -409,6 +444,9 @@ mod tests {
             Frame::Stop { reason: "job failed".into() },
             Frame::Restart { generation: 2 },
             Frame::Finished { reason: "the master's launcher finished".into() },
+            Frame::Checkpoint { reason: "replica 3 is being stopped".into() },
+            Frame::Metric { value: 1234.5 },
+            Frame::Straggler { reason: "replica 2 is a straggler".into() },
         ]
     }
 

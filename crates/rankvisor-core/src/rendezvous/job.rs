@@ -52,6 +52,8 @@ pub struct ReplicaView {
     pub health: Health,
     /// When the master last heard from it, milliseconds since the Unix epoch.
     pub last_seen_unix_ms: u64,
+    /// `--straggler-rule`: why the master named it a straggler (its figures), once it did.
+    pub straggler: Option<String>,
     latest: Latest,
 }
 
@@ -75,6 +77,7 @@ impl ReplicaView {
             lost: None,
             health: health.clone(),
             last_seen_unix_ms: now_ms,
+            straggler: None,
             latest: Latest::Assumed { state, generation },
         }
     }
@@ -116,7 +119,7 @@ impl ReplicaView {
 
 impl Serialize for ReplicaView {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("ReplicaView", 12)?;
+        let mut m = s.serialize_struct("ReplicaView", 13)?;
         m.serialize_field("index", &self.index)?;
         m.serialize_field("node", &self.node)?;
         m.serialize_field("connected", &self.connected)?;
@@ -129,6 +132,7 @@ impl Serialize for ReplicaView {
         m.serialize_field("last_exit", &self.last_exit().map(|e| e.status))?;
         m.serialize_field("report", &self.report())?;
         m.serialize_field("last_seen_unix_ms", &self.last_seen_unix_ms)?;
+        m.serialize_field("straggler", &self.straggler)?;
         m.end()
     }
 }
@@ -244,6 +248,19 @@ impl JobView {
             let view = Arc::make_mut(view);
             view.connected = false;
             view.lost = (view.state() != ReplicaState::Succeeded).then(|| reason.to_string());
+        }
+    }
+
+    /// The master named replica `index` a straggler (`why`: its figures); its node, for the log
+    /// line ("unknown" when the replica is not in the view).
+    pub fn straggler(&mut self, index: u32, why: String) -> String {
+        match self.replicas.get_mut(&index) {
+            Some(view) => {
+                let view = Arc::make_mut(view);
+                view.straggler = Some(why);
+                view.node.clone()
+            }
+            None => "unknown".to_string(),
         }
     }
 
@@ -468,8 +485,10 @@ mod tests {
             "report",
             "restart_count",
             "state",
+            "straggler",
         ];
-        assert_eq!(keys(&j["replicas"]["3"]), shape, "the keys /job always had");
+        assert_eq!(keys(&j["replicas"]["3"]), shape, "the keys /job always had, and straggler (null until named)");
+        assert_eq!(j["replicas"]["3"]["straggler"], Value::Null);
         let failed = LocalStatus {
             state: Restarting,
             restart_count: 2,

@@ -72,6 +72,13 @@ pub enum ControlEvent {
         /// The generation it asks for.
         generation: u64,
     },
+    /// A worker sent a point of the `--straggler-rule` metric.
+    Metric {
+        /// Its replica index.
+        index: u32,
+        /// The value.
+        value: f64,
+    },
     /// A worker's connection is gone (closed, silent, or refused a frame).
     Lost {
         /// Its replica index.
@@ -92,6 +99,11 @@ enum Command {
         reply: oneshot::Sender<Option<Shortfall>>,
     },
     Order(Order),
+    /// An order to one worker (replica `index`), when it is connected.
+    Tell {
+        index: u32,
+        order: Order,
+    },
     /// Broadcast `Finished`, then answer: the frames are queued on every connection.
     Finish {
         reason: String,
@@ -240,6 +252,11 @@ impl MasterHandle {
         self.command(Command::Order(order)).await
     }
 
+    /// Send an order to worker `index` alone (dropped when it is not connected).
+    pub async fn tell(&self, index: u32, order: Order) -> Result<(), RendezvousError> {
+        self.command(Command::Tell { index, order }).await
+    }
+
     /// Tell every worker the master is finished (their connections close next, and that is no
     /// loss), and return once the frame is queued on every connection, at most `limit`.
     pub async fn finish(&self, reason: String, limit: Duration) {
@@ -252,6 +269,11 @@ impl MasterHandle {
     /// A snapshot of the job view (for `/job` and the job-phase decision).
     pub fn job_view(&self) -> JobView {
         lock(&self.view).clone()
+    }
+
+    /// Mark a straggler in the job view; its node.
+    pub fn mark_straggler(&self, straggler: &super::straggler::Straggler) -> String {
+        lock(&self.view).straggler(straggler.replica, straggler.to_string())
     }
 
     /// Record the master's own state in the job view (the job's phase follows it).

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod checkpoint;
 mod config;
 mod conn;
 mod error;
@@ -16,6 +17,7 @@ mod io;
 pub mod job;
 mod master;
 pub mod roster;
+pub mod straggler;
 mod worker;
 
 #[cfg(test)]

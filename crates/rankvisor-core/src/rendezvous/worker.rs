@@ -416,6 +416,17 @@ impl WorkerSession {
         self.push(l)
     }
 
+    /// Send a point of the `--straggler-rule` metric to the master (a value that is not a
+    /// finite number is not sent: JSON has no such number).
+    pub fn send_metric(&self, value: f64) -> Result<(), RendezvousError> {
+        if !value.is_finite() {
+            return Ok(());
+        }
+        let l = line(&Frame::Metric { value }, self.max_frame)
+            .map_err(|e| RendezvousError::Protocol { master: self.master.clone(), detail: e.to_string() })?;
+        self.push(l)
+    }
+
     fn push(&self, l: Line) -> Result<(), RendezvousError> {
         if self.lost.is_some() || self.reader.is_finished() {
             return Err(self.lost_error());
@@ -452,6 +463,8 @@ impl WorkerSession {
                 Some(FromMaster::Frame(Frame::Stop { reason })) => return Some(Order::Stop { reason }),
                 Some(FromMaster::Frame(Frame::Restart { generation })) => return Some(Order::Restart { generation }),
                 Some(FromMaster::Frame(Frame::Finished { reason })) => return Some(Order::Finished { reason }),
+                Some(FromMaster::Frame(Frame::Checkpoint { reason })) => return Some(Order::Checkpoint { reason }),
+                Some(FromMaster::Frame(Frame::Straggler { reason })) => return Some(Order::Straggler { reason }),
                 Some(FromMaster::Frame(Frame::Error { message })) => {
                     warn!(master = %self.master, "the rendezvous master sent an error: {}", crate::untrusted::escape(&message));
                     self.lost = Some(format!("the master sent an error: {message}"));

@@ -40,6 +40,8 @@ pub struct LoopConfig {
     pub status_sink: Option<crate::status::fd_sink::StatusSink>,
     /// Debug builds only, for the test of the last resort: panic right after the child started.
     pub panic_after_spawn: bool,
+    /// `--straggler-rule`: the log rule whose captured values go to the master.
+    pub metric_rule: Option<String>,
 }
 
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
@@ -293,6 +295,12 @@ impl Loop {
     fn on_log(&mut self, news: News) {
         match news {
             News::Hit(hit) => self.feed(Input::LogRule(hit)),
+            // A point for the master's straggler detector: the link's to send, nothing to decide.
+            News::Metric(value) => {
+                if let Some(tx) = &self.link_commands {
+                    let _ = tx.send(LinkCommand::Metric { value: crate::rendezvous::straggler::Point(value) });
+                }
+            }
             News::Drained | News::Ended => self.feed(Input::OutputDrained),
             News::States(states) => {
                 let changed = self.status.send_if_modified(|s| {
@@ -327,8 +335,10 @@ impl Loop {
             Effect::Child(ChildAction::Spawn { .. }) => {
                 error!("internal error: a spawn without its attempt's order; the machine sends Effect::Spawn");
             }
-            Effect::Child(ChildAction::SignalPrograms { .. }) => {
-                error!("internal error: a shutdown's signal without its order; the machine sends Effect::ScanTree");
+            Effect::Child(ChildAction::SignalPrograms { .. } | ChildAction::Checkpoint { .. }) => {
+                error!(
+                    "internal error: a signal to the programs without its order; the machine sends Effect::ScanTree"
+                );
             }
             Effect::DrainOutput => {
                 if !self.log.as_ref().is_some_and(LogWatch::drain) {
@@ -470,7 +480,9 @@ impl Loop {
             Ok(pid) => {
                 info!(pid = pid.as_raw(), restart_count, "child started");
                 if let (Some(rules), Some(rx)) = (rules, read) {
-                    match LogWatch::start(rules, rx, Instant::now(), previous) {
+                    let metric =
+                        self.cfg.metric_rule.as_ref().and_then(|m| rules.rules().iter().position(|r| &r.name == m));
+                    match LogWatch::start(rules, rx, Instant::now(), previous, metric) {
                         Ok(w) => self.log = Some(w),
                         Err(e) => {
                             warn!("log rules: cannot start the relay thread: {e}; the child's output is not read")

@@ -7,11 +7,13 @@
 use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
+use crate::rendezvous::checkpoint::Fanout;
+use crate::rendezvous::straggler::Detector;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
     WorkerSession,
 };
-use crate::status::Report;
+use crate::status::{ReplicaState, Report};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -37,6 +39,11 @@ pub struct JobLinkConfig {
     pub listen: SocketAddr,
     /// Timeouts, token, frame limit.
     pub rendezvous: RendezvousConfig,
+    /// `--checkpoint-grace` when `--checkpoint-signal` is set: the master's fan-out window.
+    pub checkpoint: Option<Duration>,
+    /// `--straggler-rule`'s detector settings (the master's), and whether a straggler is
+    /// restarted (`--straggler-action restart`).
+    pub straggler: Option<(crate::rendezvous::straggler::StragglerConfig, bool)>,
 }
 
 impl JobLinkConfig {
@@ -70,6 +77,12 @@ pub enum LinkCommand {
         /// Why, for their termination messages.
         reason: String,
     },
+    /// A point of this replica's `--straggler-rule` metric: to the master (on the master, to its
+    /// own detector).
+    Metric {
+        /// The value.
+        value: crate::rendezvous::straggler::Point,
+    },
 }
 
 /// What the link saw.
@@ -97,6 +110,17 @@ pub enum LinkEvent {
     OrderRestart {
         /// The generation.
         generation: u64,
+    },
+    /// `--checkpoint-signal`: a replica is being stopped and the job saves (the master's fan-out,
+    /// on the master too).
+    Checkpoint {
+        /// Why.
+        reason: String,
+    },
+    /// The master named this replica a straggler under `--straggler-action restart`.
+    Straggler {
+        /// Why (the figures).
+        reason: String,
     },
     /// Worker: the master orders a stop.
     OrderStop {
@@ -200,7 +224,17 @@ pub fn start(
             let (master, control) =
                 rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone(), scope)?;
             let (view_tx, view_rx) = watch::channel(None);
-            (Some(view_rx), tokio::spawn(run_master(master, control, upstream, cmd_rx, ev_tx, view_tx)))
+            let link = MasterLink {
+                master: Arc::new(master),
+                events: ev_tx,
+                view: view_tx,
+                workers_done: false,
+                released_once: false,
+                fanout: cfg.checkpoint.map(Fanout::new),
+                stragglers: cfg.straggler.map(|(s, _)| Detector::new(s, cfg.identity.replica_count)),
+                restart_stragglers: cfg.straggler.is_some_and(|(_, restart)| restart),
+            };
+            (Some(view_rx), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
         }
         Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
@@ -222,14 +256,11 @@ async fn poll_pending<T>(p: &mut Pending<T>) -> T {
 type BarrierDone = (u64, Result<rendezvous::Released, RendezvousError>);
 
 async fn run_master(
-    master: MasterHandle,
+    mut link: MasterLink,
     mut control: mpsc::Receiver<ControlEvent>,
     mut upstream: Upstream,
     mut commands: mpsc::UnboundedReceiver<LinkCommand>,
-    events: mpsc::UnboundedSender<LinkEvent>,
-    view: watch::Sender<Option<JobView>>,
 ) {
-    let mut link = MasterLink { master: Arc::new(master), events, view, workers_done: false, released_once: false };
     let mut pending = link.barrier(0);
     // Building the view is O(replicas): publish it at most every PUBLISH_EVERY, not per event
     // (per event is quadratic when thousands of workers join or leave at once).
@@ -248,6 +279,7 @@ async fn run_master(
             }
             report = upstream.next(), if upstream_open => match report {
                 Some(report) => {
+                    link.checkpoint_if_stopping(0, report.state);
                     link.master.publish_own_state(report);
                     dirty = true;
                 }
@@ -276,6 +308,12 @@ struct MasterLink {
     workers_done: bool,
     /// The view is published once a barrier has released.
     released_once: bool,
+    /// `--checkpoint-signal`: the job saves when a replica is being stopped.
+    fanout: Option<Fanout>,
+    /// `--straggler-rule`: every replica's metric against the job's median.
+    stragglers: Option<Detector>,
+    /// `--straggler-action restart`.
+    restart_stragglers: bool,
 }
 
 impl MasterLink {
@@ -312,8 +350,52 @@ impl MasterLink {
         self.publish_view();
     }
 
-    fn on_control(&self, event: ControlEvent) {
+    /// A replica (0: the master) reported `state`: when it is being stopped, every replica's
+    /// training process saves now (the master's own child too), once per window.
+    fn checkpoint_if_stopping(&mut self, index: u32, state: ReplicaState) {
+        let Some(fanout) = self.fanout.as_mut() else { return };
+        let Some(reason) = fanout.on_state(index, state, std::time::Instant::now()) else { return };
+        info!("checkpoint: {reason}: every replica saves");
+        let _ = self.events.send(LinkEvent::Checkpoint { reason: reason.clone() });
+        // Queued beside the loop: the master's command queue may be full for a moment.
+        let master = Arc::clone(&self.master);
+        tokio::spawn(async move {
+            if let Err(e) = master.order(Order::Checkpoint { reason }).await {
+                warn!("rendezvous: cannot ask the workers to checkpoint: {e}");
+            }
+        });
+    }
+
+    /// A point of replica `index`'s metric: a straggler it names is logged with its node and
+    /// marked in the job view (`/job`, `/metrics`).
+    fn metric(&mut self, index: u32, value: f64) {
+        let Some(straggler) = self.stragglers.as_mut().and_then(|d| d.on_point(index, value)) else { return };
+        let node = self.master.mark_straggler(&straggler);
+        warn!(replica = index, node = %crate::untrusted::escape(&node), "straggler: {straggler} (node {})", crate::untrusted::escape(&node));
+        if !self.restart_stragglers {
+            return;
+        }
+        // Judged afresh once restarted: its old points say nothing of its new child.
+        if let Some(d) = self.stragglers.as_mut() {
+            d.forget(index);
+        }
+        let reason = straggler.to_string();
+        if index == 0 {
+            let _ = self.events.send(LinkEvent::Straggler { reason });
+            return;
+        }
+        let master = Arc::clone(&self.master);
+        tokio::spawn(async move {
+            if let Err(e) = master.tell(index, Order::Straggler { reason }).await {
+                warn!("rendezvous: cannot tell replica {index} to restart: {e}");
+            }
+        });
+    }
+
+    fn on_control(&mut self, event: ControlEvent) {
         match event {
+            ControlEvent::State { index, report } => self.checkpoint_if_stopping(index, report.state),
+            ControlEvent::Metric { index, value } => self.metric(index, value),
             ControlEvent::Rejoin { index, generation } => {
                 info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
                 let _ = self.events.send(LinkEvent::RejoinAsked { generation });
@@ -329,8 +411,9 @@ impl MasterLink {
     }
 
     /// A barrier replaces `pending`; a stop order is queued beside the loop.
-    fn on_command(&self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
+    fn on_command(&mut self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
         match command {
+            LinkCommand::Metric { value } => self.metric(0, value.0),
             LinkCommand::Barrier { generation } => *pending = self.barrier(generation),
             // Queued beside the loop: the master's command queue may be full for a moment.
             LinkCommand::StopWorkers { reason } => {
@@ -454,6 +537,8 @@ impl WorkerLink {
         let event = match order {
             Ok(Order::Restart { generation }) => LinkEvent::OrderRestart { generation },
             Ok(Order::Stop { reason }) => LinkEvent::OrderStop { reason },
+            Ok(Order::Checkpoint { reason }) => LinkEvent::Checkpoint { reason },
+            Ok(Order::Straggler { reason }) => LinkEvent::Straggler { reason },
             Ok(Order::Finished { reason }) => {
                 // The close that follows is no loss: drop the session quietly.
                 self.session = None;
@@ -481,6 +566,12 @@ impl WorkerLink {
             LinkCommand::Reconnect => {
                 self.session = None;
                 *pending = self.join();
+            }
+            // Dropped while not connected (a rejoin or reconnect runs): one point of many.
+            LinkCommand::Metric { value } => {
+                if let Some(s) = &self.session {
+                    let _ = s.send_metric(value.0);
+                }
             }
             other => warn!("rendezvous: a worker ignores {other:?}"),
         }

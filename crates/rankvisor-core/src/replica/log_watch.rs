@@ -31,12 +31,14 @@ const DRAIN_BUDGET: usize = 1024 * 1024;
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// What the relay thread tells the loop, in the order it happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum News {
     /// The attempt's first firing verdict (one per attempt).
     Hit(LogRuleHit),
     /// Each rule's state changed.
     States(Vec<LogRuleGauge>),
+    /// The `--straggler-rule` captured a value (a point for the master).
+    Metric(f64),
     /// What the pipe held when the loop asked ([`LogWatch::drain`]) is relayed and evaluated.
     Drained,
     /// The output ended (EOF, or the pipe cannot be read): everything is relayed and evaluated,
@@ -81,6 +83,7 @@ impl LogWatch {
         rx: OwnedFd,
         started: Instant,
         previous: Option<Self>,
+        metric_rule: Option<usize>,
     ) -> io::Result<Self> {
         // Nonblocking: the loop's write never waits (a full wake pipe already asks).
         let flags = nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK;
@@ -98,6 +101,7 @@ impl LogWatch {
                 reported: false,
                 child_gone: false,
                 told: Vec::new(),
+                metric: metric_rule.map(|i| (i, 0)),
                 news: news_tx,
                 states: states_tx,
             };
@@ -175,6 +179,8 @@ struct RelayThread {
     child_gone: bool,
     /// The rule states last sent.
     told: Vec<LogState>,
+    /// `--straggler-rule`: its index, and how many of its values were sent.
+    metric: Option<(usize, u64)>,
     news: mpsc::UnboundedSender<News>,
     states: watch::Sender<Vec<LogRuleGauge>>,
 }
@@ -290,6 +296,12 @@ impl RelayThread {
         if self.ev.on_line(line, now).state.firing() {
             self.report();
         }
+        if let Some((rule, sent)) = self.metric.as_mut() {
+            if let Some((n, value)) = self.ev.metric(*rule).filter(|(n, _)| n > sent) {
+                *sent = n;
+                let _ = self.news.send(News::Metric(value));
+            }
+        }
     }
 
     /// The attempt's firing verdict, to the loop (once).
@@ -352,7 +364,7 @@ mod tests {
     async fn a_drain_after_the_output_ended_is_answered_at_once() {
         let rules = Arc::new(crate::logrules::parse_rules(r#"[{"name": "E", "logPattern": ".*E.*"}]"#).unwrap());
         let (rx, tx) = pipe().unwrap();
-        let mut watch = Some(LogWatch::start(rules, rx, Instant::now(), None).unwrap());
+        let mut watch = Some(LogWatch::start(rules, rx, Instant::now(), None, None).unwrap());
         drop(tx);
         loop {
             if LogWatch::next(&mut watch).await == News::Drained {

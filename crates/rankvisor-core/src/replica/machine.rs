@@ -297,6 +297,9 @@ pub struct Replica {
     /// The shutdown's order while it waits on processes (programs first, helpers once their
     /// parent is gone), until the shutdown deadline.
     shutdown_order: Option<ShutdownOrder>,
+    /// `--checkpoint-signal`: the training process got it; the programs below it get it at the
+    /// next look at the tree (never its forked helpers).
+    checkpoint_order: Option<ShutdownOrder>,
     end: End,
     /// The current attempt's stdout goes through the log rules (its spawn carried rules).
     output_watched: bool,
@@ -336,6 +339,7 @@ impl Replica {
             workers_done: false,
             shutdown_deadline: None,
             shutdown_order: None,
+            checkpoint_order: None,
             end: End::No,
             output_watched: false,
             held_exit: None,
@@ -611,6 +615,8 @@ impl Replica {
                 self.after_child = Some(LinkCommand::Rejoin { generation });
                 self.after_child_gone(out);
             }
+            LinkEvent::Checkpoint { reason } => self.on_job_checkpoint(&reason, now, out),
+            LinkEvent::Straggler { reason } => self.on_straggler(reason, now, out),
             LinkEvent::OrderStop { reason } => {
                 let message = format!("stopped by the master: {reason}");
                 self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
@@ -656,6 +662,25 @@ impl Replica {
                 }
             },
         }
+    }
+
+    /// `--straggler-action restart`: the master named this replica a straggler; its child is
+    /// stopped and started again at once (only this replica).
+    fn on_straggler(&mut self, reason: String, now: Instant, out: &mut Vec<Effect>) {
+        if matches!(self.sup.phase(), Phase::Running { .. }) {
+            let why = crate::untrusted::escape(&reason);
+            out.push(Effect::Note(Note::Warn(format!("rendezvous: {why}; restarting the child"))));
+        }
+        self.feed(Event::Straggler { reason }, now, out);
+    }
+
+    /// The master's fan-out (`--checkpoint-signal`): a replica is being stopped and the job saves.
+    fn on_job_checkpoint(&mut self, reason: &str, now: Instant, out: &mut Vec<Effect>) {
+        if self.cfg.supervisor.checkpoint.is_some() && matches!(self.sup.phase(), Phase::Running { .. }) {
+            let reason = crate::untrusted::escape(reason);
+            out.push(Effect::Note(Note::Info(format!("rendezvous: {reason}; the job saves its checkpoint"))));
+        }
+        self.feed(Event::Checkpoint, now, out);
     }
 
     /// Master: a worker asks for a new generation.
@@ -715,6 +740,17 @@ impl Replica {
                     let mut order = ShutdownOrder::new(signal);
                     order.signalled_already(pid);
                     self.shutdown_order = Some(order);
+                    out.push(Effect::SignalEach { pids: vec![pid], signal });
+                    Effect::ScanTree
+                }
+                ChildAction::Checkpoint { pid, signal } => {
+                    let mut order = ShutdownOrder::new(signal);
+                    order.signalled_already(pid);
+                    self.checkpoint_order = Some(order);
+                    out.push(Effect::Note(Note::Info(format!(
+                        "{} to the training process and the programs below it: the job saves its checkpoint",
+                        signal.name()
+                    ))));
                     out.push(Effect::SignalEach { pids: vec![pid], signal });
                     Effect::ScanTree
                 }
@@ -810,6 +846,13 @@ impl Replica {
     /// The tree below rankvisor, for the shutdown's order: who gets its signal now; the end of a
     /// sweep once nobody is left.
     fn on_tree(&mut self, tree: Result<Tree, String>, out: &mut Vec<Effect>) {
+        // The checkpoint's one look: the programs below the training process, not its helpers.
+        if let (Some(mut order), Ok(tree)) = (self.checkpoint_order.take(), &tree) {
+            let pids = order.step(tree).now;
+            if !pids.is_empty() {
+                out.push(Effect::SignalEach { pids, signal: order.signal() });
+            }
+        }
         let Some(order) = self.shutdown_order.as_mut() else { return };
         let signal = order.signal();
         let tree = match tree {

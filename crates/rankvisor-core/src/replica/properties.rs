@@ -6,7 +6,7 @@
 //! past; a shutdown's order signals only processes of the tree it was given, and never the
 //! child's forked worker while the child lives; in agent mode, a child starts only while the agent is RUNNING. Then a TERM and the loop's driving must end in exactly one `Exit`.
 
-use super::child::{ChildAction, Event, HangConfig, SupervisorConfig};
+use super::child::{CheckpointConfig, ChildAction, Event, HangConfig, SupervisorConfig};
 use super::link::LinkEvent;
 use super::machine::{Effect, HealthGate, Input, Mode, Replica, ReplicaConfig};
 use crate::agent::rules::AttemptRules;
@@ -66,7 +66,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(signal, own)| Step::Signal { signal, own }),
         2 => Just(Step::Beat),
         2 => prop_oneof![Just(Some(true)), Just(Some(false)), Just(None)].prop_map(|healthy| Step::Health { healthy }),
-        3 => (0u8..8, 0u64..4).prop_map(|(which, generation)| Step::Link { which, generation }),
+        3 => (0u8..9, 0u64..4).prop_map(|(which, generation)| Step::Link { which, generation }),
         1 => any::<bool>().prop_map(|transient| Step::NextSpawnFails { transient }),
         1 => (0usize..3).prop_map(|alive| Step::Descendants { alive }),
         2 => Just(Step::PollTree),
@@ -85,8 +85,8 @@ fn config() -> impl Strategy<Value = ReplicaConfig> {
     let scope = prop_oneof![Just(RestartScope::Replica), Just(RestartScope::Job)];
     let gate = prop_oneof![Just(HealthGate::Off), Just(HealthGate::FailFast), Just(HealthGate::Wait)];
     let link = prop_oneof![Just(None), Just(Some(Role::Master)), Just(Some(Role::Worker))];
-    (policy, scope, gate, link, 0u32..4, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(policy, scope, health_gate, link, backoff_limit, hang, linger, agent)| ReplicaConfig {
+    (policy, scope, gate, link, 0u32..4, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(policy, scope, health_gate, link, backoff_limit, hang, linger, agent, checkpoint)| ReplicaConfig {
             // Agent mode as `config::agent` sets it: each attempt once, no rankvisor barrier.
             supervisor: SupervisorConfig {
                 policy: if agent { RestartPolicy::Never } else { policy },
@@ -95,6 +95,7 @@ fn config() -> impl Strategy<Value = ReplicaConfig> {
                 grace: 1000 * MS,
                 hang: hang.then_some(HangConfig { timeout: 500 * MS, startup: 700 * MS }),
                 scope: if agent { RestartScope::Replica } else { scope },
+                checkpoint: checkpoint.then_some(CheckpointConfig { signal: Signo::USR1, grace: 400 * MS }),
             },
             health_gate,
             mode: if agent {
@@ -209,8 +210,8 @@ impl Harness {
                 Effect::Link(_) => {}
                 Effect::DrainOutput => self.send(Input::OutputDrained)?,
                 Effect::Child(ChildAction::Spawn { .. }) => prop_assert!(false, "a spawn without its order"),
-                Effect::Child(ChildAction::SignalPrograms { .. }) => {
-                    prop_assert!(false, "a shutdown's signal without its order: the machine sends ScanTree")
+                Effect::Child(ChildAction::SignalPrograms { .. } | ChildAction::Checkpoint { .. }) => {
+                    prop_assert!(false, "a signal to the programs without its order: the machine sends ScanTree")
                 }
                 Effect::SweepTerm | Effect::SweepKill => self.sweeping = true,
                 // Given up on (it outlived SIGKILL): the machine no longer counts it, and exits.
@@ -258,6 +259,7 @@ impl Harness {
         let reason = "test".to_string();
         match (self.role?, which) {
             (_, 0) => Some(LinkEvent::Released { generation }),
+            (_, 8) => Some(LinkEvent::Checkpoint { reason }),
             (_, 1) => Some(LinkEvent::Failed { message: reason }),
             (Role::Master, 2) => Some(LinkEvent::RejoinAsked { generation }),
             (Role::Master, _) => Some(LinkEvent::WorkersDone(which.is_multiple_of(2))),

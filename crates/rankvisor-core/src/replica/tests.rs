@@ -35,6 +35,7 @@ fn sup(policy: RestartPolicy, scope: RestartScope) -> SupervisorConfig {
         grace: 1000 * MS,
         hang: None,
         scope,
+        checkpoint: None,
     }
 }
 
@@ -675,4 +676,99 @@ async fn a_held_exit_goes_on_at_its_deadline_and_a_term_meanwhile_is_acted_on_at
     assert!(f.warned("not evaluated yet"), "{:?}", f.notes);
     assert_eq!((f.exit, f.r.state()), (Some(3), ReplicaState::Failed), "the child's own status");
     assert_eq!(Instant::now() - t0, super::machine::DRAIN_WAIT);
+}
+
+/// `--checkpoint-signal SIGUSR1 --checkpoint-grace 400ms` on top of `cfg`'s 1 s grace.
+fn saving(mut c: ReplicaConfig) -> ReplicaConfig {
+    c.supervisor.checkpoint = Some(crate::replica::child::CheckpointConfig { signal: Signo::USR1, grace: 400 * MS });
+    c
+}
+
+/// A preempted replica saves first: the checkpoint signal to the training process and the
+/// programs below it (a shell's python), never to the forked helpers; the stop's own TERM once
+/// the checkpoint's grace is over, and SIGKILL still at the grace period's end.
+#[tokio::test(start_paused = true)]
+async fn a_stop_is_held_for_the_checkpoint_then_goes_on_in_the_shutdowns_order() {
+    let mut f = Fake::new(saving(cfg()));
+    let (t0, pid) = (Instant::now(), f.pid());
+    let python = member(300, pid, false);
+    f.below = vec![python.clone(), member(301, python.pid, true)];
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(f.each, [(vec![pid], Signo::USR1), (vec![python.pid], Signo::USR1)], "helpers left out");
+    assert_eq!(f.r.state(), ReplicaState::Stopping, "the master learns of the stop");
+    assert!(!f.r.ordering(), "no shutdown order yet: the stop is held");
+    assert_eq!(f.r.next_deadline(), Some(t0 + 400 * MS));
+    // A fan-out from the master meanwhile: it got the signal already.
+    f.send(Input::Link(LinkEvent::Checkpoint { reason: "replica 2 is being stopped".into() }));
+    assert_eq!(f.each.len(), 2);
+    f.advance_to_deadline().await;
+    assert_eq!(f.each[2], (vec![pid], SIGTERM), "the stop's TERM in the shutdown's order");
+    assert_eq!(f.each[3], (vec![python.pid], SIGTERM));
+    assert_eq!(f.r.next_deadline(), Some(t0 + 1000 * MS), "KILL at the grace period's end, from the stop");
+    f.advance_to_deadline().await;
+    assert_eq!(f.signals.last(), Some(&(pid, Signo::KILL)));
+}
+
+/// A training process that saves and exits ends the held stop at once: no TERM to it.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_exits_after_saving_ends_the_held_stop() {
+    let mut f = Fake::new(saving(cfg()));
+    let pid = f.pid();
+    f.send(Input::Signal { signal: SIGTERM, own: false });
+    tokio::time::advance(100 * MS).await;
+    f.exit_child(ExitHow::Exited(0));
+    assert_eq!(f.signals, [(pid, Signo::USR1)], "the checkpoint signal alone");
+    assert_eq!(f.exit, Some(0));
+    // A second TERM during the hold ends it at once (the user insists).
+    let mut g = Fake::new(saving(cfg()));
+    let pid = g.pid();
+    g.send(Input::Signal { signal: SIGTERM, own: false });
+    g.send(Input::Signal { signal: SIGTERM, own: false });
+    assert_eq!(g.signals, [(pid, Signo::USR1), (pid, SIGTERM)]);
+}
+
+/// The master's fan-out: a running child saves once and goes on; without the option, nothing.
+#[tokio::test(start_paused = true)]
+async fn the_masters_checkpoint_signals_a_running_child_once_and_it_goes_on() {
+    let mut f = Fake::new(saving(ReplicaConfig { mode: plain(Role::Worker), ..cfg() }));
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    let pid = f.pid();
+    let ask = || Input::Link(LinkEvent::Checkpoint { reason: "replica 3 is being stopped".into() });
+    f.send(ask());
+    f.send(ask());
+    assert_eq!(f.signals, [(pid, Signo::USR1)]);
+    assert_eq!(f.r.state(), ReplicaState::Running);
+    let mut plain_worker = Fake::new(ReplicaConfig { mode: plain(Role::Worker), ..cfg() });
+    plain_worker.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    plain_worker.send(ask());
+    assert!(plain_worker.signals.is_empty());
+}
+
+/// Job scope: a restart order (another replica's fault) and a give-up (an unhealthy node) are
+/// stops the job saves before, like a shutdown; a hang is not (the hung process cannot save).
+#[tokio::test(start_paused = true)]
+async fn a_job_restart_and_an_unhealthy_node_save_first() {
+    let job = saving(ReplicaConfig {
+        supervisor: sup(RestartPolicy::OnFailure, RestartScope::Job),
+        mode: plain(Role::Worker),
+        ..cfg()
+    });
+    let mut f = Fake::new(job);
+    f.send(Input::Link(LinkEvent::Released { generation: 0 }));
+    let pid = f.pid();
+    f.send(Input::Link(LinkEvent::OrderRestart { generation: 1 }));
+    assert_eq!(f.signals, [(pid, Signo::USR1)]);
+    f.advance_to_deadline().await;
+    assert_eq!(f.signals, [(pid, Signo::USR1), (pid, SIGTERM)], "TERM to the group after the checkpoint");
+    f.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(f.links, [LinkCommand::Rejoin { generation: 1 }]);
+
+    let mut g = Fake::new(ReplicaConfig { health_gate: HealthGate::FailFast, ..saving(cfg()) });
+    g.send(Input::Health(label("Schedulable")));
+    let pid = g.pid();
+    g.send(Input::Health(label("UnschedulablePendingReplacement")));
+    assert_eq!(g.signals, [(pid, Signo::USR1)]);
+    g.advance_to_deadline().await;
+    g.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(g.exit, Some(138));
 }

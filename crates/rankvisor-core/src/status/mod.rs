@@ -194,6 +194,9 @@ pub enum ExitReason {
     NewGeneration,
     /// A log rule fired on its output and rankvisor stopped it.
     LogRule,
+    /// The master named the replica a straggler and rankvisor restarted it
+    /// (`--straggler-action restart`).
+    Straggler,
 }
 
 /// The node-health part of a report: the source's verdict, or why the source cannot be read.

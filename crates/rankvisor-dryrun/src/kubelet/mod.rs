@@ -19,7 +19,7 @@ use replica::ReplicaId;
 
 /// A local dry run starts one launcher process per pod: a job of more pods than this, whatever its
 /// kind, is refused at admission, before anything starts.
-pub(crate) const MAX_DRY_RUN_PODS: u64 = 256;
+pub(crate) const MAX_DRY_RUN_PODS: u64 = 1024;
 
 /// Why a job whose `field` asks for `pods` pods cannot run here (more than [`MAX_DRY_RUN_PODS`]).
 pub(crate) fn too_many_pods(field: &str, pods: u64) -> Option<String> {

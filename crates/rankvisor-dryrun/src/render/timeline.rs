@@ -59,6 +59,7 @@ impl FaultMark {
         let what = match &injection.fault {
             Fault::Fail => "fail".to_string(),
             Fault::Delete => "delete".to_string(),
+            Fault::Preempt => "preempt".to_string(),
             Fault::Resume => "resume".to_string(),
             Fault::Label { key, value } => {
                 format!("label {}={value}", key.rsplit_once('/').map_or(key.as_str(), |(_, k)| k))

@@ -16,6 +16,9 @@
 //! - `delete:REPLICA@T`: SIGKILL to the launcher and to its training process group (a pod lost
 //!   with its node, or `kubectl delete --force --grace-period=0`), then the operator's view:
 //!   Terminating, deleted, created anew with RESTARTS 0.
+//! - `preempt:REPLICA@T`: the pod is deleted gracefully (a preemption, `kubectl delete pod`):
+//!   Terminating, TERM to its launcher, which stops its child within its grace period, then the
+//!   operator's view as for `delete:`.
 //! - `label:REPLICA@T=VALUE`: the replica's node labels file is rewritten atomically (temp file,
 //!   then rename, as the kubelet does), which the launcher's `--node-health file:` source reads.
 //!
@@ -59,7 +62,10 @@ use crate::render::timeline::{FaultMark, Recording};
 use crate::workload::Workload;
 
 /// While a launcher's exit waits for its orphans, they are looked for again this often, beside
-/// each SIGCHLD (signals coalesce).
+/// each SIGCHLD (signals coalesce). Also the most often they are looked for at all: a look reads
+/// every process's /proc/PID/stat, so a look per exit when 1,024 launchers end together reads /proc
+/// a million times and holds the loop for minutes; the exits of a burst share one look instead,
+/// reported at most this much later.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Why an agent is FAULTED, as its `/status` reason says: a firing log rule's
@@ -143,6 +149,8 @@ struct DryRunLoop {
     launchers: BTreeMap<ReplicaId, LiveLauncher>,
     /// Launchers that exited, while the processes they left are being killed.
     pending_exits: Vec<PendingExit>,
+    /// When the orphans were last looked for (at most every [`TEARDOWN_POLL`]).
+    last_sweep: Option<Instant>,
     /// Orphans already named in a note.
     orphans_noted: BTreeSet<Pid>,
     /// The controllers' work not yet carried out, oldest first: done one piece at a time, with
@@ -194,6 +202,7 @@ impl DryRunLoop {
             injections,
             launchers: BTreeMap::new(),
             pending_exits: Vec::new(),
+            last_sweep: None,
             orphans_noted: BTreeSet::new(),
             work: VecDeque::new(),
             next_instance: 0,
@@ -270,14 +279,14 @@ impl DryRunLoop {
         let live = !self.run.aborted();
         let tick = self.workload.next_tick().filter(|_| live).map(|d| self.start + d);
         let inject = self.injections.front().filter(|_| live).map(|i| self.start + i.at);
-        let teardown = self.pending_exits.first().map(|_| Instant::now() + TEARDOWN_POLL);
+        let teardown = self.pending_exits.first().map(|_| self.next_sweep());
         let poll = self.next_poll.filter(|_| live);
         [tick, inject, teardown, poll, self.run.next_wake()].into_iter().flatten().min()
     }
 
     fn on_wake(&mut self) {
         let now = Instant::now();
-        if !self.pending_exits.is_empty() {
+        if !self.pending_exits.is_empty() && self.next_sweep() <= now {
             self.tear_down();
         }
         if let (Some(at), Some(every)) = (self.next_poll, self.opts.hyperpod_poll) {
@@ -406,14 +415,23 @@ impl DryRunLoop {
                 let since = Instant::now();
                 self.pending_exits.push(PendingExit { pod, status, child, since });
                 self.run.tearing_down(self.pending_exits.first().map(|p| p.since));
-                self.tear_down();
+                if self.next_sweep() <= since {
+                    self.tear_down();
+                }
             }
         }
+    }
+
+    /// When the orphans may be looked for next: at once after a quiet spell, else one
+    /// [`TEARDOWN_POLL`] after the last look.
+    fn next_sweep(&self) -> Instant {
+        self.last_sweep.map_or_else(Instant::now, |last| last + TEARDOWN_POLL)
     }
 
     /// Kill and collect what ended launchers left (any child of the dry run that is not a live
     /// launcher); once nothing is left, report the launchers' exits to the controller.
     fn tear_down(&mut self) {
+        self.last_sweep = Some(Instant::now());
         let launchers: BTreeSet<Pid> = self.launchers.values().filter_map(|l| l.pid).collect();
         let sweep = orphans::sweep(&launchers);
         for &(pid, group) in &sweep.killed {
@@ -612,6 +630,11 @@ impl DryRunLoop {
             Fault::Delete => {
                 note(&format!("injected: {name} is deleted (its launcher and training process are killed)"));
                 self.kill(pod);
+                self.feed(ClusterEvent::PodDeleted { pod });
+            }
+            // The kubelet's graceful stop: TERM, the grace period, KILL; recreated once it ended.
+            Fault::Preempt => {
+                note(&format!("injected: {name} is preempted (deleted gracefully: TERM to its launcher)"));
                 self.feed(ClusterEvent::PodDeleted { pod });
             }
             Fault::Label { key, value } => {

@@ -1,4 +1,4 @@
-//! Fault injection specs: `fail:worker-1@5s`, `delete:master-0@10s`,
+//! Fault injection specs: `fail:worker-1@5s`, `delete:master-0@10s`, `preempt:worker-0@4s`,
 //! `label:worker-2@3s=UnschedulablePendingReboot`.
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use crate::pytorchjob::PyTorchJob;
 pub(crate) const DEFAULT_LABEL_KEY: &str = "sagemaker.amazonaws.com/node-health-status";
 
 /// The forms an injection may take, for error messages.
-const EXPECTED: &str = "expected fail:REPLICA@TIME, delete:REPLICA@TIME, label:REPLICA@TIME=VALUE (or =KEY=VALUE) or resume:job@TIME, with REPLICA like master-0 or worker-1 and TIME like 5s";
+const EXPECTED: &str = "expected fail:REPLICA@TIME, delete:REPLICA@TIME, preempt:REPLICA@TIME, label:REPLICA@TIME=VALUE (or =KEY=VALUE) or resume:job@TIME, with REPLICA like master-0 or worker-1 and TIME like 5s";
 
 /// What to do to the replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub(crate) enum Fault {
     Fail,
     /// Delete the pod: kill its launcher; the operator recreates it with restart count 0.
     Delete,
+    /// Delete the pod gracefully, as a preemption or `kubectl delete pod` does: the kubelet's
+    /// TERM to the launcher, its grace period, then KILL; the operator recreates it.
+    Preempt,
     /// Set `spec.runPolicy.suspend` to false on the (suspended) job; `resume:job@TIME`, the replica
     /// is unused.
     Resume,
@@ -74,7 +77,8 @@ pub(crate) fn parse_injection(spec: &str, job: &PyTorchJob) -> Result<Injection,
     let fault = match (verb, label) {
         ("fail", None) => Fault::Fail,
         ("delete", None) => Fault::Delete,
-        ("fail" | "delete", Some(_)) => {
+        ("preempt", None) => Fault::Preempt,
+        ("fail" | "delete" | "preempt", Some(_)) => {
             return Err(err(format!("{verb} takes no '=VALUE': {EXPECTED}")));
         }
         ("label", None) | ("label", Some("")) => {
@@ -131,6 +135,10 @@ mod tests {
         assert_eq!(
             parse_injection("delete:master-0@10s", &j),
             Ok(Injection { at: Duration::from_secs(10), replica: ReplicaId::MASTER, fault: Fault::Delete })
+        );
+        assert_eq!(
+            parse_injection("preempt:master-0@1s", &j),
+            Ok(Injection { at: Duration::from_secs(1), replica: ReplicaId::MASTER, fault: Fault::Preempt })
         );
         assert_eq!(
             parse_injection("label:worker-2@3s=UnschedulablePendingReboot", &j),

@@ -235,3 +235,74 @@ fn the_restart_scope_is_read_once_into_the_supervisor() {
         assert!(c.link.is_some(), "the seed's worker meets the others");
     }
 }
+
+#[test]
+fn the_checkpoint_signal_and_its_grace_half_the_grace_period_by_default() {
+    assert_eq!(supervisor_config(&args(&[])).unwrap().checkpoint, None, "off unless asked for");
+    let c = supervisor_config(&args(&["--checkpoint-signal", "SIGUSR1"])).unwrap();
+    assert_eq!(c.checkpoint, Some(CheckpointConfig { signal: Signo::USR1, grace: Duration::from_secs(15) }));
+    let c =
+        supervisor_config(&args(&["--checkpoint-signal", "usr2", "--checkpoint-grace", "5s", "--grace-period", "60s"]))
+            .unwrap();
+    assert_eq!(c.checkpoint.map(|c| (c.signal.name(), c.grace)), Some(("SIGUSR2".into(), Duration::from_secs(5))));
+    // The master's link carries the window of its fan-out.
+    let env = EnvSnapshot::of(SEED_WORKER).with_hostname("ignored");
+    let c = supervise_config(&args(&["--checkpoint-signal", "10"]), &cmd(), &env).unwrap();
+    assert_eq!(c.link.and_then(|l| l.checkpoint), Some(Duration::from_secs(15)));
+}
+
+#[test]
+fn a_bad_checkpoint_setting_names_the_option_and_what_was_expected() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--checkpoint-grace", "5s"], "--checkpoint-grace (5s) needs --checkpoint-signal"),
+        (&["--checkpoint-signal", "KILL"], "--checkpoint-signal SIGKILL cannot be caught"),
+        (&["--checkpoint-signal", "SIGSTOP"], "--checkpoint-signal SIGSTOP cannot be caught"),
+        (
+            &["--checkpoint-signal", "USR1", "--checkpoint-grace", "30s"],
+            "must be positive and shorter than --grace-period (30s)",
+        ),
+        (&["--checkpoint-signal", "USR1", "--checkpoint-grace", "0s"], "--checkpoint-grace (0ns) must be positive"),
+    ];
+    for (argv, want) in cases {
+        let e = supervisor_config(&args(argv)).unwrap_err().to_string();
+        assert!(e.contains(want), "{argv:?}: {e}");
+    }
+    let e = Cmd::try_parse_from(["rankvisor", "--checkpoint-signal", "SIGNOPE"]).err().unwrap().to_string();
+    assert!(e.contains("\"SIGNOPE\" is not a signal: expected a signal name such as SIGUSR1"), "{e}");
+}
+
+#[test]
+fn the_straggler_rule_must_be_a_log_rule_that_captures_a_metric() {
+    use crate::rendezvous::straggler::Better;
+    let rules = crate::logrules::parse_rules(
+        r#"[{"name": "throughput", "logPattern": ".*samples/s (\\S+)", "metricThreshold": 0, "operator": "lt"},
+            {"name": "alive", "logPattern": ".*step", "expectedRecurringFrequencyInSeconds": 60}]"#,
+    )
+    .unwrap();
+    let s = straggler_settings(&args(&["--straggler-rule", "throughput"]), Some(&rules)).unwrap().unwrap();
+    assert_eq!((s.rule.as_str(), s.detector.ratio, s.detector.points), ("throughput", 0.75, 3));
+    assert_eq!((s.detector.better, s.action), (Better::Higher, super::super::args::StragglerAction::Report));
+    let argv = ["--straggler-rule", "throughput:lower", "--straggler-ratio", "0.5", "--straggler-points", "5"];
+    let s = straggler_settings(&args(&argv), Some(&rules)).unwrap().unwrap();
+    assert_eq!((s.detector.better, s.detector.ratio, s.detector.points), (Better::Lower, 0.5, 5));
+    assert_eq!(straggler_settings(&args(&[]), Some(&rules)).unwrap(), None);
+    let restart = ["--straggler-rule", "throughput", "--straggler-action", "restart"];
+    let s = straggler_settings(&args(&restart), Some(&rules)).unwrap().unwrap();
+    assert_eq!(s.action, super::super::args::StragglerAction::Restart);
+    let cases: [(&[&str], bool, &str); 6] = [
+        (&["--straggler-rule", "throughput"], false, "--straggler-rule needs --log-rules"),
+        (
+            &["--straggler-rule", "nope"],
+            true,
+            "\"nope\" names no rule of --log-rules: expected one of throughput, alive",
+        ),
+        (&["--straggler-rule", "alive"], true, "\"alive\": the rule has no metric"),
+        (&["--straggler-rule", "throughput:upper"], true, "unknown suffix \"upper\": expected NAME or NAME:lower"),
+        (&["--straggler-rule", "throughput", "--straggler-ratio", "1.5"], true, "--straggler-ratio 1.5 is invalid"),
+        (&["--straggler-rule", "throughput", "--straggler-points", "0"], true, "--straggler-points 0 is invalid"),
+    ];
+    for (argv, with_rules, want) in cases {
+        let e = straggler_settings(&args(argv), with_rules.then_some(&rules)).unwrap_err().to_string();
+        assert!(e.contains(want), "{argv:?}: {e}");
+    }
+}

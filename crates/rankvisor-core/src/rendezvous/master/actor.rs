@@ -268,6 +268,11 @@ impl Master {
                 }
             }
             Command::Order(order) => self.broadcast(&Frame::from(order)),
+            Command::Tell { index, order } => {
+                if let Some(conn) = self.conns.iter().find(|(_, c)| c.index == index).map(|(&id, _)| id) {
+                    self.send(conn, &Frame::from(order));
+                }
+            }
             Command::Finish { reason, reply } => {
                 self.departures.summary();
                 self.broadcast(&Frame::Finished { reason });
@@ -398,6 +403,7 @@ impl Master {
             Frame::Error { message } => {
                 warn!(%peer, replica = index, "replica reported an error: {}", escape(&message));
             }
+            Frame::Metric { value } => self.emit(ControlEvent::Metric { index, value }),
             other => {
                 let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
                 self.send(conn, &Frame::Error { message: message.clone() });

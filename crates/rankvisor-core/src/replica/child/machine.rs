@@ -25,6 +25,8 @@ pub struct Supervisor {
     generation: u64,
     /// A generation released while our old child was still stopping: start it once that child is gone.
     early_release: Option<u64>,
+    /// The child that got the checkpoint signal (each child gets it once).
+    checkpointed: Option<Pid>,
 }
 
 impl Supervisor {
@@ -41,6 +43,7 @@ impl Supervisor {
             hang_detections: 0,
             generation: 0,
             early_release: None,
+            checkpointed: None,
         }
     }
 
@@ -79,6 +82,7 @@ impl Supervisor {
             StopCause::Hung => Some(ExitReason::Hung),
             StopCause::LogRule(_) => Some(ExitReason::LogRule),
             StopCause::NewGeneration { .. } => Some(ExitReason::NewGeneration),
+            StopCause::Straggler { .. } => Some(ExitReason::Straggler),
             StopCause::Shutdown { .. } | StopCause::GiveUp(_) | StopCause::Ordered => None,
         }
     }
@@ -132,7 +136,7 @@ impl Supervisor {
     pub fn next_deadline(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Backoff { until } => Some(*until),
-            Phase::Stopping { deadline, .. } => Some(*deadline),
+            Phase::Stopping { deadline, held, .. } => Some(held.unwrap_or(*deadline)),
             Phase::Running { started, .. } => self.hang_deadline(*started),
             _ => None,
         }
@@ -183,6 +187,13 @@ impl Supervisor {
                 Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, now + grace),
                 _ => ChildSteps::default(),
             },
+            Event::Checkpoint => self.on_checkpoint(),
+            Event::Straggler { reason } => match self.phase {
+                Phase::Running { pid, started } => {
+                    self.stop(pid, started, StopCause::Straggler { reason }, Signo::TERM, now + self.cfg.grace)
+                }
+                _ => ChildSteps::default(),
+            },
             Event::Released { generation } => match &self.phase {
                 // The first barrier: the first child belongs to the generation it released.
                 Phase::Pending => {
@@ -209,7 +220,7 @@ impl Supervisor {
         match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::NewGeneration { generation }, Signo::TERM, now + self.cfg.grace)
+                self.stop_saving(pid, started, StopCause::NewGeneration { generation }, now)
             }
             // Stopped for a failure, or for an earlier generation: the stop is for this one now.
             Phase::Stopping { cause, .. } => {
@@ -249,8 +260,42 @@ impl Supervisor {
     }
 
     fn stop(&mut self, pid: Pid, started: Instant, cause: StopCause, signal: Signo, deadline: Instant) -> ChildSteps {
-        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
+        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause, held: None };
         vec![ChildAction::SignalGroup { pid, signal }].into()
+    }
+
+    /// A stop the job saves before (a shutdown, a give-up, a new generation): with
+    /// `--checkpoint-signal`, the training process gets it now (once) and the stop's own signal
+    /// is held until `--checkpoint-grace` has passed or the child has exited; SIGKILL still
+    /// follows at the grace period's end, counted from now.
+    fn stop_saving(&mut self, pid: Pid, started: Instant, cause: StopCause, now: Instant) -> ChildSteps {
+        let deadline = now + self.cfg.grace;
+        let Some(c) = self.cfg.checkpoint else {
+            let signal = stop_signal(&cause, pid);
+            self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause, held: None };
+            return vec![signal].into();
+        };
+        let held = Some((now + c.grace).min(deadline));
+        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause, held };
+        self.checkpoint_signal(pid).into_iter().collect::<Vec<_>>().into()
+    }
+
+    /// The checkpoint signal for `pid`, unless it got it already.
+    fn checkpoint_signal(&mut self, pid: Pid) -> Option<ChildAction> {
+        let c = self.cfg.checkpoint?;
+        if self.checkpointed == Some(pid) {
+            return None;
+        }
+        self.checkpointed = Some(pid);
+        Some(ChildAction::Checkpoint { pid, signal: c.signal })
+    }
+
+    /// The master's fan-out: a running child saves, and goes on.
+    fn on_checkpoint(&mut self) -> ChildSteps {
+        match self.phase {
+            Phase::Running { pid, .. } => self.checkpoint_signal(pid).into_iter().collect::<Vec<_>>().into(),
+            _ => ChildSteps::default(),
+        }
     }
 
     fn on_shutdown(&mut self, signal: Signo, now: Instant) -> ChildSteps {
@@ -261,20 +306,29 @@ impl Supervisor {
             ),
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                let (cause, deadline) = (StopCause::Shutdown { signal }, now + self.cfg.grace);
-                self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
-                vec![ChildAction::SignalPrograms { pid, signal }].into()
+                self.stop_saving(pid, started, StopCause::Shutdown { signal }, now)
             }
-            Phase::Stopping { pid, cause, deadline, .. } => {
+            Phase::Stopping { pid, cause, deadline, held, .. } => {
                 // A second TERM keeps the first deadline; a hang or give-up stop becomes a shutdown,
                 // except that a give-up keeps its 138. The pod is being deleted: a longer deadline
                 // (an operator's `/stop` with its own timeout) shrinks to the grace, as in every
-                // other phase.
+                // other phase. A stop held for the checkpoint stays held (the save goes on), but
+                // a second shutdown signal ends the hold.
+                let again = matches!(cause, StopCause::Shutdown { .. });
                 if !matches!(cause, StopCause::GiveUp(_)) {
                     *cause = StopCause::Shutdown { signal };
                 }
                 *deadline = (*deadline).min(now + self.cfg.grace);
-                vec![ChildAction::SignalPrograms { pid: *pid, signal }].into()
+                match held {
+                    Some(until) if !again => {
+                        *until = (*until).min(*deadline);
+                        ChildSteps::default()
+                    }
+                    _ => {
+                        *held = None;
+                        vec![ChildAction::SignalPrograms { pid: *pid, signal }].into()
+                    }
+                }
             }
             Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
                 let code = self.last_exit.map_or(ExitHow::Signaled(signal).code(), ExitHow::code);
@@ -290,20 +344,14 @@ impl Supervisor {
     }
 
     fn on_give_up(&mut self, give_up: GiveUp, now: Instant) -> ChildSteps {
-        match &self.phase {
+        match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::GiveUp(give_up), Signo::TERM, now + self.cfg.grace)
+                self.stop_saving(pid, started, StopCause::GiveUp(give_up), now)
             }
             Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
-            Phase::Stopping { pid, started, deadline, killed, .. } => {
-                self.phase = Phase::Stopping {
-                    pid: *pid,
-                    started: *started,
-                    deadline: *deadline,
-                    killed: *killed,
-                    cause: StopCause::GiveUp(give_up),
-                };
+            Phase::Stopping { cause, .. } => {
+                *cause = StopCause::GiveUp(give_up);
                 ChildSteps::default()
             }
             Phase::Pending | Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
@@ -315,6 +363,16 @@ impl Supervisor {
 
     fn on_tick(&mut self, now: Instant) -> ChildSteps {
         match &mut self.phase {
+            // The checkpoint's time is over: the stop's own signal goes out.
+            Phase::Stopping { pid, cause, held: held @ Some(_), .. } if held.is_some_and(|until| now >= until) => {
+                *held = None;
+                let mut steps = ChildSteps::from(vec![stop_signal(cause, *pid)]);
+                // The grace period may be over too (a late tick): SIGKILL follows at once.
+                let then = self.on_tick(now);
+                steps.actions.extend(then.actions);
+                steps.outcome = then.outcome;
+                steps
+            }
             Phase::Backoff { until } if now >= *until => {
                 vec![ChildAction::Spawn { restart_count: self.restarts, generation: self.generation }].into()
             }
@@ -364,6 +422,7 @@ impl Supervisor {
             }
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
             Some(StopCause::Ordered) => self.finish(how.code(), None),
+            Some(StopCause::Straggler { reason }) => self.restart_now(pid, how, &reason, now),
             Some(StopCause::Hung) => {
                 let what = self.hang_text(how);
                 self.after_run(pid, how, Some(what), started, now)
@@ -391,6 +450,24 @@ impl Supervisor {
             }
             None => self.after_run(pid, how, None, started, now),
         }
+    }
+
+    /// A straggler's child, stopped: started again at once (within the backoff limit).
+    fn restart_now(&mut self, pid: Pid, how: ExitHow, reason: &str, now: Instant) -> ChildSteps {
+        if self.restarts >= self.cfg.backoff_limit {
+            let msg = format!(
+                "{reason}: child {how} when stopped as a straggler; gave up after {} restarts (backoff limit {})",
+                self.restarts, self.cfg.backoff_limit
+            );
+            return self.finish(how.code(), Some(msg));
+        }
+        self.restarts += 1;
+        self.phase = Phase::Backoff { until: now };
+        vec![
+            ChildAction::KillLeftovers { pid },
+            ChildAction::Spawn { restart_count: self.restarts, generation: self.generation },
+        ]
+        .into()
     }
 
     /// A start that failed for a reason outside the command (no descriptors, no memory): retried
@@ -474,5 +551,14 @@ impl Supervisor {
             actions.push(ChildAction::Spawn { restart_count: self.restarts, generation: self.generation });
         }
         actions.into()
+    }
+}
+
+/// The signal that stops the child for `cause`: a shutdown's goes to the programs first (the
+/// shutdown's order), every other stop's TERM to the child's group.
+fn stop_signal(cause: &StopCause, pid: Pid) -> ChildAction {
+    match cause {
+        StopCause::Shutdown { signal } => ChildAction::SignalPrograms { pid, signal: *signal },
+        _ => ChildAction::SignalGroup { pid, signal: Signo::TERM },
     }
 }

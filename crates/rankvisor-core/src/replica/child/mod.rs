@@ -11,6 +11,6 @@ mod types;
 
 pub use machine::Supervisor;
 pub use types::{
-    escape_line, ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, LogRuleHit, Phase, StopCause,
-    SupervisorConfig, KILL_WAIT, QUOTED_LINE_CHARS,
+    escape_line, CheckpointConfig, ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, LogRuleHit, Phase,
+    StopCause, SupervisorConfig, KILL_WAIT, QUOTED_LINE_CHARS,
 };

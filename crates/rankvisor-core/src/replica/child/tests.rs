@@ -26,6 +26,7 @@ fn cfg(policy: RestartPolicy, limit: u32) -> SupervisorConfig {
         grace: 1000 * MS,
         hang: None,
         scope: RestartScope::Replica,
+        checkpoint: None,
     }
 }
 
@@ -38,6 +39,8 @@ struct Harness {
     signals: Vec<(Pid, Signo)>,
     /// The shutdowns' signals (`SignalPrograms`), also in `signals`.
     programs_first: Vec<(Pid, Signo)>,
+    /// The checkpoint signals (`Checkpoint`), not in `signals`.
+    checkpoints: Vec<(Pid, Signo)>,
     messages: Vec<String>,
     exit: Option<i32>,
     generations: Vec<u64>,
@@ -53,6 +56,7 @@ impl Harness {
             spawns: vec![],
             signals: vec![],
             programs_first: vec![],
+            checkpoints: vec![],
             messages: vec![],
             exit: None,
             generations: vec![],
@@ -77,6 +81,7 @@ impl Harness {
                     self.signals.push((pid, signal));
                     self.programs_first.push((pid, signal));
                 }
+                ChildAction::Checkpoint { pid, signal } => self.checkpoints.push((pid, signal)),
                 ChildAction::KillLeftovers { .. } => {}
                 ChildAction::TerminationMessage(m) => self.messages.push(m),
             }
@@ -575,4 +580,27 @@ async fn a_log_rule_after_the_child_stopped_changes_nothing() {
     h.exit_child(ExitHow::Signaled(SIGTERM));
     assert_eq!(h.exit, Some(143));
     assert!(h.messages[0].starts_with("stopped by SIGTERM"), "{:?}", h.messages);
+}
+
+/// `--straggler-action restart`: the straggler's child is stopped (TERM, the grace, KILL) and
+/// started again at once, whatever the policy and scope (only this replica), counted against the
+/// backoff limit; its exit's reason is `Straggler`.
+#[tokio::test(start_paused = true)]
+async fn a_straggler_is_stopped_and_started_again_at_once() {
+    for scope in [RestartScope::Replica, RestartScope::Job] {
+        let mut h = Harness::new(SupervisorConfig { scope, ..cfg(Never, 1) });
+        h.send(Event::Start);
+        let pid = h.pid();
+        h.send(Event::Straggler { reason: "replica 2 is a straggler".into() });
+        assert_eq!(h.signals, [(pid, SIGTERM)], "{scope:?}");
+        h.exit_child(ExitHow::Signaled(SIGTERM));
+        assert_eq!(h.spawns.len(), 2, "started again at once under Never, {scope:?}");
+        assert_eq!((h.sup.restarts(), h.requests, h.exit), (1, 0, None), "only this replica: {scope:?}");
+        assert_eq!(h.sup.exit_reason(), Some(crate::status::ExitReason::Straggler));
+        // At the backoff limit: it ends with the child's status.
+        h.send(Event::Straggler { reason: "replica 2 is a straggler".into() });
+        h.exit_child(ExitHow::Signaled(SIGTERM));
+        assert_eq!(h.exit, Some(143), "{scope:?}");
+        assert!(h.messages[0].contains("gave up after 1 restarts (backoff limit 1)"), "{:?}", h.messages);
+    }
 }

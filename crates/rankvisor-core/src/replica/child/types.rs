@@ -19,6 +19,15 @@ pub struct HangConfig {
     pub startup: Duration,
 }
 
+/// `--checkpoint-signal` and `--checkpoint-grace`: the job saves before a replica is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// What the training process gets first (e.g. SIGUSR1).
+    pub signal: Signo,
+    /// How long a stop is held after it, unless the child exits first (within the grace period).
+    pub grace: Duration,
+}
+
 /// What the machine needs to decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SupervisorConfig {
@@ -35,6 +44,8 @@ pub struct SupervisorConfig {
     /// Replica: restart this child after a backoff. Job: ask for a new generation of every
     /// replica's child instead, and restart only when it is released.
     pub scope: RestartScope,
+    /// Save before a stop: the checkpoint signal first, the stop's own signal after its grace.
+    pub checkpoint: Option<CheckpointConfig>,
 }
 
 /// A reason from outside the training program to stop for good (exit 138).
@@ -110,6 +121,13 @@ pub enum StopCause {
     },
     /// The HyperPod agent's `/stop`: the attempt ends with the child's status.
     Ordered,
+    /// `--straggler-action restart`: the master named this replica a straggler; its child starts
+    /// again at once once stopped (a restart, counted against the backoff limit), whatever the
+    /// policy and scope: only this replica restarts.
+    Straggler {
+        /// The master's words, for the log.
+        reason: String,
+    },
 }
 
 /// Where the supervised child is.
@@ -137,6 +155,9 @@ pub enum Phase {
         killed: bool,
         /// Why.
         cause: StopCause,
+        /// `--checkpoint-signal`: the stop's own signal is held until then (or the child's exit),
+        /// so the training process saves first; None once it went out.
+        held: Option<Instant>,
     },
     /// Waiting to start the child again.
     Backoff {
@@ -213,6 +234,15 @@ pub enum Event {
         /// The released generation.
         generation: u64,
     },
+    /// The job saves: a replica is being stopped (the master's fan-out). The running child gets
+    /// the checkpoint signal, once, and goes on.
+    Checkpoint,
+    /// The master named this replica a straggler (`--straggler-action restart`): stop the
+    /// running child and start it again.
+    Straggler {
+        /// The master's words.
+        reason: String,
+    },
 }
 
 /// What the loop must do for the child, in order.
@@ -238,6 +268,14 @@ pub enum ChildAction {
         /// The child's pid.
         pid: Pid,
         /// The signal.
+        signal: Signo,
+    },
+    /// Send `signal` (`--checkpoint-signal`) to the training process and the programs below it,
+    /// never to its forked helpers (as a shutdown's first step, `replica::shutdown_order`).
+    Checkpoint {
+        /// The child's pid.
+        pid: Pid,
+        /// The checkpoint signal.
         signal: Signo,
     },
     /// SIGKILL whatever is left of a finished child's process group before the next start, as a

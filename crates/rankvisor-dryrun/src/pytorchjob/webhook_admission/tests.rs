@@ -257,7 +257,7 @@ fn field_refs_resolve_and_secrets_are_unsupported() {
 fn too_many_replicas_are_unsupported() {
     let text = job("1", "", &container("pytorch", "busybox")).replace("replicas: 3", "replicas: 100000");
     let e = parse_job(&text, "j.yaml").unwrap_err();
-    assert!(e.to_string().contains("at most 256"), "{e}");
+    assert!(e.to_string().contains("at most 1024"), "{e}");
 }
 
 #[test]
