@@ -20,6 +20,8 @@ pub struct ReportingConfig {
     pub http: HttpAddr,
     /// `--report-url` and friends, when a webhook is configured.
     pub webhook: Option<WebhookConfig>,
+    /// What `GET /stacks` takes its snapshots with.
+    pub stacks: Arc<crate::stacks::Snapshotter>,
 }
 
 /// Builds reports: the identity, the timeline and the last report sent upstream.
@@ -88,7 +90,12 @@ pub async fn start(
             Ok(listener) => {
                 let bound = listener.local_addr().ok();
                 info!(addr = ?bound.unwrap_or(addr), "serving /healthz, /readyz, /metrics, /status (and /job on the master)");
-                let state = HttpState { reports: reports_rx.clone(), webhook: stats.clone(), job: job.clone() };
+                let state = HttpState {
+                    reports: reports_rx.clone(),
+                    webhook: stats.clone(),
+                    job: job.clone(),
+                    stacks: cfg.stacks.clone(),
+                };
                 // Served until the reporter has published the final report and ended.
                 let mut closing = reports_rx.clone();
                 tasks.spawn(serve(listener, state, async move { while closing.changed().await.is_ok() {} }));

@@ -52,6 +52,8 @@ pub struct HttpState {
     pub webhook: Arc<WebhookStats>,
     /// The master's job view, once the rendezvous link is attached (never set on workers).
     pub job: Arc<OnceLock<watch::Receiver<Option<JobView>>>>,
+    /// `GET /stacks`: snapshots of the child's tree.
+    pub stacks: Arc<crate::stacks::Snapshotter>,
 }
 
 /// One response, before it becomes HTTP.
@@ -108,7 +110,7 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status /stacks or /job (master)\n"),
         ),
     }
 }
@@ -155,10 +157,34 @@ fn job_reply(report: &Report, job: Option<&Option<JobView>>) -> Reply {
     }
 }
 
-fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    let report = state.reports.borrow().clone();
-    let job = state.job.get().map(|rx| rx.borrow().clone());
-    let reply = route(req.method(), req.uri().path(), &report, &state.webhook.counts(), job.as_ref());
+/// `GET /stacks`: a snapshot of the running child's tree (taken now, within `stacks::DEADLINE`).
+async fn stacks_reply(state: &HttpState) -> Reply {
+    let Some(pid) = state.reports.borrow().child_pid else {
+        let st = state.reports.borrow().state;
+        return Reply::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            format!("no training process runs ({st:?}): no stacks\n"),
+        );
+    };
+    let snapshot = state.stacks.take(nix::unistd::Pid::from_raw(pid)).await;
+    match serde_json::to_string_pretty(&snapshot) {
+        Ok(mut json) => {
+            json.push('\n');
+            Reply::new(StatusCode::OK, JSON, json)
+        }
+        Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the stacks: {e}\n")),
+    }
+}
+
+async fn respond(state: HttpState, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let reply = if req.uri().path() == "/stacks" && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        stacks_reply(&state).await
+    } else {
+        let report = state.reports.borrow().clone();
+        let job = state.job.get().map(|rx| rx.borrow().clone());
+        route(req.method(), req.uri().path(), &report, &state.webhook.counts(), job.as_ref())
+    };
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = reply.status;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(reply.content_type));
@@ -231,7 +257,7 @@ where
 /// Serve `listener` until `shutdown` resolves; each connection runs in its own task, at most
 /// [`MAX_CONNECTIONS`] at once.
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
-    let handler = move |req: Request<hyper::body::Incoming>| std::future::ready(respond(&state, &req));
+    let handler = move |req: Request<hyper::body::Incoming>| respond(state.clone(), req);
     serve_with(listener, handler, shutdown).await;
 }
 
@@ -348,7 +374,12 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(report(ReplicaState::Rendezvous));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = HttpState { reports: rx, webhook: Arc::new(WebhookStats::default()), job: Arc::default() };
+        let state = HttpState {
+            reports: rx,
+            webhook: Arc::new(WebhookStats::default()),
+            job: Arc::default(),
+            stacks: Arc::default(),
+        };
         let server = tokio::spawn(serve(listener, state, async {
             let _ = stopped.await;
         }));
