@@ -91,3 +91,31 @@ fn a_child_that_is_not_python_has_its_state_wchan_and_the_reason() {
     running.signal(libc::SIGTERM);
     running.wait();
 }
+
+/// Issue 36 item 2: a hang (no heartbeat after the child's last, from inside `slow_here`) is
+/// snapshotted before the child is stopped: the termination message names the innermost frame of
+/// the training process's main thread, and the last status carries the summary.
+#[test]
+fn a_hang_is_snapshotted_before_the_stop_and_named_in_the_termination_message() {
+    let dir = TestDir::new("stacks-hang");
+    let script = dir.write("hang.py", HANG_PY);
+    let heartbeat = dir.file("heartbeat");
+    let out = Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", "off", "--restart-policy", "Never"])
+        .args(["--heartbeat-file", &heartbeat, "--hang-timeout", "1s", "--hang-startup", "20s"])
+        .args(["--termination-log", &dir.file("termination-log")])
+        .sh(&format!("python3 {} {}; exit 3", q(script.to_str().unwrap()), q(&heartbeat)))
+        .run();
+    let msg = read(&dir.join("termination-log"));
+    let python = wait_until("the summary in the last status", || {
+        let st = out.last_status();
+        st["stacks"]["pid"].as_i64()
+    });
+    let want = format!("; stacks: pid {python} in slow_here (hang.py:4)");
+    assert!(msg.starts_with("child hung (no heartbeat within 1s)") && msg.contains(&want), "{msg}");
+    let st = out.last_status();
+    assert_eq!(st["stacks"]["why"], "hung", "{st}");
+    assert_eq!(st["stacks"]["frames"][0], "slow_here (hang.py:4)", "{st}");
+    assert_eq!(st["stacks"]["frames"][1], "<module> (hang.py:5)", "{st}");
+    assert!(out.stderr.contains("stacks: pid"), "{}", out.stderr);
+}

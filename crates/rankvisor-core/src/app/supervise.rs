@@ -154,6 +154,7 @@ async fn supervise(
         termination_log: cfg.termination_log.clone(),
         status_sink,
         panic_after_spawn,
+        snapshots,
     };
     let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(replica::Finished { code, link }) => {

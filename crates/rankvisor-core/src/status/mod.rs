@@ -86,6 +86,9 @@ pub struct LocalStatus {
     /// attempt's child's).
     #[serde(default)]
     pub agent: Option<AgentState>,
+    /// The latest snapshot taken on a hang verdict, summarised (`stacks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::stacks::StacksSummary>,
 }
 
 /// The HyperPod agent's state (agent mode), as the agent's `/status` reports it (lower-case
@@ -145,6 +148,7 @@ impl Default for LocalStatus {
             log_rule: None,
             log_rules: Vec::new(),
             agent: None,
+            stacks: None,
         }
     }
 }

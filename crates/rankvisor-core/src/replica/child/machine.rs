@@ -25,6 +25,12 @@ pub struct Supervisor {
     generation: u64,
     /// A generation released while our old child was still stopping: start it once that child is gone.
     early_release: Option<u64>,
+    /// The stop's signal (and the wait after it), held until its snapshot is taken.
+    held: Option<(Signo, std::time::Duration)>,
+    /// This stop's snapshot was asked for.
+    snapped: bool,
+    /// The top line of this stop's snapshot, for its termination message.
+    last_stacks: Option<String>,
 }
 
 impl Supervisor {
@@ -41,6 +47,9 @@ impl Supervisor {
             hang_detections: 0,
             generation: 0,
             early_release: None,
+            held: None,
+            snapped: false,
+            last_stacks: None,
         }
     }
 
@@ -172,7 +181,7 @@ impl Supervisor {
             Event::LogRule(hit) => match self.phase {
                 // The same stop as a hang: TERM, the grace, KILL, then the restart policy.
                 Phase::Running { pid, started } => {
-                    self.stop(pid, started, StopCause::LogRule(hit), Signo::TERM, now + self.cfg.grace)
+                    self.stop(pid, started, StopCause::LogRule(hit), Signo::TERM, self.cfg.grace, now)
                 }
                 _ => ChildSteps::default(),
             },
@@ -180,9 +189,15 @@ impl Supervisor {
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
             Event::Stop { signal, grace } => match self.phase {
-                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, now + grace),
+                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, grace, now),
                 _ => ChildSteps::default(),
             },
+            Event::Snapshotted { top } => {
+                if top.is_some() {
+                    self.last_stacks = top;
+                }
+                self.release_held(now)
+            }
             Event::Released { generation } => match &self.phase {
                 // The first barrier: the first child belongs to the generation it released.
                 Phase::Pending => {
@@ -209,7 +224,7 @@ impl Supervisor {
         match &mut self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::NewGeneration { generation }, Signo::TERM, now + self.cfg.grace)
+                self.stop(pid, started, StopCause::NewGeneration { generation }, Signo::TERM, self.cfg.grace, now)
             }
             // Stopped for a failure, or for an earlier generation: the stop is for this one now.
             Phase::Stopping { cause, .. } => {
@@ -248,9 +263,50 @@ impl Supervisor {
         ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
     }
 
-    fn stop(&mut self, pid: Pid, started: Instant, cause: StopCause, signal: Signo, deadline: Instant) -> ChildSteps {
-        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause };
-        vec![ChildAction::SignalGroup { pid, signal }].into()
+    /// Stop the child with `signal`, KILL after `grace`; a hang's stop first asks for a snapshot
+    /// and holds the signal until it is taken.
+    fn stop(
+        &mut self,
+        pid: Pid,
+        started: Instant,
+        cause: StopCause,
+        signal: Signo,
+        grace: std::time::Duration,
+        now: Instant,
+    ) -> ChildSteps {
+        (self.held, self.snapped, self.last_stacks) = (None, false, None);
+        let why = hang_why(&cause);
+        self.phase = Phase::Stopping { pid, started, deadline: now + grace, killed: false, cause };
+        match why {
+            Some(why) => self.hold(pid, why, signal, grace, now),
+            None => vec![ChildAction::SignalGroup { pid, signal }].into(),
+        }
+    }
+
+    /// Ask for a snapshot of the stopping child; `signal` (then `wait`) follows once it is taken.
+    fn hold(&mut self, pid: Pid, why: String, signal: Signo, wait: std::time::Duration, now: Instant) -> ChildSteps {
+        (self.held, self.snapped) = (Some((signal, wait)), true);
+        if let Phase::Stopping { deadline, .. } = &mut self.phase {
+            *deadline = now + SNAPSHOT_WAIT;
+        }
+        vec![ChildAction::Snapshot { pid, why }].into()
+    }
+
+    /// The held signal goes out: the snapshot is taken, or its wait is over.
+    fn release_held(&mut self, now: Instant) -> ChildSteps {
+        let Some((signal, wait)) = self.held.take() else { return ChildSteps::default() };
+        let Phase::Stopping { pid, deadline, killed, .. } = &mut self.phase else { return ChildSteps::default() };
+        *deadline = now + wait;
+        *killed |= signal == Signo::KILL;
+        vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
+    }
+
+    /// A termination message's text with the stop's snapshot, when it has one.
+    fn with_stacks(&self, what: String) -> String {
+        match &self.last_stacks {
+            Some(top) => format!("{what}; stacks: {top}"),
+            None => what,
+        }
     }
 
     fn on_shutdown(&mut self, signal: Signo, now: Instant) -> ChildSteps {
@@ -273,7 +329,11 @@ impl Supervisor {
                 if !matches!(cause, StopCause::GiveUp(_)) {
                     *cause = StopCause::Shutdown { signal };
                 }
-                *deadline = (*deadline).min(now + self.cfg.grace);
+                // A held signal is overtaken: the grace starts now.
+                *deadline = match self.held.take() {
+                    Some(_) => now + self.cfg.grace,
+                    None => (*deadline).min(now + self.cfg.grace),
+                };
                 vec![ChildAction::SignalPrograms { pid: *pid, signal }].into()
             }
             Phase::Backoff { .. } | Phase::AwaitingGeneration { .. } => {
@@ -293,7 +353,7 @@ impl Supervisor {
         match &self.phase {
             Phase::Running { pid, started } => {
                 let (pid, started) = (*pid, *started);
-                self.stop(pid, started, StopCause::GiveUp(give_up), Signo::TERM, now + self.cfg.grace)
+                self.stop(pid, started, StopCause::GiveUp(give_up), Signo::TERM, self.cfg.grace, now)
             }
             Phase::Stopping { cause: StopCause::GiveUp(_), .. } => ChildSteps::default(),
             Phase::Stopping { pid, started, deadline, killed, .. } => {
@@ -314,7 +374,22 @@ impl Supervisor {
     }
 
     fn on_tick(&mut self, now: Instant) -> ChildSteps {
+        if self.held.is_some() {
+            // No snapshot in time: the stop goes on without it.
+            return match &self.phase {
+                Phase::Stopping { deadline, .. } if now >= *deadline => self.release_held(now),
+                _ => ChildSteps::default(),
+            };
+        }
         match &mut self.phase {
+            // The child outlived its stop's grace: where it is, before the KILL (a shutdown's
+            // KILL is not held: the pod's own grace is running out).
+            Phase::Stopping { pid, deadline, killed: false, cause, .. }
+                if now >= *deadline && !self.snapped && !matches!(cause, StopCause::Shutdown { .. }) =>
+            {
+                let pid = *pid;
+                self.hold(pid, "survived its stop".into(), Signo::KILL, KILL_WAIT, now)
+            }
             Phase::Backoff { until } if now >= *until => {
                 vec![ChildAction::Spawn { restart_count: self.restarts, generation: self.generation }].into()
             }
@@ -334,7 +409,7 @@ impl Supervisor {
                 match self.hang_deadline(started) {
                     Some(d) if now >= d => {
                         self.hang_detections += 1;
-                        self.stop(pid, started, StopCause::Hung, Signo::TERM, now + self.cfg.grace)
+                        self.stop(pid, started, StopCause::Hung, Signo::TERM, self.cfg.grace, now)
                     }
                     _ => ChildSteps::default(),
                 }
@@ -352,6 +427,7 @@ impl Supervisor {
         };
         self.last_exit = Some(how);
         self.last_stop = cause.clone();
+        self.held = None;
         match cause {
             Some(StopCause::Shutdown { signal }) => {
                 let msg = format!("stopped by {}: child {how}", signal.name());
@@ -365,11 +441,11 @@ impl Supervisor {
             Some(StopCause::GiveUp(g)) => self.finish_as(exit::EXTERNAL_FAILURE, g.state, Some(g.message)),
             Some(StopCause::Ordered) => self.finish(how.code(), None),
             Some(StopCause::Hung) => {
-                let what = self.hang_text(how);
+                let what = self.with_stacks(self.hang_text(how));
                 self.after_run(pid, how, Some(what), started, now)
             }
             Some(StopCause::LogRule(hit)) => {
-                let what = format!("{}, then child {how}", hit.describe());
+                let what = self.with_stacks(format!("{}, then child {how}", hit.describe()));
                 self.after_run(pid, how, Some(what), started, now)
             }
             Some(StopCause::NewGeneration { generation }) => {
@@ -474,5 +550,15 @@ impl Supervisor {
             actions.push(ChildAction::Spawn { restart_count: self.restarts, generation: self.generation });
         }
         actions.into()
+    }
+}
+
+/// Why a stop is a hang's, worth a snapshot before the child is stopped: the heartbeat's verdict,
+/// or a log rule's HANGING or SLOW (not a FAULT's: the child said what went wrong).
+fn hang_why(cause: &StopCause) -> Option<String> {
+    match cause {
+        StopCause::Hung => Some("hung".into()),
+        StopCause::LogRule(hit) if hit.is_hang() => Some(hit.reason.clone()),
+        _ => None,
     }
 }
