@@ -119,3 +119,111 @@ fn a_hang_is_snapshotted_before_the_stop_and_named_in_the_termination_message() 
     assert_eq!(st["stacks"]["frames"][1], "<module> (hang.py:5)", "{st}");
     assert!(out.stderr.contains("stacks: pid"), "{}", out.stderr);
 }
+
+/// Three replicas of a job: ranks 0 and 1 wait in `wait_here`, rank 2 sleeps in `slow_here`
+/// (first start only). With a heartbeat file, `wait_here` beats every 0.2 s and `slow_here` once.
+const JOB_PY: &str = "import os, pathlib, time\n\
+HB = os.environ.get('RANKVISOR_HEARTBEAT_FILE')\n\
+RESTARTS = os.environ.get('RANKVISOR_RESTART_COUNT', '0')\n\
+READY = f\"{os.environ['DIR']}/ready-{os.environ['RANK']}-{RESTARTS}\"\n\
+def wait_here():\n    pathlib.Path(READY).touch()\n    while HB:\n        pathlib.Path(HB).touch()\n        time.sleep(0.2)\n    time.sleep(600)\n\
+def slow_here():\n    pathlib.Path(HB or READY).touch()\n    pathlib.Path(READY).touch()\n    time.sleep(600)\n\
+if os.environ['RANK'] == '2' and RESTARTS == '0':\n    slow_here()\n\
+wait_here()\n";
+
+const JOB: &str = "stk";
+
+/// Replica `i` of a job of three on loopback.
+fn replica(dir: &TestDir, i: u32, port: u16, http: u16, script: &str, extra: &[&str]) -> Rv {
+    let pod = if i == 0 { format!("{JOB}-master-0") } else { format!("{JOB}-worker-{}", i - 1) };
+    Rv::new(dir)
+        .env("RANK", &i.to_string())
+        .env("WORLD_SIZE", "3")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port.to_string())
+        .env("POD_NAME", &pod)
+        .env("DIR", &dir.path().to_string_lossy())
+        .args(["--http-addr", &format!("127.0.0.1:{http}"), "--grace-period", "2s", "--backoff-initial", "100ms"])
+        .args(["--rendezvous-timeout", "20s", "--node-health", "off", "--kube-events", "off"])
+        .args(extra)
+        .sh(&format!("exec python3 {}", q(script)))
+}
+
+fn job_of_three(name: &str, extra: impl Fn(u32) -> Vec<String>) -> (Vec<TestDir>, Vec<Running>, u16) {
+    let port = free_port_pair();
+    let http: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let dirs: Vec<TestDir> = (0..3).map(|i| TestDir::new(&format!("{name}-{i}"))).collect();
+    let script = dirs[0].write("job.py", JOB_PY);
+    let running = (0..3)
+        .map(|i| {
+            let extra = extra(i);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            replica(&dirs[i as usize], i, port, http[i as usize], script.to_str().unwrap(), &extra).spawn()
+        })
+        .collect();
+    (dirs, running, http[0])
+}
+
+/// Issue 36 item 3: `GET /job/stacks` on the master asks every replica over the control channel
+/// and groups them by the main thread's frames, largest group first.
+#[test]
+fn the_master_groups_the_jobs_stacks_and_names_the_odd_replica() {
+    let (dirs, running, http) = job_of_three("job-stacks", |_| vec![]);
+    for (i, d) in dirs.iter().enumerate() {
+        wait_file(&d.join(&format!("ready-{i}-0")));
+    }
+    let job = wait_until("/job/stacks with every replica in its function", || {
+        let (code, body) = http_get(http, "/job/stacks")?;
+        let v: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        let s = v["summary"].as_str()?;
+        (s.contains("wait_here (job.py:10)") && s.contains("slow_here (job.py:14)")).then_some(v)
+    });
+    assert_eq!(
+        job["summary"],
+        "2 replicas (0, 1): wait_here (job.py:10) <- <module> (job.py:17); replica 2: slow_here (job.py:14) <- \
+         <module> (job.py:16)",
+        "{job:#}"
+    );
+    assert_eq!(job["groups"][0]["replicas"], serde_json::json!([0, 1]));
+    assert_eq!(job["replicas"].as_array().unwrap().len(), 3, "{job:#}");
+    for r in running {
+        r.signal(libc::SIGTERM);
+        r.wait();
+    }
+}
+
+/// Issue 36 item 3: a hang under `--restart-scope job` (rank 2's heartbeat stops in `slow_here`):
+/// as the hang's snapshot reaches the master it gathers the job's stacks, the restart waiting for
+/// them, and its report carries the groups.
+#[test]
+fn a_hang_restart_of_the_job_is_preceded_by_the_grouped_stacks() {
+    let (dirs, running, http) = job_of_three("job-hang", |i| {
+        let mut a: Vec<String> = ["--restart-scope", "job"].iter().map(|s| s.to_string()).collect();
+        if i == 2 {
+            a.extend(["--heartbeat-file".into(), "hb".into(), "--hang-timeout".into(), "1s".into()]);
+            a.extend(["--hang-startup".into(), "20s".into()]);
+        }
+        a
+    });
+    wait_file(&dirs[2].join("ready-2-1"));
+    let status = wait_until("the master's report with the job's stacks", || {
+        let (_, body) = http_get(http, "/status")?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["job_stacks"]["summary"].as_str().is_some().then_some(v)
+    });
+    let job = &status["job_stacks"];
+    assert_eq!(
+        job["summary"],
+        "2 replicas (0, 1): wait_here (job.py:10) <- <module> (job.py:17); replica 2: slow_here (job.py:14) <- \
+         <module> (job.py:16)",
+        "{status:#}"
+    );
+    assert_eq!(job["why"], "replica 2: hung");
+    for r in running {
+        r.signal(libc::SIGTERM);
+        let out = r.wait();
+        if out.stderr.contains("job stacks (replica 2: hung)") {
+            assert!(out.stderr.contains("replica 2: slow_here (job.py:14)"), "{}", out.stderr);
+        }
+    }
+}

@@ -83,6 +83,7 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
     let mut out = Vec::new();
     out.extend(node_health_changed(p_unhealthy, next));
     out.extend(stacks_taken(prev, next));
+    out.extend(job_stacks_gathered(prev, next));
     out.extend(stopped_by_rankvisor(prev, next));
     // Every restart since the previous report ended a run (Restarting already counts its
     // restart), and so does entering Failed: reports skipped in between (the first restart after a
@@ -129,6 +130,12 @@ fn stacks_taken(prev: Option<&Report>, next: &Report) -> Option<Transition> {
     let s = next.stacks.as_ref().filter(|&s| prev.and_then(|p| p.stacks.as_ref()) != Some(s))?;
     let message = format!("{} before the stop: {}", crate::untrusted::escape(&s.why), s.top);
     Some(transition("Stacks", EventType::Warning, message))
+}
+
+/// Master: the job's stacks were gathered before a restart a hang caused: the groups in one line.
+fn job_stacks_gathered(prev: Option<&Report>, next: &Report) -> Option<Transition> {
+    let j = next.job_stacks.as_ref().filter(|&j| prev.and_then(|p| p.job_stacks.as_ref()) != Some(j))?;
+    Some(transition("JobStacks", EventType::Warning, format!("{}: {}", crate::untrusted::escape(&j.why), j.summary)))
 }
 
 /// rankvisor stopped the training process since `prev`: a new hang, a log rule newly fired.

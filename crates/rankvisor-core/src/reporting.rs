@@ -56,6 +56,7 @@ pub struct Reporting {
     reports: watch::Receiver<Report>,
     http_addr: Option<SocketAddr>,
     job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>>,
+    job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>>,
 }
 
 impl std::fmt::Debug for Reporting {
@@ -84,6 +85,7 @@ pub async fn start(
         hook.push(first);
     }
     let job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> = Arc::default();
+    let job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>> = Arc::default();
     let http_addr = match cfg.http {
         HttpAddr::Off => None,
         HttpAddr::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -95,6 +97,7 @@ pub async fn start(
                     webhook: stats.clone(),
                     job: job.clone(),
                     stacks: cfg.stacks.clone(),
+                    job_stacks: job_stacks.clone(),
                 };
                 // Served until the reporter has published the final report and ended.
                 let mut closing = reports_rx.clone();
@@ -109,7 +112,7 @@ pub async fn start(
     };
     let interval = cfg.webhook.as_ref().map(|w| w.interval);
     tasks.spawn(follow(builder, reports, webhook, interval));
-    Reporting { reports: reports_rx, http_addr, job }
+    Reporting { reports: reports_rx, http_addr, job, job_stacks }
 }
 
 impl Reporting {
@@ -122,6 +125,11 @@ impl Reporting {
     /// condition); its channel closes after the final report.
     pub fn subscribe(&self) -> watch::Receiver<Report> {
         self.reports.clone()
+    }
+
+    /// Where the master's gathering of the job's stacks goes once the rendezvous link has one.
+    pub fn job_stacks_slot(&self) -> Arc<OnceLock<crate::stacks::JobStacksAsker>> {
+        self.job_stacks.clone()
     }
 
     /// Where the master's job view goes once the rendezvous link has one (set at most once): the

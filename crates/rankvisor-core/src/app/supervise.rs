@@ -137,7 +137,7 @@ async fn supervise(
         },
         None => None,
     };
-    let link = cfg.link.clone().map(|lc| link_starter(lc, cfg.supervisor.scope, &reporting));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, cfg.supervisor.scope, &reporting, snapshots.clone()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -212,15 +212,23 @@ async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Res
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-fn link_starter(lc: link::JobLinkConfig, scope: RestartScope, reporting: &Reporting) -> LinkStarter {
+fn link_starter(
+    lc: link::JobLinkConfig,
+    scope: RestartScope,
+    reporting: &Reporting,
+    snapshots: std::sync::Arc<stacks::Snapshotter>,
+) -> LinkStarter {
     let reports = reporting.subscribe();
-    let job_views = reporting.job_view_slot();
+    let (job_views, job_stacks) = (reporting.job_view_slot(), reporting.job_stacks_slot());
     Box::new(move |health| {
-        let upstream = link::Upstream::new(reports);
+        let upstream = link::Upstream::new(reports).with_snapshots(snapshots);
         let l = link::start(lc, scope, link::rendezvous_health(health), upstream)
             .map_err(|e| format!("rendezvous failed: {e}"))?;
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
+        }
+        if let Some(ask) = l.job_stacks {
+            let _ = job_stacks.set(ask);
         }
         Ok(LinkParts { commands: l.commands, events: l.events, task: l.task })
     })

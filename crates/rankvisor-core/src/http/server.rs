@@ -44,7 +44,7 @@ const DRAIN: Duration = Duration::from_millis(500);
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// What the handlers read: the latest report and the webhook's counters.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpState {
     /// The latest report, published by the reporter on every change.
     pub reports: watch::Receiver<Report>,
@@ -54,6 +54,17 @@ pub struct HttpState {
     pub job: Arc<OnceLock<watch::Receiver<Option<JobView>>>>,
     /// `GET /stacks`: snapshots of the child's tree.
     pub stacks: Arc<crate::stacks::Snapshotter>,
+    /// `GET /job/stacks`: the master's gathering, once the rendezvous link is attached.
+    pub job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>>,
+}
+
+impl std::fmt::Debug for HttpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpState")
+            .field("reports", &self.reports)
+            .field("webhook", &self.webhook)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One response, before it becomes HTTP.
@@ -110,7 +121,7 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status /stacks or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status /stacks, /job or /job/stacks (master)\n"),
         ),
     }
 }
@@ -177,9 +188,31 @@ async fn stacks_reply(state: &HttpState) -> Reply {
     }
 }
 
+/// `GET /job/stacks`: the master gathers every replica's stacks now and groups them.
+async fn job_stacks_reply(state: &HttpState) -> Reply {
+    let Some(ask) = state.job_stacks.get().cloned() else {
+        let text = "no job stacks here: /job/stacks is served by the master (rank 0) of a job of several replicas \
+                    with --rendezvous on, once its link is up\n";
+        return Reply::new(StatusCode::NOT_FOUND, TEXT, text.into());
+    };
+    match ask("asked".into()).await {
+        Some(job) => match serde_json::to_string_pretty(&job) {
+            Ok(mut json) => {
+                json.push('\n');
+                Reply::new(StatusCode::OK, JSON, json)
+            }
+            Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the stacks: {e}\n")),
+        },
+        None => Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "the rendezvous master has stopped\n".into()),
+    }
+}
+
 async fn respond(state: HttpState, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    let reply = if req.uri().path() == "/stacks" && (req.method() == Method::GET || req.method() == Method::HEAD) {
+    let readable = req.method() == Method::GET || req.method() == Method::HEAD;
+    let reply = if req.uri().path() == "/stacks" && readable {
         stacks_reply(&state).await
+    } else if req.uri().path() == "/job/stacks" && readable {
+        job_stacks_reply(&state).await
     } else {
         let report = state.reports.borrow().clone();
         let job = state.job.get().map(|rx| rx.borrow().clone());
@@ -379,6 +412,7 @@ mod tests {
             webhook: Arc::new(WebhookStats::default()),
             job: Arc::default(),
             stacks: Arc::default(),
+            job_stacks: Arc::default(),
         };
         let server = tokio::spawn(serve(listener, state, async {
             let _ = stopped.await;

@@ -184,10 +184,22 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// Master -> worker: where is your training process? (`GET /job/stacks`, a hang's job restart)
+    StacksAsk {
+        /// The ask, echoed in the answer.
+        id: u64,
+    },
+    /// Worker -> master: the answer to `stacks_ask` `id`: a snapshot's summary.
+    Stacks {
+        /// The ask answered.
+        id: u64,
+        /// Where the training process is (or was, at its hang's stop).
+        summary: crate::stacks::StacksSummary,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 13] = [
+pub const FRAME_TYPES: [&str; 15] = [
     "hello",
     "challenge",
     "auth",
@@ -201,6 +213,8 @@ pub const FRAME_TYPES: [&str; 13] = [
     "stop",
     "restart",
     "finished",
+    "stacks_ask",
+    "stacks",
 ];
 
 impl Frame {
@@ -220,6 +234,8 @@ impl Frame {
             Frame::Stop { .. } => "stop",
             Frame::Restart { .. } => "restart",
             Frame::Finished { .. } => "finished",
+            Frame::StacksAsk { .. } => "stacks_ask",
+            Frame::Stacks { .. } => "stacks",
         }
     }
 }
@@ -409,6 +425,17 @@ mod tests {
             Frame::Stop { reason: "job failed".into() },
             Frame::Restart { generation: 2 },
             Frame::Finished { reason: "the master's launcher finished".into() },
+            Frame::StacksAsk { id: 4 },
+            Frame::Stacks {
+                id: 4,
+                summary: crate::stacks::StacksSummary {
+                    taken_at: "2026-12-04T10:00:00.000000Z".into(),
+                    why: "asked".into(),
+                    pid: Some(42),
+                    frames: vec!["slow_here (train.py:40)".into()],
+                    top: "pid 42 in slow_here (train.py:40)".into(),
+                },
+            },
         ]
     }
 

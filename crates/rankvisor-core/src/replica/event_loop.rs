@@ -161,6 +161,7 @@ pub async fn run(
                 None => l.health = None,
             },
             event = next_link_event(&mut l.link_events), if l.link_events.is_some() => match event {
+                Some(LinkEvent::JobStacks(job)) => l.on_job_stacks(*job),
                 Some(event) => l.feed(Input::Link(event)),
                 None => l.link_events = None,
             },
@@ -411,6 +412,15 @@ impl Loop {
             sink.send(&self.status.borrow());
         }
         self.feed(Input::Child(Event::Snapshotted { top: Some(top) }));
+    }
+
+    /// Master: the job's stacks before a restart a hang caused, for the report, the webhook and
+    /// the Event (the link logged them).
+    fn on_job_stacks(&mut self, job: crate::stacks::JobStacks) {
+        self.status.send_modify(|s| s.job_stacks = Some(job));
+        if let Some(sink) = &self.cfg.status_sink {
+            sink.send(&self.status.borrow());
+        }
     }
 
     fn termination_message(&mut self, msg: String) {

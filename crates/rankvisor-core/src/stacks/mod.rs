@@ -18,6 +18,12 @@ pub use model::{bound, ProcessStacks, PyFrame, Snapshot, StacksSummary, ThreadSt
 pub use procfs::{looks_like_python, proc_facts};
 pub use take::{reader_beside, take, Reader, Snapshotter, READER_ENV, READER_NAME};
 
+/// Master: gathers the whole job's stacks (`GET /job/stacks`) for the given reason; None once the
+/// rendezvous master is gone.
+pub type JobStacksAsker = std::sync::Arc<
+    dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<JobStacks>> + Send>> + Send + Sync,
+>;
+
 /// The most bytes of one replica's snapshot as JSON.
 pub const MAX_BYTES: usize = 64 * 1024;
 
