@@ -3,7 +3,7 @@
 
 use crate::rendezvous::{JobView, MasterHandle, StacksAnswerer};
 use crate::stacks::{group, render_groups, JobStacks, Snapshotter, StacksSummary};
-use crate::status::{rfc3339, Report};
+use crate::status::{rfc3339, ReplicaState, Report};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -26,10 +26,18 @@ pub fn answerer(snapshots: Arc<Snapshotter>, reports: watch::Receiver<Report>) -
 async fn own_summary(snapshots: &Snapshotter, reports: &watch::Receiver<Report>) -> StacksSummary {
     let report = reports.borrow().clone();
     let now = || rfc3339(SystemTime::now());
-    match (report.child_pid, report.stacks) {
-        (Some(pid), _) => snapshots.take(nix::unistd::Pid::from_raw(pid)).await.summary("asked", now()),
-        (None, Some(last)) => last,
-        (None, None) => StacksSummary {
+    // A child being stopped after its hang's snapshot may be gone already: that snapshot says
+    // where it was.
+    let live = match report.child_pid {
+        Some(pid) if report.state == ReplicaState::Running || report.stacks.is_none() => {
+            Some(snapshots.take(nix::unistd::Pid::from_raw(pid)).await)
+        }
+        _ => None,
+    };
+    match (live, report.stacks) {
+        (Some(s), last) if !s.processes.is_empty() || last.is_none() => s.summary("asked", now()),
+        (_, Some(last)) => last,
+        (_, None) => StacksSummary {
             taken_at: now(),
             why: "asked".into(),
             pid: None,
