@@ -77,7 +77,8 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     let panic_after_spawn = (cfg!(debug_assertions) || cfg!(feature = "failpoints"))
         && env.get("RANKVISOR_TEST_FAILPOINT").as_deref() == Some("panic-after-spawn");
     let me = std::env::current_exe().ok();
-    let reader = stacks::reader_beside(me.as_deref(), env.get(stacks::READER_ENV).map(std::path::PathBuf::from));
+    let named = env.get(stacks::READER_ENV).map(std::path::PathBuf::from);
+    let reader = stacks::reader_beside(me.as_deref(), named, env.get("PATH").as_deref().map(std::ffi::OsStr::new));
     let snapshots = std::sync::Arc::new(stacks::Snapshotter::new(reader));
     let sinks = Sinks { kube_events: kube_events_cfg, status: status_sink.clone(), snapshots };
     let code = runtime.block_on(supervise(cfg, kube_health, sinks, signals, panic_after_spawn));

@@ -2,6 +2,7 @@
 //! every replica's summary (its live snapshot, else the one its hang's stop took), grouped.
 
 use crate::rendezvous::{JobView, MasterHandle, StacksAnswerer};
+use crate::replica::child::SNAPSHOT_WAIT;
 use crate::stacks::{group, render_groups, JobStacks, Snapshotter, StacksSummary};
 use crate::status::{rfc3339, ReplicaState, Report};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ pub fn answerer(snapshots: Arc<Snapshotter>, reports: watch::Receiver<Report>) -
 }
 
 async fn own_summary(snapshots: &Snapshotter, reports: &watch::Receiver<Report>) -> StacksSummary {
-    let report = reports.borrow().clone();
+    let report = settled(reports.clone()).await;
     let now = || rfc3339(SystemTime::now());
     // A child being stopped after its hang's snapshot may be gone already: that snapshot says
     // where it was.
@@ -34,8 +35,9 @@ async fn own_summary(snapshots: &Snapshotter, reports: &watch::Receiver<Report>)
         }
         _ => None,
     };
+    let live = live.map(|s| s.summary("asked", now()));
     match (live, report.stacks) {
-        (Some(s), last) if !s.processes.is_empty() || last.is_none() => s.summary("asked", now()),
+        (Some(s), last) if !s.frames.is_empty() || last.is_none() => s,
         (_, Some(last)) => last,
         (_, None) => StacksSummary {
             taken_at: now(),
@@ -44,6 +46,21 @@ async fn own_summary(snapshots: &Snapshotter, reports: &watch::Receiver<Report>)
             frames: Vec::new(),
             top: format!("no training process runs ({:?})", report.state),
         },
+    }
+}
+
+/// The latest report, once a stop's snapshot being taken is in it: a replica whose hang verdict
+/// came with the master's ask answers with that snapshot, not with its child's exit (at most
+/// [`SNAPSHOT_WAIT`], the stop's own wait).
+async fn settled(mut reports: watch::Receiver<Report>) -> Report {
+    let first = reports.borrow_and_update().clone();
+    if first.state != ReplicaState::Stopping {
+        return first;
+    }
+    let changed = |r: &Report| r.state != ReplicaState::Stopping || r.stacks != first.stacks;
+    match tokio::time::timeout(SNAPSHOT_WAIT, reports.wait_for(changed)).await {
+        Ok(Ok(r)) => r.clone(),
+        _ => first,
     }
 }
 

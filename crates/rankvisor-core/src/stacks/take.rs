@@ -46,10 +46,12 @@ impl Snapshotter {
     }
 }
 
-/// The reader named by `named` ([`READER_ENV`]), else `rankvisor-stacks` beside `exe` when it is a file.
-pub fn reader_beside(exe: Option<&Path>, named: Option<PathBuf>) -> Reader {
+/// The reader named by `named` ([`READER_ENV`]), else `rankvisor-stacks` beside `exe`, else in a
+/// directory of `path` (`PATH`), where it is a file.
+pub fn reader_beside(exe: Option<&Path>, named: Option<PathBuf>, path: Option<&std::ffi::OsStr>) -> Reader {
     let beside = exe.and_then(Path::parent).map(|d| d.join(READER_NAME)).filter(|p| p.is_file());
-    Reader { path: named.filter(|p| !p.as_os_str().is_empty()).or(beside) }
+    let on_path = || path.and_then(|p| std::env::split_paths(p).map(|d| d.join(READER_NAME)).find(|p| p.is_file()));
+    Reader { path: named.filter(|p| !p.as_os_str().is_empty()).or(beside).or_else(on_path) }
 }
 
 /// A snapshot of `root` (the child) and every process below it, within [`DEADLINE`] and
@@ -123,11 +125,13 @@ mod tests {
     fn the_named_reader_wins_over_the_one_beside() {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("rankvisor");
-        assert_eq!(reader_beside(Some(&exe), None), Reader { path: None });
+        assert_eq!(reader_beside(Some(&exe), None, None), Reader { path: None });
+        let on_path = std::env::join_paths(["/nonexistent".into(), dir.path().to_path_buf()]).unwrap();
         std::fs::write(dir.path().join(READER_NAME), "").unwrap();
-        assert_eq!(reader_beside(Some(&exe), None).path, Some(dir.path().join(READER_NAME)));
-        assert_eq!(reader_beside(Some(&exe), Some("/x/r".into())).path, Some(PathBuf::from("/x/r")));
-        assert_eq!(reader_beside(None, Some("".into())).path, None);
+        assert_eq!(reader_beside(None, None, Some(&on_path)).path, Some(dir.path().join(READER_NAME)));
+        assert_eq!(reader_beside(Some(&exe), None, None).path, Some(dir.path().join(READER_NAME)));
+        assert_eq!(reader_beside(Some(&exe), Some("/x/r".into()), None).path, Some(PathBuf::from("/x/r")));
+        assert_eq!(reader_beside(None, Some("".into()), None).path, None);
     }
 
     #[tokio::test]
