@@ -750,7 +750,9 @@ fn python_image_context(ctx: &Path, image: &str) {
         }
     }
     for entry in std::fs::read_dir(stdlib.join("encodings")).unwrap().flatten() {
-        copy(&entry.path(), &ctx.join("py/lib/python3.11/encodings").join(entry.file_name()));
+        if entry.path().is_file() {
+            copy(&entry.path(), &ctx.join("py/lib/python3.11/encodings").join(entry.file_name()));
+        }
     }
     let dockerfile = format!(
         "FROM {image}\nCOPY py/ /py/\nCOPY glibc/ /lib/x86_64-linux-gnu/\nCOPY ld/ /lib64/\n\

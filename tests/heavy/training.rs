@@ -536,3 +536,50 @@ fn a_ddp_hang_is_named_by_the_masters_grouped_stacks() {
     assert!(line.contains("replica 2: slow_here (train.py:6) <- train_step (train.py:10)"), "{line}");
     assert!(line.contains("3 replicas (0, 1, 3): all_reduce (distributed_c10d.py:"), "{line}");
 }
+
+/// Issue 36: under torchrun, `/stacks` reads the worker's stack (in `slow_here`), not only
+/// torchrun's own (its agent's loop), both being Python processes of the child's tree.
+#[test]
+fn under_torchrun_stacks_name_the_workers_function() {
+    torch_venv_setup();
+    let venv = required_path("RANKVISOR_TORCH_VENV");
+    let dir = TestDir::new("training-torchrun-stacks");
+    let script = dir.write(
+        "hang.py",
+        "import sys, time\ndef slow_here(ready):\n    open(ready, 'w').close()\n    time.sleep(600)\nslow_here(sys.argv[1])\n",
+    );
+    let ready = dir.join("ready");
+    let port = common::free_port();
+    let torchrun = venv.join("bin/torchrun");
+    let cmd: Vec<std::ffi::OsString> = vec![
+        torchrun.into(),
+        "--standalone".into(),
+        "--nproc-per-node".into(),
+        "1".into(),
+        script.into(),
+        ready.clone().into(),
+    ];
+    let running = common::Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", &format!("127.0.0.1:{port}")])
+        .cmd(cmd)
+        .spawn();
+    common::wait_file(&ready);
+    let main_top = |p: &Value| -> Option<String> {
+        let t = p["threads"].as_array()?.iter().find(|t| t["main"] == true)?;
+        Some(format!("{}:{}", t["frames"][0]["function"].as_str()?, t["frames"][0]["line"]))
+    };
+    let snapshot = common::wait_until("/stacks to show the worker in slow_here", || {
+        let (code, body) = common::http_get(port, "/stacks")?;
+        let v: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        let procs = v["processes"].as_array()?;
+        procs.iter().any(|p| main_top(p).as_deref() == Some("slow_here:4")).then_some(v)
+    });
+    let procs = snapshot["processes"].as_array().unwrap();
+    let torchrun = &procs[0];
+    assert!(torchrun["command"].as_str().unwrap().contains("torchrun"), "{snapshot:#}");
+    assert!(main_top(torchrun).is_some_and(|t| !t.starts_with("slow_here")), "torchrun's own stack: {snapshot:#}");
+    let worker = procs.iter().find(|p| main_top(p).as_deref() == Some("slow_here:4")).unwrap();
+    assert_ne!(worker["pid"], torchrun["pid"], "{snapshot:#}");
+    running.signal(libc::SIGTERM);
+    running.wait();
+}
