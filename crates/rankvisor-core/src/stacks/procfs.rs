@@ -57,7 +57,8 @@ mod tests {
         let root = Pid::from_raw(c.id() as i32);
         let facts = loop {
             let f = proc_facts(root, "not read");
-            if f.len() == 2 {
+            // Both there, and sleep asleep (just after its exec it may still be running).
+            if f.len() == 2 && f[1].command == "sleep 30" && f[1].state.starts_with('S') {
                 break f;
             }
             std::thread::yield_now();
