@@ -18,8 +18,8 @@ impl PyFrame {
     /// `slow_here (hang.py:3)`: the function, the file's last component and the line; escaped.
     pub fn short(&self) -> String {
         let file = self.file.rsplit('/').next().unwrap_or(&self.file);
-        let f = crate::untrusted::escape(&self.function);
-        let file = crate::untrusted::escape(file);
+        let f = crate::untrusted::escape(&cut(&self.function, 200)).into_owned();
+        let file = crate::untrusted::escape(&cut(file, 80)).into_owned();
         if self.line > 0 {
             format!("{f} ({file}:{})", self.line)
         } else {
@@ -152,7 +152,29 @@ impl Snapshot {
     }
 }
 
+/// The most characters of one frame, and of a summary's other lines, kept from a peer.
+const MAX_LINE_CHARS: usize = 300;
+
+/// `text` cut at `max` characters.
+fn cut(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
 impl StacksSummary {
+    /// A summary as a peer sent it, made safe for a log line and bounded: at most
+    /// [`MAX_SUMMARY_FRAMES`] frames, each line cut, every hidden character escaped (what the
+    /// peer escaped itself stays as it is).
+    pub fn from_peer(self) -> Self {
+        let clean = |t: &str| crate::untrusted::escape_hidden(&cut(t, MAX_LINE_CHARS)).into_owned();
+        StacksSummary {
+            taken_at: clean(&self.taken_at),
+            why: clean(&self.why),
+            pid: self.pid,
+            frames: self.frames.iter().take(MAX_SUMMARY_FRAMES).map(|f| clean(f)).collect(),
+            top: clean(&self.top),
+        }
+    }
+
     /// What replicas are grouped by: the frames, or where there are none the top line without its pid.
     pub fn signature(&self) -> Vec<String> {
         if !self.frames.is_empty() {
@@ -246,6 +268,26 @@ mod tests {
         assert_eq!(sum.signature(), ["(sle\\nep) S (sleeping) in do_select: not a Python process"]);
         let none = Snapshot { root: 9, reader: "gone".into(), ..Snapshot::default() }.summary("asked", "t".into());
         assert_eq!((none.pid, none.top.as_str()), (None, "no process below the child 9: gone"));
+    }
+
+    #[test]
+    fn a_peers_summary_is_bounded_and_its_hidden_characters_escaped() {
+        let hostile = StacksSummary {
+            taken_at: "t".into(),
+            why: "hung\u{1b}[2J".into(),
+            pid: Some(1),
+            frames: (0..100).map(|i| format!("f{i} (x.py:1)\nforged line")).collect(),
+            top: "x".repeat(10_000),
+        };
+        let s = hostile.from_peer();
+        assert_eq!(s.frames.len(), MAX_SUMMARY_FRAMES);
+        assert_eq!(s.frames[0], "f0 (x.py:1)\\nforged line");
+        assert_eq!(s.why, "hung\\u{1b}[2J");
+        assert_eq!(s.top.len(), MAX_LINE_CHARS);
+        let ours =
+            Snapshot { root: 1, processes: vec![process(1, 0, vec![frame("a\\b", "x.py", 2)])], ..Snapshot::default() };
+        let mine = ours.summary("asked", "t".into());
+        assert_eq!(mine.clone().from_peer(), mine, "what a replica escaped itself is left as it is");
     }
 
     #[test]

@@ -316,7 +316,7 @@ impl Master {
     fn stacks_answer(&mut self, index: u32, id: u64, summary: crate::stacks::StacksSummary) {
         let Some(ask) = self.asks.get_mut(&id) else { return };
         if ask.waiting.remove(&index) {
-            ask.got.push((index, summary));
+            ask.got.push((index, summary.from_peer()));
         }
         if ask.waiting.is_empty() {
             if let Some(ask) = self.asks.remove(&id) {
