@@ -187,12 +187,27 @@ if [ ! -x /bin/busybox ] || ldd /bin/busybox 2>&1 | grep -q '=>'; then
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq busybox-static >&2
 fi
 
+# The stack reader (rankvisor-stacks: py-spy as a library) for the dev image: a binary of its own
+# beside busybox in /bin, where rankvisor finds it on PATH; the slim image leaves /bin out, so it
+# stays rankvisor alone (its /stacks has the /proc facts only). Built static for the same target
+# with the toolchain's own std; a build that is not static is left out (a FROM scratch image could
+# not run it).
+cargo build --release --locked -p rankvisor-stacks --target "$target" >&2
+reader=$target_dir/$target/release/rankvisor-stacks
+if ldd "$reader" 2>&1 | grep -q '=>'; then
+  echo "images/build.sh: $reader is not static: the dev image has no stack reader" >&2
+  reader=""
+else
+  echo "images/build.sh: rankvisor-stacks: $(stat -c %s "$reader") bytes ($(mib "$(stat -c %s "$reader")") MiB)" >&2
+fi
+
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/bin" "$ctx/etc" "$ctx/tmp" "$ctx/dev"
 chmod 1777 "$ctx/tmp"
 cp "$bin" "$ctx/rankvisor"
 cp /bin/busybox "$ctx/bin/busybox"
+[ -n "$reader" ] && cp "$reader" "$ctx/bin/rankvisor-stacks"
 for applet in sh ash sleep cat echo date touch ls mkdir rm kill ps true false env printf test \
   trap wc grep sed head tail id hostname nslookup ping wget; do
   ln -s busybox "$ctx/bin/$applet"

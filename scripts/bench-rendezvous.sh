@@ -179,3 +179,11 @@ for (n, who), runs in sorted(rows.items()):
     print(f"summary: {n} {who} {len(runs)} | {med(b):.0f} [{b[0]}-{b[-1]}] | {med(r) / 1024:.1f} [{r[0] / 1024:.1f}-{r[-1] / 1024:.1f}] ({med(r) / n:.2f}) "
           f"| {med(c):.0f} ({med(c) * 1000 / n:.0f}) | [{l[0]}-{l[-1]}]")
 PY
+
+# The job's stacks (issue 36): the master gathers every replica's summary over the control channel
+# and groups them, from STACKS_SIZE (default 1,024) simulated workers in one process; target <= 5 s.
+# The workers answer at once: a real replica's own snapshot (rankvisor-stacks, in parallel on its
+# node) comes on top.
+for n in ${STACKS_SIZE:-1024}; do
+  echo "stacks: load=$(load) $("$bench" --stacks "$n" "${STACKS_ROUNDS:-5}" | tr '\n' ' ')" | sed 's/ summary="[^"]*"//g'
+done

@@ -5,7 +5,7 @@
 #            kubelet, Docker image, chromium, promtool, maturin, release or explicit-target build;
 #            the tests that need them are not run.
 # Both tiers run the lean PID 1 binary (`cargo build -p rankvisor`, alone: no other workspace
-# member's features reach it), with the dry run beside it (RANKVISOR_TEST_BIN).
+# member's features reach it), with the dry run and the stack reader beside it (RANKVISOR_TEST_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -36,7 +36,7 @@ if [ "$quick" = 1 ]; then
   cargo build -p rankvisor --bin rankvisor
   cp "$target_dir/debug/rankvisor" "$target_dir/pid1/"
   cargo nextest run --profile quick --no-run
-  cp "$target_dir/debug/rankvisor-dry-run" "$target_dir/pid1/"
+  cp "$target_dir/debug/rankvisor-dry-run" "$target_dir/debug/rankvisor-stacks" "$target_dir/pid1/"
 else
   # The full tier builds them with the host as an explicit --target, in <target dir>/<host>/debug,
   # apart from <target dir>/debug, where the test build's own rankvisor (features unified) is the
@@ -44,7 +44,9 @@ else
   host=$(rustc -vV | sed -n 's/^host: //p')
   cargo build -p rankvisor --bin rankvisor --target "$host"
   cargo build -p rankvisor-dryrun --bin rankvisor-dry-run --target "$host"
-  cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" "$target_dir/pid1/"
+  cargo build -p rankvisor-stacks --bin rankvisor-stacks --target "$host"
+  cp "$target_dir/$host/debug/rankvisor" "$target_dir/$host/debug/rankvisor-dry-run" \
+    "$target_dir/$host/debug/rankvisor-stacks" "$target_dir/pid1/"
 fi
 export RANKVISOR_TEST_BIN=$target_dir/pid1/rankvisor
 echo "scripts/test.sh: lean rankvisor and rankvisor-dry-run: $((SECONDS - t0)) s"

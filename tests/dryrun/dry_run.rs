@@ -1030,3 +1030,51 @@ fn a_launcher_that_cannot_start_fails_its_pod_and_is_retried_with_backoff() {
     assert!(statuses.iter().any(|s| s == "Error"), "{statuses:?}");
     assert!(statuses.iter().any(|s| s == "CrashLoopBackOff"), "{statuses:?}");
 }
+
+/// Three replicas: ranks 0 and 1 print a step every 0.2 s in `wait_here`; rank 2 prints one in
+/// `slow_here`, then sleeps (first run only); after the restart the master exits 0.
+const STACKS_PY: &str = "import os, sys, time\n\
+RESTARTS = os.environ.get('RANKVISOR_RESTART_COUNT', '0')\n\
+def wait_here():\n    while True:\n        time.sleep(0.2)\n        print('step', flush=True)\n\
+def slow_here():\n    print('step', flush=True)\n    time.sleep(600)\n\
+if RESTARTS != '0' and os.environ['RANK'] == '0':\n    sys.exit(0)\n\
+if os.environ['RANK'] == '2' and RESTARTS == '0':\n    slow_here()\n\
+wait_here()\n";
+
+/// Issue 36 item 6: under `--restart-scope job`, a worker's log rule HANGING restarts the job, and
+/// the dry run prints the master's grouped stacks: replica 2 in `slow_here` with its line, apart
+/// from the others.
+#[test]
+fn a_job_scope_hang_restart_prints_the_grouped_stacks() {
+    let dir = common::TestDir::new("dry-run-stacks");
+    let script = dir.write("job.py", STACKS_PY);
+    let rules = dir.write(
+        "rules.json",
+        r#"[{"name": "Step", "logPattern": ".*step.*", "expectedRecurringFrequencyInSeconds": 1}]"#,
+    );
+    let container = |env: &str| {
+        format!(
+            "      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: python:3.11\n{env}              command: [\"python3\", \"{}\"]\n",
+            script.display()
+        )
+    };
+    let worker_env = format!(
+        "              env:\n                - name: RANKVISOR_LOG_RULES\n                  value: \"{}\"\n",
+        rules.display()
+    );
+    let manifest = dir.write(
+        "job.yaml",
+        &format!(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: stk\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n{}    Worker:\n      replicas: 2\n{}",
+            container(""),
+            container(&worker_env)
+        ),
+    );
+    let r = json_run(&manifest, &["--restart-scope", "job"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let line = r.stderr.lines().find(|l| l.contains("job stacks (replica 2: LogHang_Step)")).unwrap_or_else(|| {
+        panic!("no job stacks line: {}", r.stderr);
+    });
+    assert!(line.contains("replica 2: slow_here (job.py:9) <- <module> (job.py:13)"), "{line}");
+    assert!(line.contains("2 replicas (0, 1): wait_here (job.py:5) <- <module> (job.py:14)"), "{line}");
+}

@@ -725,3 +725,70 @@ fn log_rules_in_a_container_relay_every_byte_to_docker_logs_and_a_fault_stops_th
     assert_eq!(got.len(), expected.len(), "every byte reached docker logs");
     assert!(got == expected, "the bytes are the child's, in order");
 }
+
+/// A context for an image FROM `image` with this machine's Python (its interpreter, the C
+/// libraries it links and its standard library's top-level modules and `encodings`: enough for
+/// `python3 -S`), under /py.
+fn python_image_context(ctx: &Path, image: &str) {
+    let home = Path::new("/root/.pyenv/versions/3.11.7");
+    assert!(home.join("bin/python3.11").exists(), "this test uses the Python at {}", home.display());
+    let copy = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    };
+    copy(&home.join("bin/python3.11"), &ctx.join("py/bin/python3"));
+    copy(&home.join("lib/libpython3.11.so.1.0"), &ctx.join("py/lib/libpython3.11.so.1.0"));
+    for lib in ["libc.so.6", "libm.so.6"] {
+        copy(&Path::new("/lib/x86_64-linux-gnu").join(lib), &ctx.join("glibc").join(lib));
+    }
+    copy(Path::new("/lib64/ld-linux-x86-64.so.2"), &ctx.join("ld/ld-linux-x86-64.so.2"));
+    let stdlib = home.join("lib/python3.11");
+    for entry in std::fs::read_dir(&stdlib).unwrap().flatten() {
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == "py") {
+            copy(&p, &ctx.join("py/lib/python3.11").join(entry.file_name()));
+        }
+    }
+    for entry in std::fs::read_dir(stdlib.join("encodings")).unwrap().flatten() {
+        if entry.path().is_file() {
+            copy(&entry.path(), &ctx.join("py/lib/python3.11/encodings").join(entry.file_name()));
+        }
+    }
+    let dockerfile = format!(
+        "FROM {image}\nCOPY py/ /py/\nCOPY glibc/ /lib/x86_64-linux-gnu/\nCOPY ld/ /lib64/\n\
+         ENV PYTHONHOME=/py LD_LIBRARY_PATH=/py/lib:/lib/x86_64-linux-gnu\n"
+    );
+    std::fs::write(ctx.join("Dockerfile"), dockerfile).unwrap();
+}
+
+/// Issue 36: rankvisor as PID 1 in Docker with the default security profile (no `SYS_PTRACE`)
+/// reads its child's Python stack: `/stacks` names the function the child waits in, read by the
+/// `rankvisor-stacks` the dev image carries in /bin.
+#[test]
+fn stacks_are_read_in_a_container_with_the_default_security_profile() {
+    let image = image();
+    let mut s = Scene::new("stacks", &image);
+    let ctx = s.dir("ctx");
+    python_image_context(&ctx, &image);
+    s.image = s.build(&ctx, &[]);
+    let script =
+        "import time\ndef slow_here():\n    open('/out/started', 'w').close()\n    time.sleep(600)\nslow_here()\n";
+    let out = s.dir("out");
+    std::fs::write(out.join("hang.py"), script).unwrap();
+    let c = s.create("stacks", &mount(&out, "/out"), &["/py/bin/python3", "-S", "/out/hang.py"]);
+    docker_ok(&["start", &c]);
+    wait_file(&out.join("started"), GUARD, "the Python child in slow_here");
+    let ip = docker_ok(&["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &c]);
+    let addr: SocketAddr = format!("{ip}:9400").parse().unwrap_or_else(|e| panic!("container address {ip:?}: {e}"));
+    let body = wait_until_for("/stacks to name slow_here", GUARD, || {
+        http_get_at(addr, "/stacks")
+            .filter(|(code, body)| *code == 200 && body.contains("\"slow_here\""))
+            .map(|(_, b)| b)
+    });
+    let snapshot: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let p = &snapshot["processes"][0];
+    assert_eq!(p["reason"], serde_json::Value::Null, "{snapshot:#}");
+    assert_eq!(p["threads"][0]["frames"][0]["line"], 4, "{snapshot:#}");
+    assert!(snapshot["reader"].as_str().unwrap_or_default().starts_with("py-spy"), "{snapshot:#}");
+    docker_ok(&["stop", &c]);
+}

@@ -374,3 +374,30 @@ fn workers_that_succeeded_and_left_are_shown_done_not_disconnected() {
     let summary = dom.split("id=\"summary\"").nth(1).expect("summary").split("</p>").next().unwrap();
     assert!(!summary.contains("disconnected"), "{summary}");
 }
+
+/// Issue 36: the master's page shows where the job was at its latest hang: the grouped stacks
+/// from the master's report, the odd replica named.
+#[test]
+fn the_masters_page_shows_the_grouped_stacks_of_the_last_hang() {
+    let dir = TestDir::new("job-page-stacks");
+    let Fixture::Master(report, mut history) = master_fixture() else { unreachable!() };
+    let job = rankvisor_core::stacks::JobStacks {
+        taken_at: "2026-12-04T10:00:00.000000Z".into(),
+        why: "replica 2: hung".into(),
+        elapsed_ms: 31,
+        groups: vec![],
+        summary: "2 replicas (0, 1): all_reduce (distributed_c10d.py:2501); replica 2: slow_here (train.py:40)".into(),
+        replicas: vec![],
+    };
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    for view in &mut history {
+        let mut own = view.replicas()[&0].report().cloned().expect("the master's report");
+        own.job_stacks = Some(job.clone());
+        view.state(0, Box::new(own), now_ms);
+    }
+    let port = serve(Fixture::Master(report, history));
+    let dom = chromium(&dir, &["--virtual-time-budget=5000", "--dump-dom", &format!("http://127.0.0.1:{port}/")]);
+    let stacks = dom.split("id=\"stacks\"").nth(1).expect("the stacks line").split("</p>").next().unwrap();
+    assert!(stacks.contains("Stacks at the last hang (replica 2: hung, 2026-12-04T10:00:00.000000Z)"), "{stacks}");
+    assert!(stacks.contains("replica 2: slow_here (train.py:40)"), "{stacks}");
+}

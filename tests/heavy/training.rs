@@ -473,3 +473,113 @@ fn kubeflow_cpu_demo_trains_ddp_on_4_processes_under_torchrun_as_written() {
     }
     assert!(weights.iter().all(|w| *w == weights[0]), "DDP kept the weights equal on every rank: {weights:?}");
 }
+
+/// Four gloo DDP replicas; every step prints `step N` and all_reduces a tensor. In generation 0
+/// rank 2 sleeps in `slow_here()` before its third all_reduce, so the other three wait in theirs.
+const STACKS_DDP: &str = r#"import os, time
+import torch
+import torch.distributed as dist
+
+def slow_here():
+    time.sleep(600)
+
+def train_step(step):
+    if step == 3 and os.environ["RANK"] == "2" and os.environ.get("RANKVISOR_RESTART_COUNT", "0") == "0":
+        slow_here()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    return t
+
+def main():
+    dist.init_process_group("gloo", init_method="env://")
+    for step in range(6):
+        print(f"step {step}", flush=True)
+        train_step(step)
+    dist.destroy_process_group()
+
+main()
+"#;
+
+/// Issue 36, the torch tier: four replicas of a gloo DDP script under the dry run with
+/// `--restart-scope job` and a hang rule; rank 2 sleeps in `slow_here()` before its all_reduce.
+/// The master's grouped stacks name replica 2 in `slow_here` with its line, and the other three
+/// in `all_reduce`; after the job-scope restart the job succeeds.
+#[test]
+fn a_ddp_hang_is_named_by_the_masters_grouped_stacks() {
+    torch_venv_setup();
+    let dir = TestDir::new("training-stacks");
+    let script = dir.write("train.py", STACKS_DDP);
+    let rules = dir.write(
+        "rules.json",
+        r#"[{"name": "Step", "logPattern": "step .*", "expectedRecurringFrequencyInSeconds": 5, "expectedStartCutOffInSeconds": 120}]"#,
+    );
+    let spec = |kind: &str, n: u32| {
+        format!(
+            "    {kind}:\n      replicas: {n}\n      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: my-training-image\n              command: [\"sh\", \"-c\", \"exec \\\"$RANKVISOR_TORCH_VENV/bin/python\\\" {}\"]\n              env:\n                - name: OMP_NUM_THREADS\n                  value: \"1\"\n                - name: PYTHONWARNINGS\n                  value: \"ignore\"\n                - name: RANKVISOR_LOG_RULES\n                  value: \"{}\"\n",
+            script.display(),
+            rules.display()
+        )
+    };
+    let manifest = dir.write(
+        "job.yaml",
+        &format!(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: stacks-ddp\nspec:\n  runPolicy:\n    backoffLimit: 10\n  pytorchReplicaSpecs:\n{}{}",
+            spec("Master", 1),
+            spec("Worker", 3)
+        ),
+    );
+    let r = dry_run_with(&manifest, &repo_file(""), dir.path(), "300s", &["--restart-scope", "job"]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    assert_eq!(r.job_states(), ["Created", "Running", "Succeeded"], "{}", r.explain());
+    let line = r.stderr.lines().find(|l| l.contains("job stacks (")).unwrap_or_else(|| panic!("{}", r.stderr));
+    eprintln!("{line}");
+    assert!(line.contains("replica 2: slow_here (train.py:6) <- train_step (train.py:10)"), "{line}");
+    assert!(line.contains("3 replicas (0, 1, 3): all_reduce (distributed_c10d.py:"), "{line}");
+}
+
+/// Issue 36: under torchrun, `/stacks` reads the worker's stack (in `slow_here`), not only
+/// torchrun's own (its agent's loop), both being Python processes of the child's tree.
+#[test]
+fn under_torchrun_stacks_name_the_workers_function() {
+    torch_venv_setup();
+    let venv = required_path("RANKVISOR_TORCH_VENV");
+    let dir = TestDir::new("training-torchrun-stacks");
+    let script = dir.write(
+        "hang.py",
+        "import sys, time\ndef slow_here(ready):\n    open(ready, 'w').close()\n    time.sleep(600)\nslow_here(sys.argv[1])\n",
+    );
+    let ready = dir.join("ready");
+    let port = common::free_port();
+    let torchrun = venv.join("bin/torchrun");
+    let cmd: Vec<std::ffi::OsString> = vec![
+        torchrun.into(),
+        "--standalone".into(),
+        "--nproc-per-node".into(),
+        "1".into(),
+        script.into(),
+        ready.clone().into(),
+    ];
+    let running = common::Rv::new(&dir)
+        .args(["--node-health", "off", "--http-addr", &format!("127.0.0.1:{port}")])
+        .cmd(cmd)
+        .spawn();
+    common::wait_file(&ready);
+    let main_top = |p: &Value| -> Option<String> {
+        let t = p["threads"].as_array()?.iter().find(|t| t["main"] == true)?;
+        Some(format!("{}:{}", t["frames"][0]["function"].as_str()?, t["frames"][0]["line"]))
+    };
+    let snapshot = common::wait_until("/stacks to show the worker in slow_here", || {
+        let (code, body) = common::http_get(port, "/stacks")?;
+        let v: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        let procs = v["processes"].as_array()?;
+        procs.iter().any(|p| main_top(p).as_deref() == Some("slow_here:4")).then_some(v)
+    });
+    let procs = snapshot["processes"].as_array().unwrap();
+    let torchrun = &procs[0];
+    assert!(torchrun["command"].as_str().unwrap().contains("torchrun"), "{snapshot:#}");
+    assert!(main_top(torchrun).is_some_and(|t| !t.starts_with("slow_here")), "torchrun's own stack: {snapshot:#}");
+    let worker = procs.iter().find(|p| main_top(p).as_deref() == Some("slow_here:4")).unwrap();
+    assert_ne!(worker["pid"], torchrun["pid"], "{snapshot:#}");
+    running.signal(libc::SIGTERM);
+    running.wait();
+}

@@ -28,11 +28,15 @@ fn a_child_silent_after_its_start_line_is_stopped_as_hanging_and_restarted_under
         .run();
     out.assert_code(143);
     assert_eq!(read(&dir.join("runs")).lines().count(), 2, "stopped, restarted once, stopped again");
+    // The snapshot taken before the stop names the process, which is not Python (tests/pid1/stacks.rs).
+    let msg = read(&dir.join("termination-log"));
+    let (head, stacks) = msg.split_once("; stacks: pid ").unwrap_or_else(|| panic!("no stacks: {msg}"));
     assert_eq!(
-        read(&dir.join("termination-log")),
-        "log rule LogHang_Step (last matched line: \"step 1 of run 1\"), then child killed by signal 15 (SIGTERM); \
-         gave up after 1 restarts (backoff limit 1)\n"
+        head,
+        "log rule LogHang_Step (last matched line: \"step 1 of run 1\"), then child killed by signal 15 (SIGTERM)"
     );
+    assert!(stacks.contains(" (sleep) S (sleeping)"), "{msg}");
+    assert!(stacks.ends_with(": not a Python process; gave up after 1 restarts (backoff limit 1)\n"), "{msg}");
     assert_eq!(out.stdout, "step 1 of run 0\nstep 1 of run 1\n", "the child's lines reached rankvisor's stdout");
     let last = out.last_status();
     assert_eq!((last["state"].as_str(), last["last_exit_reason"].as_str()), (Some("Failed"), Some("LogRule")));

@@ -37,5 +37,6 @@ mod restart_policies;
 mod signal_mask;
 mod signals;
 mod spawn_paths;
+mod stacks;
 mod stuck;
 mod termination_log;

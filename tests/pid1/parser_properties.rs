@@ -182,7 +182,13 @@ mod http_server {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let addr = listener.local_addr().unwrap();
                 let (_tx, rx) = tokio::sync::watch::channel(report());
-                let state = HttpState { reports: rx, webhook: Arc::default(), job: Arc::default() };
+                let state = HttpState {
+                    reports: rx,
+                    webhook: Arc::default(),
+                    job: Arc::default(),
+                    stacks: Arc::default(),
+                    job_stacks: Arc::default(),
+                };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let server = tokio::spawn(serve(listener, state, async { let _ = stopped.await; }));
                 let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

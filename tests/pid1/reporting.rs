@@ -485,6 +485,23 @@ fn the_documented_schema_and_example_match_the_report() {
     });
     with_rules.log_rules =
         vec![rankvisor_core::status::LogRuleGauge { rule: "JobHang".into(), state: "HANGING".into() }];
+    // A hang's snapshot and, on the master, the job's stacks: left out until there is one.
+    let summary = rankvisor_core::stacks::StacksSummary {
+        taken_at: "2026-12-04T10:00:00.000000Z".into(),
+        why: "hung".into(),
+        pid: Some(42),
+        frames: vec!["slow_here (train.py:40)".into()],
+        top: "pid 42 in slow_here (train.py:40)".into(),
+    };
+    with_rules.job_stacks = Some(rankvisor_core::stacks::JobStacks {
+        taken_at: summary.taken_at.clone(),
+        why: "replica 2: hung".into(),
+        elapsed_ms: 31,
+        groups: vec![],
+        summary: "replica 2: slow_here (train.py:40)".into(),
+        replicas: vec![],
+    });
+    with_rules.stacks = Some(summary);
     let with_rules = serde_json::to_value(&with_rules).unwrap();
     let mut fields: Vec<&String> = with_rules.as_object().unwrap().keys().collect();
     let mut documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();

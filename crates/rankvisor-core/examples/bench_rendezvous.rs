@@ -29,6 +29,12 @@
 //! BENCH_CHECKPOINT=FILE with `--launcher` (and RANKVISOR_CHECKPOINT_SIGNAL=SIGUSR1): after the
 //! barrier, worker 1 reports `Stopping` and each fleet appends when its workers got the master's
 //! `checkpoint` frame to FILE (`checkpoint_phase`).
+//!
+//! - `bench_rendezvous --stacks N ROUNDS`: the job's stacks (issue 36): N-1 simulated workers in
+//!   this process (a runtime of their own on another thread) answer the master's `stacks_ask` with
+//!   a 24-frame summary (one of them an odd one); the master gathers and groups them ROUNDS times.
+//!   Prints `stacks replicas=N round=R gather_ms=.. groups=..` per round. The workers' own snapshot
+//!   (a `rankvisor-stacks` run, in parallel on their nodes) is not in it.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -143,6 +149,7 @@ fn main() {
             let bin = args.get(1).expect("--launcher BIN N");
             launcher(bin, arg(2).unwrap_or(16384).max(2));
         }
+        Some("--stacks") => stacks::run(arg(1).unwrap_or(1024).max(2), arg(2).unwrap_or(5).max(1)),
         _ => {
             if std::env::var_os("BENCH_MASTER_LOG").is_some() {
                 // The library master's warnings (a dropped or refused worker) on stderr.
@@ -701,4 +708,109 @@ async fn checkpoint_phase(held: Vec<Held>, first: u32, out: &std::path::Path) {
     let line = format!("{stop_ns} {lo} {hi} {}\n", got.len());
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(out).expect("the checkpoint figures' file");
     std::io::Write::write_all(&mut f, line.as_bytes()).expect("write the checkpoint figures");
+}
+
+/// `--stacks N ROUNDS`: the master's gathering of the job's stacks from N-1 simulated workers.
+mod stacks {
+    use super::{raise_nofile, runtime};
+    use rankvisor_core::policy::RestartScope;
+    use rankvisor_core::rendezvous::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
+    use rankvisor_core::rendezvous::{listen, start_master, Health, Member, NodeHealth, RendezvousConfig};
+    use rankvisor_core::stacks::StacksSummary;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// A summary as a training process waiting in a collective would give, 24 frames deep.
+    fn summary(odd: bool) -> StacksSummary {
+        let mut frames: Vec<String> = (0..22).map(|i| format!("layer_{i} (model.py:{})", 100 + i)).collect();
+        let top = if odd { "slow_here (train.py:40)" } else { "all_reduce (distributed_c10d.py:2501)" };
+        frames.insert(0, top.to_string());
+        frames.push("<module> (train.py:120)".into());
+        StacksSummary {
+            taken_at: "2026-12-04T10:00:00.000000Z".into(),
+            why: "asked".into(),
+            pid: Some(42),
+            top: format!("pid 42 in {top}"),
+            frames,
+        }
+    }
+
+    /// One simulated worker: join, then answer every `stacks_ask` until the master closes.
+    async fn worker(port: u16, replicas: u32, index: u32) -> Result<(), String> {
+        let stream = loop {
+            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                Ok(s) => break s,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let (read, mut write) = stream.into_split();
+        let hello = Frame::Hello(Hello {
+            job: "bench".into(),
+            replica_index: index,
+            replica_count: replicas,
+            node: format!("node-{index}"),
+            healthy: true,
+            health: NodeHealth::Off,
+            nonce: "00".repeat(32),
+        });
+        write
+            .write_all(&encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mine = summary(index == replicas / 2);
+        let mut lines = BufReader::new(read).lines();
+        while let Some(l) = lines.next_line().await.map_err(|e| e.to_string())? {
+            let reply = match serde_json::from_str::<Frame>(&l) {
+                Ok(Frame::StacksAsk { id }) => Frame::Stacks { id, summary: mine.clone() },
+                Ok(Frame::Heartbeat) => Frame::Heartbeat,
+                _ => continue,
+            };
+            write
+                .write_all(&encode(&reply, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn run(replicas: u32, rounds: u32) {
+        raise_nofile();
+        runtime().block_on(async move {
+            let listener = listen("127.0.0.1:0".parse().expect("address")).expect("listen");
+            let me = Member { job: "bench".into(), replica_index: 0, replica_count: replicas, node: "node-0".into() };
+            let cfg = RendezvousConfig { barrier_timeout: Duration::from_secs(120), ..RendezvousConfig::default() };
+            let health = Health::from(NodeHealth::Off).fixed();
+            let (m, _events) = start_master(listener, me, health, cfg, RestartScope::Job).expect("start master");
+            let port = m.local_addr().port();
+            std::thread::spawn(move || {
+                runtime().block_on(async move {
+                    let mut all = tokio::task::JoinSet::new();
+                    for index in 1..replicas {
+                        all.spawn(worker(port, replicas, index));
+                    }
+                    while let Some(w) = all.join_next().await {
+                        if let Ok(Err(e)) = w {
+                            eprintln!("stacks bench: a worker failed: {e}");
+                        }
+                    }
+                })
+            });
+            m.barrier(0).await.expect("the barrier");
+            let own: rankvisor_core::rendezvous::StacksAnswerer =
+                Arc::new(|| Box::pin(async { summary(false) }));
+            for round in 1..=rounds {
+                let started = Instant::now();
+                let job = rankvisor_core::replica::job_stacks::gather(&m, &own, "bench").await;
+                let took = started.elapsed().as_millis();
+                let answered = job.replicas.iter().filter(|(_, s)| s.pid.is_some()).count();
+                println!(
+                    "stacks replicas={replicas} round={round} gather_ms={took} answered={answered} groups={} summary={:?}",
+                    job.groups.len(),
+                    job.summary.get(..120).unwrap_or(&job.summary)
+                );
+            }
+        });
+        std::process::exit(0);
+    }
 }

@@ -82,6 +82,8 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
     let entered = |s: ReplicaState| next.state == s && p_state != s;
     let mut out = Vec::new();
     out.extend(node_health_changed(p_unhealthy, next));
+    out.extend(stacks_taken(prev, next));
+    out.extend(job_stacks_gathered(prev, next));
     out.extend(stopped_by_rankvisor(prev, next));
     // Every restart since the previous report ended a run (Restarting already counts its
     // restart), and so does entering Failed: reports skipped in between (the first restart after a
@@ -121,6 +123,19 @@ fn node_health_changed(was_unhealthy: bool, next: &Report) -> Option<Transition>
     } else {
         None
     }
+}
+
+/// A new snapshot was taken on a hang verdict: where the training process was (its top frame).
+fn stacks_taken(prev: Option<&Report>, next: &Report) -> Option<Transition> {
+    let s = next.stacks.as_ref().filter(|&s| prev.and_then(|p| p.stacks.as_ref()) != Some(s))?;
+    let message = format!("{} before the stop: {}", crate::untrusted::escape(&s.why), s.top);
+    Some(transition("Stacks", EventType::Warning, message))
+}
+
+/// Master: the job's stacks were gathered before a restart a hang caused: the groups in one line.
+fn job_stacks_gathered(prev: Option<&Report>, next: &Report) -> Option<Transition> {
+    let j = next.job_stacks.as_ref().filter(|&j| prev.and_then(|p| p.job_stacks.as_ref()) != Some(j))?;
+    Some(transition("JobStacks", EventType::Warning, format!("{}: {}", crate::untrusted::escape(&j.why), j.summary)))
 }
 
 /// rankvisor stopped the training process since `prev`: a new hang, a log rule newly fired.
@@ -482,6 +497,23 @@ mod tests {
 
     fn reasons(prev: Option<&Report>, next: &Report) -> Vec<&'static str> {
         transitions(prev, next).iter().map(|t| t.reason).collect()
+    }
+
+    #[test]
+    fn a_new_snapshot_is_a_stacks_event_with_its_top_frame() {
+        let running = rep(ReplicaState::Running, 0, None, 0);
+        let mut stopping = rep(ReplicaState::Stopping, 0, None, 1);
+        stopping.stacks = Some(crate::stacks::StacksSummary {
+            taken_at: "t".into(),
+            why: "hung".into(),
+            pid: Some(7),
+            frames: vec!["slow_here (hang.py:4)".into()],
+            top: "pid 7 in slow_here (hang.py:4)".into(),
+        });
+        let t = transitions(Some(&running), &stopping);
+        let stacks = t.iter().find(|t| t.reason == "Stacks").expect("a Stacks event");
+        assert_eq!(stacks.message, "hung before the stop: pid 7 in slow_here (hang.py:4)");
+        assert!(!reasons(Some(&stopping), &stopping).contains(&"Stacks"), "once per snapshot");
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub mod rendezvous;
 pub mod replica;
 pub mod reporting;
 pub mod signo;
+pub mod stacks;
 pub mod status;
 pub mod termination;
 pub mod untrusted;

@@ -20,6 +20,8 @@ pub struct ReportingConfig {
     pub http: HttpAddr,
     /// `--report-url` and friends, when a webhook is configured.
     pub webhook: Option<WebhookConfig>,
+    /// What `GET /stacks` takes its snapshots with.
+    pub stacks: Arc<crate::stacks::Snapshotter>,
 }
 
 /// Builds reports: the identity, the timeline and the last report sent upstream.
@@ -54,6 +56,7 @@ pub struct Reporting {
     reports: watch::Receiver<Report>,
     http_addr: Option<SocketAddr>,
     job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>>,
+    job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>>,
 }
 
 impl std::fmt::Debug for Reporting {
@@ -82,13 +85,20 @@ pub async fn start(
         hook.push(first);
     }
     let job: Arc<OnceLock<watch::Receiver<Option<crate::rendezvous::JobView>>>> = Arc::default();
+    let job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>> = Arc::default();
     let http_addr = match cfg.http {
         HttpAddr::Off => None,
         HttpAddr::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 let bound = listener.local_addr().ok();
                 info!(addr = ?bound.unwrap_or(addr), "serving /healthz, /readyz, /metrics, /status (and /job on the master)");
-                let state = HttpState { reports: reports_rx.clone(), webhook: stats.clone(), job: job.clone() };
+                let state = HttpState {
+                    reports: reports_rx.clone(),
+                    webhook: stats.clone(),
+                    job: job.clone(),
+                    stacks: cfg.stacks.clone(),
+                    job_stacks: job_stacks.clone(),
+                };
                 // Served until the reporter has published the final report and ended.
                 let mut closing = reports_rx.clone();
                 tasks.spawn(serve(listener, state, async move { while closing.changed().await.is_ok() {} }));
@@ -102,7 +112,7 @@ pub async fn start(
     };
     let interval = cfg.webhook.as_ref().map(|w| w.interval);
     tasks.spawn(follow(builder, reports, webhook, interval));
-    Reporting { reports: reports_rx, http_addr, job }
+    Reporting { reports: reports_rx, http_addr, job, job_stacks }
 }
 
 impl Reporting {
@@ -115,6 +125,11 @@ impl Reporting {
     /// condition); its channel closes after the final report.
     pub fn subscribe(&self) -> watch::Receiver<Report> {
         self.reports.clone()
+    }
+
+    /// Where the master's gathering of the job's stacks goes once the rendezvous link has one.
+    pub fn job_stacks_slot(&self) -> Arc<OnceLock<crate::stacks::JobStacksAsker>> {
+        self.job_stacks.clone()
     }
 
     /// Where the master's job view goes once the rendezvous link has one (set at most once): the

@@ -21,7 +21,7 @@ use crate::replica::{
 };
 use crate::reporting::{self, Reporting, ReportingConfig};
 use crate::status::fd_sink::StatusSink;
-use crate::{exit, kube_events};
+use crate::{exit, kube_events, stacks};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -76,8 +76,12 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     // the `failpoints` feature (never in the image's).
     let panic_after_spawn = (cfg!(debug_assertions) || cfg!(feature = "failpoints"))
         && env.get("RANKVISOR_TEST_FAILPOINT").as_deref() == Some("panic-after-spawn");
-    let code =
-        runtime.block_on(supervise(cfg, kube_health, kube_events_cfg, status_sink.clone(), signals, panic_after_spawn));
+    let me = std::env::current_exe().ok();
+    let named = env.get(stacks::READER_ENV).map(std::path::PathBuf::from);
+    let reader = stacks::reader_beside(me.as_deref(), named, env.get("PATH").as_deref().map(std::ffi::OsStr::new));
+    let snapshots = std::sync::Arc::new(stacks::Snapshotter::new(reader));
+    let sinks = Sinks { kube_events: kube_events_cfg, status: status_sink.clone(), snapshots };
+    let code = runtime.block_on(supervise(cfg, kube_health, sinks, signals, panic_after_spawn));
     // Off the event loop: the --status-fd reader gets every line before the launcher is gone.
     if let Some(sink) = &status_sink {
         sink.flush(FINISH);
@@ -88,14 +92,21 @@ pub fn run(cfg: SuperviseConfig, env: &EnvSnapshot, signals: Signals) -> i32 {
     code
 }
 
+/// Where the replica's status goes besides HTTP and the webhook, and what takes its snapshots.
+struct Sinks {
+    kube_events: Option<kube_events::KubeEventsConfig>,
+    status: Option<StatusSink>,
+    snapshots: std::sync::Arc<stacks::Snapshotter>,
+}
+
 async fn supervise(
     cfg: SuperviseConfig,
     kube_health: Option<(KubeClient, String)>,
-    kube_events_cfg: Option<kube_events::KubeEventsConfig>,
-    status_sink: Option<StatusSink>,
+    sinks: Sinks,
     signals: Signals,
     panic_after_spawn: bool,
 ) -> i32 {
+    let Sinks { kube_events: kube_events_cfg, status: status_sink, snapshots } = sinks;
     let mut tasks = JoinSet::new();
     let (status, _keep) = tokio::sync::watch::channel(Default::default());
     let health: Option<HealthSource> = match (&cfg.health.source, kube_health) {
@@ -111,7 +122,7 @@ async fn supervise(
         _ => None,
     };
     let reporting = reporting::start(
-        ReportingConfig { http: cfg.http, webhook: cfg.webhook.clone() },
+        ReportingConfig { http: cfg.http, webhook: cfg.webhook.clone(), stacks: snapshots.clone() },
         cfg.identity.clone(),
         status.subscribe(),
         &mut tasks,
@@ -127,7 +138,7 @@ async fn supervise(
         },
         None => None,
     };
-    let link = cfg.link.clone().map(|lc| link_starter(lc, cfg.supervisor.scope, &reporting));
+    let link = cfg.link.clone().map(|lc| link_starter(lc, cfg.supervisor.scope, &reporting, snapshots.clone()));
     let loop_cfg = LoopConfig {
         replica: ReplicaConfig {
             supervisor: cfg.supervisor,
@@ -145,6 +156,7 @@ async fn supervise(
         status_sink,
         panic_after_spawn,
         metric_rule: cfg.straggler.as_ref().map(|s| s.rule.clone()),
+        snapshots,
     };
     let code = match replica::run(loop_cfg, signals, status, Sources { health, link, agent }).await {
         Ok(replica::Finished { code, link }) => {
@@ -202,15 +214,23 @@ async fn start_agent(addr: std::net::SocketAddr, tasks: &mut JoinSet<()>) -> Res
 
 /// Starts the rendezvous link once the machine asks: the health it carries follows the source,
 /// this replica's reports go upstream, and the master's job view is served on `/job`.
-fn link_starter(lc: link::JobLinkConfig, scope: RestartScope, reporting: &Reporting) -> LinkStarter {
+fn link_starter(
+    lc: link::JobLinkConfig,
+    scope: RestartScope,
+    reporting: &Reporting,
+    snapshots: std::sync::Arc<stacks::Snapshotter>,
+) -> LinkStarter {
     let reports = reporting.subscribe();
-    let job_views = reporting.job_view_slot();
+    let (job_views, job_stacks) = (reporting.job_view_slot(), reporting.job_stacks_slot());
     Box::new(move |health| {
-        let upstream = link::Upstream::new(reports);
+        let upstream = link::Upstream::new(reports).with_snapshots(snapshots);
         let l = link::start(lc, scope, link::rendezvous_health(health), upstream)
             .map_err(|e| format!("rendezvous failed: {e}"))?;
         if let Some(view) = l.job_view {
             let _ = job_views.set(view);
+        }
+        if let Some(ask) = l.job_stacks {
+            let _ = job_stacks.set(ask);
         }
         Ok(LinkParts { commands: l.commands, events: l.events, task: l.task })
     })

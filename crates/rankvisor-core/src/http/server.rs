@@ -44,7 +44,7 @@ const DRAIN: Duration = Duration::from_millis(500);
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// What the handlers read: the latest report and the webhook's counters.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpState {
     /// The latest report, published by the reporter on every change.
     pub reports: watch::Receiver<Report>,
@@ -52,6 +52,19 @@ pub struct HttpState {
     pub webhook: Arc<WebhookStats>,
     /// The master's job view, once the rendezvous link is attached (never set on workers).
     pub job: Arc<OnceLock<watch::Receiver<Option<JobView>>>>,
+    /// `GET /stacks`: snapshots of the child's tree.
+    pub stacks: Arc<crate::stacks::Snapshotter>,
+    /// `GET /job/stacks`: the master's gathering, once the rendezvous link is attached.
+    pub job_stacks: Arc<OnceLock<crate::stacks::JobStacksAsker>>,
+}
+
+impl std::fmt::Debug for HttpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpState")
+            .field("reports", &self.reports)
+            .field("webhook", &self.webhook)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One response, before it becomes HTTP.
@@ -108,7 +121,7 @@ pub fn route(
         other => Reply::new(
             StatusCode::NOT_FOUND,
             TEXT,
-            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status or /job (master)\n"),
+            format!("no endpoint {other:?}: expected / (the job page), /healthz, /readyz, /metrics, /status /stacks, /job or /job/stacks (master)\n"),
         ),
     }
 }
@@ -155,10 +168,56 @@ fn job_reply(report: &Report, job: Option<&Option<JobView>>) -> Reply {
     }
 }
 
-fn respond(state: &HttpState, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    let report = state.reports.borrow().clone();
-    let job = state.job.get().map(|rx| rx.borrow().clone());
-    let reply = route(req.method(), req.uri().path(), &report, &state.webhook.counts(), job.as_ref());
+/// `GET /stacks`: a snapshot of the running child's tree (taken now, within `stacks::DEADLINE`).
+async fn stacks_reply(state: &HttpState) -> Reply {
+    let Some(pid) = state.reports.borrow().child_pid else {
+        let st = state.reports.borrow().state;
+        return Reply::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            format!("no training process runs ({st:?}): no stacks\n"),
+        );
+    };
+    let snapshot = state.stacks.take(nix::unistd::Pid::from_raw(pid)).await;
+    match serde_json::to_string_pretty(&snapshot) {
+        Ok(mut json) => {
+            json.push('\n');
+            Reply::new(StatusCode::OK, JSON, json)
+        }
+        Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the stacks: {e}\n")),
+    }
+}
+
+/// `GET /job/stacks`: the master gathers every replica's stacks now and groups them.
+async fn job_stacks_reply(state: &HttpState) -> Reply {
+    let Some(ask) = state.job_stacks.get().cloned() else {
+        let text = "no job stacks here: /job/stacks is served by the master (rank 0) of a job of several replicas \
+                    with --rendezvous on, once its link is up\n";
+        return Reply::new(StatusCode::NOT_FOUND, TEXT, text.into());
+    };
+    match ask("asked".into()).await {
+        Some(job) => match serde_json::to_string_pretty(&job) {
+            Ok(mut json) => {
+                json.push('\n');
+                Reply::new(StatusCode::OK, JSON, json)
+            }
+            Err(e) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot encode the stacks: {e}\n")),
+        },
+        None => Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "the rendezvous master has stopped\n".into()),
+    }
+}
+
+async fn respond(state: HttpState, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let readable = req.method() == Method::GET || req.method() == Method::HEAD;
+    let reply = if req.uri().path() == "/stacks" && readable {
+        stacks_reply(&state).await
+    } else if req.uri().path() == "/job/stacks" && readable {
+        job_stacks_reply(&state).await
+    } else {
+        let report = state.reports.borrow().clone();
+        let job = state.job.get().map(|rx| rx.borrow().clone());
+        route(req.method(), req.uri().path(), &report, &state.webhook.counts(), job.as_ref())
+    };
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = reply.status;
     resp.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(reply.content_type));
@@ -231,7 +290,7 @@ where
 /// Serve `listener` until `shutdown` resolves; each connection runs in its own task, at most
 /// [`MAX_CONNECTIONS`] at once.
 pub async fn serve(listener: TcpListener, state: HttpState, shutdown: impl Future<Output = ()>) {
-    let handler = move |req: Request<hyper::body::Incoming>| std::future::ready(respond(&state, &req));
+    let handler = move |req: Request<hyper::body::Incoming>| respond(state.clone(), req);
     serve_with(listener, handler, shutdown).await;
 }
 
@@ -348,7 +407,13 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(report(ReplicaState::Rendezvous));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = HttpState { reports: rx, webhook: Arc::new(WebhookStats::default()), job: Arc::default() };
+        let state = HttpState {
+            reports: rx,
+            webhook: Arc::new(WebhookStats::default()),
+            job: Arc::default(),
+            stacks: Arc::default(),
+            job_stacks: Arc::default(),
+        };
         let server = tokio::spawn(serve(listener, state, async {
             let _ = stopped.await;
         }));

@@ -8,8 +8,8 @@ mod spawn;
 
 pub use fatal::{install_panic_hook, set_child_group};
 pub use procfs::{
-    alive_descendants, children_of, describe_stuck, stuck_below, tree_below, Member, ProcEntry, Stuck, Tree,
-    CMDLINE_LIMIT,
+    alive_descendants, children_of, cmdline, describe, describe_stuck, stuck_below, subtree, tree_below, Member,
+    ProcEntry, Stuck, Tree, CMDLINE_LIMIT,
 };
 pub use reaper::{has_children, reap, reap_all};
 pub use signals::{

@@ -158,18 +158,44 @@ pub struct Stuck {
 
 /// Every living descendant of `root`, as [`Stuck`] describes it (one that ended meanwhile is left out).
 pub fn stuck_below(root: Pid) -> Vec<Stuck> {
-    alive_descendants(root)
-        .into_iter()
-        .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let field = |key: &str| {
-                status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_default()
-            };
-            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-            let wchan = if wchan.trim() == "0" { String::new() } else { wchan.trim().to_string() };
-            Some(Stuck { pid, name: field("Name:"), state: field("State:"), wchan })
-        })
-        .collect()
+    alive_descendants(root).into_iter().filter_map(describe).collect()
+}
+
+/// What /proc says of `pid`: its name, state and wait channel; None once it has ended.
+pub fn describe(pid: Pid) -> Option<Stuck> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field =
+        |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).unwrap_or_default();
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    let wchan = if wchan.trim() == "0" { String::new() } else { wchan.trim().to_string() };
+    Some(Stuck { pid, name: field("Name:"), state: field("State:"), wchan })
+}
+
+/// `root` and every living descendant, parents before their children (empty once `root` has ended).
+pub fn subtree(root: Pid) -> Vec<ProcEntry> {
+    let procs = list();
+    let Some(top) = procs.iter().find(|p| p.pid == root) else { return Vec::new() };
+    let mut children: HashMap<Pid, Vec<&ProcEntry>> = HashMap::new();
+    for p in &procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut out = vec![top.clone()];
+    let mut at = 0;
+    while at < out.len() {
+        let pid = out[at].pid;
+        at += 1;
+        for c in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+            if c.pid != root && c.state != 'Z' && c.state != 'X' && !out.iter().any(|o| o.pid == c.pid) {
+                out.push((*c).clone());
+            }
+        }
+    }
+    out
+}
+
+/// The head of /proc/PID/cmdline, empty when it cannot be read (the process ended).
+pub fn cmdline(pid: Pid) -> Vec<u8> {
+    read_cmdline(pid)
 }
 
 /// One line naming each stuck process: `pid 42 (sleep) D (disk sleep) in hrtimer_nanosleep`; the

@@ -211,10 +211,22 @@ pub enum Frame {
         /// Why (the figures), for the worker's log.
         reason: String,
     },
+    /// Master -> worker: where is your training process? (`GET /job/stacks`, a hang's job restart)
+    StacksAsk {
+        /// The ask, echoed in the answer.
+        id: u64,
+    },
+    /// Worker -> master: the answer to `stacks_ask` `id`: a snapshot's summary.
+    Stacks {
+        /// The ask answered.
+        id: u64,
+        /// Where the training process is (or was, at its hang's stop).
+        summary: crate::stacks::StacksSummary,
+    },
 }
 
 /// The names of every frame type, as written in the `type` field.
-pub const FRAME_TYPES: [&str; 16] = [
+pub const FRAME_TYPES: [&str; 18] = [
     "hello",
     "challenge",
     "auth",
@@ -231,6 +243,8 @@ pub const FRAME_TYPES: [&str; 16] = [
     "checkpoint",
     "metric",
     "straggler",
+    "stacks_ask",
+    "stacks",
 ];
 
 impl Frame {
@@ -253,6 +267,8 @@ impl Frame {
             Frame::Checkpoint { .. } => "checkpoint",
             Frame::Metric { .. } => "metric",
             Frame::Straggler { .. } => "straggler",
+            Frame::StacksAsk { .. } => "stacks_ask",
+            Frame::Stacks { .. } => "stacks",
         }
     }
 }
@@ -447,6 +463,17 @@ mod tests {
             Frame::Checkpoint { reason: "replica 3 is being stopped".into() },
             Frame::Metric { value: 1234.5 },
             Frame::Straggler { reason: "replica 2 is a straggler".into() },
+            Frame::StacksAsk { id: 4 },
+            Frame::Stacks {
+                id: 4,
+                summary: crate::stacks::StacksSummary {
+                    taken_at: "2026-12-04T10:00:00.000000Z".into(),
+                    why: "asked".into(),
+                    pid: Some(42),
+                    frames: vec!["slow_here (train.py:40)".into()],
+                    top: "pid 42 in slow_here (train.py:40)".into(),
+                },
+            },
         ]
     }
 

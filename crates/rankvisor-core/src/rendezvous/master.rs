@@ -109,7 +109,20 @@ enum Command {
         reason: String,
         reply: oneshot::Sender<()>,
     },
+    /// Ask every connected worker for its stacks (`stacks_ask` `id`); answer once all have.
+    AskStacks {
+        id: u64,
+        reply: oneshot::Sender<StacksAnswers>,
+    },
+    /// Stop waiting for the answers to `id`: answer with those in.
+    EndAsk {
+        id: u64,
+        reply: oneshot::Sender<StacksAnswers>,
+    },
 }
+
+/// The workers' answers to one `stacks_ask`, by replica index.
+pub type StacksAnswers = Vec<(u32, crate::stacks::StacksSummary)>;
 
 struct AbortOnDrop(JoinHandle<()>);
 
@@ -128,6 +141,7 @@ pub struct MasterHandle {
     local_addr: SocketAddr,
     barrier_timeout: Duration,
     replica_count: u32,
+    asks: std::sync::atomic::AtomicU64,
     _task: AbortOnDrop,
 }
 
@@ -193,6 +207,7 @@ pub fn start_master(
         replica_count: me.replica_count,
         events_dropped: 0,
         departures: Departures::default(),
+        asks: HashMap::new(),
     };
     let task = tokio::spawn(master.run(command_rx, inbound_rx, health, AbortOnDrop(accept)));
     info!(addr = %local_addr, job = %me.job, replicas = me.replica_count, "rendezvous master listening");
@@ -203,6 +218,7 @@ pub fn start_master(
         local_addr,
         barrier_timeout: cfg.barrier_timeout,
         replica_count: me.replica_count,
+        asks: std::sync::atomic::AtomicU64::new(0),
         _task: AbortOnDrop(task),
     };
     Ok((handle, events))
@@ -263,6 +279,25 @@ impl MasterHandle {
         let (reply, answer) = oneshot::channel();
         if self.command(Command::Finish { reason, reply }).await.is_ok() {
             let _ = tokio::time::timeout(limit, answer).await;
+        }
+    }
+
+    /// Every connected worker's stacks summary (`stacks_ask`), as many as answer within `limit`.
+    pub async fn ask_stacks(&self, limit: Duration) -> StacksAnswers {
+        let id = self.asks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        if self.command(Command::AskStacks { id, reply }).await.is_err() {
+            return Vec::new();
+        }
+        match tokio::time::timeout(limit, answer).await {
+            Ok(answers) => answers.unwrap_or_default(),
+            Err(_) => {
+                let (reply, answer) = oneshot::channel();
+                if self.command(Command::EndAsk { id, reply }).await.is_err() {
+                    return Vec::new();
+                }
+                answer.await.unwrap_or_default()
+            }
         }
     }
 

@@ -27,5 +27,5 @@ pub use config::{Member, Released, RendezvousConfig, MAX_REPLICAS};
 pub use error::RendezvousError;
 pub use frame::{Health, NodeHealth, Order, PROTOCOL_VERSION};
 pub use job::{JobPhase, JobView, ReplicaView};
-pub use master::{listen, start_master, ControlEvent, MasterHandle, FINISHED};
-pub use worker::{join, WorkerSession};
+pub use master::{listen, start_master, ControlEvent, MasterHandle, StacksAnswers, FINISHED};
+pub use worker::{join, StacksAnswerer, WorkerSession};

@@ -2,6 +2,7 @@
 //! wait for the release, then keep the control channel: states up, orders down.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::tcp::OwnedReadHalf;
@@ -19,10 +20,22 @@ use super::roster::MAX_GENERATION;
 use crate::backoff::Backoff;
 use crate::duration::format_duration;
 use crate::rank::Role;
+use crate::stacks::StacksSummary;
 use crate::status::Report;
 
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// This replica's answer to the master's `stacks_ask`: where its training process is.
+pub type StacksAnswerer =
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = StacksSummary> + Send>> + Send + Sync>;
+
+/// Where the session's reader sends what it answers by itself (heartbeats' health, stacks).
+struct Answering {
+    out: mpsc::Sender<Line>,
+    max: usize,
+    stacks: Arc<OnceLock<StacksAnswerer>>,
+}
 
 /// The control channel of a released worker. Dropping it closes the connection.
 pub struct WorkerSession {
@@ -36,6 +49,7 @@ pub struct WorkerSession {
     waited: Duration,
     reader: JoinHandle<()>,
     writer: Option<JoinHandle<()>>,
+    stacks: Arc<OnceLock<StacksAnswerer>>,
 }
 
 #[derive(Debug)]
@@ -358,15 +372,9 @@ impl WorkerSession {
         cfg: &RendezvousConfig,
     ) -> Self {
         let (inbox_tx, inbox) = mpsc::channel(OUTBOX);
-        let task = tokio::spawn(session_reader(
-            reader,
-            inbox_tx,
-            out.clone(),
-            health,
-            health_live,
-            cfg.silence(),
-            cfg.max_frame,
-        ));
+        let stacks: Arc<OnceLock<StacksAnswerer>> = Arc::default();
+        let answering = Answering { out: out.clone(), max: cfg.max_frame, stacks: stacks.clone() };
+        let task = tokio::spawn(session_reader(reader, inbox_tx, answering, health, health_live, cfg.silence()));
         WorkerSession {
             master: master.to_string(),
             generation,
@@ -378,7 +386,14 @@ impl WorkerSession {
             waited: Duration::ZERO,
             reader: task,
             writer: None,
+            stacks,
         }
+    }
+
+    /// Answer the master's `stacks_ask`s with `answerer` (each in a task of its own; an ask
+    /// before this is answered "not ready").
+    pub fn answer_stacks_with(&self, answerer: StacksAnswerer) {
+        let _ = self.stacks.set(answerer);
     }
 
     /// The generation this worker was last released into.
@@ -536,18 +551,23 @@ impl Drop for WorkerSession {
 async fn session_reader(
     mut reader: FrameReader<OwnedReadHalf>,
     inbox: mpsc::Sender<FromMaster>,
-    out: mpsc::Sender<Line>,
+    answering: Answering,
     mut health: watch::Receiver<Health>,
     mut health_live: bool,
     silence: Duration,
-    max: usize,
 ) {
+    let (out, max) = (answering.out.clone(), answering.max);
     loop {
         let msg = tokio::select! {
             read = tokio::time::timeout(silence, reader.next()) => match read {
                 Err(_) => FromMaster::Lost(format!("master silent for {}", format_duration(silence))),
                 Ok(Ok(None)) => FromMaster::Lost("master closed the connection".to_string()),
                 Ok(Ok(Some(Frame::Heartbeat))) => continue,
+                // Answered here, whatever the session is doing (a rejoin waits at the barrier).
+                Ok(Ok(Some(Frame::StacksAsk { id }))) => {
+                    answering.stacks_ask(id);
+                    continue;
+                }
                 Ok(Ok(Some(frame))) => match generation_in_bounds(&frame) {
                     Ok(()) => FromMaster::Frame(frame),
                     Err(detail) => FromMaster::Lost(format!("the master broke the protocol: {detail}")),
@@ -576,6 +596,32 @@ async fn session_reader(
         if inbox.send(msg).await.is_err() || end {
             return;
         }
+    }
+}
+
+impl Answering {
+    /// Answer `stacks_ask` `id` from a task of its own (a snapshot takes up to 2 s).
+    fn stacks_ask(&self, id: u64) {
+        let answerer = self.stacks.get().cloned();
+        let (out, max) = (self.out.clone(), self.max);
+        tokio::spawn(async move {
+            let summary = match answerer {
+                Some(a) => a().await,
+                None => StacksSummary {
+                    taken_at: crate::status::rfc3339(std::time::SystemTime::now()),
+                    why: "asked".into(),
+                    pid: None,
+                    frames: Vec::new(),
+                    top: "not ready: this replica answers for its stacks once its link is up".into(),
+                },
+            };
+            match line(&Frame::Stacks { id, summary }, max) {
+                Ok(l) => {
+                    let _ = out.try_send(l);
+                }
+                Err(e) => warn!("cannot send the stacks: {e}"),
+            }
+        });
     }
 }
 

@@ -13,6 +13,7 @@ use crate::health::Observation;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, ChildCommand, SignalStream, Signals};
 use crate::signo::Signo;
+use crate::stacks::Snapshot;
 use crate::status::LocalStatus;
 use nix::unistd::Pid;
 use std::ffi::OsString;
@@ -42,6 +43,8 @@ pub struct LoopConfig {
     pub panic_after_spawn: bool,
     /// `--straggler-rule`: the log rule whose captured values go to the master.
     pub metric_rule: Option<String>,
+    /// What takes the snapshots a hang's stop waits for.
+    pub snapshots: std::sync::Arc<crate::stacks::Snapshotter>,
 }
 
 /// A node-health source: its verdicts, possibly after a first look that takes a while.
@@ -88,6 +91,9 @@ pub struct AgentChannels {
     pub status: watch::Sender<crate::agent::StatusView>,
 }
 
+/// A snapshot taken for a stop: why, and the snapshot.
+type Taken = (String, Snapshot);
+
 struct Loop {
     replica: Replica,
     cfg: LoopConfig,
@@ -107,6 +113,8 @@ struct Loop {
     log: Option<LogWatch>,
     /// The last termination message written: what stuck processes add to.
     last_message: Option<String>,
+    /// Snapshots taken (why, snapshot), from their tasks.
+    snapshots: (mpsc::UnboundedSender<Taken>, mpsc::UnboundedReceiver<Taken>),
 }
 
 /// Run the replica until the machine decides to exit.
@@ -155,6 +163,7 @@ pub async fn run(
                 None => l.health = None,
             },
             event = next_link_event(&mut l.link_events), if l.link_events.is_some() => match event {
+                Some(LinkEvent::JobStacks(job)) => l.on_job_stacks(*job),
                 Some(event) => l.feed(Input::Link(event)),
                 None => l.link_events = None,
             },
@@ -168,6 +177,7 @@ pub async fn run(
             _ = beat_timer.tick(), if l.heartbeat.is_some() => l.check_beat(),
             _ = sweep_poll.tick(), if l.replica.sweeping() => l.count_descendants(),
             _ = order_poll.tick(), if l.replica.ordering() => l.scan_tree(),
+            Some((why, snapshot)) = l.snapshots.1.recv() => l.on_snapshot(why, snapshot),
         }
     }
     // The last child's last output (it may have ended just before the exit was decided).
@@ -245,6 +255,7 @@ impl Loop {
             exit_code: None,
             log: None,
             last_message: None,
+            snapshots: mpsc::unbounded_channel(),
         }
     }
 
@@ -355,6 +366,13 @@ impl Loop {
                 let _ = process::signal_group(pid, Signo::KILL);
             }
             Effect::Child(ChildAction::TerminationMessage(msg)) => self.termination_message(msg),
+            Effect::Child(ChildAction::Snapshot { pid, why }) => {
+                info!(pid = pid.as_raw(), why = %why, "taking a snapshot of the child's stacks before it is stopped");
+                let (taker, done) = (self.cfg.snapshots.clone(), self.snapshots.0.clone());
+                tokio::spawn(async move {
+                    let _ = done.send((why, taker.take(pid).await));
+                });
+            }
             Effect::NameStuck { message } => {
                 process::reap_all();
                 let stuck = process::describe_stuck(&process::stuck_below(Pid::this()));
@@ -387,6 +405,31 @@ impl Loop {
             }
             Effect::SweepKill => self.sweep_signal(Signo::KILL),
             Effect::Exit { code } => self.exit_code = Some(code),
+        }
+    }
+
+    /// A snapshot is taken: its summary goes into the status (the report, the webhook, the Event),
+    /// then the machine hears of it (a held stop goes on).
+    fn on_snapshot(&mut self, why: String, snapshot: Snapshot) {
+        let summary = snapshot.summary(&why, crate::status::rfc3339(SystemTime::now()));
+        warn!(why = %crate::untrusted::escape(&why), "stacks: {}", summary.top);
+        if summary.frames.len() > 1 {
+            info!("stacks: main thread of pid {}: {}", summary.pid.unwrap_or_default(), summary.frames.join(" <- "));
+        }
+        let top = summary.top.clone();
+        self.status.send_modify(|s| s.stacks = Some(summary));
+        if let Some(sink) = &self.cfg.status_sink {
+            sink.send(&self.status.borrow());
+        }
+        self.feed(Input::Child(Event::Snapshotted { top: Some(top) }));
+    }
+
+    /// Master: the job's stacks before a restart a hang caused, for the report, the webhook and
+    /// the Event (the link logged them).
+    fn on_job_stacks(&mut self, job: crate::stacks::JobStacks) {
+        self.status.send_modify(|s| s.job_stacks = Some(job));
+        if let Some(sink) = &self.cfg.status_sink {
+            sink.send(&self.status.borrow());
         }
     }
 

@@ -9,10 +9,13 @@ use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::checkpoint::Fanout;
 use crate::rendezvous::straggler::Detector;
+use crate::rendezvous::StacksAnswerer;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
     WorkerSession,
 };
+use crate::replica::job_stacks;
+use crate::stacks::{JobStacks, JobStacksAsker, Snapshotter};
 use crate::status::{ReplicaState, Report};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -147,6 +150,8 @@ pub enum LinkEvent {
         /// Why.
         message: String,
     },
+    /// Master: the job's stacks, gathered before a restart a hang caused (for the status).
+    JobStacks(Box<JobStacks>),
 }
 
 /// The running link.
@@ -157,6 +162,8 @@ pub struct Link {
     pub events: mpsc::UnboundedReceiver<LinkEvent>,
     /// The master's job view, kept current once the first barrier released (None on workers).
     pub job_view: Option<watch::Receiver<Option<JobView>>>,
+    /// The master's gathering of the job's stacks (None on workers).
+    pub job_stacks: Option<JobStacksAsker>,
     /// The actor; it ends once the replica's status channel closes and its last frames are out.
     pub task: tokio::task::JoinHandle<()>,
 }
@@ -188,12 +195,24 @@ pub fn rendezvous_health(source: Option<watch::Receiver<Observation>>) -> watch:
 /// closes: the newest report is the replica's newest state, and the channel's end is its last.
 pub struct Upstream {
     reports: watch::Receiver<Report>,
+    snapshots: Arc<Snapshotter>,
 }
 
 impl Upstream {
-    /// Follow the reporter's `reports`.
+    /// Follow the reporter's `reports` (stacks asked for are the `/proc` facts alone).
     pub fn new(reports: watch::Receiver<Report>) -> Self {
-        Self { reports }
+        Self { reports, snapshots: Arc::default() }
+    }
+
+    /// Answer the master's `stacks_ask` with snapshots taken by `snapshots`.
+    pub fn with_snapshots(mut self, snapshots: Arc<Snapshotter>) -> Self {
+        self.snapshots = snapshots;
+        self
+    }
+
+    /// This replica's answer to a `stacks_ask`.
+    fn answerer(&self) -> StacksAnswerer {
+        job_stacks::answerer(self.snapshots.clone(), self.reports.clone())
     }
 
     /// The next report; None once the reporter has published its final one and ended.
@@ -223,9 +242,11 @@ pub fn start(
             let listener = rendezvous::listen(cfg.listen)?;
             let (master, control) =
                 rendezvous::start_master(listener, cfg.identity.clone(), health, cfg.rendezvous.clone(), scope)?;
+            let master = Arc::new(master);
+            let asker = job_stacks_asker(Arc::downgrade(&master), upstream.answerer());
             let (view_tx, view_rx) = watch::channel(None);
             let link = MasterLink {
-                master: Arc::new(master),
+                master,
                 events: ev_tx,
                 view: view_tx,
                 workers_done: false,
@@ -233,13 +254,29 @@ pub fn start(
                 fanout: cfg.checkpoint.map(Fanout::new),
                 stragglers: cfg.straggler.map(|(s, _)| Detector::new(s, cfg.identity.replica_count)),
                 restart_stragglers: cfg.straggler.is_some_and(|(_, restart)| restart),
+                own: upstream.answerer(),
+                hang: job_stacks::HangGather::default(),
             };
-            (Some(view_rx), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
+            (Some((view_rx, asker)), tokio::spawn(run_master(link, control, upstream, cmd_rx)))
         }
         Role::Worker => (None, tokio::spawn(run_worker(cfg, health, upstream, cmd_rx, ev_tx))),
     };
-    let (job_view, task) = job_view;
-    Ok(Link { commands: cmd_tx, events: ev_rx, job_view, task })
+    let (master_side, task) = job_view;
+    let (job_view, job_stacks) = master_side.map_or((None, None), |(v, a)| (Some(v), Some(a)));
+    Ok(Link { commands: cmd_tx, events: ev_rx, job_view, job_stacks, task })
+}
+
+/// `GET /job/stacks`: the job's stacks while the master runs (None once it is gone).
+fn job_stacks_asker(master: std::sync::Weak<MasterHandle>, own: StacksAnswerer) -> JobStacksAsker {
+    Arc::new(move |why| {
+        let (master, own) = (master.clone(), own.clone());
+        Box::pin(async move {
+            let master = master.upgrade()?;
+            let job = job_stacks::gather(&master, &own, &why).await;
+            info!(replicas = job.replicas.len(), ms = job.elapsed_ms, "job stacks ({why}): {}", job.summary);
+            Some(job)
+        })
+    })
 }
 
 type Pending<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
@@ -280,11 +317,13 @@ async fn run_master(
             report = upstream.next(), if upstream_open => match report {
                 Some(report) => {
                     link.checkpoint_if_stopping(0, report.state);
+                    link.hang.on_report(0, &report, &link.master, &link.own);
                     link.master.publish_own_state(report);
                     dirty = true;
                 }
                 None => upstream_open = false,
             },
+            job = link.hang.next(), if link.hang.busy() => link.gathered(job, &mut pending),
             event = control.recv() => {
                 let Some(event) = event else { return };
                 dirty = true;
@@ -314,12 +353,28 @@ struct MasterLink {
     stragglers: Option<Detector>,
     /// `--straggler-action restart`.
     restart_stragglers: bool,
+    /// The master replica's own answer to a `stacks_ask`.
+    own: StacksAnswerer,
+    /// The job's stacks gathered on a hang, and what waits for them.
+    hang: job_stacks::HangGather,
 }
 
 impl MasterLink {
     fn barrier(&self, g: u64) -> Pending<BarrierDone> {
         let m = self.master.clone();
         Some(Box::pin(async move { (g, m.barrier(g).await) }))
+    }
+
+    /// The job's stacks on a hang are in: to the log and the status; then what waited for them.
+    fn gathered(&mut self, job: JobStacks, pending: &mut Pending<BarrierDone>) {
+        warn!(ms = job.elapsed_ms, "job stacks ({}): {}", crate::untrusted::escape(&job.why), job.summary);
+        let _ = self.events.send(LinkEvent::JobStacks(Box::new(job_stacks::note(job))));
+        for event in std::mem::take(&mut self.hang.held_events) {
+            let _ = self.events.send(event);
+        }
+        if let Some(g) = self.hang.held_barrier.take() {
+            *pending = self.barrier(g);
+        }
     }
 
     /// Publish the job view (once released), and `WorkersDone` when it changes.
@@ -394,11 +449,19 @@ impl MasterLink {
 
     fn on_control(&mut self, event: ControlEvent) {
         match event {
-            ControlEvent::State { index, report } => self.checkpoint_if_stopping(index, report.state),
+            ControlEvent::State { index, report } => {
+                self.checkpoint_if_stopping(index, report.state);
+                self.hang.on_report(index, &report, &self.master, &self.own);
+            }
             ControlEvent::Metric { index, value } => self.metric(index, value),
             ControlEvent::Rejoin { index, generation } => {
                 info!(replica = index, generation, "rendezvous: a replica asks for a new generation");
-                let _ = self.events.send(LinkEvent::RejoinAsked { generation });
+                let event = LinkEvent::RejoinAsked { generation };
+                if self.hang.busy() {
+                    self.hang.held_events.push(event);
+                } else {
+                    let _ = self.events.send(event);
+                }
             }
             // The master logged it (one line per window when thousands go at once).
             ControlEvent::Lost { index, reason } => debug!(replica = index, "rendezvous: replica gone: {reason}"),
@@ -414,6 +477,8 @@ impl MasterLink {
     fn on_command(&mut self, command: LinkCommand, pending: &mut Pending<BarrierDone>) {
         match command {
             LinkCommand::Metric { value } => self.metric(0, value.0),
+            // Held while the job's stacks are gathered: no child is stopped before they are read.
+            LinkCommand::Barrier { generation } if self.hang.busy() => self.hang.held_barrier = Some(generation),
             LinkCommand::Barrier { generation } => *pending = self.barrier(generation),
             // Queued beside the loop: the master's command queue may be full for a moment.
             LinkCommand::StopWorkers { reason } => {
@@ -517,6 +582,7 @@ impl WorkerLink {
         let event = match (rejoined, result) {
             (_, Ok(s)) => {
                 let generation = s.generation();
+                s.answer_stacks_with(upstream.answerer());
                 let _ = s.send_state(upstream.current());
                 self.session = Some(s);
                 if self.first || rejoined.is_some() {

@@ -600,6 +600,8 @@ impl Replica {
                 self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
             }
             LinkEvent::RejoinAsked { generation } => self.on_rejoin_asked(generation, now, out),
+            // The loop's, for the status: nothing to decide.
+            LinkEvent::JobStacks(_) => {}
             LinkEvent::WorkersDone(done) => {
                 self.workers_done = done;
                 if let (true, End::Lingering { code, .. }) = (done, self.end) {

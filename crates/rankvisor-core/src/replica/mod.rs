@@ -4,6 +4,7 @@
 
 pub mod child;
 pub mod event_loop;
+pub mod job_stacks;
 pub mod link;
 mod log_watch;
 pub mod machine;

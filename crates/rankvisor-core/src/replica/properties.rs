@@ -202,6 +202,11 @@ impl Harness {
                     prop_assert!(self.live.is_none(), "leftovers killed while the child {} lives", pid);
                 }
                 Effect::Child(ChildAction::TerminationMessage(_)) | Effect::Note(_) => {}
+                // Taken at once (the loop's task answers; its deadline is the machine's).
+                Effect::Child(ChildAction::Snapshot { pid, .. }) => {
+                    prop_assert_eq!(Some(pid), self.live, "a snapshot of a process that is not the live child");
+                    self.send(Input::Child(Event::Snapshotted { top: None }))?;
+                }
                 Effect::StartLink => {
                     prop_assert!(!self.link_started, "the link started twice");
                     prop_assert!(self.role.is_some(), "a link started for a job without one");

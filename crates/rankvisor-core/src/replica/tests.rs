@@ -146,6 +146,9 @@ impl Fake {
                 }
                 Effect::Child(ChildAction::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
                 Effect::Child(ChildAction::TerminationMessage(m)) => self.messages.push(m),
+                Effect::Child(ChildAction::Snapshot { .. }) => {
+                    self.send(Input::Child(Event::Snapshotted { top: None }))
+                }
                 Effect::Child(_) => {}
                 Effect::StartLink => self.start_link += 1,
                 Effect::Link(c) => self.links.push(c),

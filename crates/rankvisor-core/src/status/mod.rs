@@ -86,6 +86,12 @@ pub struct LocalStatus {
     /// attempt's child's).
     #[serde(default)]
     pub agent: Option<AgentState>,
+    /// The latest snapshot taken on a hang verdict, summarised (`stacks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::stacks::StacksSummary>,
+    /// Master: the job's stacks, grouped, gathered before the latest restart a hang caused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_stacks: Option<crate::stacks::JobStacks>,
 }
 
 /// The HyperPod agent's state (agent mode), as the agent's `/status` reports it (lower-case
@@ -145,6 +151,8 @@ impl Default for LocalStatus {
             log_rule: None,
             log_rules: Vec::new(),
             agent: None,
+            stacks: None,
+            job_stacks: None,
         }
     }
 }

@@ -80,6 +80,14 @@ pub struct Report {
     /// Agent mode: the agent's state (`READY`, `RUNNING`, `FAULTED`, ...), as the operator sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<super::AgentState>,
+    /// The latest snapshot taken on a hang verdict, summarised: where the training process was
+    /// before it was stopped (`GET /stacks` has the whole tree now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::stacks::StacksSummary>,
+    /// Master: the job's stacks, grouped by signature, gathered before the latest restart a hang
+    /// caused (`GET /job/stacks` gathers them now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_stacks: Option<crate::stacks::JobStacks>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).
@@ -138,6 +146,8 @@ impl Timeline {
             log_rule: status.log_rule.clone(),
             log_rules: status.log_rules.clone(),
             agent: status.agent,
+            stacks: status.stacks.clone(),
+            job_stacks: status.job_stacks.clone(),
             started_at: rfc3339(self.started_at),
             state_since: rfc3339(self.state_since),
             updated_at: rfc3339(now),
@@ -156,6 +166,8 @@ pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
         || prev.hang_detections != next.hang_detections
         || prev.log_rule != next.log_rule
         || prev.agent != next.agent
+        || prev.stacks != next.stacks
+        || prev.job_stacks != next.job_stacks
         || healthy(prev) != healthy(next)
 }
 

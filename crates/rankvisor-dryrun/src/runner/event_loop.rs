@@ -395,6 +395,9 @@ impl DryRunLoop {
         }
         match what {
             LauncherNews::Status(line) => {
+                if let Some(stacks) = launcher.tracker.new_job_stacks(&line) {
+                    note(&format!("{}: {stacks}", self.workload.pod_name(pod)));
+                }
                 let events = launcher.tracker.observe(pod, &line);
                 if let Some(pid) = self.run.child_runs(pod, launcher.tracker.child_pid()) {
                     fail_child(&self.workload.pod_name(pod), pid);

@@ -160,9 +160,22 @@ pub(crate) struct StatusTracker {
     child_pid: Option<i32>,
     /// A final state was reported: the launcher is about to exit.
     ended: bool,
+    /// When the latest job's stacks shown were gathered (the master's, on a hang).
+    job_stacks_at: Option<String>,
 }
 
 impl StatusTracker {
+    /// The line to print for a job's stacks newly in `line` (the master gathered them on a hang,
+    /// before the job-scope restart): why, and the groups, largest first.
+    pub(crate) fn new_job_stacks(&mut self, line: &LocalStatus) -> Option<String> {
+        let job = line.job_stacks.as_ref()?;
+        if self.job_stacks_at.as_deref() == Some(job.taken_at.as_str()) {
+            return None;
+        }
+        self.job_stacks_at = Some(job.taken_at.clone());
+        Some(format!("job stacks ({}): {}", rankvisor_core::untrusted::escape(&job.why), job.summary))
+    }
+
     /// The events one status line of `pod`'s launcher means, in order.
     pub(crate) fn observe(&mut self, pod: ReplicaId, line: &LocalStatus) -> Vec<ClusterEvent> {
         self.child_pid = line.child_pid;
@@ -264,6 +277,29 @@ mod tests {
 
     fn line(state: ReplicaState, restart_count: u32, last_exit: Option<ExitHow>, pid: Option<i32>) -> LocalStatus {
         LocalStatus { state, restart_count, last_exit, child_pid: pid, ..LocalStatus::default() }
+    }
+
+    #[test]
+    fn a_job_s_stacks_are_shown_once_each() {
+        let mut t = StatusTracker::default();
+        let job = rankvisor_core::stacks::JobStacks {
+            taken_at: "t1".into(),
+            why: "replica 2: hung".into(),
+            elapsed_ms: 3,
+            groups: vec![],
+            summary: "2 replicas (0, 1): wait_here (job.py:10); replica 2: slow_here (job.py:14)".into(),
+            replicas: vec![],
+        };
+        let mut l = line(ReplicaState::Running, 0, None, Some(7));
+        assert_eq!(t.new_job_stacks(&l), None);
+        l.job_stacks = Some(job.clone());
+        assert_eq!(
+            t.new_job_stacks(&l).as_deref(),
+            Some("job stacks (replica 2: hung): 2 replicas (0, 1): wait_here (job.py:10); replica 2: slow_here (job.py:14)")
+        );
+        assert_eq!(t.new_job_stacks(&l), None, "once");
+        l.job_stacks = Some(rankvisor_core::stacks::JobStacks { taken_at: "t2".into(), ..job });
+        assert!(t.new_job_stacks(&l).is_some(), "a later gathering is shown too");
     }
 
     fn settings() -> LauncherSettings {

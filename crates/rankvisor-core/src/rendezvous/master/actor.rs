@@ -18,7 +18,7 @@ use super::super::roster::{ConnId, Phase, Rejoin, Roster};
 use crate::logging::{Throttle, Throttled};
 use crate::untrusted::{escape, Escaped};
 
-use super::{lock, now_ms, timeout_error, AbortOnDrop, Command, ControlEvent, FINISHED};
+use super::{lock, now_ms, timeout_error, AbortOnDrop, Command, ControlEvent, StacksAnswers, FINISHED};
 /// An admitted worker. Dropping `out` (the only sender) ends the connection's task once it has
 /// written what was queued.
 pub(super) struct Conn {
@@ -45,6 +45,15 @@ pub(super) struct Master {
     /// holder shows it is alive (any frame: then the newcomer is refused) or its connection ends
     /// (silent past the heartbeat limit, or closed: then the newcomer takes the slot).
     pub(super) contested: HashMap<u32, Newcomer>,
+    /// The `stacks_ask`s waiting for answers, by id.
+    pub(super) asks: HashMap<u64, Ask>,
+}
+
+/// One `stacks_ask`: who has not answered yet, the answers in, where they go once all are.
+pub(super) struct Ask {
+    waiting: std::collections::HashSet<u32>,
+    got: StacksAnswers,
+    reply: tokio::sync::oneshot::Sender<StacksAnswers>,
 }
 
 /// A newcomer waiting for the holder of its index to prove it is alive.
@@ -170,6 +179,7 @@ impl Master {
             return;
         };
         self.roster.leave(c.index, conn);
+        self.forget_asked(c.index);
         let mut view = self.view();
         // A replica that reported a final state and then closes has finished: no warning.
         let finished = view.replicas().get(&c.index).is_some_and(|r| r.state().is_final());
@@ -277,6 +287,45 @@ impl Master {
                 self.departures.summary();
                 self.broadcast(&Frame::Finished { reason });
                 let _ = reply.send(());
+            }
+            Command::AskStacks { id, reply } => {
+                let waiting: std::collections::HashSet<u32> = self.conns.values().map(|c| c.index).collect();
+                if waiting.is_empty() {
+                    let _ = reply.send(Vec::new());
+                    return;
+                }
+                self.asks.insert(id, Ask { waiting, got: Vec::new(), reply });
+                self.broadcast(&Frame::StacksAsk { id });
+            }
+            Command::EndAsk { id, reply } => {
+                let _ = reply.send(self.asks.remove(&id).map(|a| a.got).unwrap_or_default());
+            }
+        }
+    }
+
+    /// Replica `index` is gone: no ask waits for it (one with every other answer in is answered).
+    fn forget_asked(&mut self, index: u32) {
+        let done: Vec<u64> = self
+            .asks
+            .iter_mut()
+            .filter_map(|(id, a)| (a.waiting.remove(&index) && a.waiting.is_empty()).then_some(*id))
+            .collect();
+        for id in done {
+            if let Some(ask) = self.asks.remove(&id) {
+                let _ = ask.reply.send(ask.got);
+            }
+        }
+    }
+
+    /// Replica `index`'s answer to `stacks_ask` `id`; the ask is answered once all are in.
+    fn stacks_answer(&mut self, index: u32, id: u64, summary: crate::stacks::StacksSummary) {
+        let Some(ask) = self.asks.get_mut(&id) else { return };
+        if ask.waiting.remove(&index) {
+            ask.got.push((index, summary.from_peer()));
+        }
+        if ask.waiting.is_empty() {
+            if let Some(ask) = self.asks.remove(&id) {
+                let _ = ask.reply.send(ask.got);
             }
         }
     }
@@ -404,6 +453,10 @@ impl Master {
                 warn!(%peer, replica = index, "replica reported an error: {}", escape(&message));
             }
             Frame::Metric { value } => self.emit(ControlEvent::Metric { index, value }),
+            Frame::Stacks { id, summary } => {
+                self.view().seen(index, now_ms());
+                self.stacks_answer(index, id, summary);
+            }
             other => {
                 let message = format!("unexpected {} frame from replica {index} after admission", other.kind());
                 self.send(conn, &Frame::Error { message: message.clone() });

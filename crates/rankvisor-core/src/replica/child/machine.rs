@@ -27,6 +27,12 @@ pub struct Supervisor {
     early_release: Option<u64>,
     /// The child that got the checkpoint signal (each child gets it once).
     checkpointed: Option<Pid>,
+    /// The stop's signal (and the wait after it), held until its snapshot is taken.
+    held: Option<(Signo, std::time::Duration)>,
+    /// This stop's snapshot was asked for.
+    snapped: bool,
+    /// The top line of this stop's snapshot, for its termination message.
+    last_stacks: Option<String>,
 }
 
 impl Supervisor {
@@ -44,6 +50,9 @@ impl Supervisor {
             generation: 0,
             early_release: None,
             checkpointed: None,
+            held: None,
+            snapped: false,
+            last_stacks: None,
         }
     }
 
@@ -176,7 +185,7 @@ impl Supervisor {
             Event::LogRule(hit) => match self.phase {
                 // The same stop as a hang: TERM, the grace, KILL, then the restart policy.
                 Phase::Running { pid, started } => {
-                    self.stop(pid, started, StopCause::LogRule(hit), Signo::TERM, now + self.cfg.grace)
+                    self.stop(pid, started, StopCause::LogRule(hit), Signo::TERM, self.cfg.grace, now)
                 }
                 _ => ChildSteps::default(),
             },
@@ -184,16 +193,22 @@ impl Supervisor {
             Event::GiveUp(give_up) => self.on_give_up(give_up, now),
             Event::NewGeneration { generation } => self.on_new_generation(generation, now),
             Event::Stop { signal, grace } => match self.phase {
-                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, now + grace),
+                Phase::Running { pid, started } => self.stop(pid, started, StopCause::Ordered, signal, grace, now),
                 _ => ChildSteps::default(),
             },
             Event::Checkpoint => self.on_checkpoint(),
             Event::Straggler { reason } => match self.phase {
                 Phase::Running { pid, started } => {
-                    self.stop(pid, started, StopCause::Straggler { reason }, Signo::TERM, now + self.cfg.grace)
+                    self.stop(pid, started, StopCause::Straggler { reason }, Signo::TERM, self.cfg.grace, now)
                 }
                 _ => ChildSteps::default(),
             },
+            Event::Snapshotted { top } => {
+                if top.is_some() {
+                    self.last_stacks = top;
+                }
+                self.release_held(now)
+            }
             Event::Released { generation } => match &self.phase {
                 // The first barrier: the first child belongs to the generation it released.
                 Phase::Pending => {
@@ -259,9 +274,50 @@ impl Supervisor {
         ChildSteps { actions, outcome: Some(ChildOutcome::Exit { code }) }
     }
 
-    fn stop(&mut self, pid: Pid, started: Instant, cause: StopCause, signal: Signo, deadline: Instant) -> ChildSteps {
-        self.phase = Phase::Stopping { pid, started, deadline, killed: false, cause, held: None };
-        vec![ChildAction::SignalGroup { pid, signal }].into()
+    /// Stop the child with `signal`, KILL after `grace`; a hang's stop first asks for a snapshot
+    /// and holds the signal until it is taken.
+    fn stop(
+        &mut self,
+        pid: Pid,
+        started: Instant,
+        cause: StopCause,
+        signal: Signo,
+        grace: std::time::Duration,
+        now: Instant,
+    ) -> ChildSteps {
+        (self.held, self.snapped, self.last_stacks) = (None, false, None);
+        let why = hang_why(&cause);
+        self.phase = Phase::Stopping { pid, started, deadline: now + grace, killed: false, cause, held: None };
+        match why {
+            Some(why) => self.hold(pid, why, signal, grace, now),
+            None => vec![ChildAction::SignalGroup { pid, signal }].into(),
+        }
+    }
+
+    /// Ask for a snapshot of the stopping child; `signal` (then `wait`) follows once it is taken.
+    fn hold(&mut self, pid: Pid, why: String, signal: Signo, wait: std::time::Duration, now: Instant) -> ChildSteps {
+        (self.held, self.snapped) = (Some((signal, wait)), true);
+        if let Phase::Stopping { deadline, .. } = &mut self.phase {
+            *deadline = now + SNAPSHOT_WAIT;
+        }
+        vec![ChildAction::Snapshot { pid, why }].into()
+    }
+
+    /// The held signal goes out: the snapshot is taken, or its wait is over.
+    fn release_held(&mut self, now: Instant) -> ChildSteps {
+        let Some((signal, wait)) = self.held.take() else { return ChildSteps::default() };
+        let Phase::Stopping { pid, deadline, killed, .. } = &mut self.phase else { return ChildSteps::default() };
+        *deadline = now + wait;
+        *killed |= signal == Signo::KILL;
+        vec![ChildAction::SignalGroup { pid: *pid, signal }].into()
+    }
+
+    /// A termination message's text with the stop's snapshot, when it has one.
+    fn with_stacks(&self, what: String) -> String {
+        match &self.last_stacks {
+            Some(top) => format!("{what}; stacks: {top}"),
+            None => what,
+        }
     }
 
     /// A stop the job saves before (a shutdown, a give-up, a new generation): with
@@ -269,6 +325,7 @@ impl Supervisor {
     /// is held until `--checkpoint-grace` has passed or the child has exited; SIGKILL still
     /// follows at the grace period's end, counted from now.
     fn stop_saving(&mut self, pid: Pid, started: Instant, cause: StopCause, now: Instant) -> ChildSteps {
+        (self.held, self.snapped, self.last_stacks) = (None, false, None);
         let deadline = now + self.cfg.grace;
         let Some(c) = self.cfg.checkpoint else {
             let signal = stop_signal(&cause, pid);
@@ -318,7 +375,11 @@ impl Supervisor {
                 if !matches!(cause, StopCause::GiveUp(_)) {
                     *cause = StopCause::Shutdown { signal };
                 }
-                *deadline = (*deadline).min(now + self.cfg.grace);
+                *deadline = match self.held.take() {
+                    // A held snapshot's signal is overtaken: the grace starts now.
+                    Some(_) => now + self.cfg.grace,
+                    None => (*deadline).min(now + self.cfg.grace),
+                };
                 match held {
                     Some(until) if !again => {
                         *until = (*until).min(*deadline);
@@ -362,6 +423,13 @@ impl Supervisor {
     }
 
     fn on_tick(&mut self, now: Instant) -> ChildSteps {
+        if self.held.is_some() {
+            // No snapshot in time: the stop goes on without it.
+            return match &self.phase {
+                Phase::Stopping { deadline, .. } if now >= *deadline => self.release_held(now),
+                _ => ChildSteps::default(),
+            };
+        }
         match &mut self.phase {
             // The checkpoint's time is over: the stop's own signal goes out.
             Phase::Stopping { pid, cause, held: held @ Some(_), .. } if held.is_some_and(|until| now >= until) => {
@@ -372,6 +440,14 @@ impl Supervisor {
                 steps.actions.extend(then.actions);
                 steps.outcome = then.outcome;
                 steps
+            }
+            // The child outlived its stop's grace: where it is, before the KILL (a shutdown's
+            // KILL is not held: the pod's own grace is running out).
+            Phase::Stopping { pid, deadline, killed: false, cause, .. }
+                if now >= *deadline && !self.snapped && !matches!(cause, StopCause::Shutdown { .. }) =>
+            {
+                let pid = *pid;
+                self.hold(pid, "survived its stop".into(), Signo::KILL, KILL_WAIT, now)
             }
             Phase::Backoff { until } if now >= *until => {
                 vec![ChildAction::Spawn { restart_count: self.restarts, generation: self.generation }].into()
@@ -392,7 +468,7 @@ impl Supervisor {
                 match self.hang_deadline(started) {
                     Some(d) if now >= d => {
                         self.hang_detections += 1;
-                        self.stop(pid, started, StopCause::Hung, Signo::TERM, now + self.cfg.grace)
+                        self.stop(pid, started, StopCause::Hung, Signo::TERM, self.cfg.grace, now)
                     }
                     _ => ChildSteps::default(),
                 }
@@ -410,6 +486,7 @@ impl Supervisor {
         };
         self.last_exit = Some(how);
         self.last_stop = cause.clone();
+        self.held = None;
         match cause {
             Some(StopCause::Shutdown { signal }) => {
                 let msg = format!("stopped by {}: child {how}", signal.name());
@@ -424,11 +501,11 @@ impl Supervisor {
             Some(StopCause::Ordered) => self.finish(how.code(), None),
             Some(StopCause::Straggler { reason }) => self.restart_now(pid, how, &reason, now),
             Some(StopCause::Hung) => {
-                let what = self.hang_text(how);
+                let what = self.with_stacks(self.hang_text(how));
                 self.after_run(pid, how, Some(what), started, now)
             }
             Some(StopCause::LogRule(hit)) => {
-                let what = format!("{}, then child {how}", hit.describe());
+                let what = self.with_stacks(format!("{}, then child {how}", hit.describe()));
                 self.after_run(pid, how, Some(what), started, now)
             }
             Some(StopCause::NewGeneration { generation }) => {
@@ -560,5 +637,15 @@ fn stop_signal(cause: &StopCause, pid: Pid) -> ChildAction {
     match cause {
         StopCause::Shutdown { signal } => ChildAction::SignalPrograms { pid, signal: *signal },
         _ => ChildAction::SignalGroup { pid, signal: Signo::TERM },
+    }
+}
+
+/// Why a stop is a hang's, worth a snapshot before the child is stopped: the heartbeat's verdict,
+/// or a log rule's HANGING or SLOW (not a FAULT's: the child said what went wrong).
+fn hang_why(cause: &StopCause) -> Option<String> {
+    match cause {
+        StopCause::Hung => Some("hung".into()),
+        StopCause::LogRule(hit) if hit.is_hang() => Some(hit.reason.clone()),
+        _ => None,
     }
 }

@@ -12,5 +12,5 @@ mod types;
 pub use machine::Supervisor;
 pub use types::{
     escape_line, CheckpointConfig, ChildAction, ChildOutcome, ChildSteps, Event, GiveUp, HangConfig, LogRuleHit, Phase,
-    StopCause, SupervisorConfig, KILL_WAIT, QUOTED_LINE_CHARS,
+    StopCause, SupervisorConfig, KILL_WAIT, QUOTED_LINE_CHARS, SNAPSHOT_WAIT,
 };

@@ -46,6 +46,9 @@ struct Harness {
     generations: Vec<u64>,
     requests: u32,
     unkillable: u32,
+    /// Every snapshot asked for (its `why`), answered at once unless `answer_snapshots` is off.
+    snapshots: Vec<String>,
+    answer_snapshots: bool,
 }
 
 impl Harness {
@@ -62,6 +65,8 @@ impl Harness {
             generations: vec![],
             requests: 0,
             unkillable: 0,
+            snapshots: vec![],
+            answer_snapshots: true,
         }
     }
 
@@ -84,6 +89,12 @@ impl Harness {
                 ChildAction::Checkpoint { pid, signal } => self.checkpoints.push((pid, signal)),
                 ChildAction::KillLeftovers { .. } => {}
                 ChildAction::TerminationMessage(m) => self.messages.push(m),
+                ChildAction::Snapshot { why, .. } => {
+                    self.snapshots.push(why);
+                    if self.answer_snapshots {
+                        self.send(Event::Snapshotted { top: Some("pid 1 in slow_here (x.py:3)".into()) });
+                    }
+                }
             }
         }
         match steps.outcome {
@@ -385,7 +396,8 @@ async fn hang_detection_uses_startup_then_timeout() {
     h.exit_child(ExitHow::Exited(0));
     assert_eq!(h.exit, Some(exit::EXTERNAL_FAILURE), "a hung child that exits 0 is still a failure");
     assert!(h.messages[0].starts_with(
-        "child hung (no first heartbeat within 2s of its start), then exited with code 0; gave up after 1 restarts"
+        "child hung (no first heartbeat within 2s of its start), then exited with code 0; stacks: pid 1 in slow_here \
+         (x.py:3); gave up after 1 restarts"
     ));
 }
 
@@ -560,7 +572,7 @@ async fn a_firing_log_rule_under_never_exits_with_the_failure_and_says_why() {
     assert_eq!(
         h.messages,
         [
-            r#"log rule LogHang_Step (last matched line: "step \u{1b}[31m7"), then child exited with code 0; restart policy Never does not restart it"#
+            r#"log rule LogHang_Step (last matched line: "step \u{1b}[31m7"), then child exited with code 0; stacks: pid 1 in slow_here (x.py:3); restart policy Never does not restart it"#
         ]
     );
     let mut killed = Harness::new(cfg(Never, 6));
@@ -603,4 +615,79 @@ async fn a_straggler_is_stopped_and_started_again_at_once() {
         assert_eq!(h.exit, Some(143), "{scope:?}");
         assert!(h.messages[0].contains("gave up after 1 restarts (backoff limit 1)"), "{:?}", h.messages);
     }
+}
+
+/// Issue 36 item 2: a hang's stop asks for the snapshot first and holds its TERM until it is taken
+/// (or [`SNAPSHOT_WAIT`] is over); the grace starts with the TERM; the message names the stacks.
+#[tokio::test(start_paused = true)]
+async fn a_hang_stop_holds_its_signal_until_the_snapshot_is_taken() {
+    let mut c = cfg(Never, 0);
+    c.hang = Some(HangConfig { timeout: 300 * MS, startup: 300 * MS });
+    let mut h = Harness::new(c);
+    h.answer_snapshots = false;
+    h.send(Event::Start);
+    let pid = h.pid();
+    h.advance_to_deadline().await;
+    assert_eq!((h.snapshots.as_slice(), h.signals.as_slice()), (&["hung".to_string()][..], &[][..]));
+    assert_eq!(h.sup.state(), ReplicaState::Stopping);
+    tokio::time::advance(100 * MS).await;
+    h.send(Event::Snapshotted { top: Some("pid 7 in slow_here (hang.py:3)".into()) });
+    assert_eq!(h.signals, [(pid, SIGTERM)]);
+    assert_eq!(h.sup.next_deadline(), Some(Instant::now() + 1000 * MS), "the grace starts with the TERM");
+    h.exit_child(ExitHow::Signaled(SIGTERM));
+    assert_eq!(
+        h.messages,
+        ["child hung (no first heartbeat within 300ms of its start), then killed by signal 15 (SIGTERM); stacks: pid 7 in \
+          slow_here (hang.py:3); restart policy Never does not restart it"]
+    );
+    // A snapshot that does not come: the TERM goes out at SNAPSHOT_WAIT.
+    let mut late = Harness::new(cfg(Never, 0));
+    late.answer_snapshots = false;
+    late.send(Event::Start);
+    late.send(Event::LogRule(hang_hit("x")));
+    assert_eq!(late.advance_to_deadline().await, SNAPSHOT_WAIT);
+    assert_eq!(late.signals.len(), 1);
+    late.send(Event::Snapshotted { top: None });
+    assert_eq!(late.signals.len(), 1, "a late snapshot sends nothing more");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_overtakes_a_held_signal_and_a_fault_is_not_snapshotted() {
+    let mut h = Harness::new(cfg(Never, 0));
+    h.answer_snapshots = false;
+    h.send(Event::Start);
+    let pid = h.pid();
+    h.send(Event::LogRule(LogRuleHit { reason: "LogSlow_Tput".into(), named: vec![] }));
+    h.send(Event::Shutdown { signal: SIGTERM });
+    assert_eq!(h.programs_first, [(pid, SIGTERM)]);
+    assert_eq!(h.sup.next_deadline(), Some(Instant::now() + 1000 * MS), "the shutdown's own grace");
+    h.send(Event::Snapshotted { top: None });
+    assert_eq!(h.signals.len(), 1, "the held TERM is not sent again");
+    let mut f = Harness::new(cfg(Never, 0));
+    f.send(Event::Start);
+    f.send(Event::LogRule(LogRuleHit { reason: "LogFault_Err".into(), named: vec![] }));
+    assert!(f.snapshots.is_empty(), "a fault's line says what went wrong: {:?}", f.snapshots);
+    assert_eq!(f.signals.len(), 1);
+}
+
+/// A child that outlives its stop's grace (not a shutdown's) is snapshotted before its KILL, once.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_survives_its_stop_is_snapshotted_before_the_kill() {
+    let mut h = Harness::new(cfg(OnFailure, 3));
+    h.send(Event::Start);
+    let pid = h.pid();
+    h.send(Event::Stop { signal: Signo::USR1, grace: 500 * MS });
+    assert!(h.snapshots.is_empty());
+    h.answer_snapshots = false;
+    h.advance_to_deadline().await;
+    assert_eq!(h.snapshots, ["survived its stop"]);
+    assert_eq!(h.signals, [(pid, Signo::USR1)], "the KILL waits for the snapshot");
+    h.send(Event::Snapshotted { top: None });
+    assert_eq!(h.signals, [(pid, Signo::USR1), (pid, SIGKILL)]);
+    assert_eq!(h.sup.next_deadline(), Some(Instant::now() + KILL_WAIT));
+    let mut s = Harness::new(cfg(OnFailure, 3));
+    s.send(Event::Start);
+    s.send(Event::Shutdown { signal: SIGTERM });
+    s.advance_to_deadline().await;
+    assert!(s.snapshots.is_empty(), "a shutdown's KILL is not held");
 }

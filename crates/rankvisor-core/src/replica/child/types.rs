@@ -73,6 +73,12 @@ impl LogRuleHit {
         self.named.first().map_or("", |(r, _)| r.as_str())
     }
 
+    /// A HANGING or SLOW verdict (not a FAULT's, whose line says what went wrong): where the
+    /// child is matters, so a snapshot is taken before it is stopped.
+    pub fn is_hang(&self) -> bool {
+        self.reason.starts_with("LogHang_") || self.reason.starts_with("LogSlow_")
+    }
+
     /// The first rule's last matched line, if any.
     pub fn line(&self) -> Option<&str> {
         self.named.first().and_then(|(_, l)| l.as_deref())
@@ -243,6 +249,12 @@ pub enum Event {
         /// The master's words.
         reason: String,
     },
+    /// The snapshot asked for by [`ChildAction::Snapshot`] is taken; its one line (`pid 42 in
+    /// slow_here (hang.py:3)`, escaped), when it has one. The held signal goes out now.
+    Snapshotted {
+        /// The summary's top line.
+        top: Option<String>,
+    },
 }
 
 /// What the loop must do for the child, in order.
@@ -286,7 +298,18 @@ pub enum ChildAction {
     },
     /// Write this line to the termination log.
     TerminationMessage(String),
+    /// Take a snapshot of the child's tree (`stacks`), then report `Event::Snapshotted`: a hang's
+    /// stop holds its signal until then (or [`SNAPSHOT_WAIT`]).
+    Snapshot {
+        /// The child's pid.
+        pid: Pid,
+        /// Why (`hung`, `LogHang_<rule>`, `survived its stop`).
+        why: String,
+    },
 }
+
+/// How long a stop holds its signal for the snapshot: the snapshot's own deadline and a margin.
+pub const SNAPSHOT_WAIT: Duration = Duration::from_millis(crate::stacks::DEADLINE.as_millis() as u64 + 500);
 
 /// How long a child may take to die after SIGKILL before rankvisor stops waiting for it: one that
 /// outlives it is in uninterruptible sleep or a frozen cgroup, and no signal will end it.

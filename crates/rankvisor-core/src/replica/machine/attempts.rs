@@ -62,10 +62,12 @@ impl Replica {
     /// message and, as `hyperpodrun` does, leaves the child running: the operator's `/stop`
     /// (SIGUSR1 when graceful: the training code's chance to save) or `/shutdown` stops it.
     pub(super) fn agent_log_fault(&mut self, hit: LogRuleHit, now: Instant, out: &mut Vec<Effect>) {
-        let running = self.sup.child_pid().is_some();
+        let pid = self.sup.child_pid();
         let Some(rec) = self.agent.as_mut().map(|a| &mut a.record) else { return };
-        if !running || rec.state() != AgentState::Running {
-            return;
+        let Some(pid) = pid.filter(|_| rec.state() == AgentState::Running) else { return };
+        // A hang's FAULTED: where the child is, while it still is (the operator stops it later).
+        if hit.is_hang() {
+            out.push(Effect::Child(ChildAction::Snapshot { pid, why: hit.reason.clone() }));
         }
         let message = log_rule_message(&hit);
         out.push(Effect::Note(Note::Warn(format!(
