@@ -584,7 +584,6 @@ impl Replica {
     }
 
     fn on_link(&mut self, ev: LinkEvent, now: Instant, out: &mut Vec<Effect>) {
-        let scope = self.cfg.supervisor.scope;
         match ev {
             LinkEvent::Released { generation } => {
                 if self.gate == Gate::Pending {
@@ -627,6 +626,16 @@ impl Replica {
             LinkEvent::MasterFinished { reason } => {
                 out.push(Effect::Note(Note::Info(format!("rendezvous: {reason}; the control channel is closed"))));
             }
+            ev @ (LinkEvent::MasterLost { .. } | LinkEvent::Reconnected { .. } | LinkEvent::ReconnectFailed { .. }) => {
+                self.on_master_link(ev, now, out);
+            }
+        }
+    }
+
+    /// The master's connection lost, regained or given up: per the restart scope.
+    fn on_master_link(&mut self, ev: LinkEvent, now: Instant, out: &mut Vec<Effect>) {
+        let scope = self.cfg.supervisor.scope;
+        match ev {
             LinkEvent::MasterLost { reason } => match scope {
                 // The seed's behaviour: workers outlive the master; keep training, and meet a
                 // recreated master when it comes back.
@@ -663,6 +672,7 @@ impl Replica {
                     self.feed(Event::GiveUp(GiveUp { state: ReplicaState::Failed, message }), now, out);
                 }
             },
+            _ => {}
         }
     }
 
