@@ -36,6 +36,8 @@ if [ "$quick" = 1 ]; then
   cargo build -p rankvisor --bin rankvisor
   cp "$target_dir/debug/rankvisor" "$target_dir/pid1/"
   cargo nextest run --profile quick --no-run
+  # The stack reader has no tests of its own that would build its binary: built here.
+  cargo build -p rankvisor-stacks --bin rankvisor-stacks
   cp "$target_dir/debug/rankvisor-dry-run" "$target_dir/debug/rankvisor-stacks" "$target_dir/pid1/"
 else
   # The full tier builds them with the host as an explicit --target, in <target dir>/<host>/debug,

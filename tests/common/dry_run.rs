@@ -32,6 +32,19 @@ impl DryRun {
         }
     }
 
+    /// A `kind`'s (`fields.state`, `fields.<second>`) over time, repeats left out.
+    pub fn states(&self, kind: &str, second: &str) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = Vec::new();
+        for e in self.of_kind(kind) {
+            let field = |name: &str| e["fields"][name].as_str().unwrap_or("").to_string();
+            let s = (field("state"), field(second));
+            if v.last() != Some(&s) {
+                v.push(s);
+            }
+        }
+        v
+    }
+
     /// The events about objects of `kind` (`PyTorchJob`, `Pod`, `PodGroup`), in order.
     pub fn of_kind(&self, kind: &str) -> impl Iterator<Item = &Value> {
         let kind = kind.to_string();

@@ -38,17 +38,7 @@ fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
 impl DryRun {
     /// The job's (state, restartType) over time, repeats left out.
     fn hyperpod_states(&self) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = Vec::new();
-        for e in self.of_kind("HyperPodPyTorchJob") {
-            let s = (
-                e["fields"]["state"].as_str().unwrap_or("").to_string(),
-                e["fields"]["restartType"].as_str().unwrap_or("").to_string(),
-            );
-            if v.last() != Some(&s) {
-                v.push(s);
-            }
-        }
-        v
+        self.states("HyperPodPyTorchJob", "restartType")
     }
 
     /// The job's last event.

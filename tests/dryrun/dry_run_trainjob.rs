@@ -28,17 +28,7 @@ fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
 impl DryRun {
     /// The TrainJob's (state, reason) over time, repeats left out.
     fn train_job(&self) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = Vec::new();
-        for e in self.of_kind("TrainJob") {
-            let s = (
-                e["fields"]["state"].as_str().unwrap_or("").to_string(),
-                e["fields"]["reason"].as_str().unwrap_or("").to_string(),
-            );
-            if v.last() != Some(&s) {
-                v.push(s);
-            }
-        }
-        v
+        self.states("TrainJob", "reason")
     }
 
     /// The JobSet's `restarts` over time, repeats left out.
