@@ -235,49 +235,9 @@ fn a_field_the_crd_does_not_have_exits_64_naming_it() {
     assert!(r.stderr.contains("strict decoding error: unknown field \"spec.runPolicy.maxRetries\""), "{}", r.explain());
 }
 
-/// The AWS documentation's job ("Using the training operator to run jobs": log rules, restart
-/// policy, port 8080, a nodeSelector) with its elisions filled in, runs with `--command`.
-const AWS_EXAMPLE: &str = r#"apiVersion: sagemaker.amazonaws.com/v1
-kind: HyperPodPyTorchJob
-metadata:
-  labels:
-    app.kubernetes.io/name: HyperPod
-    app.kubernetes.io/managed-by: kustomize
-  name: &jobname hp-example
-  annotations:
-    example: value
-spec:
-  nprocPerNode: "1"
-  replicaSpecs:
-    - name: pods
-      replicas: 2
-      template:
-        spec:
-          nodeSelector:
-            beta.kubernetes.io/instance-type: ml.p5.48xlarge
-          containers:
-            - name: trainer
-              image: my-training-image
-              imagePullPolicy: Always
-              command: ["hyperpodrun", "--nnodes=2", "--nproc-per-node=1", "--server-port=8080", "train.py"]
-              ports:
-                - containerPort: 8080
-  runPolicy:
-    jobMaxRetryCount: 50
-    restartPolicy:
-      numRestartBeforeFullJobRestart: 3
-      evalPeriodSeconds: 21600
-      maxFullJobRestarts: 1
-    cleanPodPolicy: "All"
-    logMonitoringConfiguration:
-      - name: "JobStart"
-        logPattern: ".*Experiment configuration.*"
-        expectedStartCutOffInSeconds: 120
-      - name: "JobHangingDetection"
-        logPattern: ".*\\[Epoch 0 Batch \\d+.*'training_loss_step': (\\d+(\\.\\d+)?).*"
-        expectedRecurringFrequencyInSeconds: 300
-        expectedStartCutOffInSeconds: 600
-"#;
+/// The AWS documentation's job (log rules, restart policy, port 8080, a nodeSelector), its
+/// elisions filled in: examples/hyperpodjob.yaml, run with `--command`.
+const AWS_EXAMPLE: &str = include_str!("../../examples/hyperpodjob.yaml");
 
 #[test]
 fn the_aws_documentation_example_runs_and_the_elastic_one_is_refused_by_name() {

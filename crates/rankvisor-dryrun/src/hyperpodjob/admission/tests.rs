@@ -1,52 +1,8 @@
 use super::*;
 use crate::k8s::document::documents;
 
-/// The AWS documentation's example ("Using the training operator to run jobs"), its elisions
-/// filled in with a command, two replicas and a small resource request.
-pub(crate) const AWS_EXAMPLE: &str = r#"apiVersion: sagemaker.amazonaws.com/v1
-kind: HyperPodPyTorchJob
-metadata:
-  labels:
-    app.kubernetes.io/name: HyperPod
-    app.kubernetes.io/managed-by: kustomize
-  name: &jobname hp-example
-  annotations:
-    example: value
-spec:
-  nprocPerNode: "1"
-  replicaSpecs:
-    - name: pods
-      replicas: 2
-      template:
-        spec:
-          nodeSelector:
-            beta.kubernetes.io/instance-type: ml.p5.48xlarge
-          containers:
-            - name: trainer
-              image: my-training-image
-              imagePullPolicy: Always
-              command: ["hyperpodrun", "--nnodes=2", "--nproc-per-node=1", "train.py"]
-              ports:
-                - containerPort: 8080
-              resources:
-                requests:
-                  cpu: 100m
-  runPolicy:
-    jobMaxRetryCount: 50
-    restartPolicy:
-      numRestartBeforeFullJobRestart: 3
-      evalPeriodSeconds: 21600
-      maxFullJobRestarts: 1
-    cleanPodPolicy: "All"
-    logMonitoringConfiguration:
-      - name: "JobStart"
-        logPattern: ".*Experiment configuration.*"
-        expectedStartCutOffInSeconds: 120
-      - name: "JobHangingDetection"
-        logPattern: ".*\\[Epoch 0 Batch \\d+.*'training_loss_step': (\\d+(\\.\\d+)?).*"
-        expectedRecurringFrequencyInSeconds: 300
-        expectedStartCutOffInSeconds: 600
-"#;
+/// The AWS documentation's example, its elisions filled in (examples/hyperpodjob.yaml).
+pub(crate) const AWS_EXAMPLE: &str = include_str!("../../../../../examples/hyperpodjob.yaml");
 
 fn admit(text: &str) -> Result<LoadedHyperPodJob, ManifestError> {
     admit_hyperpod_job(&documents(text, "job.yaml")?, "job.yaml")
