@@ -1078,3 +1078,44 @@ fn a_job_scope_hang_restart_prints_the_grouped_stacks() {
     assert!(line.contains("replica 2: slow_here (job.py:9) <- <module> (job.py:13)"), "{line}");
     assert!(line.contains("2 replicas (0, 1): wait_here (job.py:5) <- <module> (job.py:14)"), "{line}");
 }
+
+/// Issue 36 item 6: stragglers under a dry run. Three replicas log their throughput every 50 ms
+/// (`--straggler-rule` by env, as a manifest would set it); rank 2 logs 60 samples/s, the others
+/// 100: the dry run prints the master's verdict naming rank 2's pod, and `--timeline` marks it on
+/// that pod's lane. The job then succeeds.
+#[test]
+fn a_straggler_is_named_on_stderr_and_on_the_timeline() {
+    let dir = common::TestDir::new("dry-run-straggler");
+    let rules = dir.write(
+        "rules.json",
+        r#"[{"name": "throughput", "logPattern": ".*samples/s: (\\S+)", "metricThreshold": 0, "operator": "lt"}]"#,
+    );
+    let script = "v=100; [ \"$RANK\" = 2 ] && v=60; i=0; while [ $i -lt 60 ]; do echo \"step samples/s: $v\"; sleep 0.05; i=$((i+1)); done";
+    let container = format!(
+        "      restartPolicy: OnFailure\n      template:\n        spec:\n          containers:\n            - name: pytorch\n              image: busybox\n              env:\n                - name: RANKVISOR_LOG_RULES\n                  value: \"{}\"\n                - name: RANKVISOR_STRAGGLER_RULE\n                  value: throughput\n              command: [\"sh\", \"-c\", {}]\n",
+        rules.display(),
+        serde_json::to_string(script).unwrap()
+    );
+    let manifest = dir.write(
+        "job.yaml",
+        &format!(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: slow\nspec:\n  pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n{container}    Worker:\n      replicas: 2\n{container}"
+        ),
+    );
+    let svg = dir.path().join("timeline.svg");
+    let r = json_run(&manifest, &["--timeline", svg.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.explain());
+    let named: Vec<&str> =
+        r.stderr.lines().filter(|l| l.starts_with("dry-run: ") && l.contains("straggler: replica")).collect();
+    assert_eq!(named.len(), 1, "rank 2 alone, once: {}", r.stderr);
+    assert!(
+        named[0].contains(
+            "dry-run: slow-master-0: straggler: replica 2 is a straggler: its metric 60 against the job's median 100"
+        ),
+        "{}",
+        named[0]
+    );
+    assert!(named[0].contains("(pod slow-worker-1, node "), "{}", named[0]);
+    let drawn = std::fs::read_to_string(&svg).expect("the timeline");
+    assert_eq!(drawn.matches("<g class=\"straggler\" data-pod=\"slow-worker-1\">").count(), 1, "{drawn}");
+}

@@ -401,3 +401,31 @@ fn the_masters_page_shows_the_grouped_stacks_of_the_last_hang() {
     assert!(stacks.contains("Stacks at the last hang (replica 2: hung, 2026-12-04T10:00:00.000000Z)"), "{stacks}");
     assert!(stacks.contains("replica 2: slow_here (train.py:40)"), "{stacks}");
 }
+
+/// Issue 36 item 4: a replica the master named a straggler is marked on the job page, in words
+/// ("straggling", the colour repeats it) with its figures on hover, and the summary says so; the
+/// others are not marked.
+#[test]
+fn the_masters_page_marks_a_straggler_with_its_figures() {
+    let dir = TestDir::new("job-page-straggler");
+    let Fixture::Master(report, mut history) = master_fixture() else { unreachable!() };
+    let why = "replica 2 is a straggler: its metric 60 against the job's median 100 (0.60x the median's pace) for 3 points in a row";
+    for view in &mut history {
+        assert_eq!(
+            view.straggler(2, why.into()),
+            ("node-2".into(), Some("pytest-worker-1".into())),
+            "its node and pod"
+        );
+    }
+    let port = serve(Fixture::Master(report, history));
+    let dom = chromium(&dir, &["--virtual-time-budget=5000", "--dump-dom", &format!("http://127.0.0.1:{port}/")]);
+    let slow = row(&dom, "pytest-worker-1");
+    assert!(slow.contains("class=\"flag straggling\">straggling<"), "a word, not only a colour: {slow}");
+    assert!(slow.contains(&format!("title=\"{why}\"")), "its figures on hover: {slow}");
+    assert!(slow.contains("class=\"alarm\""), "{slow}");
+    for other in ["pytest-master-0", "pytest-worker-0"] {
+        assert!(!row(&dom, other).contains("straggling"), "{other} is not marked");
+    }
+    let summary = dom.split("id=\"summary\"").nth(1).expect("summary").split("</p>").next().unwrap();
+    assert!(summary.contains("pytest-worker-1 is straggling"), "{summary}");
+}

@@ -520,10 +520,12 @@ fn a_job_scope_fault_makes_every_replica_save_before_the_restart() {
 
 /// Issue 36 item 4: `--straggler-rule` names the replica whose logged throughput stays below
 /// 0.75 of the job's median (replica 2 at 60 samples/s, the others at 100), with its node and
-/// figures, in the master's log; the others are not named.
+/// figures, in the master's log, its status (`stragglers`) and its webhook reports; the others are
+/// not named.
 #[test]
 fn the_master_names_a_straggler_from_the_logged_throughput() {
     let port = free_port_pair();
+    let (url, webhook) = crate::reporting::receiver(crate::reporting::Upstream::Answers);
     let rules_dir = TestDir::new("rdzv-straggler-rules");
     let rules = rules_dir.write(
         "rules.json",
@@ -535,8 +537,9 @@ fn the_master_names_a_straggler_from_the_logged_throughput() {
     let runs: Vec<Running> = reps
         .iter()
         .map(|r| {
-            r.rv("straggler", N, port)
-                .args(["--grace-period", "2s", "--straggler-rule", "throughput", "--log-rules"])
+            let rv = r.rv("straggler", N, port);
+            let rv = if r.index == 0 { rv.args(["--report-url", &url]) } else { rv };
+            rv.args(["--grace-period", "2s", "--straggler-rule", "throughput", "--log-rules"])
                 .args([&rules])
                 .sh(script)
                 .spawn()
@@ -551,8 +554,17 @@ fn the_master_names_a_straggler_from_the_logged_throughput() {
     let line = log.lines().find(|l| l.contains("straggler: replica 2")).unwrap_or_default();
     assert!(line.contains("its metric 60 against the job's median 100 (0.60x"), "{line}");
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    assert!(line.contains(&format!("(node {})", host.trim())), "the node is the replica's (its hostname here): {line}");
+    assert!(line.contains(&format!("node {})", host.trim())), "the node is the replica's (its hostname here): {line}");
     assert_eq!(log.matches("is a straggler").count(), 1, "only replica 2, once:\n{log}");
+    // The master's status and its webhook carry it, figures and node.
+    let named = fin[0].statuses.iter().find_map(|s| s["stragglers"].as_array().cloned()).unwrap_or_default();
+    assert_eq!(named.len(), 1, "{:?}", fin[0].statuses.last());
+    assert_eq!((named[0]["replica"].as_u64(), named[0]["median"].as_f64()), (Some(2), Some(100.0)), "{named:?}");
+    assert_eq!(named[0]["node"].as_str(), Some(host.trim()), "{named:?}");
+    let posts = webhook.lock().unwrap().clone();
+    let posted: Vec<&serde_json::Value> =
+        posts.iter().filter_map(|p| p.report["stragglers"].as_array()).flatten().collect();
+    assert!(posted.iter().all(|s| s["replica"] == 2) && !posted.is_empty(), "the webhook's reports: {posts:?}");
 }
 
 /// `--straggler-action restart`: the straggler's child alone is restarted (its second start

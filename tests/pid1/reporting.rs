@@ -57,14 +57,14 @@ fn gauge(s: &prometheus_parse::Scrape, name: &str) -> Option<f64> {
 
 /// One webhook POST as the receiver saw it.
 #[derive(Debug, Clone)]
-struct Received {
+pub(crate) struct Received {
     at: SystemTime,
-    report: Value,
+    pub(crate) report: Value,
 }
 
 /// How the test receiver behaves.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Upstream {
+pub(crate) enum Upstream {
     /// Answers 204 to every POST.
     Answers,
     /// Accepts connections, reads the request, never answers.
@@ -72,7 +72,7 @@ enum Upstream {
 }
 
 /// A webhook receiver on a thread; returns its URL and what it received.
-fn receiver(mode: Upstream) -> (String, Arc<Mutex<Vec<Received>>>) {
+pub(crate) fn receiver(mode: Upstream) -> (String, Arc<Mutex<Vec<Received>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/reports", listener.local_addr().unwrap());
     let got = Arc::new(Mutex::new(Vec::new()));
@@ -502,6 +502,19 @@ fn the_documented_schema_and_example_match_the_report() {
         replicas: vec![],
     });
     with_rules.stacks = Some(summary);
+    let slow = rankvisor_core::rendezvous::straggler::Straggler {
+        replica: 2,
+        value: 60.0,
+        median: 100.0,
+        relative: 0.6,
+        points: 3,
+    };
+    with_rules.stragglers = vec![rankvisor_core::rendezvous::straggler::NamedStraggler::new(
+        &slow,
+        "node-2".into(),
+        Some("pytest-worker-1".into()),
+        "2026-12-04T10:00:00.000000Z".into(),
+    )];
     let with_rules = serde_json::to_value(&with_rules).unwrap();
     let mut fields: Vec<&String> = with_rules.as_object().unwrap().keys().collect();
     let mut documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();

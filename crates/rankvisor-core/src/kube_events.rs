@@ -84,6 +84,7 @@ pub fn transitions(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
     out.extend(node_health_changed(p_unhealthy, next));
     out.extend(stacks_taken(prev, next));
     out.extend(job_stacks_gathered(prev, next));
+    out.extend(stragglers_named(prev, next));
     out.extend(stopped_by_rankvisor(prev, next));
     // Every restart since the previous report ended a run (Restarting already counts its
     // restart), and so does entering Failed: reports skipped in between (the first restart after a
@@ -136,6 +137,16 @@ fn stacks_taken(prev: Option<&Report>, next: &Report) -> Option<Transition> {
 fn job_stacks_gathered(prev: Option<&Report>, next: &Report) -> Option<Transition> {
     let j = next.job_stacks.as_ref().filter(|&j| prev.and_then(|p| p.job_stacks.as_ref()) != Some(j))?;
     Some(transition("JobStacks", EventType::Warning, format!("{}: {}", crate::untrusted::escape(&j.why), j.summary)))
+}
+
+/// Master: each replica newly named a straggler: who, the figures, the node.
+fn stragglers_named(prev: Option<&Report>, next: &Report) -> Vec<Transition> {
+    let before = prev.map_or(&[][..], |p| p.stragglers.as_slice());
+    next.stragglers
+        .iter()
+        .filter(|s| !before.contains(s))
+        .map(|s| transition("Straggler", EventType::Warning, s.line()))
+        .collect()
 }
 
 /// rankvisor stopped the training process since `prev`: a new hang, a log rule newly fired.
@@ -514,6 +525,41 @@ mod tests {
         let stacks = t.iter().find(|t| t.reason == "Stacks").expect("a Stacks event");
         assert_eq!(stacks.message, "hung before the stop: pid 7 in slow_here (hang.py:4)");
         assert!(!reasons(Some(&stopping), &stopping).contains(&"Stacks"), "once per snapshot");
+    }
+
+    /// Each replica newly named a straggler is one `Straggler` Event with its figures and its
+    /// node (escaped); one named before is not told again, and neither is one the bounded list
+    /// dropped.
+    #[test]
+    fn each_newly_named_straggler_is_one_event_with_its_figures_and_node() {
+        use crate::rendezvous::straggler::{keep, NamedStraggler, Straggler};
+        let named = |replica: u32, node: &str| {
+            let s = Straggler { replica, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
+            NamedStraggler::new(&s, node.into(), None, "t".into())
+        };
+        let running = rep(ReplicaState::Running, 0, None, 0);
+        let mut one = running.clone();
+        keep(&mut one.stragglers, named(2, "node-b\x1b[31m"));
+        let t = transitions(Some(&running), &one);
+        let s: Vec<_> = t.iter().filter(|t| t.reason == "Straggler").collect();
+        assert_eq!(s.len(), 1, "{t:?}");
+        assert_eq!(
+            s[0].message,
+            "replica 2 is a straggler: its metric 60 against the job's median 100 (0.60x the median's pace) for 3 points in a row (node node-b\\u{1b}[31m)"
+        );
+        assert!(!reasons(Some(&one), &one).contains(&"Straggler"), "once");
+        let mut two = one.clone();
+        keep(&mut two.stragglers, named(5, "node-e"));
+        let t = transitions(Some(&one), &two);
+        let s: Vec<_> = t.iter().filter(|t| t.reason == "Straggler").map(|t| t.message.as_str()).collect();
+        assert_eq!(s.len(), 1, "only the new one: {s:?}");
+        assert!(s[0].starts_with("replica 5 ") && s[0].ends_with("(node node-e)"), "{s:?}");
+        let mut many = two.clone();
+        for i in 0..40 {
+            keep(&mut many.stragglers, named(100 + i, "n"));
+        }
+        assert_eq!(many.stragglers.len(), crate::rendezvous::straggler::STRAGGLERS_KEPT, "bounded");
+        assert_eq!(many.stragglers.last().map(|s| s.replica), Some(139), "newest last");
     }
 
     #[test]

@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Running\"}"), Some(2.0));
         assert_eq!(value(&text, "rankvisor_job_replicas{state=\"Restarting\"}"), Some(1.0));
         assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), None, "nobody named yet");
-        assert_eq!(view.straggler(2, "replica 2 is a straggler".into()), "n");
+        assert_eq!(view.straggler(2, "replica 2 is a straggler".into()).0, "n");
         let text = render_job_metrics(&view);
         assert_eq!(value(&text, "rankvisor_straggler{replica=\"2\"}"), Some(1.0));
         assert_eq!(value(&text, "rankvisor_straggler{replica=\"1\"}"), None);

@@ -251,16 +251,17 @@ impl JobView {
         }
     }
 
-    /// The master named replica `index` a straggler (`why`: its figures); its node, for the log
-    /// line ("unknown" when the replica is not in the view).
-    pub fn straggler(&mut self, index: u32, why: String) -> String {
+    /// The master named replica `index` a straggler (`why`: its figures); its node ("unknown"
+    /// when the replica is not in the view) and its pod (once it reported one), for the log line
+    /// and the report.
+    pub fn straggler(&mut self, index: u32, why: String) -> (String, Option<String>) {
         match self.replicas.get_mut(&index) {
             Some(view) => {
                 let view = Arc::make_mut(view);
                 view.straggler = Some(why);
-                view.node.clone()
+                (view.node.clone(), view.report().and_then(|r| r.identity.pod.clone()))
             }
-            None => "unknown".to_string(),
+            None => ("unknown".to_string(), None),
         }
     }
 

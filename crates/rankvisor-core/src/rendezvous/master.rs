@@ -306,8 +306,8 @@ impl MasterHandle {
         lock(&self.view).clone()
     }
 
-    /// Mark a straggler in the job view; its node.
-    pub fn mark_straggler(&self, straggler: &super::straggler::Straggler) -> String {
+    /// Mark a straggler in the job view; its node and pod.
+    pub fn mark_straggler(&self, straggler: &super::straggler::Straggler) -> (String, Option<String>) {
         lock(&self.view).straggler(straggler.replica, straggler.to_string())
     }
 

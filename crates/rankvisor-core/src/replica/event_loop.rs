@@ -164,6 +164,7 @@ pub async fn run(
             },
             event = next_link_event(&mut l.link_events), if l.link_events.is_some() => match event {
                 Some(LinkEvent::JobStacks(job)) => l.on_job_stacks(*job),
+                Some(LinkEvent::StragglerNamed(named)) => l.on_straggler_named(*named),
                 Some(event) => l.feed(Input::Link(event)),
                 None => l.link_events = None,
             },
@@ -292,10 +293,7 @@ impl Loop {
             if let Some(p) = beat.progress {
                 if self.status.borrow().progress.as_ref() != Some(&p) {
                     info!(progress = %serde_json::Value::Object(p.clone()), "training progress");
-                    self.status.send_modify(|s| s.progress = Some(p));
-                    if let Some(sink) = &self.cfg.status_sink {
-                        sink.send(&self.status.borrow());
-                    }
+                    self.publish_with(|s| s.progress = Some(p));
                 }
             }
             self.feed(Input::Beat { at: beat.at });
@@ -417,17 +415,25 @@ impl Loop {
             info!("stacks: main thread of pid {}: {}", summary.pid.unwrap_or_default(), summary.frames.join(" <- "));
         }
         let top = summary.top.clone();
-        self.status.send_modify(|s| s.stacks = Some(summary));
-        if let Some(sink) = &self.cfg.status_sink {
-            sink.send(&self.status.borrow());
-        }
+        self.publish_with(|s| s.stacks = Some(summary));
         self.feed(Input::Child(Event::Snapshotted { top: Some(top) }));
     }
 
     /// Master: the job's stacks before a restart a hang caused, for the report, the webhook and
     /// the Event (the link logged them).
     fn on_job_stacks(&mut self, job: crate::stacks::JobStacks) {
-        self.status.send_modify(|s| s.job_stacks = Some(job));
+        self.publish_with(|s| s.job_stacks = Some(job));
+    }
+
+    /// Master: a replica was named a straggler, for the report, the webhook and the Event (the
+    /// link logged it).
+    fn on_straggler_named(&mut self, named: crate::rendezvous::straggler::NamedStraggler) {
+        self.publish_with(|s| crate::rendezvous::straggler::keep(&mut s.stragglers, named));
+    }
+
+    /// A change to the status that is not the machine's: to the watchers and the status pipe.
+    fn publish_with(&mut self, change: impl FnOnce(&mut crate::status::LocalStatus)) {
+        self.status.send_modify(change);
         if let Some(sink) = &self.cfg.status_sink {
             sink.send(&self.status.borrow());
         }

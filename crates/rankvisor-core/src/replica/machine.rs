@@ -600,7 +600,7 @@ impl Replica {
             }
             LinkEvent::RejoinAsked { generation } => self.on_rejoin_asked(generation, now, out),
             // The loop's, for the status: nothing to decide.
-            LinkEvent::JobStacks(_) => {}
+            LinkEvent::JobStacks(_) | LinkEvent::StragglerNamed(_) => {}
             LinkEvent::WorkersDone(done) => {
                 self.workers_done = done;
                 if let (true, End::Lingering { code, .. }) = (done, self.end) {

@@ -92,6 +92,10 @@ pub struct LocalStatus {
     /// Master: the job's stacks, grouped, gathered before the latest restart a hang caused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_stacks: Option<crate::stacks::JobStacks>,
+    /// Master: the replicas named stragglers (`--straggler-rule`), newest last, at most
+    /// [`STRAGGLERS_KEPT`](crate::rendezvous::straggler::STRAGGLERS_KEPT).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stragglers: Vec<crate::rendezvous::straggler::NamedStraggler>,
 }
 
 /// The HyperPod agent's state (agent mode), as the agent's `/status` reports it (lower-case
@@ -153,6 +157,7 @@ impl Default for LocalStatus {
             agent: None,
             stacks: None,
             job_stacks: None,
+            stragglers: Vec::new(),
         }
     }
 }

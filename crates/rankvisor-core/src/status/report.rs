@@ -88,6 +88,9 @@ pub struct Report {
     /// caused (`GET /job/stacks` gathers them now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_stacks: Option<crate::stacks::JobStacks>,
+    /// Master: the replicas named stragglers (`--straggler-rule`), newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stragglers: Vec<crate::rendezvous::straggler::NamedStraggler>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).
@@ -148,6 +151,7 @@ impl Timeline {
             agent: status.agent,
             stacks: status.stacks.clone(),
             job_stacks: status.job_stacks.clone(),
+            stragglers: status.stragglers.clone(),
             started_at: rfc3339(self.started_at),
             state_since: rfc3339(self.state_since),
             updated_at: rfc3339(now),
@@ -168,6 +172,7 @@ pub fn is_state_change(prev: Option<&Report>, next: &Report) -> bool {
         || prev.agent != next.agent
         || prev.stacks != next.stacks
         || prev.job_stacks != next.job_stacks
+        || prev.stragglers != next.stragglers
         || healthy(prev) != healthy(next)
 }
 

@@ -42,15 +42,19 @@ impl TimelineFormat {
     }
 }
 
-/// A fault as it was injected: when, into which pod, and what.
+/// A fault as it was injected, or a straggler as the master named it: when, on which pod, and
+/// what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FaultMark {
     /// When, on the dry run's clock.
     pub at: Duration,
-    /// The pod it was injected into.
+    /// The pod it was injected into, or the straggler's.
     pub pod: String,
-    /// A short name: `fail`, `delete`, `label node-health-status=UnschedulablePendingReboot`.
+    /// A short name: `fail`, `delete`, `label node-health-status=UnschedulablePendingReboot`,
+    /// `straggler 0.60x`.
     pub what: String,
+    /// A straggler's figures, as the master gave them (None for an injected fault).
+    pub straggler: Option<String>,
 }
 
 impl FaultMark {
@@ -65,7 +69,14 @@ impl FaultMark {
                 format!("label {}={value}", key.rsplit_once('/').map_or(key.as_str(), |(_, k)| k))
             }
         };
-        Self { at, pod, what }
+        Self { at, pod, what, straggler: None }
+    }
+
+    /// The mark for a straggler the master named at `at`: on its pod's lane, its pace relative to
+    /// the job's median as its label, the master's figures on hover.
+    pub(crate) fn straggler(at: Duration, named: &rankvisor_core::rendezvous::straggler::NamedStraggler) -> Self {
+        let pod = named.pod.clone().unwrap_or_else(|| format!("replica {}", named.replica));
+        Self { at, pod, what: format!("straggler {:.2}x", named.relative), straggler: Some(named.line()) }
     }
 }
 
@@ -347,9 +358,22 @@ fn write_lane(s: &mut String, layout: &Layout, i: usize, lane: &Lane) {
     let _ = writeln!(s, "</g>");
 }
 
-/// Each fault: a dashed line from its label down through its pod's lane.
+/// Each fault: a dashed red line from its label down through its pod's lane; each straggler the
+/// same, dotted orange.
 fn write_faults(s: &mut String, layout: &Layout, faults: &[FaultMark], label_rows: &[(usize, bool)], lanes: &[Lane]) {
     for (fault, &(row, leftwards)) in faults.iter().zip(label_rows) {
+        let (class, colour, dashes, sign, title) = match &fault.straggler {
+            None => (
+                "fault",
+                "#b71c1c",
+                "4 2",
+                "\u{26a1}",
+                format!("injected at {}: {} {}", secs(fault.at), fault.what, fault.pod),
+            ),
+            Some(figures) => {
+                ("straggler", "#e65100", "1 2", "\u{25bc}", format!("named at {}: {figures}", secs(fault.at)))
+            }
+        };
         let fx = layout.x(fault.at);
         let label_y = LABELS_TOP + LABEL_ROW * row as f64 + 10.0;
         // From its label down through the pod's own lane (all lanes if the pod has none).
@@ -358,11 +382,11 @@ fn write_faults(s: &mut String, layout: &Layout, faults: &[FaultMark], label_row
         let (tx, anchor) = if leftwards { (fx - 3.0, "end") } else { (fx + 3.0, "start") };
         let _ = writeln!(
             s,
-            r##"<g class="fault" data-pod="{p}"><title>{t}</title><line x1="{fx:.1}" y1="{:.1}" x2="{fx:.1}" y2="{bottom:.1}" stroke="#b71c1c" stroke-width="2" stroke-dasharray="4 2"/><text x="{tx:.1}" y="{label_y:.1}" text-anchor="{anchor}" font-size="11" font-weight="bold" fill="#b71c1c">{w}</text></g>"##,
+            r##"<g class="{class}" data-pod="{p}"><title>{t}</title><line x1="{fx:.1}" y1="{:.1}" x2="{fx:.1}" y2="{bottom:.1}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dashes}"/><text x="{tx:.1}" y="{label_y:.1}" text-anchor="{anchor}" font-size="11" font-weight="bold" fill="{colour}">{w}</text></g>"##,
             label_y - 10.0,
             p = xml(&fault.pod),
-            t = xml(&format!("injected at {}: {} {}", secs(fault.at), fault.what, fault.pod)),
-            w = xml(&format!("\u{26a1} {} {}", fault.what, fault.pod)),
+            t = xml(&title),
+            w = xml(&format!("{sign} {} {}", fault.what, fault.pod)),
         );
     }
 }
@@ -383,7 +407,7 @@ fn write_legend(s: &mut String, layout: &Layout) {
     }
     let _ = writeln!(
         s,
-        r##"<path d="M{:.1},{:.1} l-5,-7 h10 z" fill="#212121"/><text x="{:.1}" y="{:.1}" fill="#424242">restart (its count); red dashed line: injected fault; job: Created grey, Running green, Succeeded blue, Failed red</text>"##,
+        r##"<path d="M{:.1},{:.1} l-5,-7 h10 z" fill="#212121"/><text x="{:.1}" y="{:.1}" fill="#424242">restart (its count); red dashed line: injected fault; orange dotted: straggler named; job: Created grey, Running green, Succeeded blue, Failed red</text>"##,
         LEFT + 5.0,
         ly + 21.0,
         LEFT + 16.0,
@@ -613,11 +637,32 @@ mod tests {
         assert!(svg.contains("\u{26a1} label node-health-status=UnschedulablePendingReboot pytest-worker-0"));
     }
 
+    /// A straggler the master named is a mark on its pod's lane: its pace as the label, the
+    /// master's figures (escaped) on hover, apart from the injected faults' colour.
+    #[test]
+    fn a_named_straggler_is_marked_on_its_pod_with_its_figures() {
+        use rankvisor_core::rendezvous::straggler::{NamedStraggler, Straggler};
+        let mut rec = worker_fails();
+        let s = Straggler { replica: 2, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
+        let named = NamedStraggler::new(&s, "node<&>".into(), Some("pytest-worker-1".into()), "t".into());
+        rec.faults.push(FaultMark::straggler(ms(1500), &named));
+        let svg = render_svg(&rec);
+        assert_well_formed(&svg);
+        assert_eq!(svg.matches("<g class=\"straggler\" data-pod=\"pytest-worker-1\">").count(), 1, "{svg}");
+        assert!(svg.contains("\u{25bc} straggler 0.60x pytest-worker-1"), "{svg}");
+        assert!(
+            svg.contains("named at 1.5s: replica 2 is a straggler: its metric 60 against the job&apos;s median 100"),
+            "{svg}"
+        );
+        assert!(svg.contains("(pod pytest-worker-1, node node&lt;&amp;&gt;)"), "escaped: {svg}");
+        assert!(!svg.contains("<g class=\"fault\""), "not an injected fault: {svg}");
+    }
+
     #[test]
     fn names_from_the_manifest_are_escaped() {
         let mut rec = worker_fails();
         rec.job = "a<b>&\"c'".into();
-        rec.faults.push(FaultMark { at: ms(5), pod: "p<&>".into(), what: "label k=\"v\"&".into() });
+        rec.faults.push(FaultMark { at: ms(5), pod: "p<&>".into(), what: "label k=\"v\"&".into(), straggler: None });
         let svg = render_svg(&rec);
         assert_well_formed(&svg);
         assert!(svg.contains("PyTorchJob a&lt;b&gt;&amp;&quot;c&apos;"), "{svg}");

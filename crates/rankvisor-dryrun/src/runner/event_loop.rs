@@ -398,6 +398,12 @@ impl DryRunLoop {
                 if let Some(stacks) = launcher.tracker.new_job_stacks(&line) {
                     note(&format!("{}: {stacks}", self.workload.pod_name(pod)));
                 }
+                for named in launcher.tracker.new_stragglers(&line) {
+                    note(&format!("{}: straggler: {}", self.workload.pod_name(pod), named.line()));
+                    if self.opts.timeline.is_some() {
+                        self.recorded.1.push(FaultMark::straggler(self.start.elapsed(), &named));
+                    }
+                }
                 let events = launcher.tracker.observe(pod, &line);
                 if let Some(pid) = self.run.child_runs(pod, launcher.tracker.child_pid()) {
                     fail_child(&self.workload.pod_name(pod), pid);

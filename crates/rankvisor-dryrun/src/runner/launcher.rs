@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use nix::unistd::Pid;
 use rankvisor_core::duration::format_duration;
+use rankvisor_core::rendezvous::straggler::NamedStraggler;
 use rankvisor_core::status::{ExitReason, LocalStatus, ReplicaState};
 
 use super::injection::DEFAULT_LABEL_KEY;
@@ -162,6 +163,8 @@ pub(crate) struct StatusTracker {
     ended: bool,
     /// When the latest job's stacks shown were gathered (the master's, on a hang).
     job_stacks_at: Option<String>,
+    /// The master's stragglers already shown.
+    stragglers_seen: Vec<NamedStraggler>,
 }
 
 impl StatusTracker {
@@ -174,6 +177,14 @@ impl StatusTracker {
         }
         self.job_stacks_at = Some(job.taken_at.clone());
         Some(format!("job stacks ({}): {}", rankvisor_core::untrusted::escape(&job.why), job.summary))
+    }
+
+    /// The stragglers newly named in `line` (the master's), oldest first.
+    pub(crate) fn new_stragglers(&mut self, line: &LocalStatus) -> Vec<NamedStraggler> {
+        let new: Vec<NamedStraggler> =
+            line.stragglers.iter().filter(|s| !self.stragglers_seen.contains(s)).cloned().collect();
+        self.stragglers_seen.clone_from(&line.stragglers);
+        new
     }
 
     /// The events one status line of `pod`'s launcher means, in order.
@@ -300,6 +311,23 @@ mod tests {
         assert_eq!(t.new_job_stacks(&l), None, "once");
         l.job_stacks = Some(rankvisor_core::stacks::JobStacks { taken_at: "t2".into(), ..job });
         assert!(t.new_job_stacks(&l).is_some(), "a later gathering is shown too");
+    }
+
+    #[test]
+    fn each_straggler_is_shown_once() {
+        use rankvisor_core::rendezvous::straggler::{keep, Straggler};
+        let named = |replica| {
+            let s = Straggler { replica, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
+            NamedStraggler::new(&s, "n".into(), None, "t".into())
+        };
+        let mut t = StatusTracker::default();
+        let mut l = line(ReplicaState::Running, 0, None, Some(7));
+        assert_eq!(t.new_stragglers(&l), vec![]);
+        keep(&mut l.stragglers, named(2));
+        assert_eq!(t.new_stragglers(&l).iter().map(|s| s.replica).collect::<Vec<_>>(), [2]);
+        assert_eq!(t.new_stragglers(&l), vec![], "once");
+        keep(&mut l.stragglers, named(3));
+        assert_eq!(t.new_stragglers(&l).iter().map(|s| s.replica).collect::<Vec<_>>(), [3], "only the new one");
     }
 
     fn settings() -> LauncherSettings {
