@@ -84,6 +84,8 @@ struct Fake {
     below: Vec<Member>,
     /// The `SignalEach`es, in order (each pid is also in `signals`).
     each: Vec<(Vec<Pid>, Signo)>,
+    /// The snapshots asked for (pid, why), each answered at once.
+    snapshots: Vec<(Pid, String)>,
 }
 
 /// rankvisor's pid in these tests.
@@ -120,6 +122,7 @@ impl Fake {
             stuck: vec![],
             below: vec![],
             each: vec![],
+            snapshots: vec![],
         };
         let effects = f.r.start(Instant::now());
         f.apply(effects);
@@ -146,7 +149,8 @@ impl Fake {
                 }
                 Effect::Child(ChildAction::SignalGroup { pid, signal }) => self.signals.push((pid, signal)),
                 Effect::Child(ChildAction::TerminationMessage(m)) => self.messages.push(m),
-                Effect::Child(ChildAction::Snapshot { .. }) => {
+                Effect::Child(ChildAction::Snapshot { pid, why }) => {
+                    self.snapshots.push((pid, why));
                     self.send(Input::Child(Event::Snapshotted { top: None }))
                 }
                 Effect::Child(_) => {}

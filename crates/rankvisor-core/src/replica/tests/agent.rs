@@ -147,7 +147,9 @@ async fn a_hung_attempt_faults_as_unhealthy() {
     cfg.supervisor.hang = Some(hang);
     let mut f = Fake::new(cfg);
     f.order(Order::Start(assignment(0)));
+    let pid = f.pid();
     f.advance_to_deadline().await;
+    assert_eq!(f.snapshots, [(pid, "hung".to_string())], "the snapshot before the hang's stop");
     f.exit_child(ExitHow::Exited(0));
     assert_eq!((f.agent(), f.reason().as_deref()), (AgentState::Faulted, Some("WorkerUnhealthy")));
 }
@@ -161,6 +163,9 @@ async fn a_firing_log_rule_faults_the_agent_and_leaves_the_child_to_the_operator
     let hit = LogRuleHit { reason: "LogHang_Step".into(), named: vec![("Step".into(), Some("it's step 3\n".into()))] };
     f.send(Input::LogRule(hit.clone()));
     assert!(f.signals.is_empty(), "as hyperpodrun: the child keeps running");
+    // Issue 36 item 2: a hang's FAULTED takes the snapshot at once, while the child still is where
+    // it hung (the operator's stop comes later).
+    assert_eq!(f.snapshots, [(pid, "LogHang_Step".to_string())]);
     assert_eq!((f.agent(), f.reason().as_deref()), (AgentState::Faulted, Some("LogHang_Step")));
     let msg = f.r.agent_status(|_| std::time::UNIX_EPOCH).and_then(|v| v.message).unwrap();
     assert_eq!(
@@ -185,6 +190,7 @@ async fn a_firing_log_rule_faults_the_agent_and_leaves_the_child_to_the_operator
     g.exit_child(ExitHow::Exited(1));
     g.send(Input::Descendants { alive: 0 });
     assert_eq!((g.agent(), g.reason().as_deref(), g.exit), (AgentState::Faulted, Some("LogFault_Err"), None));
+    assert!(g.snapshots.is_empty(), "a fault rule is not a hang: no snapshot");
 }
 
 /// Issue 34 item 6: SIGTERM while `/stop` runs with a long timeout is the pod's deletion: TERM,
