@@ -36,6 +36,24 @@ fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
 }
 
 impl DryRun {
+    /// The operator's `GET /status` reads of the agents, from the line said at the end: (on a
+    /// state change, by the poll).
+    fn status_reads(&self) -> (u64, u64) {
+        let line = self.stderr.lines().find(|l| l.contains("HyperPod operator reads: ")).unwrap_or_else(|| {
+            panic!("no reads line: {}", self.explain());
+        });
+        let number = |before: &str| -> u64 {
+            let head = line.split(before).next().unwrap_or_default();
+            head.rsplit(|c: char| !c.is_ascii_digit())
+                .find(|w| !w.is_empty())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!("no count before {before:?} in {line}");
+                })
+        };
+        (number(" on a state change"), number(" by the poll"))
+    }
+
     /// The job's (state, restartType) over time, repeats left out.
     fn hyperpod_states(&self) -> Vec<(String, String)> {
         self.states("HyperPodPyTorchJob", "restartType")
@@ -94,9 +112,18 @@ fn a_crash_is_a_process_level_restart_of_every_agent_with_the_next_fault_count()
     assert_eq!(last["fields"]["masterAddr"], "127.0.0.1");
     assert!(r.stderr.contains("The fault of reason WorkerCrash was remediated in "), "{}", r.explain());
     assert!(r.stderr.contains("HyperPod operator figures over 1 restart(s)"), "{}", r.explain());
+    // By default the operator reads the agents' states with GET /status alone: on each change
+    // its pod's launcher says, and every second.
+    let (on_change, _) = r.status_reads();
+    assert!(
+        on_change >= 2 * 4,
+        "at least READY, RUNNING, READY, RUNNING of each agent read on change: {}",
+        r.explain()
+    );
     let agent = r.agent_states("hp-pods-1");
-    // (STOPPING may pass unseen: a stop with no child to signal is READY at once.)
-    for s in ["READY", "RUNNING", "FAULTED", "SHUTDOWN"] {
+    // (STOPPING may pass unseen: a stop with no child to signal is READY at once; and SHUTDOWN:
+    // the agent exits once its child is gone, maybe before its /status is read.)
+    for s in ["READY", "RUNNING", "FAULTED"] {
         assert!(agent.contains(&s.to_string()), "the pod's events carry its agent's {s}: {agent:?}");
     }
 }
@@ -270,11 +297,20 @@ fn the_startup_deadline_fails_a_job_whose_agents_are_not_running_in_time() {
     assert!(r.stderr.contains("startupDeadlineSeconds is 1"), "{}", r.explain());
 }
 
+/// The poll alone (no reads on change) runs the job too, every agent's state from its
+/// `GET /status` every 200 ms; with neither the operator could never learn a state: 64.
 #[test]
-fn with_hyperpod_poll_the_operator_reads_each_agents_status_over_http() {
+fn with_the_poll_alone_the_operator_reads_each_agents_status_over_http() {
     let dir = TestDir::new("hp-poll");
-    let r = dry_run(&manifest(&dir, 2, CRASH_ONCE, ""), &["--hyperpod-poll", "200ms"]);
+    let path = manifest(&dir, 2, CRASH_ONCE, "");
+    let r = dry_run(&path, &["--hyperpod-poll", "200ms", "--hyperpod-read-on-change", "false"]);
     assert_eq!(r.code, 0, "{}", r.explain());
+    let (on_change, polled) = r.status_reads();
+    assert_eq!(on_change, 0, "{}", r.explain());
+    assert!(polled >= 2, "{}", r.explain());
+    let neither = dry_run(&path, &["--hyperpod-poll", "0s", "--hyperpod-read-on-change", "false"]);
+    assert_eq!(neither.code, 64, "{}", neither.explain());
+    assert!(neither.stderr.contains("would never read an agent's state"), "{}", neither.explain());
     assert!(r.hyperpod_states().contains(&("Restarting".into(), "PLR".into())), "{}", r.explain());
     assert!(r.stderr.contains("The fault of reason WorkerCrash was remediated in "), "{}", r.explain());
     for rank in 0..2 {

@@ -110,9 +110,13 @@ pub struct DryRunArgs {
     /// --grace-period]
     #[arg(long, env = "RANKVISOR_HYPERPOD_STOP_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hyperpod_stop_timeout: Option<Duration>,
-    /// HyperPodPyTorchJob: the operator reads each agent's state with GET /status this often, as
-    /// the operator polls (its interval is not public); 0s: from each launcher's status pipe, at
-    /// once.
-    #[arg(long, env = "RANKVISOR_HYPERPOD_POLL", default_value = "0s", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// HyperPodPyTorchJob: the operator polls every agent's GET /status this often (emulated, not
+    /// verified: the operator's interval is not public); 0s: no periodic poll.
+    #[arg(long, env = "RANKVISOR_HYPERPOD_POLL", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hyperpod_poll: Duration,
+    /// HyperPodPyTorchJob: the operator also reads an agent's GET /status at once when its pod's
+    /// launcher says the agent's state changed, as an operator watching its pods would (emulated,
+    /// not verified); false: the poll alone.
+    #[arg(long, env = "RANKVISOR_HYPERPOD_READ_ON_CHANGE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub hyperpod_read_on_change: bool,
 }

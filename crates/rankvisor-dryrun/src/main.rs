@@ -35,6 +35,12 @@ fn main() {
         }
     };
     let a = cli.args;
+    if a.hyperpod_poll.is_zero() && !a.hyperpod_read_on_change {
+        tracing::error!(
+            "--hyperpod-poll 0s with --hyperpod-read-on-change false: the emulated HyperPod operator would never read an agent's state; expected a poll interval such as 1s, or reads on change"
+        );
+        std::process::exit(exit::CONFIG_ERROR);
+    }
     let opts = DryRunOptions {
         queue_capability: a.queue_capability,
         watch: a.watch,
@@ -56,6 +62,7 @@ fn main() {
         hyperpod_graceful_stop: a.hyperpod_graceful_stop,
         hyperpod_stop_timeout: a.hyperpod_stop_timeout,
         hyperpod_poll: Some(a.hyperpod_poll).filter(|d| !d.is_zero()),
+        hyperpod_read_on_change: a.hyperpod_read_on_change,
         ..DryRunOptions::new(a.manifest, rankvisor)
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -100,10 +100,16 @@ pub struct DryRunOptions {
     pub hyperpod_graceful_stop: bool,
     /// `--hyperpod-stop-timeout`: a HyperPod `/stop`'s timeout (None: the grace period).
     pub hyperpod_stop_timeout: Option<Duration>,
-    /// `--hyperpod-poll`: the operator reads each agent's state by `GET /status` this often
-    /// (None: from each launcher's status pipe, at once).
+    /// `--hyperpod-poll`: the operator reads every agent's state by `GET /status` this often
+    /// (None: no periodic poll).
     pub hyperpod_poll: Option<Duration>,
+    /// `--hyperpod-read-on-change`: the operator also reads one agent's `GET /status` at once when
+    /// its launcher's status pipe says the agent's state changed.
+    pub hyperpod_read_on_change: bool,
 }
+
+/// `--hyperpod-poll`'s default (the operator's own interval is not public).
+pub(crate) const DEFAULT_HYPERPOD_POLL: Duration = Duration::from_secs(1);
 
 impl DryRunOptions {
     /// The defaults for `manifest`, with launchers running `rankvisor`.
@@ -130,7 +136,8 @@ impl DryRunOptions {
             runtimes: Vec::new(),
             hyperpod_graceful_stop: true,
             hyperpod_stop_timeout: None,
-            hyperpod_poll: None,
+            hyperpod_poll: Some(DEFAULT_HYPERPOD_POLL),
+            hyperpod_read_on_change: true,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The HyperPod operator's calls to each pod's agent (`rankvisor --agent hyperpod` on its own
 //! loopback port): `POST /start`, `/stop`, `/shutdown`, each in a task of its own so the event
-//! loop never waits on one; and with `--hyperpod-poll`, `GET /status` from every agent that often,
-//! its state reported as its launcher's news. Without it, each agent's state comes on its
-//! launcher's status pipe, which carries the state its `/status` serves, at once (the operator's
-//! own poll interval is not public).
+//! loop never waits on one; and `GET /status`, the only way the operator learns an agent's state:
+//! from every agent every `--hyperpod-poll` (the operator's own interval is not public), and from
+//! one agent at once when its launcher's status pipe says its state changed
+//! (`--hyperpod-read-on-change`, as an operator watching its pods would look). Each state read is
+//! reported as its launcher's news; an answer older than one already applied is dropped.
 //!
 //! A call is one HTTP/1.1 request on a fresh loopback connection (`Connection: close`): one
 //! write, then the answer read to its end, bounded. Not the core's `HttpClient` (reqwest, built
@@ -41,12 +42,25 @@ pub(super) struct Agents {
     next_port: u16,
     /// The master's port (and the rendezvous' after it): never an agent's.
     master_port: u16,
+    /// `GET /status` reads asked so far: each read's number.
+    reads: u64,
+    /// Of them, those asked because a launcher said its agent's state changed.
+    reads_on_change: u64,
+    /// Each pod's newest read applied: an answer to an older read that arrives later is stale.
+    applied: BTreeMap<ReplicaId, u64>,
 }
 
 impl Agents {
     /// No agent yet; the job's master listens on `master_port`.
     pub(super) fn new(master_port: u16) -> Self {
-        Self { ports: BTreeMap::new(), next_port: listen_port_start(), master_port }
+        Self {
+            ports: BTreeMap::new(),
+            next_port: listen_port_start(),
+            master_port,
+            reads: 0,
+            reads_on_change: 0,
+            applied: BTreeMap::new(),
+        }
     }
 
     /// A fresh loopback port for `pod`'s agent, none of the other agents' (a recreated pod's
@@ -81,20 +95,65 @@ impl Agents {
     }
 
     /// `GET /status` from each of `pods`' agents (pod, launcher instance), in a task each; each
-    /// state read is reported as its launcher's news (a failed read is skipped: the next poll).
-    pub(super) fn poll(&self, pods: Vec<(ReplicaId, u64)>, reports: &mpsc::UnboundedSender<LauncherReport>) {
+    /// state read is reported as its launcher's news with its read's number (a failed read is
+    /// skipped: the next poll).
+    pub(super) fn poll(&mut self, pods: Vec<(ReplicaId, u64)>, reports: &mpsc::UnboundedSender<LauncherReport>) {
         for (pod, instance) in pods {
             let Some(port) = self.ports.get(&pod).copied() else { continue };
-            let reports = reports.clone();
-            tokio::spawn(async move {
-                let read = tokio::time::timeout(CALL_TIMEOUT, http("GET", port, "/status", b"")).await;
-                if let Ok(Ok((200, body))) = read {
-                    if let Some((state, reason)) = parse_status(&body) {
-                        let what = LauncherNews::AgentStatus(state, reason);
-                        let _ = reports.send(LauncherReport { pod, instance, what });
-                    }
-                }
-            });
+            self.reads += 1;
+            let (reports, read_no) = (reports.clone(), self.reads);
+            tokio::spawn(read_status(port, pod, instance, read_no, reports));
+        }
+    }
+
+    /// `GET /status` from `pod`'s agent at once: its launcher said the agent's state changed.
+    pub(super) fn read_changed(
+        &mut self,
+        pod: ReplicaId,
+        instance: u64,
+        reports: &mpsc::UnboundedSender<LauncherReport>,
+    ) {
+        let before = self.reads;
+        self.poll(vec![(pod, instance)], reports);
+        self.reads_on_change += self.reads - before;
+    }
+
+    /// The line said at the end: how the operator read the agents' states.
+    pub(super) fn summary(&self) -> Option<String> {
+        (self.reads > 0).then(|| {
+            format!(
+                "HyperPod operator reads: {} GET /status of the agents ({} on a state change, {} by the poll)",
+                self.reads,
+                self.reads_on_change,
+                self.reads - self.reads_on_change
+            )
+        })
+    }
+
+    /// Whether the answer to read `read_no` of `pod`'s agent is newer than every answer applied
+    /// for it (then it is the one applied now): two reads in flight may answer out of order.
+    pub(super) fn fresh(&mut self, pod: ReplicaId, read_no: u64) -> bool {
+        let newest = self.applied.entry(pod).or_insert(0);
+        let fresh = read_no > *newest;
+        *newest = (*newest).max(read_no);
+        fresh
+    }
+}
+
+/// One `GET /status` of the agent on `port` (`pod`'s, launcher `instance`): its state and reason
+/// as that launcher's news, with the read's number; a failed read is skipped (the next poll).
+async fn read_status(
+    port: u16,
+    pod: ReplicaId,
+    instance: u64,
+    read_no: u64,
+    reports: mpsc::UnboundedSender<LauncherReport>,
+) {
+    let read = tokio::time::timeout(CALL_TIMEOUT, http("GET", port, "/status", b"")).await;
+    if let Ok(Ok((200, body))) = read {
+        if let Some((state, reason)) = parse_status(&body) {
+            let what = LauncherNews::AgentStatus(state, reason, read_no);
+            let _ = reports.send(LauncherReport { pod, instance, what });
         }
     }
 }
@@ -130,6 +189,17 @@ fn parse_answer(answer: &[u8]) -> (u16, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_older_than_one_applied_is_stale() {
+        let mut a = Agents::new(30000);
+        let (p0, p1) = (ReplicaId::worker(0), ReplicaId::worker(1));
+        assert!(a.fresh(p0, 2), "the first answer");
+        assert!(!a.fresh(p0, 1), "read before the one applied: its answer came late");
+        assert!(!a.fresh(p0, 2), "the same read twice");
+        assert!(a.fresh(p1, 1), "each pod on its own");
+        assert!(a.fresh(p0, 3));
+    }
 
     #[test]
     fn an_answer_gives_its_status_and_body() {

@@ -68,19 +68,6 @@ use crate::workload::Workload;
 /// reported at most this much later.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
-/// Why an agent is FAULTED, as its `/status` reason says: a firing log rule's
-/// (`LogHang_<rule>`, `LogSlow_<rule>`, `LogFault_<rule>`; the rule leaves the child running),
-/// else the rule that stopped the child, else None (the operator's default: `WorkerCrash`).
-fn agent_fault_reason(line: &rankvisor_core::status::LocalStatus) -> Option<String> {
-    let fired = line.log_rules.iter().find_map(|g| match g.state.as_str() {
-        "HANGING" => Some(format!("LogHang_{}", g.rule)),
-        "SLOW" => Some(format!("LogSlow_{}", g.rule)),
-        "FAULTED" => Some(format!("LogFault_{}", g.rule)),
-        _ => None,
-    });
-    fired.or_else(|| line.log_rule.as_ref().map(|r| r.reason.clone()))
-}
-
 /// Run the job in `opts.manifest` locally and return the dry run's exit status: 0 Succeeded,
 /// 1 Failed (or `--timeout`), 64 invalid manifest or options, 128+N stopped by signal N.
 /// Needs a tokio runtime with IO and time enabled, and the process's signal mask unblocked.
@@ -95,6 +82,9 @@ pub async fn run_dry_run(opts: DryRunOptions) -> i32 {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut event_loop = DryRunLoop::new(opts, setup, tx);
     let code = event_loop.run(rx).await;
+    if let Some(reads) = event_loop.agents.summary() {
+        note(&reads);
+    }
     event_loop.drain_output().await;
     match event_loop.opts.timeline.clone() {
         Some(path) => write_timeline(&path, event_loop.recording(), code),
@@ -405,18 +395,23 @@ impl DryRunLoop {
                     }
                 }
                 let events = launcher.tracker.observe(pod, &line);
+                // The agent's state changed: the operator reads its `/status` at once.
+                let agent_changed = launcher.tracker.agent_changed(line.agent);
                 if let Some(pid) = self.run.child_runs(pod, launcher.tracker.child_pid()) {
                     fail_child(&self.workload.pod_name(pod), pid);
                 }
                 for event in events {
                     self.feed(event);
                 }
-                // The agent's state, as its `/status` says it, at once (unless polled).
-                if let Some(state) = line.agent.filter(|_| self.opts.hyperpod_poll.is_none()) {
-                    self.agent_seen(pod, state, agent_fault_reason(&line));
+                if agent_changed && self.opts.hyperpod_read_on_change {
+                    self.agents.read_changed(pod, instance, &self.tx);
                 }
             }
-            LauncherNews::AgentStatus(state, reason) => self.agent_seen(pod, state, reason),
+            LauncherNews::AgentStatus(state, reason, read_no) => {
+                if self.agents.fresh(pod, read_no) {
+                    self.agent_seen(pod, state, reason);
+                }
+            }
             LauncherNews::Unreadable(message) => note(&format!("{}: {message}", self.workload.pod_name(pod))),
             LauncherNews::Exited(status) => {
                 let child = self.launchers.remove(&pod).and_then(|l| l.tracker.child_pid());

@@ -165,6 +165,8 @@ pub(crate) struct StatusTracker {
     job_stacks_at: Option<String>,
     /// The master's stragglers already shown.
     stragglers_seen: Vec<NamedStraggler>,
+    /// The agent's state (HyperPod) in the latest line.
+    agent: Option<rankvisor_core::status::AgentState>,
 }
 
 impl StatusTracker {
@@ -177,6 +179,11 @@ impl StatusTracker {
         }
         self.job_stacks_at = Some(job.taken_at.clone());
         Some(format!("job stacks ({}): {}", rankvisor_core::untrusted::escape(&job.why), job.summary))
+    }
+
+    /// Whether the agent's state (HyperPod) in a line differs from the previous line's.
+    pub(crate) fn agent_changed(&mut self, agent: Option<rankvisor_core::status::AgentState>) -> bool {
+        agent.is_some() && std::mem::replace(&mut self.agent, agent) != agent
     }
 
     /// The stragglers newly named in `line` (the master's), oldest first.
@@ -311,6 +318,17 @@ mod tests {
         assert_eq!(t.new_job_stacks(&l), None, "once");
         l.job_stacks = Some(rankvisor_core::stacks::JobStacks { taken_at: "t2".into(), ..job });
         assert!(t.new_job_stacks(&l).is_some(), "a later gathering is shown too");
+    }
+
+    #[test]
+    fn an_agents_state_is_news_when_it_changes() {
+        use rankvisor_core::status::AgentState::{Faulted, Ready, Running};
+        let mut t = StatusTracker::default();
+        assert!(!t.agent_changed(None), "not an agent");
+        assert!(t.agent_changed(Some(Ready)));
+        assert!(!t.agent_changed(Some(Ready)), "the same state again");
+        assert!(t.agent_changed(Some(Running)));
+        assert!(t.agent_changed(Some(Faulted)));
     }
 
     #[test]

@@ -40,8 +40,9 @@ pub(super) enum LauncherNews {
     Status(Box<rankvisor_core::status::LocalStatus>),
     Unreadable(String),
     Exited(ExitHow),
-    /// A HyperPod pod's agent state, read from its `GET /status` (`--hyperpod-poll`), and its reason.
-    AgentStatus(rankvisor_core::status::AgentState, Option<String>),
+    /// A HyperPod pod's agent state, read from its `GET /status`, its reason, and the read's number
+    /// (the dry run's reads of all agents, in the order they were asked).
+    AgentStatus(rankvisor_core::status::AgentState, Option<String>, u64),
 }
 
 /// Start one launcher: its own process group (the terminal's Ctrl-C reaches only the dry run,
