@@ -94,6 +94,10 @@ fn an_escapee_frozen_past_sigkill_is_named_after_the_childs_own_message() {
     );
     let running = base(&dir).args(["--restart-policy", "Never"]).sh(&script).spawn();
     let pid: i32 = wait_until("the escapee in the cgroup", || read(&dir.join("pid")).trim().parse().ok());
+    // Its pid is written before its exec: frozen earlier, it would be named `sh`.
+    wait_until("the escapee's exec of sleep", || {
+        (std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim() == "sleep").then_some(())
+    });
     cg.freeze();
     std::fs::write(dir.join("go"), "").unwrap();
     let out = running.wait();

@@ -190,9 +190,12 @@ fn state(state: ReplicaState) -> Report {
 // 1. Four replicas; the workers dial before the master listens and retry until it does.
 #[tokio::test]
 async fn four_replicas_meet_even_when_workers_dial_first() {
-    let reserved = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = reserved.local_addr().unwrap().port();
-    drop(reserved);
+    // The port is held by a socket bound but not listening: a dial is refused, and no other
+    // process can take the port before the master listens on it (a port dropped and bound again
+    // later could be).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
     let to = ("127.0.0.1".to_string(), port);
     let mut workers = Vec::new();
     let mut observers = Vec::new();
@@ -205,7 +208,7 @@ async fn four_replicas_meet_even_when_workers_dial_first() {
         let failure = guard("a refused dial", rx.recv()).await.unwrap();
         assert!(failure.contains("cannot connect"), "{failure}");
     }
-    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let listener = socket.listen(1024).unwrap();
     let (m, _events) = start_master(listener, identity(0, 4), healthy().fixed(), cfg(), RestartScope::Job).unwrap();
     let released = guard("the barrier", m.barrier(0)).await.unwrap();
     assert_eq!(released.generation, 0);
