@@ -114,7 +114,7 @@ YAML
 
 fault_after="${FAULT_AFTER:-5}"
 echo
-printf '%-9s %-6s %-14s %-14s %-9s %-13s %-8s %s\n' PODS EXIT COMPLETE_MS RUNNING_MS PLR_EXIT FAULT_AT_MS PLR_MS FIRST_RESTART
+printf '%-9s %-6s %-14s %-14s %-9s %-13s %-10s %-8s %s\n' PODS EXIT COMPLETE_MS RUNNING_MS PLR_EXIT FAULT_AT_MS DETECT_MS PLR_MS FIRST_RESTART
 for n in ${HYPERPOD_REPLICAS:-16 256}; do
     job="$work/hp-$n.yaml"
     hyperpod_manifest "$n" "sleep $sleep_s" "$job"
@@ -134,15 +134,19 @@ for n in ${HYPERPOD_REPLICAS:-16 256}; do
     set -e
     fault_at=$(event_ms '"kind":"HyperPodPyTorchJob"' '"state":"Restarting"' "$work/hp-plr-$n.json")
     plr=$(grep -o 'remediated in [0-9]* milliseconds' "$work/hp-plr-err-$n.txt" | head -n 1 | grep -o '[0-9]*' || true)
+    # The operator's fault detection: the worker's end to its decision (its GET /status read included).
+    detect=$(grep -o 'fault detection ([^)]*) last [0-9]* ms' "$work/hp-plr-err-$n.txt" | head -n 1 | grep -o 'last [0-9]*' | grep -o '[0-9]*' || true)
     # What the first restart was (a PLR of WorkerCrash in pod 0 is the one measured).
     first=$(grep -o 'Restarting ([A-Z]*): fault of reason [A-Za-z_]* in [^:]*' "$work/hp-plr-err-$n.txt" | head -n 1 |
         sed -E 's/Restarting \(([A-Z]*)\): fault of reason ([A-Za-z_]*) in (.*)/\1 \2 \3/' || true)
-    printf '%-9s %-6s %-14s %-14s %-9s %-13s %-8s %s\n' "$n" "$code" "$complete" "${running:--}" "$plr_code" \
-        "${fault_at:--}" "${plr:--}" "${first:--}"
+    printf '%-9s %-6s %-14s %-14s %-9s %-13s %-10s %-8s %s\n' "$n" "$code" "$complete" "${running:--}" "$plr_code" \
+        "${fault_at:--}" "${detect:--}" "${plr:--}" "${first:--}"
 done
 echo
 echo "COMPLETE_MS: wall time of the dry run of n pods (agents up, /start, sleep ${sleep_s}s, /shutdown, teardown)."
 echo "RUNNING_MS: when every agent was RUNNING (dry-run clock). FAULT_AT_MS: when the operator decided the PLR."
+echo "DETECT_MS: the operator's fault detection for it: the worker's end to that decision (the agent's GET /status"
+echo "read on its change included; --hyperpod-poll 1s, --hyperpod-read-on-change true, the defaults)."
 echo "PLR_MS: the operator's restart figure for that PLR: its decision to every agent RUNNING again"
 echo "(/stop to every agent, READY, /start with faultCount 1, RUNNING). FIRST_RESTART: its type, reason and pods"
 echo "(anything but PLR WorkerCrash in hpbench-pods-0 means another fault came first: the PLR_MS is that one's)."

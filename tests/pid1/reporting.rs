@@ -509,12 +509,8 @@ fn the_documented_schema_and_example_match_the_report() {
         relative: 0.6,
         points: 3,
     };
-    with_rules.stragglers = vec![rankvisor_core::rendezvous::straggler::NamedStraggler::new(
-        &slow,
-        "node-2".into(),
-        Some("pytest-worker-1".into()),
-        "2026-12-04T10:00:00.000000Z".into(),
-    )];
+    with_rules.stragglers =
+        vec![slow.named("node-2".into(), Some("pytest-worker-1".into()), "2026-12-04T10:00:00.000000Z".into())];
     let with_rules = serde_json::to_value(&with_rules).unwrap();
     let mut fields: Vec<&String> = with_rules.as_object().unwrap().keys().collect();
     let mut documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();

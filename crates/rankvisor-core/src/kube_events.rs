@@ -532,10 +532,11 @@ mod tests {
     /// dropped.
     #[test]
     fn each_newly_named_straggler_is_one_event_with_its_figures_and_node() {
-        use crate::rendezvous::straggler::{keep, NamedStraggler, Straggler};
+        use crate::rendezvous::straggler::Straggler;
+        use crate::status::straggler::keep;
         let named = |replica: u32, node: &str| {
             let s = Straggler { replica, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
-            NamedStraggler::new(&s, node.into(), None, "t".into())
+            s.named(node.into(), None, "t".into())
         };
         let running = rep(ReplicaState::Running, 0, None, 0);
         let mut one = running.clone();
@@ -558,7 +559,7 @@ mod tests {
         for i in 0..40 {
             keep(&mut many.stragglers, named(100 + i, "n"));
         }
-        assert_eq!(many.stragglers.len(), crate::rendezvous::straggler::STRAGGLERS_KEPT, "bounded");
+        assert_eq!(many.stragglers.len(), crate::status::straggler::STRAGGLERS_KEPT, "bounded");
         assert_eq!(many.stragglers.last().map(|s| s.replica), Some(139), "newest last");
     }
 

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::status::straggler::NamedStraggler;
+
 /// Which way the metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Better {
@@ -62,67 +64,20 @@ impl std::fmt::Display for Straggler {
     }
 }
 
-/// A straggler as the master reports it (its status, `/status`, the webhook, the `Straggler`
-/// Event, the dry run's timeline): who, where, the figures, and when.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct NamedStraggler {
-    /// The replica's index.
-    pub replica: u32,
-    /// Its node, as its hello gave it (from outside: escaped where it is shown).
-    pub node: String,
-    /// Its pod, as its latest report gave it (None before its first report).
-    pub pod: Option<String>,
-    /// Its latest value of the metric.
-    pub value: f64,
-    /// The job's median when it was named.
-    pub median: f64,
-    /// Its pace relative to the median's (below `--straggler-ratio`).
-    pub relative: f64,
-    /// Consecutive points behind.
-    pub points: u32,
-    /// When the master named it (RFC 3339).
-    pub named_at: String,
-    /// The figures in words, as the master's log line has them.
-    pub message: String,
-}
-
-/// Its figures are finite: the detector takes finite points only.
-impl Eq for NamedStraggler {}
-
-impl NamedStraggler {
-    /// `straggler`, on `node` in `pod`, named at `named_at`.
-    pub fn new(straggler: &Straggler, node: String, pod: Option<String>, named_at: String) -> Self {
-        Self {
-            replica: straggler.replica,
+impl Straggler {
+    /// This straggler as the master reports it: on `node` in `pod`, named at `named_at`.
+    pub fn named(&self, node: String, pod: Option<String>, named_at: String) -> NamedStraggler {
+        NamedStraggler {
+            replica: self.replica,
             node,
             pod,
-            value: straggler.value,
-            median: straggler.median,
-            relative: straggler.relative,
-            points: straggler.points,
+            value: self.value,
+            median: self.median,
+            relative: self.relative,
+            points: self.points,
             named_at,
-            message: straggler.to_string(),
+            message: self.to_string(),
         }
-    }
-
-    /// One line: the figures, the node and the pod (escaped).
-    pub fn line(&self) -> String {
-        let node = crate::untrusted::escape(&self.node);
-        match &self.pod {
-            Some(pod) => format!("{} (pod {}, node {node})", self.message, crate::untrusted::escape(pod)),
-            None => format!("{} (node {node})", self.message),
-        }
-    }
-}
-
-/// The most stragglers a master's status keeps, newest last: a long job's report stays bounded.
-pub const STRAGGLERS_KEPT: usize = 16;
-
-/// Add `named` to `kept`, dropping the oldest beyond [`STRAGGLERS_KEPT`].
-pub fn keep(kept: &mut Vec<NamedStraggler>, named: NamedStraggler) {
-    kept.push(named);
-    if kept.len() > STRAGGLERS_KEPT {
-        kept.drain(..kept.len() - STRAGGLERS_KEPT);
     }
 }
 

@@ -427,8 +427,8 @@ impl Loop {
 
     /// Master: a replica was named a straggler, for the report, the webhook and the Event (the
     /// link logged it).
-    fn on_straggler_named(&mut self, named: crate::rendezvous::straggler::NamedStraggler) {
-        self.publish_with(|s| crate::rendezvous::straggler::keep(&mut s.stragglers, named));
+    fn on_straggler_named(&mut self, named: crate::status::straggler::NamedStraggler) {
+        self.publish_with(|s| crate::status::straggler::keep(&mut s.stragglers, named));
     }
 
     /// A change to the status that is not the machine's: to the watchers and the status pipe.

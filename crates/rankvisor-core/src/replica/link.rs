@@ -8,7 +8,7 @@ use crate::health::Observation;
 use crate::policy::RestartScope;
 use crate::rank::Role;
 use crate::rendezvous::checkpoint::Fanout;
-use crate::rendezvous::straggler::{Detector, NamedStraggler};
+use crate::rendezvous::straggler::Detector;
 use crate::rendezvous::StacksAnswerer;
 use crate::rendezvous::{
     self, ControlEvent, Health, JobView, MasterHandle, Member, NodeHealth, Order, RendezvousConfig, RendezvousError,
@@ -153,7 +153,7 @@ pub enum LinkEvent {
     /// Master: the job's stacks, gathered before a restart a hang caused (for the status).
     JobStacks(Box<JobStacks>),
     /// Master: a replica was named a straggler (for the status: the webhook, the Event).
-    StragglerNamed(Box<crate::rendezvous::straggler::NamedStraggler>),
+    StragglerNamed(Box<crate::status::straggler::NamedStraggler>),
 }
 
 /// The running link.
@@ -428,7 +428,7 @@ impl MasterLink {
     fn metric(&mut self, index: u32, value: f64) {
         let Some(straggler) = self.stragglers.as_mut().and_then(|d| d.on_point(index, value)) else { return };
         let (node, pod) = self.master.mark_straggler(&straggler);
-        let named = NamedStraggler::new(&straggler, node, pod, crate::status::rfc3339(std::time::SystemTime::now()));
+        let named = straggler.named(node, pod, crate::status::rfc3339(std::time::SystemTime::now()));
         warn!(replica = index, node = %crate::untrusted::escape(&named.node), "straggler: {}", named.line());
         let _ = self.events.send(LinkEvent::StragglerNamed(Box::new(named)));
         if !self.restart_stragglers {

@@ -8,6 +8,7 @@
 
 pub mod fd_sink;
 pub mod report;
+pub mod straggler;
 
 pub use report::{is_state_change, last_exit, rfc3339, LastExit, Report, Timeline, SCHEMA_VERSION};
 
@@ -93,9 +94,9 @@ pub struct LocalStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_stacks: Option<crate::stacks::JobStacks>,
     /// Master: the replicas named stragglers (`--straggler-rule`), newest last, at most
-    /// [`STRAGGLERS_KEPT`](crate::rendezvous::straggler::STRAGGLERS_KEPT).
+    /// [`STRAGGLERS_KEPT`](straggler::STRAGGLERS_KEPT).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stragglers: Vec<crate::rendezvous::straggler::NamedStraggler>,
+    pub stragglers: Vec<straggler::NamedStraggler>,
 }
 
 /// The HyperPod agent's state (agent mode), as the agent's `/status` reports it (lower-case

@@ -90,7 +90,7 @@ pub struct Report {
     pub job_stacks: Option<crate::stacks::JobStacks>,
     /// Master: the replicas named stragglers (`--straggler-rule`), newest last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stragglers: Vec<crate::rendezvous::straggler::NamedStraggler>,
+    pub stragglers: Vec<super::straggler::NamedStraggler>,
     /// When this rankvisor started (RFC 3339, UTC).
     pub started_at: String,
     /// When the replica entered `state` (RFC 3339, UTC).

@@ -74,7 +74,7 @@ impl FaultMark {
 
     /// The mark for a straggler the master named at `at`: on its pod's lane, its pace relative to
     /// the job's median as its label, the master's figures on hover.
-    pub(crate) fn straggler(at: Duration, named: &rankvisor_core::rendezvous::straggler::NamedStraggler) -> Self {
+    pub(crate) fn straggler(at: Duration, named: &rankvisor_core::status::straggler::NamedStraggler) -> Self {
         let pod = named.pod.clone().unwrap_or_else(|| format!("replica {}", named.replica));
         Self { at, pod, what: format!("straggler {:.2}x", named.relative), straggler: Some(named.line()) }
     }
@@ -641,10 +641,10 @@ mod tests {
     /// master's figures (escaped) on hover, apart from the injected faults' colour.
     #[test]
     fn a_named_straggler_is_marked_on_its_pod_with_its_figures() {
-        use rankvisor_core::rendezvous::straggler::{NamedStraggler, Straggler};
+        use rankvisor_core::rendezvous::straggler::Straggler;
         let mut rec = worker_fails();
         let s = Straggler { replica: 2, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
-        let named = NamedStraggler::new(&s, "node<&>".into(), Some("pytest-worker-1".into()), "t".into());
+        let named = s.named("node<&>".into(), Some("pytest-worker-1".into()), "t".into());
         rec.faults.push(FaultMark::straggler(ms(1500), &named));
         let svg = render_svg(&rec);
         assert_well_formed(&svg);

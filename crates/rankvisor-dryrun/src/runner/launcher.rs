@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use nix::unistd::Pid;
 use rankvisor_core::duration::format_duration;
-use rankvisor_core::rendezvous::straggler::NamedStraggler;
+use rankvisor_core::status::straggler::NamedStraggler;
 use rankvisor_core::status::{ExitReason, LocalStatus, ReplicaState};
 
 use super::injection::DEFAULT_LABEL_KEY;
@@ -333,10 +333,11 @@ mod tests {
 
     #[test]
     fn each_straggler_is_shown_once() {
-        use rankvisor_core::rendezvous::straggler::{keep, Straggler};
+        use rankvisor_core::rendezvous::straggler::Straggler;
+        use rankvisor_core::status::straggler::keep;
         let named = |replica| {
             let s = Straggler { replica, value: 60.0, median: 100.0, relative: 0.6, points: 3 };
-            NamedStraggler::new(&s, "n".into(), None, "t".into())
+            s.named("n".into(), None, "t".into())
         };
         let mut t = StatusTracker::default();
         let mut l = line(ReplicaState::Running, 0, None, Some(7));
