@@ -35,7 +35,8 @@ for n in $RV_SIZES; do
   python3 scripts/bench/recovery.py rankvisor "$launcher" "$n" "$FAULTS"
   # The same fault as a line that a log rule (faultOnMatch) catches: the child does not exit.
   [ -n "${NO_RULE:-}" ] || python3 scripts/bench/recovery.py rankvisor-rule "$launcher" "$n" "$FAULTS"
-  # What N children cost to start on this machine, with no launcher (one process spawning them).
+  # What N children cost to start on this machine, with no launcher (one process spawning them);
+  # and to be stopped, reaped and started again (the processes' own part of a restart).
   python3 scripts/bench/recovery.py baseline "$n"
 done
 # The simulated replicas: one fleet process holds them all (a round waits for every release), in a

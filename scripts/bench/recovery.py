@@ -6,7 +6,8 @@ Usage: python3 scripts/bench/recovery.py rankvisor LAUNCHER N FAULTS
        python3 scripts/bench/recovery.py rankvisor-rule LAUNCHER N FAULTS  (the fault is a line a
            log rule with faultOnMatch catches; the child goes on until rankvisor stops it)
        python3 scripts/bench/recovery.py torchrun TORCHRUN N FAULTS
-       python3 scripts/bench/recovery.py baseline N     (N children started at once, no launcher)
+       python3 scripts/bench/recovery.py baseline N     (N children started at once, no launcher;
+           and N running children stopped, reaped and started again by one process)
 
 The child is one bash script for both, or with CHILD=c the same protocol as a static C program
 (scripts/bench/recovery_child.c, built with gcc into the work directory): its start costs a
@@ -150,19 +151,59 @@ def workdir(name):
     return out, child
 
 
+def start_children(n, out, child):
+    """N children started at once by one process (each its own rank-0 child, never a victim)."""
+    env = dict(os.environ, OUT=out, N=str(n + 1), RANK="0")
+    return [subprocess.Popen(child, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def wait_started(out, n):
+    """Wait until the starts log has N lines; the last start (epoch us)."""
+    path = os.path.join(out, "starts")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with open(path) as f:
+                lines = [line for line in f if len(line.split()) == 3]
+        except FileNotFoundError:
+            lines = []
+        if len(lines) >= n:
+            return max(int(line.split()[2]) for line in lines)
+        if time.monotonic() > deadline:
+            raise SystemExit("baseline: the children did not start")
+        time.sleep(0.002)
+
+
 def baseline(n):
     """N children started at once by one process, until all N run: the children's own start,
     which a restart of N replicas on this machine cannot take less than."""
     out, child = workdir(f"baseline-{n}")
     t0 = time.time()
-    procs = [subprocess.Popen(child, env=dict(os.environ, OUT=out, N=str(n + 1), RANK="0"),
-                              stdin=subprocess.DEVNULL) for _ in range(n)]
-    deadline = time.monotonic() + 120
-    while len(starts(out).get(0, {})) < 1 or sum(1 for _ in open(os.path.join(out, "starts"))) < n:
-        if time.monotonic() > deadline:
-            raise SystemExit("baseline: the children did not start")
-        time.sleep(0.002)
-    last = max(int(line.split()[2]) for line in open(os.path.join(out, "starts")))
+    procs = start_children(n, out, child)
+    last = wait_started(out, n)
+    for p in procs:
+        p.kill()
+        p.wait()
+    shutil.rmtree(out, ignore_errors=True)
+    return (last - t0 * 1e6) / 1e3
+
+
+def baseline_restart(n):
+    """What a job-wide restart makes the processes themselves do, with no launcher: N children
+    running; one process sends each SIGTERM, reaps each, then starts N new, until all N run. From
+    the first SIGTERM: the floor of a restart of N replicas on this machine, the children's stop
+    and reaping included (baseline() has their start alone)."""
+    out, child = workdir(f"baseline-restart-{n}")
+    procs = start_children(n, out, child)
+    wait_started(out, n)
+    t0 = time.time()
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+    os.remove(os.path.join(out, "starts"))
+    procs = start_children(n, out, child)
+    last = wait_started(out, n)
     for p in procs:
         p.kill()
         p.wait()
@@ -174,8 +215,10 @@ def main():
     if sys.argv[1] == "baseline":
         n = int(sys.argv[2])
         ms = [baseline(n) for _ in range(5)]
+        again = [baseline_restart(n) for _ in range(5)]
         print(json.dumps({"launcher": "none (children alone)", "child": CHILD_KIND, "n": n, "p50_ms": round(pct(ms, 0.5), 1),
-                          "max_ms": round(max(ms), 1)}), flush=True)
+                          "max_ms": round(max(ms), 1), "stop_and_start_p50_ms": round(pct(again, 0.5), 1),
+                          "stop_and_start_max_ms": round(max(again), 1)}), flush=True)
         return
     kind, prog, n, faults = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     out, child = workdir(f"{kind}-{n}")
