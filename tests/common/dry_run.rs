@@ -2,7 +2,8 @@
 //! the JSON watch events of `--output json` and both outputs. Each test file adds the readings of
 //! its own (`impl DryRun` blocks there); what more than one file reads is here.
 
-use std::process::Output;
+use std::path::Path;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -20,6 +21,18 @@ pub fn json_lines(stdout: &str) -> Vec<Value> {
 }
 
 impl DryRun {
+    /// `rankvisor dry-run --output json --master-port 0 --timeout 60s ARGS... MANIFEST` to its
+    /// end (a free port, a safety timeout), its watch events read by [`json_lines`].
+    pub fn json(manifest: &Path, args: &[&str]) -> Self {
+        let out = Command::new(super::bin())
+            .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", "60s"])
+            .args(args)
+            .arg(manifest)
+            .output()
+            .expect("run rankvisor dry-run");
+        Self::new(&out, json_lines)
+    }
+
     /// The dry run that printed `out`, its watch events read from its stdout by `events` (say
     /// [`json_lines`]).
     pub fn new(out: &Output, events: impl FnOnce(&str) -> Vec<Value>) -> Self {

@@ -4,12 +4,11 @@
 //! watch stream (kinds HyperPodPyTorchJob and Pod) and the notes on stderr.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 use crate::common;
-use common::dry_run::{json_lines, DryRun};
+use common::dry_run::DryRun;
 use common::TestDir;
 
 /// A HyperPodPyTorchJob `hp` of `replicas` pods named `hp-pods-N`, each running `script` (sh),
@@ -26,13 +25,7 @@ fn manifest(dir: &TestDir, replicas: u32, script: &str, run_policy: &str) -> std
 
 /// `rankvisor dry-run --output json ARGS... MANIFEST` with a safety timeout.
 fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
-    let out = Command::new(common::bin())
-        .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", "60s", "--grace-period", "2s"])
-        .args(args)
-        .arg(manifest)
-        .output()
-        .expect("run rankvisor dry-run");
-    DryRun::new(&out, json_lines)
+    DryRun::json(manifest, &[&["--grace-period", "2s"], args].concat())
 }
 
 impl DryRun {

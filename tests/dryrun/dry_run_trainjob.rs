@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common;
-use common::dry_run::{json_lines, DryRun};
+use common::dry_run::DryRun;
 use common::{DryRunHttp, TestDir};
 
 fn example(name: &str) -> PathBuf {
@@ -16,13 +16,7 @@ fn example(name: &str) -> PathBuf {
 
 /// `rankvisor dry-run --output json ARGS... MANIFEST` on a free port, with a safety timeout.
 fn dry_run(manifest: &Path, args: &[&str]) -> DryRun {
-    let out = Command::new(common::bin())
-        .args(["dry-run", "--output", "json", "--master-port", "0", "--timeout", "60s", "--backoff-max", "1s"])
-        .args(args)
-        .arg(manifest)
-        .output()
-        .expect("run rankvisor dry-run");
-    DryRun::new(&out, json_lines)
+    DryRun::json(manifest, &[&["--backoff-max", "1s"], args].concat())
 }
 
 impl DryRun {

@@ -505,17 +505,7 @@ async fn fleet(port: u16, replicas: u32, first: u32, last: u32) {
                 }
             };
             let (read, mut write) = stream.into_split();
-            let hello = Frame::Hello(Hello {
-                job: "bench".into(),
-                replica_index: index,
-                replica_count: replicas,
-                node: format!("node-{index}"),
-                healthy: true,
-                health: rankvisor_core::rendezvous::NodeHealth::Off,
-                nonce: "00".repeat(32),
-            });
-            let line = encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?;
-            write.write_all(&line).await.map_err(|e| e.to_string())?;
+            write.write_all(&hello(replicas, index)?).await.map_err(|e| e.to_string())?;
             dialled.fetch_max(mono_ns(), std::sync::atomic::Ordering::Relaxed);
             drop(permit);
             let mut lines = BufReader::new(read).lines();
@@ -710,11 +700,25 @@ async fn checkpoint_phase(held: Vec<Held>, first: u32, out: &std::path::Path) {
     std::io::Write::write_all(&mut f, line.as_bytes()).expect("write the checkpoint figures");
 }
 
+/// Simulated replica `index`'s hello to the master of a job of `replicas`, encoded.
+fn hello(replicas: u32, index: u32) -> Result<Vec<u8>, String> {
+    let hello = Frame::Hello(Hello {
+        job: "bench".into(),
+        replica_index: index,
+        replica_count: replicas,
+        node: format!("node-{index}"),
+        healthy: true,
+        health: rankvisor_core::rendezvous::NodeHealth::Off,
+        nonce: "00".repeat(32),
+    });
+    encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())
+}
+
 /// `--stacks N ROUNDS`: the master's gathering of the job's stacks from N-1 simulated workers.
 mod stacks {
-    use super::{raise_nofile, runtime};
+    use super::{hello, raise_nofile, runtime};
     use rankvisor_core::policy::RestartScope;
-    use rankvisor_core::rendezvous::frame::{encode, Frame, Hello, DEFAULT_MAX_FRAME};
+    use rankvisor_core::rendezvous::frame::{encode, Frame, DEFAULT_MAX_FRAME};
     use rankvisor_core::rendezvous::{listen, start_master, Health, Member, NodeHealth, RendezvousConfig};
     use rankvisor_core::stacks::StacksSummary;
     use std::sync::Arc;
@@ -745,19 +749,7 @@ mod stacks {
             }
         };
         let (read, mut write) = stream.into_split();
-        let hello = Frame::Hello(Hello {
-            job: "bench".into(),
-            replica_index: index,
-            replica_count: replicas,
-            node: format!("node-{index}"),
-            healthy: true,
-            health: NodeHealth::Off,
-            nonce: "00".repeat(32),
-        });
-        write
-            .write_all(&encode(&hello, DEFAULT_MAX_FRAME).map_err(|e| e.to_string())?)
-            .await
-            .map_err(|e| e.to_string())?;
+        write.write_all(&hello(replicas, index)?).await.map_err(|e| e.to_string())?;
         let mine = summary(index == replicas / 2);
         let mut lines = BufReader::new(read).lines();
         while let Some(l) = lines.next_line().await.map_err(|e| e.to_string())? {

@@ -6,6 +6,7 @@ use std::fmt;
 
 use rankvisor_core::duration::format_duration;
 use rankvisor_core::exit;
+use rankvisor_core::policy::RestartPolicy;
 
 use super::injection::{parse_injection, Injection};
 use super::launcher::{healthy_labels, labels_file_text};
@@ -14,6 +15,8 @@ use super::output::note;
 use super::ports::choose_master_port;
 use super::workdir::{write_atomically, WorkDir};
 use crate::hyperpodjob::{HyperPodJob, OperatorSettings};
+use crate::k8s::container::Container;
+use crate::k8s::quantity::Resources;
 use crate::kubelet::replica::ReplicaType;
 use crate::manifest::{load_manifest, Loaded};
 use crate::options::DryRunOptions;
@@ -219,24 +222,8 @@ fn hyperpod_settings(opts: &DryRunOptions) -> OperatorSettings {
 /// A HyperPodPyTorchJob's pods (replicas and spares) as Worker replicas, for `--command`,
 /// `--path-map` and the injections' replica names.
 fn pod_shape(h: &HyperPodJob) -> PyTorchJob {
-    PyTorchJob {
-        name: h.name.clone(),
-        namespace: h.namespace.clone(),
-        run_policy: RunPolicy::default(),
-        nproc_per_node: None,
-        elastic: None,
-        master: None,
-        worker: Some(ReplicaSpec {
-            rtype: ReplicaType::Worker,
-            replicas: h.replicas + h.spares,
-            restart_policy: rankvisor_core::policy::RestartPolicy::Never,
-            container: h.container.clone(),
-            resources: Default::default(),
-            labels: Vec::new(),
-            annotations: Vec::new(),
-            service_account: None,
-        }),
-    }
+    let replicas = h.replicas + h.spares;
+    workers_only(&h.name, &h.namespace, replicas, RestartPolicy::Never, &h.container, Default::default())
 }
 
 /// The run's own options: the timeline's format, the backoff's bounds, the logs directory
@@ -270,19 +257,32 @@ fn new_job_token() -> Result<String, SetupError> {
 /// A TrainJob's trainer nodes as Worker replicas, for what a PyTorchJob and a TrainJob share:
 /// `--command`, `--path-map` and the injections' replica names.
 fn node_shape(t: &TrainJob) -> PyTorchJob {
+    workers_only(&t.name, &t.namespace, t.num_nodes, t.restart_policy, &t.container, t.resources.clone())
+}
+
+/// A PyTorchJob of `replicas` Workers alone, each running `container`: the shape another kind's
+/// pods take for what the kinds share.
+fn workers_only(
+    name: &str,
+    namespace: &str,
+    replicas: u32,
+    restart_policy: RestartPolicy,
+    container: &Container,
+    resources: Resources,
+) -> PyTorchJob {
     PyTorchJob {
-        name: t.name.clone(),
-        namespace: t.namespace.clone(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
         run_policy: RunPolicy::default(),
         nproc_per_node: None,
         elastic: None,
         master: None,
         worker: Some(ReplicaSpec {
             rtype: ReplicaType::Worker,
-            replicas: t.num_nodes,
-            restart_policy: t.restart_policy,
-            container: t.container.clone(),
-            resources: t.resources.clone(),
+            replicas,
+            restart_policy,
+            container: container.clone(),
+            resources,
             labels: Vec::new(),
             annotations: Vec::new(),
             service_account: None,

@@ -43,6 +43,21 @@ impl Sim {
         self.calls.extend(self.c.take_calls());
     }
 
+    /// The clock moves to `now` and the controller's timers are looked at.
+    fn tick_at(&mut self, now: Duration) {
+        self.now = now;
+        let step = self.c.handle(self.now, ClusterEvent::Tick);
+        self.take(step);
+    }
+
+    /// The job Failed, and its Finish says `why`.
+    fn failed_because(&self, why: &str) -> bool {
+        self.c.state() == Some("Failed")
+            && self.actions.iter().any(
+                |a| matches!(a, ClusterAction::Finish { outcome: Outcome::Failed, reason } if reason.contains(why)),
+            )
+    }
+
     fn event(&mut self, e: ClusterEvent) {
         self.now += MS;
         let step = self.c.handle(self.now, e);
@@ -194,8 +209,7 @@ fn faults_past_num_restart_before_full_job_restart_recreate_the_pods_with_the_sa
     s.agent(1, AgentState::Faulted);
     s.come_back();
     s.agent(1, AgentState::Faulted);
-    assert_eq!(s.c.state(), Some("Failed"));
-    assert!(s.actions.iter().any(|a| matches!(a, ClusterAction::Finish { outcome: Outcome::Failed, reason } if reason.contains("maxFullJobRestarts is 1"))));
+    assert!(s.failed_because("maxFullJobRestarts is 1"), "{:?}", s.actions);
 }
 
 #[test]
@@ -228,25 +242,13 @@ fn the_startup_and_fault_deadlines_fail_the_job() {
     s.event(ClusterEvent::Submitted);
     s.agent(0, AgentState::Ready);
     assert_eq!(s.c.next_tick(), Some(Duration::from_secs(5) + MS));
-    s.now = Duration::from_secs(6);
-    let step = s.c.handle(s.now, ClusterEvent::Tick);
-    s.take(step);
-    assert_eq!(s.c.state(), Some("Failed"));
-    assert!(s
-        .actions
-        .iter()
-        .any(|a| matches!(a, ClusterAction::Finish { reason, .. } if reason.contains("startupDeadlineSeconds is 5"))));
+    s.tick_at(Duration::from_secs(6));
+    assert!(s.failed_because("startupDeadlineSeconds is 5"), "{:?}", s.actions);
 
     let mut s = Sim::running("    faultDeadlineSeconds: 2\n", 2);
     s.agent(0, AgentState::Faulted);
-    s.now += Duration::from_secs(3);
-    let step = s.c.handle(s.now, ClusterEvent::Tick);
-    s.take(step);
-    assert_eq!(s.c.state(), Some("Failed"));
-    assert!(s
-        .actions
-        .iter()
-        .any(|a| matches!(a, ClusterAction::Finish { reason, .. } if reason.contains("faultDeadlineSeconds is 2"))));
+    s.tick_at(s.now + Duration::from_secs(3));
+    assert!(s.failed_because("faultDeadlineSeconds is 2"), "{:?}", s.actions);
 }
 
 #[test]
@@ -255,11 +257,7 @@ fn job_max_retry_count_and_a_suspended_job() {
     s.agent(0, AgentState::Faulted);
     s.come_back();
     s.agent(0, AgentState::Faulted);
-    assert_eq!(s.c.state(), Some("Failed"));
-    assert!(s
-        .actions
-        .iter()
-        .any(|a| matches!(a, ClusterAction::Finish { reason, .. } if reason.contains("jobMaxRetryCount is 1"))));
+    assert!(s.failed_because("jobMaxRetryCount is 1"), "{:?}", s.actions);
 
     let mut s = Sim::new("    suspend: true\n", 1);
     s.event(ClusterEvent::Submitted);
@@ -307,14 +305,8 @@ fn the_active_deadline_fails_a_running_job_and_the_ttl_deletes_a_finished_one() 
     let mut s = Sim::running("    activeDeadlineSeconds: 10\n", 1);
     let started = s.c.started_at.unwrap();
     assert_eq!(s.c.next_tick(), Some(started + Duration::from_secs(10)));
-    s.now = started + Duration::from_secs(10);
-    let step = s.c.handle(s.now, ClusterEvent::Tick);
-    s.take(step);
-    assert_eq!(s.c.state(), Some("Failed"));
-    assert!(s
-        .actions
-        .iter()
-        .any(|a| matches!(a, ClusterAction::Finish { reason, .. } if reason.contains("activeDeadlineSeconds (10s)"))));
+    s.tick_at(started + Duration::from_secs(10));
+    assert!(s.failed_because("activeDeadlineSeconds (10s)"), "{:?}", s.actions);
 
     let mut loaded = job("", 1);
     loaded.job.run_policy.ttl_after_finished = Some(Duration::from_secs(5));
