@@ -259,6 +259,39 @@ fn a_field_the_crd_does_not_have_exits_64_naming_it() {
 /// elisions filled in: examples/hyperpodjob.yaml, run with `--command`.
 const AWS_EXAMPLE: &str = include_str!("../../examples/hyperpodjob.yaml");
 
+/// Issue 35 item 2, the outputs as for the other kinds: `kubectl get -w` lines for the job and its
+/// pods (without `--output json`), `--logs` (a file per pod with its worker's output) and
+/// `--timeline` (a lane for the job and one per pod).
+#[test]
+fn the_watch_lines_the_logs_and_the_timeline_are_written_as_for_the_other_kinds() {
+    let dir = TestDir::new("hp-outputs");
+    let path = dir.write("job.yaml", AWS_EXAMPLE);
+    let (logs, svg) = (dir.path().join("logs"), dir.path().join("t.svg"));
+    let out = std::process::Command::new(common::bin())
+        .args(["dry-run", "--master-port", "0", "--timeout", "60s", "--logs", logs.to_str().unwrap()])
+        .args(["--timeline", svg.to_str().unwrap(), "--command", "pods=echo hello from $PET_NODE_RANK; sleep 0.5"])
+        .arg(&path)
+        .output()
+        .expect("run rankvisor dry-run");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let job_line = |state: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with("hyperpodpytorchjob.sagemaker.amazonaws.com/hp-example") && l.contains(state))
+    };
+    assert!(job_line("Created") && job_line("Running") && job_line("Completed"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("pod/hp-example-pods-1") && l.contains("Running")), "{stdout}");
+    for rank in 0..2 {
+        let log = std::fs::read_to_string(logs.join(format!("hp-example-pods-{rank}.log"))).unwrap_or_default();
+        assert_eq!(log.trim(), format!("hello from {rank}"), "pod {rank}'s worker's output");
+    }
+    let drawn = std::fs::read_to_string(&svg).expect("the timeline");
+    for lane in ["HyperPodPyTorchJob hp-example", "hp-example-pods-0", "hp-example-pods-1"] {
+        assert!(drawn.contains(&format!("data-name=\"{lane}\"")), "a lane for {lane}: {drawn}");
+    }
+}
+
 #[test]
 fn the_aws_documentation_example_runs_and_the_elastic_one_is_refused_by_name() {
     let dir = TestDir::new("hp-aws");
