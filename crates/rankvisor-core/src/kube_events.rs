@@ -527,6 +527,29 @@ mod tests {
         assert!(!reasons(Some(&stopping), &stopping).contains(&"Stacks"), "once per snapshot");
     }
 
+    /// The master's job stacks, gathered on a hang, are one `JobStacks` Event: why (escaped) and the
+    /// groups in one line; once per gathering.
+    #[test]
+    fn the_jobs_gathered_stacks_are_one_job_stacks_event() {
+        let running = rep(ReplicaState::Running, 0, None, 0);
+        let mut gathered = running.clone();
+        gathered.job_stacks = Some(crate::stacks::JobStacks {
+            taken_at: "t".into(),
+            why: "replica 2: hung\n".into(),
+            elapsed_ms: 20,
+            groups: vec![],
+            summary: "2 replicas (0, 1): all_reduce (c10d.py:9); replica 2: slow_here (train.py:40)".into(),
+            replicas: vec![],
+        });
+        let t = transitions(Some(&running), &gathered);
+        let job = t.iter().find(|t| t.reason == "JobStacks").expect("a JobStacks event");
+        assert_eq!(
+            job.message,
+            "replica 2: hung\\n: 2 replicas (0, 1): all_reduce (c10d.py:9); replica 2: slow_here (train.py:40)"
+        );
+        assert!(!reasons(Some(&gathered), &gathered).contains(&"JobStacks"), "once per gathering");
+    }
+
     /// Each replica newly named a straggler is one `Straggler` Event with its figures and its
     /// node (escaped); one named before is not told again, and neither is one the bounded list
     /// dropped.
